@@ -1,0 +1,180 @@
+"""The cleanup ledger: every object a run creates is written here *before* it is created.
+
+Each run owns a directory <state>/<prefix>/ holding `owner.json` (pid and kernel start time of the run's process,
+so a reused pid is not mistaken for a live run), `objects.jsonl` (append-only, fsynced) and `work/` (configs,
+sockets, keys). `clean` removes the objects of runs whose owner is gone, in reverse order of creation, and only those.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = "/run/vnetbench"
+PREFIX_LEN = 6  # "vb" + 4 hex digits: leaves 9 characters of a 15-character interface name
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("VNETBENCH_STATE_DIR", DEFAULT_STATE_DIR))
+
+
+def process_start_time(pid: int) -> int | None:
+    """Kernel start time of a process in clock ticks, or None if it does not exist."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: fields start after the last ')'.
+    return int(raw.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int | None, start: int | None) -> bool:
+    # Without a start time a pid proves nothing (it may have been reused): treat it as gone.
+    return pid is not None and start is not None and process_start_time(pid) == start
+
+
+@dataclass(frozen=True)
+class Obj:
+    kind: str  # netns | process | dir
+    name: str
+    pid: int | None = None
+    start: int | None = None
+
+
+class Ledger:
+    """The record of one run's objects."""
+
+    def __init__(self, prefix: str, root: Path | None = None):
+        self.prefix = prefix
+        self.dir = (root or state_dir()) / prefix
+        self.work = self.dir / "work"
+
+    @classmethod
+    def create(cls) -> "Ledger":
+        root = state_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        taken = set(_netns_names())
+        while True:
+            prefix = "vb" + secrets.token_hex(2)
+            if (root / prefix).exists() or any(n.startswith(prefix) for n in taken):
+                continue
+            ledger = cls(prefix, root)
+            ledger.dir.mkdir(mode=0o700)
+            ledger.work.mkdir(mode=0o700)
+            me = os.getpid()
+            owner = {"pid": me, "start": process_start_time(me), "created": time.time()}
+            (ledger.dir / "owner.json").write_text(json.dumps(owner))
+            return ledger
+
+    def _append(self, entry: dict) -> None:
+        with open(self.dir / "objects.jsonl", "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def record(self, kind: str, name: str, **extra) -> None:
+        self._append({"op": "add", "kind": kind, "name": name, **extra})
+
+    def record_process(self, pid: int, name: str) -> None:
+        self.record("process", name, pid=pid, start=process_start_time(pid))
+
+    def forget(self, kind: str, name: str) -> None:
+        self._append({"op": "del", "kind": kind, "name": name})
+
+    def objects(self) -> list[Obj]:
+        """Objects recorded and not yet removed, in creation order."""
+        path = self.dir / "objects.jsonl"
+        live: dict[tuple[str, str], Obj] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by kill -9 mid-write: the object was not created yet
+                key = (e["kind"], e["name"])
+                if e["op"] == "add":
+                    live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"))
+                else:
+                    live.pop(key, None)
+        return list(live.values())
+
+    def owner_alive(self) -> bool:
+        try:
+            owner = json.loads((self.dir / "owner.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return _alive(owner["pid"], owner.get("start"))
+
+    def remove_all(self, dry_run: bool = False) -> list[str]:
+        """Remove every live object of this run, newest first; returns what was (or would be) removed."""
+        done: list[str] = []
+        objs = self.objects()
+        for obj in reversed([o for o in objs if o.kind == "process"]):
+            if _alive(obj.pid, obj.start):
+                done.append(f"process {obj.name} (pid {obj.pid})")
+                if not dry_run:
+                    _kill(obj.pid)
+        namespaces = [o.name for o in reversed(objs) if o.kind == "netns"]
+        for ns in namespaces:
+            for pid in _netns_pids(ns):
+                done.append(f"process pid {pid} in namespace {ns}")
+                if not dry_run:
+                    _kill(pid)
+        present = set(_netns_names())
+        for ns in namespaces:
+            if ns in present:
+                done.append(f"netns {ns}")
+        if not dry_run and namespaces:
+            _del_netns([ns for ns in namespaces if ns in present])
+        done.append(f"directory {self.dir}")
+        if not dry_run:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return done
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _netns_names() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _netns_pids(ns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _del_netns(names: list[str]) -> None:
+    if names:
+        batch = "".join(f"netns del {n}\n" for n in names)
+        subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
+
+
+def runs(root: Path | None = None) -> list[Ledger]:
+    root = root or state_dir()
+    if not root.is_dir():
+        return []
+    return [Ledger(p.name, root) for p in sorted(root.iterdir()) if p.is_dir() and p.name.startswith("vb")]
+
+
+def clean(dry_run: bool = False) -> tuple[list[str], list[str]]:
+    """Remove the objects of every run whose process is gone. Returns (removed, still-running run prefixes)."""
+    removed: list[str] = []
+    running: list[str] = []
+    for ledger in runs():
+        if ledger.owner_alive():
+            running.append(ledger.prefix)
+        else:
+            removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
+    return removed, running

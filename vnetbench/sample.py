@@ -1,0 +1,65 @@
+"""One measured value with its unit and the metadata needed to trust it (after PerfKitBenchmarker's Sample)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str  # "higher" | "lower" | "none": which direction the report calls best
+    description: str
+
+
+# Every metric vnetbench writes. Values are in SI base units: bit/s, s, ratio 0-1, events/s.
+METRICS: dict[str, Metric] = {m.name: m for m in [
+    Metric("throughput_bps", "bit/s", "higher", "goodput counted at the receiver over the whole test"),
+    Metric("throughput_interval_bps", "bit/s", "higher", "receiver goodput per reporting interval (series)"),
+    Metric("aggregate_throughput_bps", "bit/s", "higher", "sum of throughput_bps over all pairs of a trial"),
+    Metric("sender_throughput_bps", "bit/s", "higher", "rate offered by the sender"),
+    Metric("tcp_retransmits", "1", "lower", "TCP segments retransmitted by the sender"),
+    Metric("udp_loss_ratio", "ratio", "lower", "UDP datagrams lost, counted at the receiver"),
+    Metric("jitter_s", "s", "lower", "UDP inter-arrival jitter at the receiver (RFC 3550)"),
+    Metric("rtt_s", "s", "lower", "ICMP echo round-trip time, one sample per echo"),
+    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time measured during a throughput test"),
+    Metric("ping_loss_ratio", "ratio", "lower", "ICMP echoes without reply"),
+    Metric("ping_jitter_s", "s", "lower", "mean absolute difference of consecutive RTTs"),
+    Metric("latency_s", "s", "lower", "request/response round-trip latency (sockperf ping-pong)"),
+    Metric("latency_p50_s", "s", "lower", "median request/response latency"),
+    Metric("latency_p90_s", "s", "lower", "90th percentile request/response latency"),
+    Metric("latency_p99_s", "s", "lower", "99th percentile request/response latency"),
+    Metric("latency_min_s", "s", "lower", "minimum request/response latency"),
+    Metric("latency_max_s", "s", "lower", "maximum request/response latency"),
+    Metric("transactions_per_s", "1/s", "higher", "request/response transactions per second"),
+    Metric("cpu_busy_ratio", "ratio", "lower", "whole machine: share of CPU time not idle"),
+    Metric("cpu_user_ratio", "ratio", "lower", "whole machine: user time share"),
+    Metric("cpu_system_ratio", "ratio", "lower", "whole machine: system time share"),
+    Metric("cpu_irq_ratio", "ratio", "lower", "whole machine: hard interrupt time share"),
+    Metric("cpu_softirq_ratio", "ratio", "lower", "whole machine: soft interrupt time share"),
+    Metric("cpu_steal_ratio", "ratio", "lower", "whole machine: time stolen by the hypervisor"),
+    Metric("interrupts_per_s", "1/s", "lower", "hardware interrupts per second, whole machine"),
+    Metric("context_switches_per_s", "1/s", "lower", "context switches per second, whole machine"),
+    Metric("net_rx_softirqs_per_s", "1/s", "lower", "NET_RX soft interrupts per second, whole machine"),
+    Metric("net_tx_softirqs_per_s", "1/s", "lower", "NET_TX soft interrupts per second, whole machine"),
+    Metric("process_cpu_ratio", "ratio", "lower", "CPU time of one datapath process (1.0 = one core)"),
+    Metric("if_rx_packets_per_s", "1/s", "none", "packets received per second on an interface"),
+    Metric("if_tx_packets_per_s", "1/s", "none", "packets sent per second on an interface"),
+    Metric("if_drops", "1", "lower", "packets dropped on an interface during the trial"),
+    Metric("packet_rate_pps", "1/s", "higher", "throughput converted to packets per second"),
+]}
+
+
+@dataclass(frozen=True)
+class Sample:
+    metric: str
+    value: float
+    unit: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    t: float | None = None  # seconds since the trial started, for series
+
+    @classmethod
+    def of(cls, metric: str, value: float, t: float | None = None, **metadata: Any) -> "Sample":
+        """A sample of a registered metric; the unit comes from the registry so it cannot drift."""
+        return cls(metric, float(value), METRICS[metric].unit, metadata, t)

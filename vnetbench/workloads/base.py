@@ -1,0 +1,108 @@
+"""The workload interface: one class per traffic tool, registered by name.
+
+A workload gets the pairs of a scenario (all pairs run at once), runs its tool on every pair concurrently,
+bounded in time, and returns Samples. Parsing of the tool's output lives in the tool's own module, in one place.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from ..executor import Executor
+from ..sample import Sample
+
+
+class WorkloadError(RuntimeError):
+    """The tool failed: the trial is marked failed with this message (the tool's stderr), the campaign goes on."""
+
+
+class Params(BaseModel):
+    """Base of every workload's parameters; unknown fields are errors so typos are caught."""
+    model_config = ConfigDict(extra="forbid")
+    type: str
+
+
+@dataclass
+class Endpoint:
+    node: Executor          # where the tool runs
+    addr: str               # address the peer uses to reach this endpoint (IPv4 or IPv6 literal)
+    label: str              # human name, e.g. "h1-vm1"
+
+
+@dataclass
+class Pair:
+    index: int              # 1-based
+    client: Endpoint
+    server: Endpoint
+    meta: dict = field(default_factory=dict)  # e.g. {"tenant": 1, "placement": "cross-host"}
+
+
+@dataclass
+class Command:
+    """One command as `plan` prints it."""
+    where: str
+    argv: list[str]
+    background: bool = False
+
+
+class Workload(ABC):
+    kind: ClassVar[str]
+    Params: ClassVar[type[Params]]
+    tool: ClassVar[str]  # the executable doctor checks for
+
+    def __init__(self, params: Params):
+        self.params = params
+
+    @abstractmethod
+    def expected_duration(self) -> float:
+        """Seconds one trial takes, for the progress estimate."""
+
+    @abstractmethod
+    def commands(self, pairs: Sequence[Pair]) -> list[Command]:
+        """The exact commands `run` will start, for `plan`."""
+
+    @abstractmethod
+    def run(self, pairs: Sequence[Pair]) -> list[Sample]:
+        """Run on all pairs at once; every sample carries metadata {"pair": index}."""
+
+
+def finish(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
+    """Wait for a bounded tool; kill it if it overruns. Raises WorkloadError on failure."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s: {err.strip()[-300:]}")
+    if proc.returncode != 0:
+        detail = (err.strip() or out.strip())[-500:]
+        raise WorkloadError(f"{what} exited {proc.returncode}: {detail}")
+    return out, err
+
+
+def stop(proc: subprocess.Popen, grace: float = 2.0) -> tuple[str, str]:
+    """Stop a server process (SIGTERM, then SIGKILL) and return what it printed."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0) -> None:
+    """Poll until something listens on port inside node (servers need a moment to bind)."""
+    flag = "-t" if proto == "tcp" else "-u"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
+        if out.strip():
+            return
+        time.sleep(0.02)
+    raise WorkloadError(f"nothing listens on {proto} port {port} in {node.name} after {timeout:.0f} s")
