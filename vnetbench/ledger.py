@@ -78,8 +78,21 @@ class Ledger:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def _append_many(self, entries: list[dict]) -> None:
+        with open(self.dir / "objects.jsonl", "a") as fh:
+            fh.write("".join(json.dumps(e) + "\n" for e in entries))
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def record(self, kind: str, name: str, **extra) -> None:
         self._append({"op": "add", "kind": kind, "name": name, **extra})
+
+    def record_many(self, objs: list[dict]) -> None:
+        """Several objects in one fsync: a topology records all its namespaces before creating any."""
+        self._append_many([{"op": "add", **o} for o in objs])
+
+    def forget_many(self, objs: list[tuple[str, str]]) -> None:
+        self._append_many([{"op": "del", "kind": k, "name": n} for k, n in objs])
 
     def record_process(self, pid: int, name: str) -> None:
         self.record("process", name, pid=pid, start=process_start_time(pid))
@@ -121,11 +134,10 @@ class Ledger:
                 if not dry_run:
                     _kill(obj.pid)
         namespaces = [o.name for o in reversed(objs) if o.kind == "netns"]
-        for ns in namespaces:
-            for pid in _netns_pids(ns):
-                done.append(f"process pid {pid} in namespace {ns}")
-                if not dry_run:
-                    _kill(pid)
+        inside = pids_in_namespaces(namespaces)
+        done += [f"process pid {pid} in a namespace of the run" for pid in inside]
+        if not dry_run:
+            kill_pids(inside)
         present = set(_netns_names())
         for ns in namespaces:
             if ns in present:
@@ -150,9 +162,30 @@ def _netns_names() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _netns_pids(ns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+def pids_in_namespaces(names: list[str]) -> list[int]:
+    """Processes living in any of the named network namespaces (one pass over /proc, no fork per namespace)."""
+    inodes = set()
+    for name in names:
+        try:
+            inodes.add(os.stat(f"/run/netns/{name}").st_ino)
+        except OSError:
+            pass
+    if not inodes:
+        return []
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(f"/proc/{entry.name}/ns/net").st_ino in inodes:
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # gone meanwhile, or a kernel thread
+    return found
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        _kill(pid)
 
 
 def _del_netns(names: list[str]) -> None:

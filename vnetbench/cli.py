@@ -1,0 +1,213 @@
+"""The `vnetbench` command."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import datapaths, export, ledger, report, spec as specmod
+from .matrix import expand
+from .store import DEFAULT_DB, Store
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
+out = Console()
+err = Console(stderr=True)
+DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results")
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        fail("vnetbench builds network namespaces and devices and must run as root (try: sudo vnetbench ...)")
+
+
+def load_spec(path: Path) -> specmod.LoadedSpec:
+    try:
+        return specmod.load(path)
+    except specmod.SpecError as exc:
+        for line in exc.lines:
+            err.print(line, highlight=False, markup=False)
+        raise typer.Exit(2)
+
+
+def open_campaign(db: str, ref: str):
+    if not Path(db).exists():
+        fail(f"no results file {db}; run an experiment first or pass --db")
+    store = Store(db)
+    camp = store.campaign(ref)
+    if camp is None:
+        fail(f"no campaign '{ref}' in {db}; `vnetbench list --db {db}` shows them")
+    return store, camp
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """What this machine offers: tools, kernel features and every datapath, with the reason when unavailable."""
+    need_root()
+    from .capabilities import detect
+    caps = detect()
+    paths = datapath_report(caps)
+    if as_json:
+        out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths}))
+        return
+    for title, items in (("tools", caps.tools), ("kernel features", caps.kernel)):
+        table = Table(title=title, title_justify="left")
+        for col in ("name", "available", "version / reason"):
+            table.add_column(col)
+        for name, f in items.items():
+            table.add_row(name, "[green]yes[/]" if f.ok else "[red]no[/]", f.detail)
+        out.print(table)
+    table = Table(title="datapaths", title_justify="left")
+    for col in ("factor", "level", "available", "implementation / reason"):
+        table.add_column(col)
+    for d in paths:
+        table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
+                      d["implementation"] if d["ok"] else d["reason"])
+    out.print(table)
+
+
+def datapath_report(caps) -> list[dict]:
+    """Every switch x overlay, attach and encryption level, checked through the same matrix logic a run uses."""
+    reg = datapaths.load_all()
+    probes = [("switch+overlay", {"switch": s, "overlay": o}) for s in reg["switch"] for o in reg["overlay"]]
+    probes += [("attach", {"attach": a}) for a in reg["attach"] if a != "switch"]
+    probes += [("encryption", {"encryption": e}) for e in reg["encryption"] if e != "none"]
+    result = []
+    for factor, levels in probes:
+        exp = specmod.Experiment(name="doctor", workloads=[{"type": "ping"}], factors=levels)
+        sc = expand(exp, caps)[0]
+        impl = " + ".join(v for v in sc.implementation.values() if v)
+        result.append({"factor": factor, "level": "+".join(levels.values()), "ok": sc.skip is None,
+                       "implementation": impl, "reason": sc.skip or ""})
+    return result
+
+
+@app.command()
+def plan(spec: Path = typer.Argument(..., help="experiment file")) -> None:
+    """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
+    need_root()
+    from .capabilities import detect
+    from .topology import Topology
+    loaded = load_spec(spec)
+    scenarios = expand(loaded.experiment, detect())
+    runnable = [s for s in scenarios if not s.skip]
+    out.print(f"#!/bin/sh\n# vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
+              f"{len(scenarios) - len(runnable)} skipped; x{loaded.experiment.repetitions} repetitions.\n"
+              f"# A run uses its own prefix instead of vb0000.", highlight=False, markup=False)
+    for sc in scenarios:
+        out.print(f"\n# ---- scenario {sc.index}: {sc.key}", highlight=False, markup=False)
+        if sc.skip:
+            out.print(f"# SKIPPED: {sc.skip}", highlight=False, markup=False)
+            continue
+        out.print(f"# implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"
+                  + "".join(f"\n# note: {n}" for n in sc.notes), highlight=False, markup=False)
+        topo = Topology(sc, None)
+        out.print(topo.script(), highlight=False, markup=False)
+        places = {n.exec.name: n.exec for n in topo.nodes.values()}
+        for wl in sc.workloads:
+            out.print(f"# workload {wl.kind}", highlight=False, markup=False)
+            for cmd in wl.commands(topo.pairs):
+                line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
+                out.print(line + (" &" if cmd.background else ""), highlight=False, markup=False)
+        out.print("# teardown\nip -force -batch - <<'EOF'\n" +
+                  "\n".join(f"netns del {n.exec.name}" for n in topo.nodes.values()) + "\nEOF",
+                  highlight=False, markup=False)
+
+
+@app.command()
+def run(spec: Optional[Path] = typer.Argument(None, help="experiment file"), db: str = DB,
+        resume: Optional[int] = typer.Option(None, "--resume", help="continue this campaign id"),
+        progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
+    """Build, measure, store and tear down every scenario of an experiment."""
+    need_root()
+    from .runner import Runner
+    if (spec is None) == (resume is None):
+        fail("give an experiment file, or --resume CAMPAIGN (not both)")
+    loaded = load_spec(spec) if spec else None
+    store = Store(db)
+    if resume is not None and store.campaign(resume) is None:
+        fail(f"no campaign {resume} in {db}")
+    outcome = Runner(store, err, progress).run(loaded, resume)
+    report.show(store, outcome.campaign, out)
+    out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
+              f"{outcome.trials_failed} failed (results in {db})")
+    if outcome.status != "done":
+        raise typer.Exit(130)
+
+
+@app.command("list")
+def list_(db: str = DB) -> None:
+    """Campaigns in the results file."""
+    if not Path(db).exists():
+        fail(f"no results file {db}")
+    store = Store(db)
+    table = Table()
+    for col in ("id", "name", "status", "created", "scenarios", "trials", "spec"):
+        table.add_column(col)
+    import datetime as dt
+    for c in store.campaigns():
+        table.add_row(str(c.id), c.name, c.status, dt.datetime.fromtimestamp(c.created).strftime("%Y-%m-%d %H:%M"),
+                      str(len(store.scenarios(c.id))), str(len(store.trials(c.id))), c.source or "")
+    out.print(table)
+
+
+@app.command()
+def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
+         metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
+         all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones")) -> None:
+    """Statistics per metric and scenario: n, median, IQR, mean, std, CV, min, max, 95% CIs."""
+    store, camp = open_campaign(db, campaign)
+    chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS)
+    report.show(store, camp.id, out, chosen)
+
+
+@app.command("export")
+def export_(campaign: str = typer.Argument("last"), db: str = DB,
+            fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)")) -> None:
+    """One line per sample, values in SI base units."""
+    if fmt not in ("jsonl", "csv"):
+        fail(f"--format {fmt}: use jsonl or csv")
+    store, camp = open_campaign(db, campaign)
+    if output:
+        with open(output, "w", newline="") as fh:
+            n = export.write(store, camp.id, fmt, fh)
+        err.print(f"{n} samples written to {output}")
+    else:
+        export.write(store, camp.id, fmt, sys.stdout)
+
+
+@app.command()
+def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed")) -> None:
+    """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else."""
+    need_root()
+    removed, running = ledger.clean(dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for line in removed:
+        out.print(f"{verb} {line}", highlight=False)
+    for prefix in running:
+        out.print(f"left alone: run {prefix} is still running", highlight=False)
+    if not removed:
+        out.print("nothing to clean")
+
+
+@app.command()
+def schema() -> None:
+    """The JSON Schema of the experiment file."""
+    out.print_json(json.dumps(specmod.schema()))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,55 @@
+"""How a VM meets the network: behind the host's virtual switch, directly on the host NIC (a macvlan
+sub-interface, our stand-in for an SR-IOV virtual function), or no VM at all (host to host)."""
+from __future__ import annotations
+
+from . import register
+from .base import Attach, Availability
+
+
+@register
+class SwitchAttach(Attach):
+    name = "switch"
+    summary = "VM on a veth plugged into the host's virtual switch"
+
+    def check(self, scenario, caps):
+        return Availability(True, "veth") if caps.has("veth") else Availability.no(caps.missing_kernel("veth"))
+
+    def build(self, topo):
+        switch = topo.sc.elements["switch"]
+        vm_if = topo.ifname("e0")
+        for vm in topo.vms:
+            tap = topo.ifname(f"t{vm.label.split('v')[1]}")
+            topo.record("link", tap, vm.host)
+            topo.ip("", f"link add {vm_if} netns {vm.exec.name} type veth peer name {tap} netns {topo.ns(vm.host)}")
+        for vm in topo.vms:
+            switch.plug(topo, vm.host, topo.ifname(f"t{vm.label.split('v')[1]}"), vm.tenant)
+        for vm in topo.vms:
+            topo.vm_address(vm, vm_if)
+
+
+@register
+class DirectAttach(Attach):
+    name = "direct"
+    summary = "VM on a macvlan of the host NIC: no virtual switch (an SR-IOV virtual function stand-in)"
+
+    def check(self, scenario, caps):
+        return Availability(True, "macvlan") if caps.has("macvlan") else Availability.no(caps.missing_kernel("macvlan"))
+
+    def build(self, topo):
+        vm_if = topo.ifname("e0")
+        for host in topo.hosts:
+            topo.underlay_address(host.label, topo.ifname("u"))
+        for vm in topo.vms:
+            topo.ip(vm.host, f"link add {vm_if} link {topo.ifname('u')} netns {vm.exec.name} type macvlan mode bridge")
+        for vm in topo.vms:
+            topo.vm_address(vm, vm_if)
+
+
+@register
+class HostAttach(Attach):
+    name = "host"
+    summary = "no VM: host to host over the underlay (the studies' 'simple connection')"
+
+    def build(self, topo):
+        for host in topo.hosts:
+            topo.underlay_address(host.label, topo.ifname("u"))

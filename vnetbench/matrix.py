@@ -1,0 +1,252 @@
+"""From an experiment's factors to the list of scenarios: the product of levels, minus `exclude`, plus
+`include`, each scenario either runnable (with the implementation of every element) or skipped with the reason."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import datapaths, workloads
+from .capabilities import Capabilities
+from .datapaths.base import Availability, Element
+from .spec import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Experiment, Problem
+from .workloads.base import Workload
+
+MTU_RANGE = (1280, 9000)
+PAIRS_RANGE = (1, 64)
+
+
+@dataclass
+class Scenario:
+    index: int
+    levels: dict[str, Any]                   # factor -> level as written (scalar, or mapping for elements)
+    labels: dict[str, str]                   # factor -> level as shown
+    elements: dict[str, Element]             # kind -> element
+    workloads: list[Workload]
+    hosts: int
+    tenants: int
+    underlay_rate: int | None
+    skip: str | None = None
+    implementation: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.labels.items())
+
+    def __getitem__(self, factor: str) -> Any:
+        return self.levels[factor]
+
+    @property
+    def overhead(self) -> int:
+        """Bytes of encapsulation between the VM MTU and the underlay MTU (the underlay is always IPv4)."""
+        return self.elements["overlay"].overhead + getattr(self.elements["encryption"], "overhead", 0)
+
+    @property
+    def underlay_mtu(self) -> int:
+        mtu = self.levels["mtu"]
+        return mtu + self.overhead if self.levels["mtu_policy"] == "raise-underlay" else mtu
+
+    @property
+    def vm_mtu(self) -> int:
+        mtu = self.levels["mtu"]
+        return mtu - self.overhead if self.levels["mtu_policy"] == "lower-vm" else mtu
+
+
+def _levels(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _workload_fields(exp: Experiment) -> dict[str, list[int]]:
+    """Workload parameter name -> indices of the spec's workloads that have it."""
+    reg = workloads.load_all()
+    out: dict[str, list[int]] = {}
+    for i, wl in enumerate(exp.workloads):
+        cls = reg.get(wl.get("type"))
+        for name in (cls.Params.model_fields if cls else ()):
+            if name != "type":
+                out.setdefault(name, []).append(i)
+    return out
+
+
+def make_element(kind: str, level: Any) -> Element:
+    """A level is a name or a mapping {type: name, option: value...}. Raises ValueError with the fix."""
+    reg = datapaths.load_all()[kind]
+    opts = dict(level) if isinstance(level, dict) else {"type": level}
+    name = opts.pop("type", None)
+    if name not in reg:
+        raise ValueError(f"'{name}' is not a {kind}; allowed: {', '.join(sorted(reg))}")
+    cls = reg[name]
+    try:
+        return cls(cls.Options.model_validate(opts))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(p) for p in e["loc"])
+        allowed = ", ".join(cls.Options.model_fields) or "none"
+        if e["type"] == "extra_forbidden":
+            raise ValueError(f"{name} has no option '{where}'; its options: {allowed}") from None
+        raise ValueError(f"{name} option '{where}': {e['msg']}") from None
+
+
+def _check_level(factor: str, level: Any) -> str | None:
+    if factor in ELEMENT_FACTORS:
+        try:
+            make_element(factor, level)
+        except ValueError as exc:
+            return str(exc)
+    elif factor in CHOICES and level not in CHOICES[factor]:
+        return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
+    elif factor == "pairs" and not (isinstance(level, int) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):
+        return f"'{level}' is not allowed; pairs is a whole number from {PAIRS_RANGE[0]} to {PAIRS_RANGE[1]}"
+    elif factor == "mtu" and not (isinstance(level, int) and MTU_RANGE[0] <= level <= MTU_RANGE[1]):
+        return f"'{level}' is not allowed; mtu is a whole number of bytes from {MTU_RANGE[0]} to {MTU_RANGE[1]}"
+    return None
+
+
+def check(exp: Experiment) -> list[Problem]:
+    """Every problem of the factors, rules and workloads, each with its location."""
+    problems: list[Problem] = []
+    reg = workloads.load_all()
+    for i, wl in enumerate(exp.workloads):
+        kind = wl.get("type")
+        if kind not in reg:
+            problems.append(Problem(("workloads", i, "type"),
+                                    f"'{kind}' is not a workload; allowed: {', '.join(sorted(reg))}"))
+            continue
+        try:
+            reg[kind].Params.model_validate(wl)
+        except ValidationError as exc:
+            problems += [_param_problem(("workloads", i), kind, e, reg[kind]) for e in exc.errors()]
+    wfields = _workload_fields(exp)
+    for factor, value in exp.factors.items():
+        if factor not in TOPOLOGY_FACTORS and factor not in wfields:
+            allowed = ", ".join([*TOPOLOGY_FACTORS, *sorted(wfields)])
+            problems.append(Problem(("factors", factor), f"unknown factor; allowed: {allowed}"))
+            continue
+        for j, level in enumerate(_levels(value)):
+            loc = ("factors", factor, j) if isinstance(value, list) else ("factors", factor)
+            msg = _check_level(factor, level) if factor in TOPOLOGY_FACTORS else _check_param(exp, wfields, factor, level)
+            if msg:
+                problems.append(Problem(loc, msg))
+    for rules in ("exclude", "include"):
+        for i, rule in enumerate(getattr(exp, rules)):
+            for factor in rule:
+                if factor not in TOPOLOGY_FACTORS and factor not in wfields:
+                    problems.append(Problem((rules, i, factor), "not a factor of this experiment"))
+    return problems
+
+
+def _param_problem(loc: tuple, kind: str, e: dict, cls: type[Workload]) -> Problem:
+    where = tuple(e["loc"])
+    if e["type"] == "extra_forbidden":
+        allowed = ", ".join(f for f in cls.Params.model_fields if f != "type")
+        return Problem(loc + where, f"{kind} has no parameter '{where[-1]}'; its parameters: {allowed}")
+    return Problem(loc + where, e["msg"].removeprefix("Value error, "))
+
+
+def _check_param(exp: Experiment, wfields: dict[str, list[int]], factor: str, level: Any) -> str | None:
+    reg = workloads.load_all()
+    for i in wfields[factor]:
+        wl = exp.workloads[i]
+        try:
+            reg[wl["type"]].Params.model_validate({**wl, factor: level})
+        except ValidationError as exc:
+            return f"level {level!r} is not valid for {wl['type']}: {exc.errors()[0]['msg']}"
+    return None
+
+
+def _label(level: Any) -> str:
+    if isinstance(level, dict):
+        rest = [str(v) for k, v in level.items() if k != "type"]
+        return f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type"))
+    return str(level)
+
+
+def _matches(rule: dict[str, Any], labels: dict[str, str], levels: dict[str, Any]) -> bool:
+    for factor, want in rule.items():
+        options = want if isinstance(want, list) else [want]
+        if not any(levels.get(factor) == w or labels.get(factor) == _label(w) for w in options):
+            return False
+    return True
+
+
+def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
+    """All scenarios in run order; with caps=None availability is not checked (used by unit tests)."""
+    factor_levels = {f: _levels(exp.factors.get(f, DEFAULT_LEVELS[f])) for f in TOPOLOGY_FACTORS}
+    factor_levels |= {f: _levels(v) for f, v in exp.factors.items() if f not in TOPOLOGY_FACTORS}
+    names = list(factor_levels)
+    combos = [dict(zip(names, values)) for values in itertools.product(*factor_levels.values())]
+    combos = [c for c in combos if not any(_matches(r, {k: _label(v) for k, v in c.items()}, c) for r in exp.exclude)]
+    for rule in exp.include:
+        extra = {f: factor_levels[f][0] for f in names} | rule
+        combos.append(extra)
+    scenarios: list[Scenario] = []
+    seen: set[str] = set()
+    for levels in combos:
+        sc = _scenario(exp, len(scenarios) + 1, levels, factor_levels)
+        if sc.key in seen:
+            continue
+        seen.add(sc.key)
+        if caps is not None:
+            _decide(sc, factor_levels, caps)
+        scenarios.append(sc)
+    return scenarios
+
+
+def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels: dict[str, list]) -> Scenario:
+    reg = workloads.load_all()
+    elements = {kind: make_element(kind, levels[kind]) for kind in ELEMENT_FACTORS}
+    wls = []
+    for wl in exp.workloads:
+        cls = reg[wl["type"]]
+        overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type"}
+        wls.append(cls(cls.Params.model_validate({**wl, **overrides})))
+    cross = levels["placement"] == "cross-host"
+    hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
+    return Scenario(index=index, levels=levels, labels={k: _label(v) for k, v in levels.items()},
+                    elements=elements, workloads=wls, hosts=hosts, tenants=exp.tenants,
+                    underlay_rate=exp.underlay.rate)
+
+
+def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) -> None:
+    """Skip with a reason, or record what implementation each element will use."""
+    reason = _structural(sc, factor_levels)
+    if reason:
+        sc.skip = reason
+        return
+    for wl in sc.workloads:
+        if not caps.tool(wl.tool):
+            sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"
+            return
+    switch = sc.elements["switch"]
+    checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in sc.elements.items()}
+    if sc.levels["attach"] == "switch":
+        checks["overlay"] = switch.overlay_support(sc.elements["overlay"], sc, caps)
+    for kind in ELEMENT_FACTORS:
+        avail = checks[kind]
+        if not avail.ok:
+            sc.skip = f"{kind} {sc.labels[kind]}: {avail.reason}"
+            return
+        sc.implementation[kind] = avail.implementation
+        sc.notes += list(avail.notes)
+
+
+def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
+    attach, placement = sc.levels["attach"], sc.levels["placement"]
+    if sc.hosts < 2 and placement == "cross-host":
+        return "cross-host placement needs hosts >= 2"
+    if attach in ("host", "direct"):
+        what = "host-to-host traffic" if attach == "host" else "a direct (SR-IOV-like) attachment"
+        if sc.labels["overlay"] != "none":
+            return f"{what} bypasses the virtual switch and carries no overlay; it is measured under overlay=none"
+        if sc.labels["switch"] != _label(factor_levels["switch"][0]):
+            return f"{what} does not use the switch; it is measured once, under switch={_label(factor_levels['switch'][0])}"
+    if attach == "host" and placement == "same-host":
+        return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
+    if sc.levels["ip_version"] == 6 and sc.vm_mtu < 1280:
+        return f"IPv6 needs an MTU of at least 1280 but the VM MTU would be {sc.vm_mtu}; raise mtu or use mtu_policy raise-underlay"
+    if sc.vm_mtu < 576:
+        return f"the VM MTU would be {sc.vm_mtu}; raise mtu"
+    return None

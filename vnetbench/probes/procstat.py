@@ -1,0 +1,175 @@
+"""Whole-machine CPU time shares and event rates from /proc/stat and /proc/softirqs.
+
+/proc/stat counts CPU time in clock ticks (USER_HZ, usually 10 ms): shares are ratios of tick deltas, so they
+are exact fractions of the time the kernel accounted, while event rates divide by wall-clock time.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from ..executor import Executor
+from ..sample import Sample
+from . import register
+from .base import Probe
+
+log = logging.getLogger(__name__)
+
+# guest/guest_nice are already included in user/nice, so these eight fields add up to all accounted time.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+SERIES_METRICS = ("cpu_busy_ratio", "interrupts_per_s", "context_switches_per_s")
+SCOPE = "machine"
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    cpus: dict[str, tuple[int, ...]]  # "cpu" (all CPUs), "cpu0", "cpu1"...: ticks in CPU_FIELDS order
+    intr: int                         # interrupts since boot, all sources
+    ctxt: int                         # context switches since boot
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float                          # time.monotonic() when read
+    stat: ProcStat
+    softirqs: dict[str, int]          # NET_RX, NET_TX...: totals over all CPUs
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    cpus: dict[str, tuple[int, ...]] = {}
+    intr = ctxt = 0
+    for line in text.splitlines():
+        key, *values = line.split() or [""]
+        if key.startswith("cpu"):
+            ticks = [int(v) for v in values[:len(CPU_FIELDS)]]
+            cpus[key] = tuple(ticks + [0] * (len(CPU_FIELDS) - len(ticks)))  # old kernels have fewer columns
+        elif key == "intr":
+            intr = int(values[0])
+        elif key == "ctxt":
+            ctxt = int(values[0])
+    return ProcStat(cpus, intr, ctxt)
+
+
+def parse_softirqs(text: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for line in text.splitlines()[1:]:  # the first line names the CPUs
+        name, _, counts = line.partition(":")
+        if counts.strip():
+            totals[name.strip()] = sum(int(v) for v in counts.split())
+    return totals
+
+
+def cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float] | None:
+    """Share of each CPU_FIELDS in the ticks between two readings; None when no tick elapsed."""
+    # iowait (and, on some hypervisors, idle) can step backwards: count a negative delta as 0.
+    deltas = [max(0, y - x) for x, y in zip(a, b)]
+    total = sum(deltas)
+    return {f: d / total for f, d in zip(CPU_FIELDS, deltas)} if total else None
+
+
+def busy(shares: dict[str, float]) -> float:
+    return 1.0 - shares["idle"] - shares["iowait"]
+
+
+def _counters(s: Snapshot) -> dict[str, int]:
+    raw = {"interrupts_per_s": s.stat.intr, "context_switches_per_s": s.stat.ctxt,
+           "net_rx_softirqs_per_s": s.softirqs.get("NET_RX"), "net_tx_softirqs_per_s": s.softirqs.get("NET_TX")}
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def rates(a: Snapshot, b: Snapshot) -> dict[str, float]:
+    dt = b.t - a.t
+    ca, cb = _counters(a), _counters(b)
+    return {k: (cb[k] - ca[k]) / dt for k in ca if k in cb} if dt > 0 else {}
+
+
+def window_samples(a: Snapshot, b: Snapshot) -> list[Sample]:
+    """Samples over the whole window a..b: time shares (all CPUs, then per CPU) and event rates."""
+    out: list[Sample] = []
+    shares = cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"])
+    if shares:
+        out.append(Sample.of("cpu_busy_ratio", busy(shares), scope=SCOPE))
+        out.append(Sample.of("cpu_user_ratio", shares["user"] + shares["nice"], scope=SCOPE))
+        out += [Sample.of(f"cpu_{f}_ratio", shares[f], scope=SCOPE) for f in ("system", "irq", "softirq", "steal")]
+    for key in sorted(k for k in a.stat.cpus if k != "cpu" and k in b.stat.cpus):
+        if per_cpu := cpu_shares(a.stat.cpus[key], b.stat.cpus[key]):
+            out.append(Sample.of("cpu_busy_ratio", busy(per_cpu), scope=SCOPE, cpu=int(key[3:])))
+    out += [Sample.of(metric, value, scope=SCOPE) for metric, value in rates(a, b).items()]
+    return out
+
+
+def series_samples(snaps: list[Snapshot], min_gap: float) -> list[Sample]:
+    """One point per consecutive pair of snapshots, t = end of the interval in seconds since the first.
+
+    Intervals shorter than min_gap are dropped: a few milliseconds hold too few ticks to mean anything."""
+    out: list[Sample] = []
+    for a, b in zip(snaps, snaps[1:]):
+        if b.t - a.t < min_gap:
+            continue
+        t = b.t - snaps[0].t
+        values = {k: v for k, v in rates(a, b).items() if k in SERIES_METRICS}
+        if shares := cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"]):
+            values["cpu_busy_ratio"] = busy(shares)
+        out += [Sample.of(m, values[m], t=t, scope=SCOPE, series=True) for m in SERIES_METRICS if m in values]
+    return out
+
+
+def read_snapshot(executor: Executor) -> Snapshot:
+    t = time.monotonic()
+    return Snapshot(t, parse_proc_stat(executor.read_text("/proc/stat")),
+                    parse_softirqs(executor.read_text("/proc/softirqs")))
+
+
+def steal_ratio_now(executor: Executor, seconds: float = 0.5) -> float:
+    """Share of CPU time stolen by the hypervisor over the next `seconds` (nan if no tick elapsed)."""
+    a = parse_proc_stat(executor.read_text("/proc/stat"))
+    time.sleep(seconds)
+    shares = cpu_shares(a.cpus["cpu"], parse_proc_stat(executor.read_text("/proc/stat")).cpus["cpu"])
+    return shares["steal"] if shares else math.nan
+
+
+@register
+class SystemProbe(Probe):
+    """Whole-machine CPU shares and interrupt/context-switch/softirq rates; series every `interval` s
+    (interval=None: window totals only)."""
+
+    kind = "system"
+
+    def __init__(self, executor: Executor, interval: float | None = 1.0):
+        self.executor, self.interval = executor, interval
+        self.elapsed: float | None = None
+        self._snaps: list[Snapshot] = []
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._snaps = [read_snapshot(self.executor)]
+        self._halt.clear()
+        if self.interval:
+            self._thread = threading.Thread(target=self._sample, name="vnetbench-system-probe", daemon=True)
+            self._thread.start()
+
+    def _sample(self) -> None:
+        t0, k = self._snaps[0].t, 1
+        # Deadlines from t0 rather than sleep(interval): points stay on a 1 s grid instead of drifting.
+        while not self._halt.wait(max(0.0, t0 + k * self.interval - time.monotonic())):
+            try:
+                self._snaps.append(read_snapshot(self.executor))
+            except Exception as exc:  # a series gap must not lose the window totals
+                log.warning("system probe on %s: series stopped: %s", self.executor.name, exc)
+                return
+            k += 1
+
+    def stop(self) -> list[Sample]:
+        if not self._snaps:
+            raise RuntimeError("SystemProbe.stop() before start()")
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join()
+        snaps = [*self._snaps, read_snapshot(self.executor)]
+        self.elapsed = snaps[-1].t - snaps[0].t
+        series = series_samples(snaps, self.interval / 2) if self.interval else []
+        return window_samples(snaps[0], snaps[-1]) + series

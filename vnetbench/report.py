@@ -1,0 +1,95 @@
+"""Per-metric statistics tables for `show` and the end of `run`."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from .sample import METRICS
+from .stats import Summary, summarize
+from .store import Store
+from .units import human
+
+DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
+                   "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
+                   "context_switches_per_s", "process_cpu_ratio")
+
+
+@dataclass
+class Row:
+    scenario: int
+    label: str
+    implementation: str
+    metric: str
+    unit: str
+    summary: Summary
+
+
+def varying(scenarios: list[dict]) -> list[str]:
+    """Factors whose level differs between scenarios: the only ones worth a column."""
+    keys = list(scenarios[0]["labels"]) if scenarios else []
+    return [k for k in keys if len({s["labels"][k] for s in scenarios}) > 1]
+
+
+def group_values(store: Store, cid: int) -> dict[tuple[int, str, str], list[float]]:
+    """(scenario, metric, process-or-'') -> values; time series and per-CPU samples are left to the figures."""
+    groups: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+    for s in store.samples(cid):
+        meta = s["metadata"]
+        if meta.get("series") or "cpu" in meta or s["metric"] == "throughput_interval_bps":
+            continue
+        groups[(s["scenario"], s["metric"], meta.get("process", ""))].append(s["value"])
+    return groups
+
+
+def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None) -> list[Row]:
+    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
+    cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
+    out = []
+    for (idx, metric, proc), values in sorted(group_values(store, cid).items()):
+        if metrics and metric not in metrics:
+            continue
+        sc = scenarios[idx]
+        label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
+        impl = "/".join(v for k, v in (sc["implementation"] or {}).items() if k in ("switch", "overlay", "attach", "encryption"))
+        out.append(Row(idx, label, impl, metric, METRICS[metric].unit if metric in METRICS else "", summarize(values)))
+    return out
+
+
+def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS) -> None:
+    camp = store.campaign(cid)
+    scenarios = store.scenarios(cid)
+    console.print(f"[bold]Campaign {camp.id}[/] {camp.name} ({camp.status}); "
+                  f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
+                  f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
+                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+    by_metric: dict[str, list[Row]] = defaultdict(list)
+    for r in rows(store, cid, metrics):
+        by_metric[r.metric].append(r)
+    order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
+    for metric in order:
+        console.print(_table(metric, by_metric[metric]))
+    for s in scenarios:
+        if s["status"] in ("skipped", "failed"):
+            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({s['key']}): {s['reason']}")
+    failed = [t for t in store.trials(cid) if t["status"] == "failed"]
+    for t in failed[:10]:
+        console.print(f"[red]failed trial[/] scenario {t['scenario']} rep {t['repetition']} {t['kind']}: {t['error']}")
+
+
+def _table(metric: str, rows_: list[Row]) -> Table:
+    unit = rows_[0].unit
+    desc = METRICS[metric].description if metric in METRICS else ""
+    table = Table(title=f"{metric} ({unit}) — {desc}", title_justify="left", header_style="bold")
+    for col in ("scenario", "implementation", "n", "median", "IQR", "mean", "std", "CV", "min", "max",
+                "95% CI mean", "95% CI median"):
+        table.add_column(col, justify="left" if col in ("scenario", "implementation") else "right")
+    for r in rows_:
+        s = r.summary
+        h = lambda v: human(v, unit)  # noqa: E731
+        table.add_row(r.label, r.implementation, str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std),
+                      human(s.cv, "ratio"), h(s.min), h(s.max), f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
+                      f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*"))
+    return table

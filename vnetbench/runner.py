@@ -1,0 +1,145 @@
+"""A campaign: build each scenario's topology, run every workload for every repetition while the probes
+watch, commit each trial as it finishes, tear down. Ctrl-C or SIGTERM stops cleanly and can be resumed."""
+from __future__ import annotations
+
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from . import environment
+from .capabilities import detect
+from .ledger import Ledger
+from .matrix import Scenario, expand
+from .probes.interfaces import InterfaceProbe
+from .probes.process import ProcessProbe
+from .probes.procstat import SystemProbe
+from .executor import LocalExecutor
+from .spec import LoadedSpec, loads
+from .store import Store
+from .topology import BuildError, Topology
+from .workloads.base import WorkloadError
+
+TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
+BUILD_OVERHEAD_S = 1.0
+
+
+@dataclass
+class Outcome:
+    campaign: int
+    status: str          # done | interrupted
+    trials_ok: int = 0
+    trials_failed: int = 0
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM takes the same clean path as Ctrl-C: topology removed, finished trials kept."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class Runner:
+    def __init__(self, store: Store, console: Console | None = None, progress: bool = True):
+        self.store = store
+        self.console = console or Console(stderr=True)
+        self.progress = progress
+
+    def run(self, spec: LoadedSpec | None = None, resume: int | None = None) -> Outcome:
+        caps = detect()
+        if resume is not None:
+            camp = self.store.campaign(resume)
+            spec = loads(camp.spec_text, camp.source)
+            cid = camp.id
+        else:
+            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256,
+                                          environment.capture(caps))
+        scenarios = expand(spec.experiment, caps)
+        if resume is None:
+            for sc in scenarios:
+                self._put(cid, sc)
+        done = self.store.done_trials(cid)
+        todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
+                      if (sc.index, r, w) not in done]) for sc in scenarios if sc.skip is None]
+        todo = [(sc, trials) for sc, trials in todo if trials]
+        ledger = Ledger.create()
+        self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
+        outcome = Outcome(cid, "interrupted")
+        try:
+            with _sigterm_as_interrupt(), self._progress() as bar:
+                total = sum(BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S
+                                                   for _, w in trials) for sc, trials in todo)
+                task = bar.add_task("starting", total=max(total, 1e-9))
+                for k, (sc, trials) in enumerate(todo, 1):
+                    self._scenario(cid, sc, trials, ledger, spec.experiment, bar, task, f"{k}/{len(todo)}", outcome)
+                outcome.status = "done"
+        except KeyboardInterrupt:
+            self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept. "
+                               f"Continue with: vnetbench run --resume {cid}[/]")
+        finally:
+            self.store.set_campaign(cid, status=outcome.status, finished=time.time())
+            ledger.remove_all()
+        return outcome
+
+    def _put(self, cid: int, sc: Scenario) -> None:
+        self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
+                                "skipped" if sc.skip else "pending", sc.skip, sc.implementation, sc.notes)
+
+    def _progress(self) -> Progress:
+        return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        TextColumn("left"), TimeRemainingColumn(), console=self.console,
+                        disable=not self.progress, transient=False)
+
+    def _scenario(self, cid, sc, trials, ledger, exp, bar, task, position, outcome) -> None:
+        bar.update(task, description=f"scenario {position} building: {sc.key}")
+        topo = Topology(sc, ledger)
+        try:
+            try:
+                topo.build()
+            except BuildError as exc:
+                self.store.set_scenario(cid, sc.index, "failed", f"build failed: {exc}")
+                self.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
+                bar.advance(task, BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() for _, w in trials))
+                return
+            bar.advance(task, BUILD_OVERHEAD_S)
+            for n, (rep, w) in enumerate(trials, 1):
+                wl = sc.workloads[w]
+                bar.update(task, description=f"scenario {position} rep {rep}/{exp.repetitions} {wl.kind} "
+                                             f"[{n}/{len(trials)}]: {sc.key}")
+                ok = self._trial(cid, sc, topo, rep, w)
+                outcome.trials_ok += ok
+                outcome.trials_failed += not ok
+                bar.advance(task, wl.expected_duration() + TRIAL_OVERHEAD_S)
+                if exp.cooldown:
+                    time.sleep(exp.cooldown)
+            self.store.set_scenario(cid, sc.index, "done")
+        finally:
+            topo.teardown()
+
+    def _trial(self, cid: int, sc: Scenario, topo: Topology, rep: int, w: int) -> bool:
+        wl = sc.workloads[w]
+        probes = [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
+                  *[InterfaceProbe(h.exec) for h in topo.hosts]]
+        started = time.time()
+        for p in probes:
+            p.start()
+        error, samples = None, []
+        try:
+            samples = wl.run(topo.pairs)
+        except WorkloadError as exc:
+            error = str(exc)
+        finally:
+            probe_samples = [s for p in probes for s in p.stop()]
+        meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix,
+                "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
+        self.store.save_trial(cid, sc.index, rep, w, wl.kind, wl.params.model_dump(), "failed" if error else "ok",
+                              error, started, time.time(), samples + (probe_samples if not error else []), meta)
+        return error is None

@@ -1,0 +1,322 @@
+"""A scenario becomes namespaces and devices: emulated hosts joined by an underlay, VMs attached to them.
+
+Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, daemons — to an ordered list.
+`plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
+running independent batches of different namespaces at once. All devices live inside the run's namespaces,
+so deleting the namespaces removes them; nothing is created in the root namespace.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from .ledger import Ledger, kill_pids, pids_in_namespaces
+from .matrix import Scenario
+from .workloads.base import Endpoint, Pair
+
+ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
+BATCH_TOOLS = ("ip", "tc", "bridge")
+UNDERLAY_NET = "10.250.0"
+PLAN_PREFIX = "vb0000"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class Node:
+    label: str            # h1, h1v3, tor
+    role: str             # host | vm | switch
+    host: str | None      # the host a VM lives on
+    exec: Executor
+    tenant: int | None = None
+    v4: str | None = None  # the address workloads target
+    v6: str | None = None
+
+
+@dataclass
+class Step:
+    node: str
+    tool: str                              # ip | tc | bridge | run | daemon
+    lines: list[str] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)
+    name: str = ""                         # daemon label
+    ready: Callable[[], None] | None = None  # waits until a daemon answers
+    env: dict | None = None
+
+
+class Topology:
+    def __init__(self, scenario: Scenario, ledger: Ledger | None):
+        self.sc = scenario
+        self.ledger = ledger
+        self.prefix = ledger.prefix if ledger else PLAN_PREFIX
+        self.nodes: dict[str, Node] = {}
+        self.pairs: list[Pair] = []
+        self.steps: list[Step] = []
+        self.daemons: dict[str, subprocess.Popen] = {}
+        self._records: list[tuple[str, str, str]] = []
+        self._built = False
+        self._layout()
+
+    # ---- names -------------------------------------------------------------------------------------------
+    def ns(self, label: str) -> str:
+        return f"{self.prefix}-{label}"
+
+    def ifname(self, short: str) -> str:
+        name = f"{self.prefix}-{short}"
+        assert len(name) <= 15, name
+        return name
+
+    @property
+    def hosts(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.role == "host"]
+
+    @property
+    def vms(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.role == "vm"]
+
+    def host_ip(self, host: str) -> str:
+        return f"{UNDERLAY_NET}.{int(host[1:])}"
+
+    def workdir(self, label: str) -> str:
+        base = self.ledger.work if self.ledger else "/run/vnetbench/" + PLAN_PREFIX + "/work"
+        return f"{base}/{label}"
+
+    # ---- steps -------------------------------------------------------------------------------------------
+    def record(self, kind: str, name: str, host: str = ROOT) -> None:
+        self._records.append((kind, name, host))
+
+    def batch(self, tool: str, node: str, *lines: str) -> None:
+        last = self.steps[-1] if self.steps else None
+        if last and last.tool == tool and last.node == node:
+            last.lines.extend(lines)
+        else:
+            self.steps.append(Step(node, tool, list(lines)))
+
+    def ip(self, node: str, *lines: str) -> None:
+        self.batch("ip", node, *lines)
+
+    def run(self, node: str, argv: list[str]) -> None:
+        self.steps.append(Step(node, "run", argv=argv))
+
+    def daemon(self, node: str, name: str, argv: list[str], ready: Callable[[], None] | None = None,
+               env: dict | None = None) -> None:
+        self.record("process", name, node)
+        self.steps.append(Step(node, "daemon", argv=argv, name=name, ready=ready, env=env))
+
+    def executor(self, label: str) -> Executor:
+        return LocalExecutor(self.ledger) if label == ROOT else self.nodes[label].exec
+
+    # ---- layout ------------------------------------------------------------------------------------------
+    def _add(self, label: str, role: str, host: str | None = None, tenant: int | None = None) -> Node:
+        node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant)
+        self.nodes[label] = node
+        return node
+
+    def _layout(self) -> None:
+        """Decide nodes, addresses and pairs (no steps yet)."""
+        sc = self.sc
+        for h in range(1, sc.hosts + 1):
+            node = self._add(f"h{h}", "host")
+            node.v4, node.v6 = self.host_ip(node.label), f"fd00:250::{h}"
+        if sc.hosts > 2:
+            self._add("tor", "switch")
+        server_host = "h2" if sc["placement"] == "cross-host" else "h1"
+        for k in range(1, sc["pairs"] + 1):
+            tenant = (k - 1) % sc.tenants + 1
+            if sc["attach"] == "host":
+                client, server = self.nodes["h1"], self.nodes[server_host]
+            else:
+                client = self._vm("h1", tenant)
+                server = self._vm(server_host, tenant)
+            self.pairs.append(Pair(k, self._endpoint(client), self._endpoint(server),
+                                   {"tenant": tenant, "client": client.label, "server": server.label}))
+
+    def _vm(self, host: str, tenant: int) -> Node:
+        n = len(self.vms) + 1
+        node = self._add(f"{host}v{n}", "vm", host, tenant)
+        node.v4, node.v6 = f"10.{100 + tenant}.0.{n}", f"fd00:{100 + tenant}::{n}"
+        return node
+
+    def _endpoint(self, node: Node) -> Endpoint:
+        addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
+        return Endpoint(node.exec, addr, node.label)
+
+    # ---- the common part of every topology: namespaces, underlay, VM interfaces ----------------------------
+    def emit(self) -> "Topology":
+        """Fill the step list (idempotent); used by both plan and build."""
+        if self.steps:
+            return self
+        for node in self.nodes.values():
+            self.record("netns", node.exec.name)
+            self.ip(ROOT, f"netns add {node.exec.name}")
+        for node in self.nodes.values():
+            self.ip(node.label, "link set lo up")
+        self._underlay()
+        els = self.sc.elements
+        els["switch"].build(self) if self.sc["attach"] == "switch" else None
+        els["attach"].build(self)
+        els["overlay"].build(self)
+        els["encryption"].build(self)
+        return self
+
+    def _underlay(self) -> None:
+        mtu = self.sc.underlay_mtu
+        up = self.ifname("u")
+        if len(self.hosts) == 2:
+            self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {up} netns {self.ns('h2')}")
+        elif len(self.hosts) == 1:  # a NIC with nothing behind it, so direct attachments have a parent
+            self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {self.ifname('x')} netns {self.ns('h1')}")
+            self.ip("h1", f"link set {self.ifname('x')} mtu {mtu} up")
+        else:
+            tor = self.ifname("tor")
+            self.ip("tor", f"link add {tor} type bridge", f"link set {tor} mtu {mtu} up")
+            for h in self.hosts:
+                port = self.ifname(f"p{h.label[1:]}")
+                self.ip(ROOT, f"link add {up} netns {h.exec.name} type veth peer name {port} netns {self.ns('tor')}")
+                self.ip("tor", f"link set {port} mtu {mtu} master {tor} up")
+        for h in self.hosts:
+            self.ip(h.label, f"link set {up} mtu {mtu} up")
+            if self.sc.underlay_rate:
+                burst = max(self.sc.underlay_rate // 8 // 1000, 64 * 1024)  # >= 1 ms of traffic
+                self.batch("tc", h.label, f"qdisc add dev {up} root tbf rate {self.sc.underlay_rate}bit "
+                                          f"burst {burst} latency 50ms")
+
+    def underlay_address(self, host: str, dev: str) -> None:
+        """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it)."""
+        self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
+                f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
+
+    def vm_address(self, vm: Node, dev: str) -> None:
+        self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
+                f"addr add {vm.v4}/24 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
+
+    # ---- execution ---------------------------------------------------------------------------------------
+    def build(self) -> "Topology":
+        self.emit()
+        self._built = True
+        self._execute(self.steps)
+        self.verify()
+        return self
+
+    def _flush_records(self) -> None:
+        if self.ledger and self._records:
+            self.ledger.record_many([{"kind": k, "name": n, "host": h} for k, n, h in self._records])
+        self._records.clear()
+
+    def _execute(self, steps: list[Step]) -> None:
+        i = 0
+        while i < len(steps):
+            wave = [steps[i]]
+            while (wave[0].tool in BATCH_TOOLS and wave[0].node != ROOT and i + len(wave) < len(steps)
+                   and steps[i + len(wave)].tool in BATCH_TOOLS and steps[i + len(wave)].node != ROOT
+                   and steps[i + len(wave)].node not in {s.node for s in wave}):
+                wave.append(steps[i + len(wave)])
+            self._flush_records()
+            self._run_wave(wave)
+            i += len(wave)
+
+    def _run_wave(self, wave: list[Step]) -> None:
+        if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
+            for step in wave:
+                self._run_step(step)
+            return
+        procs = []
+        for step in wave:
+            argv = [step.tool, *self.executor(step.node).ip()[1:], "-batch", "-"]
+            procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.PIPE, text=True)))
+        errors = []
+        for step, argv, proc in procs:
+            _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
+            if proc.returncode:
+                errors.append(str(CommandError(self.executor(step.node).name, argv, proc.returncode, err)))
+        if errors:
+            raise BuildError("; ".join(errors))
+
+    def _run_step(self, step: Step) -> None:
+        where = self.executor(step.node)
+        try:
+            if step.tool in BATCH_TOOLS:
+                argv = [step.tool, *where.ip()[1:], "-batch", "-"]
+                proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
+                                      timeout=60)
+                if proc.returncode:
+                    raise CommandError(where.name, argv, proc.returncode, proc.stderr)
+            elif step.tool == "run":
+                where.run(step.argv)
+            else:
+                self.daemons[step.name] = where.spawn(step.argv, label=step.name, env=step.env,
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                if step.ready:
+                    step.ready()
+        except CommandError as exc:
+            raise BuildError(str(exc)) from None
+
+    def verify(self, attempts: int = 3) -> None:
+        """Every pair must pass traffic before anything is measured (this also warms up ARP/ND)."""
+        pending = list(self.pairs)
+        for attempt in range(attempts):
+            procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
+                                             label=f"verify-ping-{p.index}")) for p in pending]
+            pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
+            for _, proc in procs:
+                proc.communicate()
+            if not pending:
+                return
+            time.sleep(0.2 * (attempt + 1))
+        p = pending[0]
+        raise BuildError(f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to "
+                         f"ping after {attempts} tries: this topology does not pass traffic")
+
+    def daemon_pids(self) -> dict[str, int]:
+        return {name: proc.pid for name, proc in self.daemons.items() if proc.poll() is None}
+
+    def teardown(self) -> None:
+        """Stop what runs, delete the namespaces (and with them every device), forget them in the ledger."""
+        teardown_steps: list[Step] = []
+        saved, self.steps = self.steps, teardown_steps
+        for el in self.sc.elements.values():
+            el.teardown(self)
+        self.steps = saved
+        for step in teardown_steps:
+            try:
+                self._run_step(step)
+            except BuildError:
+                pass  # the namespace goes anyway; a failed graceful stop must not block the rest
+        namespaces = [n.exec.name for n in self.nodes.values()]
+        for proc in self.daemons.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.daemons.values():
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        kill_pids(pids_in_namespaces(namespaces))
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
+                       capture_output=True, text=True)
+        if self.ledger:
+            self.ledger.forget_many([("process", name) for name in self.daemons] +
+                                    [("netns", n) for n in namespaces])
+
+    # ---- plan --------------------------------------------------------------------------------------------
+    def script(self) -> str:
+        """The steps as a shell script a person can read or replay."""
+        self.emit()
+        out: list[str] = []
+        for step in self.steps:
+            where = self.executor(step.node)
+            if step.tool in BATCH_TOOLS:
+                opts = " ".join(where.ip()[1:])
+                out.append(f"{step.tool} {opts + ' ' if opts else ''}-batch - <<'EOF'")
+                out += step.lines + ["EOF"]
+            else:
+                out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
+        return "\n".join(out)

@@ -1,0 +1,42 @@
+"""Human units in spec files ('100M', '10gbit', '1.5 Gbit/s') to SI base units, and back for display."""
+from __future__ import annotations
+
+import math
+import re
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(?:bit(?:/s)?|bps|b/s)?\s*$")
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_rate(value: object) -> int:
+    """A bit rate in bit/s; raises ValueError with the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError("a rate is a number of bit/s or a string like '100M', '10gbit'")
+    if isinstance(value, (int, float)):
+        rate = float(value)
+    else:
+        m = _RATE.match(str(value))
+        if not m:
+            raise ValueError(f"'{value}' is not a rate; write bit/s as a number or like '100M', '10gbit', '1.5G'")
+        rate = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if not (1e3 <= rate <= 1e12):
+        raise ValueError(f"{rate:g} bit/s is out of range; use 1 kbit/s to 1 Tbit/s")
+    return int(rate)
+
+
+def human(value: float, unit: str) -> str:
+    """A value in its SI unit as a person reads it: 9.41 Gbit/s, 45.2 µs, 3.1 %."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit == "ratio":
+        return f"{value * 100:.3g} %"
+    if unit == "s":
+        for scale, name in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+            if abs(value) >= scale or scale == 1e-9:
+                return f"{value / scale:.3g} {name}"
+    if unit in ("bit/s", "1/s"):
+        suffix = "bit/s" if unit == "bit/s" else "/s"
+        for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
+            if abs(value) >= scale or scale == 1:
+                return f"{value / scale:.3g} {prefix}{suffix}"
+    return f"{value:.4g}" + ("" if unit == "1" else f" {unit}")
