@@ -243,6 +243,9 @@ def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
             return f"{what} bypasses the virtual switch and carries no overlay; it is measured under overlay=none"
         if sc.labels["switch"] != _label(factor_levels["switch"][0]):
             return f"{what} does not use the switch; it is measured once, under switch={_label(factor_levels['switch'][0])}"
+    first_scope = factor_levels["encryption_scope"][0]
+    if sc.labels["encryption"] == "none" and sc.levels["encryption_scope"] != first_scope:
+        return f"without encryption the scope does not matter; measured once, under encryption_scope={first_scope}"
     if attach == "host" and placement == "same-host":
         return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
     if sc.levels["ip_version"] == 6 and sc.vm_mtu < 1280:

@@ -19,6 +19,7 @@ TOPOLOGY_FACTORS = {
     "switch": "the virtual switch on each host (a datapath name)",
     "overlay": "how VM traffic crosses between hosts (a datapath name)",
     "encryption": "encryption of VM or host traffic (a datapath name)",
+    "encryption_scope": "vm-to-vm (end to end between the VMs of a pair) or host-to-host (a gateway tunnel)",
     "attach": "how a VM is connected: switch, direct (SR-IOV-like macvlan) or host (no VM)",
     "placement": "same-host or cross-host: where the two VMs of a pair live",
     "pairs": "number of client/server VM pairs running at once",
@@ -28,12 +29,13 @@ TOPOLOGY_FACTORS = {
 }
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
-    "switch": "linuxbridge", "overlay": "none", "encryption": "none", "attach": "switch",
+    "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host"),
     "ip_version": (4, 6),
+    "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
 }
 

@@ -83,6 +83,12 @@ class Topology:
     def host_ip(self, host: str) -> str:
         return f"{UNDERLAY_NET}.{int(host[1:])}"
 
+    def transport_ip(self, host: str) -> str:
+        """The address other hosts send overlay traffic to: the underlay address, unless a host-to-host
+        encryption element puts the hosts' traffic through a tunnel of its own."""
+        enc = self.sc.elements["encryption"]
+        return getattr(enc, "transport_ip", lambda topo, h: None)(self, host) or self.host_ip(host)
+
     def workdir(self, label: str) -> str:
         base = self.ledger.work if self.ledger else "/run/vnetbench/" + PLAN_PREFIX + "/work"
         return f"{base}/{label}"

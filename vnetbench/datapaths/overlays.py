@@ -45,8 +45,8 @@ class Vxlan(KernelTunnel):
 
     def device_lines(self, topo, host, tenant, dev):
         others = [h.label for h in topo.hosts if h.label != host]
-        remote = f" remote {topo.host_ip(others[0])}" if len(others) == 1 else ""
-        return [f"link add {dev} type vxlan id {self.vni_base + tenant} local {topo.host_ip(host)}{remote} "
+        remote = f" remote {topo.transport_ip(others[0])}" if len(others) == 1 else ""
+        return [f"link add {dev} type vxlan id {self.vni_base + tenant} local {topo.transport_ip(host)}{remote} "
                 f"dstport 4789"]
 
     def flood_list(self, topo, host):
@@ -54,7 +54,7 @@ class Vxlan(KernelTunnel):
             dev = topo.ifname(f"{self.name[:2]}{t}")
             for other in topo.hosts:
                 if other.label != host:
-                    topo.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {dev} dst {topo.host_ip(other.label)}")
+                    topo.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {dev} dst {topo.transport_ip(other.label)}")
 
 
 @register
