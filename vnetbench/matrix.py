@@ -42,7 +42,7 @@ class Scenario:
     @property
     def overhead(self) -> int:
         """Bytes of encapsulation between the VM MTU and the underlay MTU (the underlay is always IPv4)."""
-        return self.elements["overlay"].overhead + getattr(self.elements["encryption"], "overhead", 0)
+        return self.elements["overlay"].overhead + self.elements["encryption"].overhead_for(self)
 
     @property
     def underlay_mtu(self) -> int:
@@ -87,7 +87,7 @@ def make_element(kind: str, level: Any) -> Element:
         allowed = ", ".join(cls.Options.model_fields) or "none"
         if e["type"] == "extra_forbidden":
             raise ValueError(f"{name} has no option '{where}'; its options: {allowed}") from None
-        raise ValueError(f"{name} option '{where}': {e['msg']}") from None
+        raise ValueError(f"{name} option '{where}': {e['msg'].removeprefix('Value error, ')}") from None
 
 
 def _check_level(factor: str, level: Any) -> str | None:

@@ -42,19 +42,20 @@ class Node:
 @dataclass
 class Step:
     node: str
-    tool: str                              # ip | tc | bridge | run | daemon
+    tool: str                              # ip | tc | bridge | run | daemon | call
     lines: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)
     name: str = ""                         # daemon label
     ready: Callable[[], None] | None = None  # waits until a daemon answers
     env: dict | None = None
+    fn: Callable[[], None] | None = None   # a call step's action
 
 
 class Topology:
-    def __init__(self, scenario: Scenario, ledger: Ledger | None):
+    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None):
         self.sc = scenario
         self.ledger = ledger
-        self.prefix = ledger.prefix if ledger else PLAN_PREFIX
+        self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
         self.nodes: dict[str, Node] = {}
         self.pairs: list[Pair] = []
         self.steps: list[Step] = []
@@ -114,6 +115,11 @@ class Topology:
                env: dict | None = None) -> None:
         self.record("process", name, node)
         self.steps.append(Step(node, "daemon", argv=argv, name=name, ready=ready, env=env))
+
+    def call(self, node: str, what: str, fn: Callable[[], None]) -> None:
+        """A Python action at build time, shown by `plan` as a comment: e.g. writing a config or a key generated
+        for this run (a secret must never be in an argv or a batch line: `plan` prints those)."""
+        self.steps.append(Step(node, "call", name=what, fn=fn))
 
     def executor(self, label: str) -> Executor:
         return LocalExecutor(self.ledger) if label == ROOT else self.nodes[label].exec
@@ -256,6 +262,11 @@ class Topology:
                     raise CommandError(where.name, argv, proc.returncode, proc.stderr)
             elif step.tool == "run":
                 where.run(step.argv)
+            elif step.tool == "call":
+                try:
+                    step.fn()
+                except (OSError, subprocess.SubprocessError) as exc:
+                    raise BuildError(f"[{where.name}] {step.name}: {exc}") from None
             else:
                 self.daemons[step.name] = where.spawn(step.argv, label=step.name, env=step.env,
                                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -323,6 +334,8 @@ class Topology:
                 opts = " ".join(where.ip()[1:])
                 out.append(f"{step.tool} {opts + ' ' if opts else ''}-batch - <<'EOF'")
                 out += step.lines + ["EOF"]
+            elif step.tool == "call":
+                out.append(f"# {step.name}")
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)

@@ -82,3 +82,8 @@ class Attach(Element):
 
 class Encryption(Element):
     kind = "encryption"
+
+    def overhead_for(self, scenario: "Scenario") -> int:
+        """Bytes this element's tunnel takes from the underlay MTU before the VM's packets (0 when the tunnel
+        runs inside the VMs: it then lowers its own interface's MTU, not the VM's)."""
+        return 0

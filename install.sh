@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Set up vnetbench on a fresh Debian 12 machine (as root), then run the demo or the tests.
+#   ./install.sh demo   install what is missing, run a small real experiment, print its summary
+#   ./install.sh test   install what is missing, run the test suite
+#   ./install.sh        install only
+set -euo pipefail
+cd "$(dirname "$0")"
+what="${1:-install}"
+[ "$(id -u)" = 0 ] || { echo "install.sh: run as root (vnetbench creates network namespaces)" >&2; exit 1; }
+
+PACKAGES=(iproute2 iputils-ping procps iperf3 sockperf netperf sysstat ethtool tcpdump
+          openvswitch-switch strongswan-charon strongswan-swanctl libcharon-extra-plugins
+          libstrongswan-extra-plugins wireguard-go wireguard-tools python3 python3-venv)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  # netperf lives in Debian's non-free component.
+  if ! grep -rqs "non-free" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    cat > /etc/apt/sources.list.d/vnetbench-non-free.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  echo "install.sh: installing ${missing[*]}"
+  apt-get update -qq
+  # vnetbench starts its own private daemons: keep the packages from starting system-wide ones.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=$(command -v python3.11 || command -v python3)
+if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench" 2>/dev/null; then
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+fi
+
+case "$what" in
+  demo)
+    mkdir -p results
+    .venv/bin/vnetbench clean >/dev/null
+    .venv/bin/vnetbench run examples/quick.yaml --db results/quick.db ;;
+  test)
+    .venv/bin/vnetbench clean >/dev/null
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests ;;
+  install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
+  *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;
+esac

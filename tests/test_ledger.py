@@ -1,0 +1,64 @@
+"""The cleanup ledger: objects recorded before creation; clean removes exactly those of dead runs."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vnetbench import ledger
+from conftest import netns_names
+
+pytestmark = pytest.mark.net
+
+
+def test_record_forget_and_torn_lines(state_dir):
+    led = ledger.Ledger.create()
+    led.record("netns", "a")
+    led.record_many([{"kind": "netns", "name": "b"}, {"kind": "dir", "name": "c"}])
+    led.forget("netns", "a")
+    with open(led.dir / "objects.jsonl", "a") as fh:
+        fh.write('{"op": "add", "kind": "netns", "na')  # kill -9 in the middle of a write
+    assert [(o.kind, o.name) for o in led.objects()] == [("netns", "b"), ("dir", "c")]
+    assert led.prefix.startswith("vb") and len(led.prefix) == ledger.PREFIX_LEN
+
+
+def test_clean_removes_dead_runs_only_and_nothing_foreign(state_dir):
+    foreign = f"vbforeign{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", foreign], check=True)
+    try:
+        child = subprocess.Popen([sys.executable, "-c",
+                                  "import time; from vnetbench.ledger import Ledger; l = Ledger.create();"
+                                  "l.record('netns', l.prefix + '-h1');"
+                                  "import subprocess; subprocess.run(['ip','netns','add', l.prefix + '-h1']);"
+                                  "print(l.prefix, flush=True); time.sleep(60)"],
+                                 stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+        prefix = child.stdout.readline().strip()
+        alive_led = ledger.Ledger.create()  # this test process: a live run
+        alive_led.record("netns", alive_led.prefix + "-x")
+        removed, running = ledger.clean()
+        assert removed == [] and sorted(running) == sorted([prefix, alive_led.prefix])
+        assert f"{prefix}-h1" in netns_names()
+        child.kill()
+        child.wait()
+        dry, _ = ledger.clean(dry_run=True)
+        assert any(f"netns {prefix}-h1" in line for line in dry) and f"{prefix}-h1" in netns_names()
+        removed, running = ledger.clean()
+        assert any(f"netns {prefix}-h1" in line for line in removed)
+        assert running == [alive_led.prefix]
+        names = netns_names()
+        assert f"{prefix}-h1" not in names and foreign in names
+        assert not (state_dir / prefix).exists()
+        alive_led.remove_all()
+    finally:
+        subprocess.run(["ip", "netns", "del", foreign])
+
+
+def test_reused_pid_is_not_taken_for_a_live_owner(state_dir):
+    led = ledger.Ledger.create()
+    owner = json.loads((led.dir / "owner.json").read_text())
+    owner["start"] -= 1  # same pid, different start time: a different process
+    (led.dir / "owner.json").write_text(json.dumps(owner))
+    assert not led.owner_alive()
+    led.remove_all()

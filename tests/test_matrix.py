@@ -1,0 +1,64 @@
+"""Matrix expansion: product of levels, exclude/include, workload overrides, skips with reasons."""
+from vnetbench.capabilities import Capabilities, Feature
+from vnetbench.matrix import expand
+from vnetbench.spec import loads
+
+
+def scen(text: str, caps=None):
+    return expand(loads(text).experiment, caps)
+
+
+BASE = "name: m\nworkloads: [{type: iperf3, duration: 1}]\n"
+
+
+def test_product_of_levels_in_order():
+    s = scen(BASE + "factors: {overlay: [none, vxlan], placement: [same-host, cross-host], protocol: [tcp, udp]}\n")
+    assert len(s) == 8
+    assert [x.labels["overlay"] for x in s[:4]] == ["none"] * 4
+    assert {(x.labels["placement"], x.workloads[0].params.protocol) for x in s} == {
+        (p, q) for p in ("same-host", "cross-host") for q in ("tcp", "udp")}
+    assert [x.index for x in s] == list(range(1, 9))
+
+
+def test_exclude_and_include():
+    s = scen(BASE + "factors: {overlay: [none, vxlan], pairs: [1, 2]}\n"
+             "exclude: [{overlay: vxlan, pairs: 2}]\ninclude: [{overlay: vxlan, pairs: 4}]\n")
+    keys = {(x.labels["overlay"], x.levels["pairs"]) for x in s}
+    assert keys == {("none", 1), ("none", 2), ("vxlan", 1), ("vxlan", 4)}
+
+
+def test_include_duplicate_is_not_run_twice():
+    s = scen(BASE + "factors: {overlay: [none, vxlan]}\ninclude: [{overlay: none}]\n")
+    assert len(s) == 2
+
+
+def test_mtu_policy():
+    lower, raise_ = scen(BASE + "factors: {overlay: vxlan, mtu: 1500, mtu_policy: [lower-vm, raise-underlay]}\n")
+    assert (lower.vm_mtu, lower.underlay_mtu) == (1450, 1500)
+    assert (raise_.vm_mtu, raise_.underlay_mtu) == (1500, 1550)
+
+
+def caps_without(*missing):
+    tools = {t: Feature(True, "x") for t in ("iperf3", "ping", "sockperf", "netperf")}
+    kernel = {k: Feature(k not in missing, "Unknown device type." if k in missing else "")
+              for k in ("veth", "bridge", "vxlan", "macvlan", "gretap", "geneve", "vlan")}
+    return Capabilities(tools, kernel)
+
+
+def test_skips_carry_reasons():
+    s = scen(BASE + "factors: {overlay: [none, vxlan, gre], attach: [switch, host], placement: [same-host, cross-host]}\n",
+             caps_without("gretap"))
+    by = {(x.labels["overlay"], x.labels["attach"], x.labels["placement"]): x for x in s}
+    assert by[("none", "switch", "same-host")].skip is None
+    assert by[("vxlan", "switch", "cross-host")].implementation["overlay"] == "kernel-vxlan"
+    assert "gretap" in by[("gre", "switch", "cross-host")].skip and "Unknown device type" in by[("gre", "switch", "cross-host")].skip
+    assert "placement=cross-host" in by[("none", "host", "same-host")].skip
+    assert "overlay=none" in by[("vxlan", "host", "cross-host")].skip
+    assert by[("none", "host", "cross-host")].skip is None
+
+
+def test_missing_tool_skips():
+    caps = caps_without()
+    caps.tools["iperf3"] = Feature(False, "not installed")
+    (s,) = scen(BASE, caps)
+    assert "iperf3 is not installed" in s.skip

@@ -1,0 +1,293 @@
+"""Open vSwitch: a private ovsdb-server + ovs-vswitchd per emulated host, run in the foreground inside the host's
+namespace (so their pids are known for CPU accounting and cleanup), with database, sockets and logs in the host's
+work directory -- never the system service or /var/run/openvswitch.
+
+Layout per host (userspace datapath, `datapath_type=netdev`):
+  overlay none     one bridge `bi`: VM ports, the underlay veth, the host address on the bridge's internal port
+                   (every tenant shares the flat provider network, as with the Linux bridge)
+  overlay vlan     the same bridge; VM ports are access ports tag=100+tenant, the underlay veth is a trunk and the
+                   host's internal port is untagged (tag=0)
+  vxlan/gre/geneve bridge `bi` holds the VM ports (local VLAN tag per tenant keeps tenants apart) and one tunnel port
+                   per tenant and remote host (key = 100+tenant); bridge `bp` holds the underlay veth and the host
+                   address, because userspace tunnels are routed through an OVS bridge (OVS mirrors the kernel route)
+  tunnel: kernel   (vxlan only) per tenant a kernel VXLAN device added to `bi` as an ordinary port; the kernel
+                   encapsulates and routes, the host address stays on the underlay veth
+With the kernel datapath (`system`) tunnels are kernel vports, so `bp` is not needed and the address stays on the NIC.
+
+The userspace datapath forwards what it receives from a veth as is: a VM that leaves TCP/UDP checksums to the NIC
+(CHECKSUM_PARTIAL) sends packets whose checksums nobody fills in, so ping works and TCP does not. Each VM's NIC gets
+`ethtool -K <if> tx off` (TSO goes with it); OVS's experimental userspace TSO stays off because OVS 3.1 drops tunnelled
+packets that carry offload flags. The userspace datapath never fragments either: the scenario's MTUs already leave room
+for the overlay header.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from functools import lru_cache
+from typing import Literal
+
+from . import register
+from .base import Availability, Options, Switch
+from ..executor import CommandError
+
+TENANT_TAG_BASE = 100          # VLAN tag / tunnel key of tenant t = 100 + t, as the Linux-bridge overlays use
+PMD_MAXSLEEP_US = 10000        # afxdp: let idle PMD threads sleep up to 10 ms (the 3.1 maximum) instead of spinning
+VSCTL_TIMEOUT_S = 30
+READY_TIMEOUT_S = 15
+OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
+CSUM_NOTE = ("ovs: VM NICs run with `ethtool -K <if> tx off` (no TX checksum offload, hence no TSO) because the OVS "
+             "userspace datapath does not complete partial checksums; other_config:userspace-tso-enable=false")
+
+
+class OvsOptions(Options):
+    datapath: Literal["auto", "netdev", "system"] = "auto"
+    port_type: Literal["veth", "afxdp"] = "veth"
+    tunnel: Literal["ovs", "kernel"] = "ovs"
+
+
+@lru_cache(maxsize=1)
+def _afxdp_built_in() -> bool:
+    """Debian links ovs-vswitchd against libxdp/libbpf when it is built with AF_XDP support."""
+    path = shutil.which("ovs-vswitchd")
+    if not path:
+        return False
+    try:
+        out = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "libbpf" in out or "libxdp" in out
+
+
+def _tail(path: str, lines: int = 5) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            return " | ".join(ln.strip() for ln in fh.read().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@register
+class Ovs(Switch):
+    name = "ovs"
+    summary = "Open vSwitch (private ovsdb-server + ovs-vswitchd per host); overlays as OVS tunnel ports or VLAN tags"
+    Options = OvsOptions
+
+    # ---- availability ------------------------------------------------------------------------------------
+    def datapath(self, caps) -> str:
+        dp = self.options.datapath
+        if dp == "auto":
+            return "system" if caps is not None and caps.has("ovs-kernel-datapath") else "netdev"
+        return dp
+
+    def check(self, scenario, caps):
+        for tool in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl"):
+            if not caps.tool(tool):
+                return Availability.no(caps.missing_tool(tool))
+        if not shutil.which("ovsdb-tool"):
+            return Availability.no("ovsdb-tool is not installed (Debian package openvswitch-common)")
+        dp = self.datapath(caps)
+        if dp == "system" and not caps.has("ovs-kernel-datapath"):
+            return Availability.no("datapath system needs the kernel's Open vSwitch datapath (module openvswitch): "
+                                   + caps.missing_kernel("ovs-kernel-datapath") + "; use datapath netdev")
+        impl, notes = f"ovs-{dp}", []
+        if dp == "netdev":
+            if not caps.tool("ethtool"):
+                return Availability.no("the OVS userspace datapath needs TX checksum offload off in the VMs: "
+                                       + caps.missing_tool("ethtool"))
+            notes.append(CSUM_NOTE)
+        if self.options.port_type == "afxdp":
+            if dp != "netdev":
+                return Availability.no("afxdp ports belong to the userspace datapath; use datapath netdev")
+            if not _afxdp_built_in():
+                return Availability.no("this ovs-vswitchd is built without AF_XDP support (not linked to libxdp/libbpf)")
+            impl += "+afxdp"
+            notes.append(f"ovs: VM ports are type=afxdp, polled by a PMD thread (other_config:pmd-maxsleep="
+                         f"{PMD_MAXSLEEP_US} us, so an idle PMD sleeps instead of spinning a core)")
+        return Availability(True, impl, notes=tuple(notes))
+
+    def overlay_support(self, overlay, scenario, caps):
+        name, dp = overlay.name, self.datapath(caps)
+        if self.options.tunnel == "kernel":
+            if name != "vxlan":
+                return Availability.no(f"tunnel: kernel puts the kernel's VXLAN device in OVS; it applies to overlay "
+                                       f"vxlan only, not {name}")
+            if not caps.has("vxlan"):
+                return Availability.no("tunnel: kernel needs the kernel's vxlan device: " + caps.missing_kernel("vxlan"))
+            return Availability(True, "kernel-vxlan-in-ovs")
+        if name == "none":
+            return Availability(True, "flat (underlay in the OVS bridge)")
+        if name == "vlan":
+            return Availability(True, "ovs-vlan", notes=("ovs-vlan: access ports tag=100+tenant, underlay veth as "
+                                                         "trunk",))
+        if name not in OVS_TUNNEL_TYPES:
+            return Availability.no(f"ovs has no {name} support")
+        enc = scenario.elements["encryption"]
+        if (dp == "netdev" and scenario.levels["encryption_scope"] == "host-to-host"
+                and scenario.labels["encryption"] != "none"):
+            return Availability.no("OVS userspace tunnels are routed out of an OVS bridge port only; host-to-host "
+                                   f"encryption ({enc.name}) moves the tunnel endpoints onto its own device outside "
+                                   "OVS; use tunnel: kernel (vxlan) or encryption_scope vm-to-vm")
+        if dp == "system" and overlay.kernel_kind and not caps.has(overlay.kernel_kind):
+            return Availability.no(f"the OVS kernel datapath builds {name} ports on the kernel's {overlay.kernel_kind} "
+                                   f"device: {caps.missing_kernel(overlay.kernel_kind)}")
+        return Availability(True, f"ovs-{name}")
+
+    # ---- names and paths ---------------------------------------------------------------------------------
+    def _mode(self, topo) -> str:
+        """flat | vlan | tunnel (OVS tunnel ports) | kernel (kernel VXLAN devices as OVS ports)."""
+        overlay = topo.sc.labels["overlay"]
+        if overlay == "none":
+            return "flat"
+        if overlay == "vlan":
+            return "vlan"
+        return "kernel" if self.options.tunnel == "kernel" else "tunnel"
+
+    def _dp(self, topo) -> str:
+        impl = topo.sc.implementation.get("switch", "")
+        if impl:
+            return "system" if impl.startswith("ovs-system") else "netdev"
+        return self.options.datapath if self.options.datapath != "auto" else "netdev"
+
+    @staticmethod
+    def _files(topo, host: str) -> dict[str, str]:
+        w = topo.workdir(host)
+        return {"dir": w, "db": f"{w}/conf.db", "sock": f"{w}/db.sock", "dbctl": f"{w}/ovsdb-server.ctl",
+                "swctl": f"{w}/ovs-vswitchd.ctl", "dblog": f"{w}/ovsdb-server.log", "swlog": f"{w}/ovs-vswitchd.log"}
+
+    def vsctl(self, topo, host: str) -> list[str]:
+        """The ovs-vsctl command line that talks to this host's private database."""
+        return ["ovs-vsctl", f"--db=unix:{self._files(topo, host)['sock']}", f"--timeout={VSCTL_TIMEOUT_S}"]
+
+    def appctl(self, topo, host: str) -> list[str]:
+        return ["ovs-appctl", "-t", self._files(topo, host)["swctl"]]
+
+    @staticmethod
+    def _tag(tenant: int) -> int:
+        return TENANT_TAG_BASE + tenant
+
+    @staticmethod
+    def _hwaddr(host: str) -> str:
+        # The underlay bridge's own MAC must differ from the veth's: frames for the bridge must be "other host"
+        # for the kernel stack on the veth, or the kernel answers VXLAN packets with port-unreachable.
+        return f"02:00:0a:fa:00:{int(host[1:]):02x}"
+
+    # ---- build -------------------------------------------------------------------------------------------
+    def _ready(self, topo, name: str, sock: str, log: str):
+        def ready() -> None:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while not os.path.exists(sock):
+                proc = topo.daemons.get(name)
+                if proc is not None and proc.poll() is not None:
+                    err = proc.stderr.read() if proc.stderr else ""
+                    raise CommandError(name, proc.args, proc.returncode, f"{err.strip()} {_tail(log)}".strip())
+                if time.monotonic() > deadline:
+                    raise CommandError(name, ["ready"], -1, f"no control socket {sock} after {READY_TIMEOUT_S} s; "
+                                                            f"log: {_tail(log)}")
+                time.sleep(0.005)
+        return ready
+
+    def build(self, topo):
+        self._pending: dict[str, tuple[list[str], str]] = {}  # host -> (ovs-vsctl argv, device of the address)
+        self._flushed: set[str] = set()
+        dp, mode = self._dp(topo), self._mode(topo)
+        multi = len(topo.hosts) > 1
+        topo.run("", ["mkdir", "-p", *[topo.workdir(h.label) for h in topo.hosts]])
+        for host in topo.hosts:
+            h, f = host.label, self._files(topo, host.label)
+            env = ["env", f"OVS_RUNDIR={f['dir']}", f"OVS_DBDIR={f['dir']}", f"OVS_LOGDIR={f['dir']}"]
+            topo.run(h, ["ovsdb-tool", "create", f["db"]])
+            topo.daemon(h, f"ovsdb-server@{h}", [*env, "ovsdb-server", f["db"], f"--remote=punix:{f['sock']}",
+                                                 f"--unixctl={f['dbctl']}", f"--log-file={f['dblog']}",
+                                                 "-vconsole:off", "-vfile:info"],
+                        ready=self._ready(topo, f"ovsdb-server@{h}", f["sock"], f["dblog"]))
+            topo.daemon(h, f"ovs-vswitchd@{h}", [*env, "ovs-vswitchd", f"unix:{f['sock']}", f"--unixctl={f['swctl']}",
+                                                 f"--log-file={f['swlog']}", "-vconsole:off", "-vfile:info"],
+                        ready=self._ready(topo, f"ovs-vswitchd@{h}", f["swctl"], f["swlog"]))
+        for host in topo.hosts:
+            h = host.label
+            argv = self.vsctl(topo, h)
+            if self.options.port_type == "afxdp":
+                argv += ["--", "set", "Open_vSwitch", ".", f"other_config:pmd-maxsleep={PMD_MAXSLEEP_US}"]
+            bi, bp, up = topo.ifname("bi"), topo.ifname("bp"), topo.ifname("u")
+            argv += ["--", "add-br", bi, "--", "set", "bridge", bi, f"datapath_type={dp}"]
+            ip_lines: list[str] = []
+            underlay_dev = up
+            if not multi:
+                pass  # one host: the underlay veth has nothing behind it; its address stays on the veth
+            elif mode in ("flat", "vlan"):
+                argv += ["--", "set", "bridge", bi, f"other_config:hwaddr={self._hwaddr(h)}",
+                         "--", "set", "interface", bi, f"mtu_request={topo.sc.underlay_mtu}",
+                         "--", "add-port", bi, up]
+                if mode == "vlan":
+                    argv += ["--", "set", "port", bi, "tag=0"]  # the host's own address is on the untagged network
+                underlay_dev = bi
+            elif mode == "tunnel":
+                if dp == "netdev":
+                    argv += ["--", "add-br", bp, "--", "set", "bridge", bp, f"datapath_type={dp}",
+                             f"other_config:hwaddr={self._hwaddr(h)}",
+                             "--", "set", "interface", bp, f"mtu_request={topo.sc.underlay_mtu}",
+                             "--", "add-port", bp, up]
+                    underlay_dev = bp
+                kind = OVS_TUNNEL_TYPES[topo.sc.labels["overlay"]]
+                for other in topo.hosts:
+                    if other.label == h:
+                        continue
+                    for t in range(1, topo.sc.tenants + 1):
+                        port = topo.ifname(f"{kind[:2]}{t}{other.label}")
+                        argv += ["--", "add-port", bi, port, f"tag={self._tag(t)}",
+                                 "--", "set", "interface", port, f"type={kind}",
+                                 f"options:remote_ip={topo.transport_ip(other.label)}", f"options:key={self._tag(t)}"]
+            else:  # kernel VXLAN devices as OVS ports
+                overlay = topo.sc.elements["overlay"]
+                for t in range(1, topo.sc.tenants + 1):
+                    dev = topo.ifname(f"{overlay.name[:2]}{t}")
+                    ip_lines += overlay.device_lines(topo, h, t, dev)
+                    ip_lines.append(f"link set {dev} mtu {topo.sc.vm_mtu} up")
+                    argv += ["--", "add-port", bi, dev, f"tag={self._tag(t)}"]
+            if underlay_dev != up:
+                # The kernel stack still sees every frame on a veth that OVS reads with a packet socket: it must
+                # neither answer ARP for the bridge's address nor speak IPv6 there.
+                topo.run(h, ["sysctl", "-q", "-w", f"net.ipv4.conf.{up}.arp_ignore=1",
+                             f"net.ipv6.conf.{up}.disable_ipv6=1"])
+            if ip_lines:
+                topo.ip(h, *ip_lines)
+                if len(topo.hosts) > 2:
+                    overlay.flood_list(topo, h)
+            if underlay_dev == up:
+                topo.underlay_address(h, up)
+            self._pending[h] = (argv, underlay_dev)
+            if not any(vm.host == h for vm in topo.vms):
+                self._flush(topo, h)
+
+    def _flush(self, topo, host: str) -> None:
+        """Emit the host's one ovs-vsctl step. The VM ports are known only as plug() is called, and the VMs' veths
+        exist only from the attach step on, so the step is emitted at the host's first plug(); later plug() calls
+        extend the same argv list, which runs only after every step has been emitted."""
+        argv, dev = self._pending[host]
+        self._flushed.add(host)
+        topo.run(host, argv)
+        if dev != topo.ifname("u"):
+            topo.underlay_address(host, dev)
+            topo.ip(host, f"link set {dev} up")
+
+    def plug(self, topo, host, ifname, tenant):
+        argv = self._pending[host][0]
+        topo.ip(host, f"link set {ifname} mtu {topo.sc.vm_mtu} up")
+        port = ["--", "add-port", topo.ifname("bi"), ifname]
+        if self._mode(topo) != "flat":
+            port.append(f"tag={self._tag(tenant)}")
+        if self.options.port_type == "afxdp":
+            port += ["--", "set", "interface", ifname, "type=afxdp"]
+        argv += port
+        if host not in self._flushed:
+            self._flush(topo, host)
+        vm = next((v for v in topo.vms if v.host == host and topo.ifname(f"t{v.label.split('v')[1]}") == ifname), None)
+        if vm is not None and self._dp(topo) == "netdev":
+            topo.run(vm.label, ["ethtool", "-K", topo.ifname("e0"), "tx", "off"])
+
+    def teardown(self, topo):
+        # The daemons stop with the topology (SIGTERM); their database, sockets and logs go with this step.
+        topo.run("", ["rm", "-rf", "--", *[topo.workdir(h.label) for h in topo.hosts]])
