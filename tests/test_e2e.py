@@ -40,10 +40,11 @@ def test_tiny_campaign_show_export(tmp_path, state_dir):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY)
     db = tmp_path / "r.db"
-    before = netns_names()
     run = vnetbench("run", spec, "--db", db, "--no-progress")
     assert "campaign 1: done, 8 trials ok, 0 failed" in run.stdout
-    assert netns_names() == before, "the run left namespaces behind"
+    with sqlite3.connect(db) as c:
+        (prefix,) = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+    assert prefix and not [n for n in netns_names() if n.startswith(prefix + "-")], "the run left namespaces behind"
     assert not any(state_dir.iterdir()), "the run left its ledger directory behind"
     show = vnetbench("show", "1", "--db", db).stdout
     for metric in ("throughput_bps", "rtt_s", "cpu_busy_ratio", "interrupts_per_s", "context_switches_per_s"):
@@ -66,6 +67,17 @@ def test_tiny_campaign_show_export(tmp_path, state_dir):
     assert {r["scenario"]["overlay"] for r in recs} == {"none", "vxlan"}
     csv_out = vnetbench("export", "1", "--db", db, "--format", "csv").stdout.splitlines()
     assert len(csv_out) == len(lines) + 1
+
+
+def iperf3_in(namespaces) -> list[int]:
+    pids = []
+    for pid in pids_in_namespaces(sorted(namespaces)):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == "iperf3":
+                pids.append(pid)
+        except OSError:
+            pass
+    return pids
 
 
 def running(pid: int) -> bool:
@@ -91,8 +103,7 @@ def test_kill9_then_clean_leaves_nothing(tmp_path, state_dir):
     proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(tmp_path / "r.db"),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True).stdout.strip()
-              and our_namespaces(state_dir), 30, "iperf3 to run")
+        _wait(lambda: len(iperf3_in(our_namespaces(state_dir))) >= 4, 30, "the run's iperf3 servers and clients")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -18,13 +18,14 @@ from .store import DEFAULT_DB, Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
-out = Console()
+# Wide tables stay readable when piped to a file or another program.
+out = Console() if sys.stdout.isatty() else Console(width=250)
 err = Console(stderr=True)
 DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results")
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/] {message}", highlight=False)
+    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -37,8 +38,7 @@ def load_spec(path: Path) -> specmod.LoadedSpec:
     try:
         return specmod.load(path)
     except specmod.SpecError as exc:
-        for line in exc.lines:
-            err.print(line, highlight=False, markup=False)
+        sys.stderr.write("".join(line + "\n" for line in exc.lines))  # one line each, never wrapped
         raise typer.Exit(2)
 
 

@@ -20,6 +20,7 @@ DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio
 @dataclass
 class Row:
     scenario: int
+    workload: str
     label: str
     implementation: str
     metric: str
@@ -33,14 +34,15 @@ def varying(scenarios: list[dict]) -> list[str]:
     return [k for k in keys if len({s["labels"][k] for s in scenarios}) > 1]
 
 
-def group_values(store: Store, cid: int) -> dict[tuple[int, str, str], list[float]]:
-    """(scenario, metric, process-or-'') -> values; time series and per-CPU samples are left to the figures."""
-    groups: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+def group_values(store: Store, cid: int) -> dict[tuple[int, str, str, str], list[float]]:
+    """(scenario, metric, workload, process-or-'') -> values. Machine-wide probes are kept apart per workload
+    (CPU during iperf3 is not CPU during ping); series and per-CPU samples are left to the figures."""
+    groups: dict[tuple[int, str, str, str], list[float]] = defaultdict(list)
     for s in store.samples(cid):
         meta = s["metadata"]
         if meta.get("series") or "cpu" in meta or s["metric"] == "throughput_interval_bps":
             continue
-        groups[(s["scenario"], s["metric"], meta.get("process", ""))].append(s["value"])
+        groups[(s["scenario"], s["metric"], s["workload"], meta.get("process", ""))].append(s["value"])
     return groups
 
 
@@ -48,14 +50,19 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None) -> list
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
     out = []
-    for (idx, metric, proc), values in sorted(group_values(store, cid).items()):
+    for (idx, metric, workload, proc), values in sorted(group_values(store, cid).items()):
         if metrics and metric not in metrics:
             continue
         sc = scenarios[idx]
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
-        impl = "/".join(v for k, v in (sc["implementation"] or {}).items() if k in ("switch", "overlay", "attach", "encryption"))
-        out.append(Row(idx, label, impl, metric, METRICS[metric].unit if metric in METRICS else "", summarize(values)))
+        out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
+                       METRICS[metric].unit if metric in METRICS else "", summarize(values)))
     return out
+
+
+def implementation(impl: dict | None) -> str:
+    """What really carried the packets, e.g. 'linux-bridge + kernel-vxlan + veth'."""
+    return " + ".join(v for v in (impl or {}).values() if v and v != "none")
 
 
 def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS) -> None:
@@ -83,13 +90,14 @@ def _table(metric: str, rows_: list[Row]) -> Table:
     unit = rows_[0].unit
     desc = METRICS[metric].description if metric in METRICS else ""
     table = Table(title=f"{metric} ({unit}) — {desc}", title_justify="left", header_style="bold")
-    for col in ("scenario", "implementation", "n", "median", "IQR", "mean", "std", "CV", "min", "max",
+    several = len({r.workload for r in rows_}) > 1
+    for col in ("scenario", *(("workload",) if several else ()), "implementation", "n", "median", "IQR", "mean", "std", "CV", "min", "max",
                 "95% CI mean", "95% CI median"):
-        table.add_column(col, justify="left" if col in ("scenario", "implementation") else "right")
+        table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")
     for r in rows_:
         s = r.summary
         h = lambda v: human(v, unit)  # noqa: E731
-        table.add_row(r.label, r.implementation, str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std),
+        table.add_row(r.label, *((r.workload,) if several else ()), r.implementation, str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std),
                       human(s.cv, "ratio"), h(s.min), h(s.max), f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
                       f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*"))
     return table

@@ -70,6 +70,7 @@ class Runner:
         todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
                       if (sc.index, r, w) not in done]) for sc in scenarios if sc.skip is None]
         todo = [(sc, trials) for sc, trials in todo if trials]
+        self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
         ledger = Ledger.create()
         self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
         outcome = Outcome(cid, "interrupted")
@@ -98,8 +99,11 @@ class Runner:
                         TextColumn("left"), TimeRemainingColumn(), console=self.console,
                         disable=not self.progress, transient=False)
 
+    def _short(self, sc: Scenario) -> str:
+        return ", ".join(f"{f}={sc.labels[f]}" for f in self.varying) or sc.labels["switch"]
+
     def _scenario(self, cid, sc, trials, ledger, exp, bar, task, position, outcome) -> None:
-        bar.update(task, description=f"scenario {position} building: {sc.key}")
+        bar.update(task, description=f"scenario {position} building: {self._short(sc)}")
         topo = Topology(sc, ledger)
         try:
             try:
@@ -112,8 +116,8 @@ class Runner:
             bar.advance(task, BUILD_OVERHEAD_S)
             for n, (rep, w) in enumerate(trials, 1):
                 wl = sc.workloads[w]
-                bar.update(task, description=f"scenario {position} rep {rep}/{exp.repetitions} {wl.kind} "
-                                             f"[{n}/{len(trials)}]: {sc.key}")
+                bar.update(task, description=f"scenario {position} rep {rep}/{exp.repetitions} {wl.kind}: "
+                                             f"{self._short(sc)}")
                 ok = self._trial(cid, sc, topo, rep, w)
                 outcome.trials_ok += ok
                 outcome.trials_failed += not ok

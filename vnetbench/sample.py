@@ -32,6 +32,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("latency_p99_s", "s", "lower", "99th percentile request/response latency"),
     Metric("latency_min_s", "s", "lower", "minimum request/response latency"),
     Metric("latency_max_s", "s", "lower", "maximum request/response latency"),
+    Metric("latency_mean_s", "s", "lower", "mean request/response latency over every round trip, as the tool reports it"),
     Metric("transactions_per_s", "1/s", "higher", "request/response transactions per second"),
     Metric("cpu_busy_ratio", "ratio", "lower", "whole machine: share of CPU time not idle"),
     Metric("cpu_user_ratio", "ratio", "lower", "whole machine: user time share"),

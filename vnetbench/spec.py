@@ -128,13 +128,25 @@ def loads(text: str, source: str = "<spec>") -> LoadedSpec:
         exp = Experiment.model_validate(data)
     except ValidationError as exc:
         problems += [Problem(tuple(e["loc"]), _message(e)) for e in exc.errors()]
-        exp = None
+        exp = _lenient(data)
     if exp is not None:
         from .matrix import check  # the factor and workload checks need the datapath and workload registries
-        problems += check(exp)
+        seen = {p.loc[:1] for p in problems}
+        problems += [p for p in check(exp) if p.loc[:1] not in seen]
     if problems:
         raise SpecError([p.render(source, lines) for p in problems])
     return LoadedSpec(exp, text, source)
+
+
+def _lenient(data: dict) -> Experiment | None:
+    """The parts of a spec that have the right shape, so the factor and workload checks can still report
+    their problems when some other field is wrong: the user gets every problem in one go."""
+    factors, wls = data.get("factors", {}), data.get("workloads", [])
+    if not isinstance(factors, dict) or not isinstance(wls, list) or not all(isinstance(w, dict) for w in wls):
+        return None
+    rules = {k: v for k in ("exclude", "include") if isinstance(v := data.get(k, []), list)
+             and all(isinstance(r, dict) for r in v)}
+    return Experiment.model_construct(factors=factors, workloads=wls, **{"exclude": [], "include": []} | rules)
 
 
 def _message(err: dict) -> str:

@@ -17,7 +17,7 @@ class LinuxBridge(Switch):
 
     def overlay_support(self, overlay, scenario, caps):
         if overlay.name == "none":
-            return Availability(True, "flat (underlay bridged)")
+            return Availability(True, "flat")
         kind = overlay.kernel_kind
         if kind is None or not caps.has(kind):
             return Availability.no(f"the Linux bridge needs the kernel's {kind or overlay.name} device: "

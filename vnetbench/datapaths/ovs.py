@@ -35,6 +35,7 @@ from ..executor import CommandError
 
 TENANT_TAG_BASE = 100          # VLAN tag / tunnel key of tenant t = 100 + t, as the Linux-bridge overlays use
 PMD_MAXSLEEP_US = 10000        # afxdp: let idle PMD threads sleep up to 10 ms (the 3.1 maximum) instead of spinning
+AFXDP_MAX_VM_MTU = 3506       # measured: `ip link set mtu` on a veth whose peer has XDP refuses more (4 KiB pages)
 VSCTL_TIMEOUT_S = 30
 READY_TIMEOUT_S = 15
 OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
@@ -103,6 +104,10 @@ class Ovs(Switch):
                 return Availability.no("afxdp ports belong to the userspace datapath; use datapath netdev")
             if not _afxdp_built_in():
                 return Availability.no("this ovs-vswitchd is built without AF_XDP support (not linked to libxdp/libbpf)")
+            if scenario.vm_mtu > AFXDP_MAX_VM_MTU:
+                return Availability.no(f"afxdp ports put an XDP program on the VM's veth, and a veth with XDP on its "
+                                       f"peer takes frames of one 4 KiB page: VM MTU at most {AFXDP_MAX_VM_MTU}, this "
+                                       f"scenario needs {scenario.vm_mtu}")
             impl += "+afxdp"
             notes.append(f"ovs: VM ports are type=afxdp, polled by a PMD thread (other_config:pmd-maxsleep="
                          f"{PMD_MAXSLEEP_US} us, so an idle PMD sleeps instead of spinning a core)")
@@ -138,7 +143,7 @@ class Ovs(Switch):
     # ---- names and paths ---------------------------------------------------------------------------------
     def _mode(self, topo) -> str:
         """flat | vlan | tunnel (OVS tunnel ports) | kernel (kernel VXLAN devices as OVS ports)."""
-        overlay = topo.sc.labels["overlay"]
+        overlay = topo.sc.elements["overlay"].name
         if overlay == "none":
             return "flat"
         if overlay == "vlan":
@@ -192,6 +197,8 @@ class Ovs(Switch):
     def build(self, topo):
         self._pending: dict[str, tuple[list[str], str]] = {}  # host -> (ovs-vsctl argv, device of the address)
         self._flushed: set[str] = set()
+        self._tap_steps: dict = {}  # host -> the ip step that brings its VM ports up, ahead of ovs-vsctl
+        self._plugged = 0
         dp, mode = self._dp(topo), self._mode(topo)
         multi = len(topo.hosts) > 1
         topo.run("", ["mkdir", "-p", *[topo.workdir(h.label) for h in topo.hosts]])
@@ -208,7 +215,7 @@ class Ovs(Switch):
                         ready=self._ready(topo, f"ovs-vswitchd@{h}", f["swctl"], f["swlog"]))
         for host in topo.hosts:
             h = host.label
-            argv = self.vsctl(topo, h)
+            argv = [*self.vsctl(topo, h), "--no-wait"]
             if self.options.port_type == "afxdp":
                 argv += ["--", "set", "Open_vSwitch", ".", f"other_config:pmd-maxsleep={PMD_MAXSLEEP_US}"]
             bi, bp, up = topo.ifname("bi"), topo.ifname("bp"), topo.ifname("u")
@@ -231,13 +238,14 @@ class Ovs(Switch):
                              "--", "set", "interface", bp, f"mtu_request={topo.sc.underlay_mtu}",
                              "--", "add-port", bp, up]
                     underlay_dev = bp
-                kind = OVS_TUNNEL_TYPES[topo.sc.labels["overlay"]]
+                kind = OVS_TUNNEL_TYPES[topo.sc.elements["overlay"].name]
                 for other in topo.hosts:
                     if other.label == h:
                         continue
                     for t in range(1, topo.sc.tenants + 1):
                         port = topo.ifname(f"{kind[:2]}{t}{other.label}")
-                        argv += ["--", "add-port", bi, port, f"tag={self._tag(t)}",
+                        # protected: no forwarding between tunnel ports (split horizon), or >2 hosts make a loop
+                        argv += ["--", "add-port", bi, port, f"tag={self._tag(t)}", "protected=true",
                                  "--", "set", "interface", port, f"type={kind}",
                                  f"options:remote_ip={topo.transport_ip(other.label)}", f"options:key={self._tag(t)}"]
             else:  # kernel VXLAN devices as OVS ports
@@ -263,30 +271,50 @@ class Ovs(Switch):
                 self._flush(topo, h)
 
     def _flush(self, topo, host: str) -> None:
-        """Emit the host's one ovs-vsctl step. The VM ports are known only as plug() is called, and the VMs' veths
+        """Emit the host's one configuring ovs-vsctl. The VM ports are known only as plug() is called and their veths
         exist only from the attach step on, so the step is emitted at the host's first plug(); later plug() calls
-        extend the same argv list, which runs only after every step has been emitted."""
-        argv, dev = self._pending[host]
+        extend the same argv list (the steps run only once all are emitted). It runs with --no-wait, so that every
+        host's ovs-vswitchd configures itself at the same time; _finish() waits for them."""
         self._flushed.add(host)
-        topo.run(host, argv)
-        if dev != topo.ifname("u"):
-            topo.underlay_address(host, dev)
-            topo.ip(host, f"link set {dev} up")
+        topo.run(host, self._pending[host][0])
+
+    def _finish(self, topo) -> None:
+        for host in topo.hosts:
+            h, dev = host.label, self._pending[host.label][1]
+            # Any change made without --no-wait returns once ovs-vswitchd has applied everything before it.
+            topo.run(h, [*self.vsctl(topo, h), "set", "Open_vSwitch", ".", f"external_ids:vnetbench-run={topo.prefix}"])
+            if dev != topo.ifname("u"):
+                topo.underlay_address(h, dev)
+                topo.ip(h, f"link set {dev} up")
+            if dev == topo.ifname("bp"):
+                # Userspace tunnels resolve the remote endpoint's MAC themselves and drop the packet that asked (the
+                # VM's first ARP, retried only after 1 s). The remote bridges' MACs are ours to choose: seed them.
+                for other in topo.hosts:
+                    if other.label != h:
+                        topo.run(h, [*self.appctl(topo, h), "tnl/neigh/set", dev, topo.host_ip(other.label),
+                                     self._hwaddr(other.label)])
 
     def plug(self, topo, host, ifname, tenant):
         argv = self._pending[host][0]
-        topo.ip(host, f"link set {ifname} mtu {topo.sc.vm_mtu} up")
-        port = ["--", "add-port", topo.ifname("bi"), ifname]
+        line = f"link set {ifname} mtu {topo.sc.vm_mtu} up"
+        if host in self._tap_steps:
+            self._tap_steps[host].lines.append(line)  # up before OVS opens it, like the host's first VM port
+        else:
+            topo.ip(host, line)
+            self._tap_steps[host] = topo.steps[-1]
+        argv += ["--", "add-port", topo.ifname("bi"), ifname]
         if self._mode(topo) != "flat":
-            port.append(f"tag={self._tag(tenant)}")
+            argv.append(f"tag={self._tag(tenant)}")
         if self.options.port_type == "afxdp":
-            port += ["--", "set", "interface", ifname, "type=afxdp"]
-        argv += port
+            argv += ["--", "set", "interface", ifname, "type=afxdp"]
         if host not in self._flushed:
             self._flush(topo, host)
         vm = next((v for v in topo.vms if v.host == host and topo.ifname(f"t{v.label.split('v')[1]}") == ifname), None)
         if vm is not None and self._dp(topo) == "netdev":
             topo.run(vm.label, ["ethtool", "-K", topo.ifname("e0"), "tx", "off"])
+        self._plugged += 1
+        if self._plugged == len(topo.vms):
+            self._finish(topo)
 
     def teardown(self, topo):
         # The daemons stop with the topology (SIGTERM); their database, sockets and logs go with this step.

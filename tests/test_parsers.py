@@ -1,0 +1,267 @@
+"""Each tool's parser on real outputs captured on loopback (tests/fixtures/<tool>/)."""
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from vnetbench.sample import METRICS
+from vnetbench.workloads import load_all
+from vnetbench.workloads import sockperf as sockperf_mod
+from vnetbench.workloads.base import WorkloadError
+from vnetbench.workloads.iperf3 import aggregate, parse_iperf3
+from vnetbench.workloads.netperf import parse_netperf
+from vnetbench.workloads.ping import check_ping, parse_ping, parse_rtts, ping_counts
+from vnetbench.workloads.sockperf import parse_sockperf
+
+FIX = Path(__file__).parent / "fixtures"
+IPERF_OK = sorted(p.name for p in (FIX / "iperf3").glob("*.json") if p.name != "refused.json")
+
+
+def text(tool: str, name: str) -> str:
+    return (FIX / tool / name).read_text()
+
+
+def by(samples, metric, **meta):
+    return [s for s in samples if s.metric == metric and all(s.metadata.get(k) == v for k, v in meta.items())]
+
+
+def one(samples, metric, **meta):
+    found = by(samples, metric, **meta)
+    assert len(found) == 1, (metric, meta, found)
+    return found[0].value
+
+
+def assert_units(samples):
+    assert samples
+    for s in samples:
+        assert s.unit == METRICS[s.metric].unit and math.isfinite(s.value), s
+
+
+# ---------------------------------------------------------------- iperf3
+
+def receiver_sums(doc):
+    """direction -> the end sum counted by the receiver, straight from the JSON."""
+    end, reverse = doc["end"], bool(doc["start"]["test_start"]["reverse"])
+    out = {"reverse" if reverse else "forward": end["sum_received"]}
+    if "sum_received_bidir_reverse" in end:
+        out["reverse"] = end["sum_received_bidir_reverse"]
+    return out
+
+
+@pytest.mark.parametrize("name", IPERF_OK)
+def test_iperf3_throughput_is_the_receivers(name):
+    raw = text("iperf3", name)
+    doc, samples = json.loads(raw), parse_iperf3(raw, pair=3)
+    assert_units(samples)
+    assert all(s.metadata["pair"] == 3 for s in samples)
+    for direction, recv in receiver_sums(doc).items():
+        bps = one(samples, "throughput_bps", direction=direction)
+        assert bps == pytest.approx(recv["bytes"] * 8 / recv["seconds"], rel=0.01)
+        assert bps == recv["bits_per_second"]
+    assert {s.metadata["direction"] for s in by(samples, "throughput_bps")} == set(receiver_sums(doc))
+
+
+@pytest.mark.parametrize("name", IPERF_OK)
+def test_iperf3_interval_series_adds_up_to_the_total(name):
+    raw = text("iperf3", name)
+    doc, samples = json.loads(raw), parse_iperf3(raw, pair=1)
+    omit = doc["start"]["test_start"]["omit"]
+    for direction, recv in receiver_sums(doc).items():
+        series = sorted(by(samples, "throughput_interval_bps", direction=direction), key=lambda s: s.t)
+        assert len(series) >= 2
+        ts = [omit] + [s.t for s in series]
+        assert all(b > a for a, b in zip(ts, ts[1:]))
+        carried = sum(s.value * (b - a) / 8 for s, a, b in zip(series, ts, ts[1:]))
+        assert carried == pytest.approx(recv["bytes"], rel=0.01)
+
+
+def test_iperf3_omit_shifts_the_series_and_is_left_out():
+    doc = json.loads(text("iperf3", "tcp_omit.json"))
+    assert doc["start"]["test_start"]["omit"] == 1
+    series = by(parse_iperf3(text("iperf3", "tcp_omit.json")), "throughput_interval_bps")
+    assert len(series) == 2 and min(s.t for s in series) > 1.5
+
+
+def test_iperf3_udp_loss_counted_at_the_receiver():
+    raw = text("iperf3", "udp_loss.json")
+    end, samples = json.loads(raw)["end"], parse_iperf3(raw)
+    recv, blksize = end["sum_received"], json.loads(raw)["start"]["test_start"]["blksize"]
+    assert recv["lost_packets"] > 0
+    # the trap: end.sum carries the sender's bytes next to the receiver's loss
+    assert end["sum"]["bytes"] == end["sum_sent"]["bytes"] > recv["bytes"]
+    assert recv["bytes"] == (recv["packets"] - recv["lost_packets"]) * blksize
+    assert one(samples, "udp_loss_ratio") == pytest.approx(recv["lost_packets"] / recv["packets"])
+    assert one(samples, "throughput_bps") < 0.95 * one(samples, "sender_throughput_bps")
+    assert one(samples, "jitter_s") == pytest.approx(recv["jitter_ms"] / 1000)
+    assert 0 < one(samples, "jitter_s") < 0.01
+
+
+@pytest.mark.parametrize("name,directions", [("udp_reverse_loss.json", {"reverse"}),
+                                             ("udp_bidir_loss.json", {"forward", "reverse"})])
+def test_iperf3_udp_reverse_and_bidir_loss_per_direction(name, directions):
+    samples = parse_iperf3(text("iperf3", name))
+    losses = {s.metadata["direction"]: s.value for s in by(samples, "udp_loss_ratio")}
+    assert set(losses) == directions and all(0 < v < 0.5 for v in losses.values())
+    for d in directions:
+        assert one(samples, "throughput_bps", direction=d) < one(samples, "sender_throughput_bps", direction=d)
+
+
+@pytest.mark.parametrize("name,tcp", [("tcp.json", True), ("tcp_multi.json", True), ("udp.json", False)])
+def test_iperf3_protocol_specific_metrics(name, tcp):
+    samples = parse_iperf3(text("iperf3", name))
+    assert bool(by(samples, "tcp_retransmits")) is tcp
+    assert bool(by(samples, "udp_loss_ratio")) is not tcp and bool(by(samples, "jitter_s")) is not tcp
+    if not tcp:
+        assert one(samples, "throughput_bps") == pytest.approx(50e6, rel=0.02)
+
+
+def test_iperf3_aggregate_sums_pairs_per_direction():
+    samples = parse_iperf3(text("iperf3", "tcp.json"), pair=1) + parse_iperf3(text("iperf3", "tcp_bidir.json"), pair=2)
+    agg = {s.metadata["direction"]: s.value for s in aggregate(samples)}
+    assert all(s.metadata["pair"] == "all" for s in aggregate(samples))
+    assert agg["forward"] == pytest.approx(sum(s.value for s in by(samples, "throughput_bps", direction="forward")))
+    assert agg["reverse"] == one(samples, "throughput_bps", pair=2, direction="reverse")
+
+
+def test_iperf3_error_and_garbage_raise():
+    with pytest.raises(WorkloadError, match="Connection refused"):
+        parse_iperf3(text("iperf3", "refused.json"))
+    with pytest.raises(WorkloadError, match="no JSON"):
+        parse_iperf3("iperf3: error - unable to connect to server")
+
+
+def test_iperf3_params_bounds():
+    cls = load_all()["iperf3"].Params
+    assert cls.model_validate({"type": "iperf3", "udp_rate": "500M"}).udp_rate == 500_000_000
+    for bad in ({"duration": 0.5}, {"udp_rate": 0}, {"udp_rate": "1T"}, {"streams": 129}, {"colour": 1},
+                {"protocol": "udp", "message_size": 65508}):
+        with pytest.raises(ValidationError):
+            cls.model_validate({"type": "iperf3", **bad})
+
+
+# ---------------------------------------------------------------- ping
+
+@pytest.mark.parametrize("name", ["v4.txt", "v6.txt", "loss.txt", "big.txt"])
+def test_ping_one_rtt_per_reply(name):
+    raw = text("ping", name)
+    samples = parse_ping(raw, pair=2)
+    assert_units(samples)
+    tx, rx, _ = ping_counts(raw)
+    rtts = by(samples, "rtt_s")
+    assert len(rtts) == rx == len(re.findall(r"bytes from", raw))
+    assert [s.value for s in rtts] == [float(ms) / 1000 for ms in re.findall(r"time=([\d.]+) ms", raw)]
+    assert len({s.metadata["icmp_seq"] for s in rtts}) == rx
+    assert rtts[0].t == 0 and all(b.t >= a.t for a, b in zip(rtts, rtts[1:]))
+    assert one(samples, "ping_loss_ratio") == pytest.approx(1 - rx / tx)
+    diffs = [abs(b.value - a.value) for a, b in zip(rtts, rtts[1:])]
+    assert one(samples, "ping_jitter_s") == pytest.approx(sum(diffs) / len(diffs))
+
+
+def test_ping_loss_fixture_has_loss_and_big_packets_are_65515_bytes():
+    assert 0.05 < one(parse_ping(text("ping", "loss.txt")), "ping_loss_ratio") < 0.5
+    assert "65507(65535) bytes of data" in text("ping", "big.txt")
+    assert text("ping", "big.txt").count("65515 bytes from") == 5
+
+
+def test_ping_parser_serves_latency_under_load():
+    raw = text("ping", "v4.txt")
+    loaded = parse_rtts(raw, "rtt_loaded_s", pair=1)
+    assert [s.value for s in loaded] == [s.value for s in by(parse_ping(raw), "rtt_s")]
+    assert {s.metric for s in loaded} == {"rtt_loaded_s"} and loaded[0].unit == "s"
+
+
+def test_ping_failure_versus_loss():
+    with pytest.raises(WorkloadError, match="message too long"):
+        check_ping(1, text("ping", "too_big.txt"), text("ping", "too_big.err"))
+    assert check_ping(1, text("ping", "loss.txt"), "") == text("ping", "loss.txt")  # rc 1 with loss is data
+    with pytest.raises(WorkloadError, match="exited 2"):
+        check_ping(2, "", "ping: unknown host")
+    with pytest.raises(WorkloadError, match="no statistics"):
+        ping_counts("PING 127.0.0.1 (127.0.0.1) 56(84) bytes of data.\n")
+
+
+def test_ping_size_bounds():
+    cls = load_all()["ping"].Params
+    assert cls.model_validate({"type": "ping", "ping_size": 65507}).ping_size == 65507
+    for bad in ({"ping_size": 65508}, {"ping_size": 8}, {"interval": 0.001}, {"count": 0}):
+        with pytest.raises(ValidationError):
+            cls.model_validate({"type": "ping", **bad})
+
+
+# ---------------------------------------------------------------- sockperf
+
+def test_sockperf_every_round_trip_and_ordered_percentiles():
+    raw = text("sockperf", "udp_log.txt")
+    samples = parse_sockperf(raw, pair=1)
+    assert_units(samples)
+    valid = re.search(r"RunTime=([\d.]+) sec; SentMessages=\d+; ReceivedMessages=(\d+)", raw.split("Valid")[1])
+    obs = by(samples, "latency_s")
+    assert len(obs) == int(valid[2]) == len(re.findall(r"^\d+, ", raw, re.M))
+    assert all(s.metadata["thinned_every"] == 1 for s in obs)
+    lo, p50, p90, p99, hi = (one(samples, f"latency_{k}_s") for k in ("min", "p50", "p90", "p99", "max"))
+    assert 0 < lo <= p50 <= p90 <= p99 <= hi < 0.1
+    assert all(lo - 2e-9 <= s.value <= hi + 2e-9 for s in obs)  # the log rounds to 1 ns differently
+    assert sum(s.value for s in obs) / len(obs) == pytest.approx(one(samples, "latency_mean_s"), rel=0.01)
+    assert one(samples, "transactions_per_s") == pytest.approx(int(valid[2]) / float(valid[1]))
+    assert obs[0].t == 0 and obs[-1].t < 1.5
+
+
+def test_sockperf_thins_long_logs(monkeypatch):
+    monkeypatch.setattr(sockperf_mod, "MAX_OBSERVATIONS", 100)
+    obs = by(parse_sockperf(text("sockperf", "udp_log.txt")), "latency_s")
+    assert len(obs) <= 100 and obs[0].metadata["thinned_every"] == math.ceil(1096 / 100)
+
+
+def test_sockperf_summary_without_log():
+    samples = parse_sockperf(text("sockperf", "tcp.txt"))
+    assert not by(samples, "latency_s")
+    assert one(samples, "latency_p50_s") == pytest.approx(20.728e-6)
+    assert one(samples, "latency_p50_s") <= one(samples, "latency_p99_s")
+
+
+@pytest.mark.parametrize("name,words", [("half_rtt.txt", "--full-rtt"), ("refused_tcp.txt", "Connection refused"),
+                                        ("no_server_udp.txt", "No messages were received")])
+def test_sockperf_failures_raise(name, words):
+    with pytest.raises(WorkloadError, match=re.escape(words)):
+        parse_sockperf(text("sockperf", name))
+
+
+# ---------------------------------------------------------------- netperf
+
+def keyvals(raw):
+    return dict(line.split("=", 1) for line in raw.splitlines())
+
+
+@pytest.mark.parametrize("name", ["tcp_stream.txt", "tcp_stream6.txt", "udp_stream.txt"])
+def test_netperf_stream_throughput_is_the_receivers(name):
+    raw = text("netperf", name)
+    kv, samples = keyvals(raw), parse_netperf(raw, name.split("_stream")[0].upper() + "_STREAM", pair=1)
+    assert_units(samples)
+    bps = one(samples, "throughput_bps")
+    assert bps == pytest.approx(float(kv["REMOTE_RECV_THROUGHPUT"]) * 1e6)
+    assert bps == pytest.approx(int(kv["REMOTE_BYTES_RECVD"]) * 8 / float(kv["ELAPSED_TIME"]), rel=0.01)
+
+
+def test_netperf_udp_stream_floods_so_receiver_differs_from_sender():
+    samples = parse_netperf(text("netperf", "udp_stream.txt"), "UDP_STREAM")
+    assert one(samples, "throughput_bps") < 0.9 * one(samples, "sender_throughput_bps")
+
+
+@pytest.mark.parametrize("name,test", [("tcp_rr.txt", "TCP_RR"), ("udp_rr.txt", "UDP_RR")])
+def test_netperf_rr_percentiles(name, test):
+    samples = parse_netperf(text("netperf", name), test, pair=1)
+    assert_units(samples)
+    lo, p50, p90, p99, hi = (one(samples, f"latency_{k}_s") for k in ("min", "p50", "p90", "p99", "max"))
+    assert 0 < lo <= p50 <= p90 <= p99 <= hi
+    # one transaction in flight: the mean round trip is the inverse of the rate
+    assert one(samples, "latency_mean_s") == pytest.approx(1 / one(samples, "transactions_per_s"), rel=0.02)
+
+
+def test_netperf_refused_and_udp_stream_refused():
+    with pytest.raises(WorkloadError, match="REMOTE_RECV_THROUGHPUT"):
+        parse_netperf(text("netperf", "refused.txt"), "TCP_STREAM")
+    with pytest.raises(ValidationError, match="rate-limited"):
+        load_all()["netperf"].Params.model_validate({"type": "netperf", "test": "UDP_STREAM"})

@@ -1,0 +1,136 @@
+"""Every workload for real on loopback (LocalExecutor, 127.0.0.1 and ::1): results are sane, nothing is left running."""
+import os
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from vnetbench.executor import LocalExecutor
+from vnetbench.workloads import load_all
+from vnetbench.workloads.base import Endpoint, Pair, WorkloadError
+
+pytestmark = pytest.mark.net
+
+TOOLS = ("iperf3", "sockperf", "netserver", "netperf", "ping")
+
+
+def pair(index: int = 1, addr: str = "127.0.0.1") -> Pair:
+    return Pair(index=index, client=Endpoint(LocalExecutor(), addr, "lo"), server=Endpoint(LocalExecutor(), addr, "lo"))
+
+
+def workload(kind: str, **params):
+    cls = load_all()[kind]
+    return cls(cls.Params.model_validate({"type": kind, **params}))
+
+
+def tool_pids() -> set[int]:
+    """Our tools in this network namespace (other tests may run theirs in their own namespaces meanwhile)."""
+    out = subprocess.run(["pgrep", "-x", "|".join(TOOLS)], capture_output=True, text=True).stdout
+    return {int(pid) for pid in out.split() if netns_of(pid) == netns_of("self")}
+
+
+def netns_of(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    before = tool_pids()
+    yield
+    left = tool_pids() - before
+    assert not left, f"left running: {subprocess.run(['ps', '-o', 'pid,args', '-p', ','.join(map(str, left))], capture_output=True, text=True).stdout}"
+
+
+def values(samples, metric, **meta):
+    return [s.value for s in samples if s.metric == metric and all(s.metadata.get(k) == v for k, v in meta.items())]
+
+
+def test_iperf3_tcp_with_ping_under_load():
+    samples = workload("iperf3", duration=1, latency="ping", port=15201).run([pair()])
+    [bps] = values(samples, "throughput_bps", pair=1)
+    assert bps > 100e6
+    assert values(samples, "aggregate_throughput_bps", pair="all") == [bps]
+    assert len(values(samples, "throughput_interval_bps")) >= 1
+    rtts = values(samples, "rtt_loaded_s", pair=1)
+    assert len(rtts) >= 3 and all(0 < v < 0.01 for v in rtts)
+
+
+def test_iperf3_udp_is_sent_at_the_bounded_rate():
+    wl = workload("iperf3", protocol="udp", udp_rate="50M", duration=2, port=15211)
+    argv = wl.commands([pair()])[1].argv
+    assert argv[argv.index("-b") + 1] == "50000000"
+    samples = wl.run([pair()])
+    assert values(samples, "throughput_bps")[0] == pytest.approx(50e6, rel=0.2)
+    assert values(samples, "udp_loss_ratio")[0] < 0.05
+    assert 0 <= values(samples, "jitter_s")[0] < 0.01
+
+
+def test_iperf3_two_pairs_at_once_ipv4_and_ipv6_bidir():
+    pairs = [pair(1), pair(2, "::1")]
+    wl = workload("iperf3", duration=1, direction="bidir", port=15221)
+    assert [c.argv[c.argv.index("-p") + 1] for c in wl.commands(pairs) if "-c" in c.argv] == ["15221", "15222"]
+    samples = wl.run(pairs)
+    for index in (1, 2):
+        for direction in ("forward", "reverse"):
+            assert values(samples, "throughput_bps", pair=index, direction=direction)[0] > 100e6
+    agg = values(samples, "aggregate_throughput_bps", direction="forward")
+    assert agg == [pytest.approx(sum(values(samples, "throughput_bps", direction="forward")))]
+
+
+@pytest.mark.parametrize("kind,port,words", [("iperf3", 15231, "pair 1: iperf3: control socket"),
+                                             ("netperf", 15232, "netperf pair 1 exited"),
+                                             ("sockperf", 15233, "sockperf pair 1 exited 7: ERROR")])
+def test_tool_failure_raises_and_cleans_up(kind, port, words):
+    # A squatter holds the port: the server cannot bind, and the client meets a peer that hangs up at once.
+    squatter = socket.create_server(("127.0.0.1", port))
+    threading.Thread(target=hang_up, args=(squatter,), daemon=True).start()
+    try:
+        with pytest.raises(WorkloadError, match=words):
+            workload(kind, duration=1, port=port, **({"protocol": "tcp"} if kind == "sockperf" else {})).run([pair()])
+    finally:
+        squatter.close()
+
+
+def hang_up(sock: socket.socket) -> None:
+    try:
+        while True:
+            sock.accept()[0].close()
+    except OSError:
+        return
+
+
+def test_ping_rtts():
+    samples = workload("ping", count=10, interval=0.02).run([pair(1), pair(2, "::1")])
+    for index in (1, 2):
+        rtts = values(samples, "rtt_s", pair=index)
+        assert len(rtts) == 10 and all(0 < v < 0.01 for v in rtts)
+        assert values(samples, "ping_loss_ratio", pair=index) == [0.0]
+
+
+def test_sockperf_udp_observations_and_tcp_two_pairs():
+    samples = workload("sockperf", duration=1, port=15241).run([pair()])
+    p50, p99 = values(samples, "latency_p50_s")[0], values(samples, "latency_p99_s")[0]
+    assert 0 < p50 < p99 < 0.1
+    assert len(values(samples, "latency_s")) > 100 and values(samples, "transactions_per_s")[0] > 1000
+    samples = workload("sockperf", duration=1, protocol="tcp", observations=False, port=15251).run([pair(1), pair(2)])
+    assert all(values(samples, "latency_p50_s", pair=i) for i in (1, 2))
+
+
+def test_sockperf_refuses_ipv6():
+    with pytest.raises(WorkloadError, match="IPv6"):
+        workload("sockperf", duration=1).run([pair(1, "::1")])
+
+
+@pytest.mark.parametrize("test", ["TCP_STREAM", "TCP_RR", "UDP_RR"])
+def test_netperf(test):
+    samples = workload("netperf", test=test, duration=1, port=15261).run([pair(1), pair(2, "::1")])
+    for index in (1, 2):
+        if test == "TCP_STREAM":
+            assert values(samples, "throughput_bps", pair=index)[0] > 100e6
+        else:
+            p50, p99 = values(samples, "latency_p50_s", pair=index)[0], values(samples, "latency_p99_s", pair=index)[0]
+            assert 0 < p50 <= p99 < 0.1 and values(samples, "transactions_per_s", pair=index)[0] > 1000

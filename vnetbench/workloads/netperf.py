@@ -1,0 +1,114 @@
+"""Throughput and request/response with netperf (2.7.0) omni tests, read through keyval output selectors.
+
+Checked on real runs (tests/fixtures/netperf):
+- `-P 0 -- -k A,B` prints exactly `A=value` lines, so parsing is a lookup table. With -f m, throughputs are in
+  10^6 bit/s (THROUGHPUT_UNITS says so and is checked); latencies are in µs and are full round trips
+  (MEAN_LATENCY = 1 / TRANSACTION_RATE with one transaction in flight).
+- UDP_STREAM: THROUGHPUT is REMOTE_RECV_THROUGHPUT (the receiver), LOCAL_SEND_THROUGHPUT is what was offered;
+  they differ when datagrams are dropped. We read the REMOTE_ and LOCAL_ selectors explicitly.
+- UDP_STREAM cannot be rate-bounded here: -w/-b need netperf built with --enable-intervals, and this build says
+  "Packet rate control is not compiled in." and floods anyway. So UDP_STREAM is refused; use iperf3 udp.
+- netperf exits 255 and explains on stdout when no netserver answers.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Literal, Sequence
+
+from pydantic import Field, model_validator
+
+from ..sample import Sample
+from . import register
+from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
+
+_UNIT = re.compile(r"^10\^(\d+)bits/s$")
+# selector -> (metric, factor to SI); throughputs get the unit factor of THROUGHPUT_UNITS on top.
+STREAM = {"REMOTE_RECV_THROUGHPUT": ("throughput_bps", 1.0), "LOCAL_SEND_THROUGHPUT": ("sender_throughput_bps", 1.0)}
+RR = {"TRANSACTION_RATE": ("transactions_per_s", 1.0), "MEAN_LATENCY": ("latency_mean_s", 1e-6),
+      "MIN_LATENCY": ("latency_min_s", 1e-6), "P50_LATENCY": ("latency_p50_s", 1e-6),
+      "P90_LATENCY": ("latency_p90_s", 1e-6), "P99_LATENCY": ("latency_p99_s", 1e-6),
+      "MAX_LATENCY": ("latency_max_s", 1e-6)}
+DEFAULT_SIZE = {"STREAM": 16384, "RR": 64}  # RR matches sockperf's default message size
+
+
+def selectors(test: str) -> list[str]:
+    return [*STREAM, "THROUGHPUT_UNITS"] if test.endswith("STREAM") else list(RR)
+
+
+def parse_netperf(text: str, test: str, **meta) -> list[Sample]:
+    """Samples from `-k` keyval output of one netperf run of `test`."""
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    table = STREAM if test.endswith("STREAM") else RR
+    missing = [k for k in table if k not in values]
+    if missing:
+        raise WorkloadError(f"netperf printed no {', '.join(missing)}: {text.strip()[-300:]}")
+    scale = 1.0
+    if table is STREAM:
+        unit = _UNIT.match(values.get("THROUGHPUT_UNITS", ""))
+        if not unit:
+            raise WorkloadError(f"netperf throughput unit {values.get('THROUGHPUT_UNITS')!r} is not 10^N bits/s")
+        scale = 10.0 ** int(unit[1])
+    return [Sample.of(metric, float(values[key]) * factor * scale, **meta) for key, (metric, factor) in table.items()]
+
+
+class NetperfParams(Params):
+    type: Literal["netperf"] = "netperf"
+    test: Literal["TCP_STREAM", "UDP_STREAM", "TCP_RR", "UDP_RR"] = "TCP_STREAM"
+    duration: int = Field(10, ge=1, le=3600, description="seconds (-l)")
+    message_size: int | None = Field(None, ge=1, le=65507,
+                                     description="bytes per send (STREAM, default 16384) or per request and "
+                                                 "response (RR, default 64)")
+    port: int = Field(12865, ge=1024, le=65000, description="netserver port of pair 1; pair i uses port + i - 1")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "NetperfParams":
+        if self.test == "UDP_STREAM":
+            raise ValueError("netperf UDP_STREAM cannot be rate-limited (no --enable-intervals), so it would flood; "
+                             "use iperf3 with protocol: udp and udp_rate")
+        return self
+
+
+@register
+class Netperf(Workload):
+    kind = "netperf"
+    Params = NetperfParams
+    tool = "netperf"
+
+    def expected_duration(self) -> float:
+        return self.params.duration + 1
+
+    def _port(self, pair: Pair) -> int:
+        return self.params.port + pair.index - 1
+
+    def _server(self, pair: Pair) -> list[str]:
+        return ["netserver", "-D", "-p", str(self._port(pair))]
+
+    def _client(self, pair: Pair) -> list[str]:
+        p, addr = self.params, pair.server.addr
+        rr = p.test.endswith("_RR")
+        size = p.message_size or DEFAULT_SIZE["RR" if rr else "STREAM"]
+        return ["netperf", *(["-6"] if ":" in addr else []), "-H", addr, "-p", str(self._port(pair)),
+                "-t", p.test, "-l", str(p.duration), "-f", "m", "-P", "0", *(["-j"] if rr else []),
+                "--", "-k", ",".join(selectors(p.test)), *(["-r", f"{size},{size}"] if rr else ["-m", str(size)])]
+
+    def commands(self, pairs: Sequence[Pair]) -> list[Command]:
+        return ([Command(p.server.node.name, self._server(p), background=True) for p in pairs]
+                + [Command(p.client.node.name, self._client(p)) for p in pairs])
+
+    def run(self, pairs: Sequence[Pair]) -> list[Sample]:
+        procs: list = []
+        try:
+            for pair in pairs:
+                procs.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
+            for pair in pairs:
+                wait_listening(pair.server.node, self._port(pair))
+            clients = [pair.client.node.spawn(self._client(pair), label=f"netperf pair {pair.index}") for pair in pairs]
+            procs += clients
+            end = time.monotonic() + self.params.duration + 10
+            outs = [finish(c, max(end - time.monotonic(), 1), f"netperf pair {pair.index}")[0]
+                    for pair, c in zip(pairs, clients)]
+        finally:
+            for proc in procs:
+                stop(proc)
+        return [s for pair, out in zip(pairs, outs) for s in parse_netperf(out, self.params.test, pair=pair.index)]

@@ -1,0 +1,122 @@
+"""ICMP echo round-trip time with iputils ping.
+
+The parser here is used twice: for the `ping` workload (rtt_s) and for iperf3's latency under load (rtt_loaded_s).
+"""
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import time
+from typing import Literal, Sequence
+
+from pydantic import Field
+
+from ..sample import Sample
+from . import register
+from .base import Command, Pair, Params, Workload, WorkloadError, stop
+
+# `[1795316499.979524] 64 bytes from 127.0.0.1: icmp_seq=47 ttl=64 time=0.029 ms` (-D puts the epoch first).
+_REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<ms>[\d.]+) ms"
+                    r"(?P<dup> \(DUP!\))?")
+# `47 packets transmitted, 40 received, +2 errors, 14.8936% packet loss, time 1103ms`
+_SUMMARY = re.compile(r"^(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received(?:, \+\d+ duplicates)?"
+                      r"(?:, \+(?P<errors>\d+) errors)?")
+REPLY_WAIT_S = 2  # -W: how long ping waits for the last reply
+
+
+def ping_argv(addr: str, count: int, interval: float, size: int, deadline: int) -> list[str]:
+    family = ["-6"] if ":" in addr else []
+    return ["ping", *family, "-n", "-D", "-c", str(count), "-i", f"{interval:g}", "-s", str(size),
+            "-W", str(REPLY_WAIT_S), "-w", str(deadline), addr]
+
+
+def parse_rtts(text: str, metric: str = "rtt_s", **metadata) -> list[Sample]:
+    """One sample per echo reply (duplicates skipped); t = seconds since the first echo was sent."""
+    replies = [m for m in map(_REPLY.match, text.splitlines()) if m and not m["dup"]]
+    sent = [float(m["ts"]) - float(m["ms"]) / 1e3 for m in replies]
+    return [Sample.of(metric, float(m["ms"]) / 1e3, t=max(s - sent[0], 0.0), icmp_seq=int(m["seq"]), **metadata)
+            for m, s in zip(replies, sent)]
+
+
+def ping_counts(text: str) -> tuple[int, int, int]:
+    """(transmitted, received, errors) from ping's statistics line."""
+    for line in text.splitlines():
+        if m := _SUMMARY.match(line):
+            return int(m["tx"]), int(m["rx"]), int(m["errors"] or 0)
+    raise WorkloadError(f"ping printed no statistics: {text.strip()[-300:]}")
+
+
+def parse_ping(text: str, **metadata) -> list[Sample]:
+    """rtt_s per reply, ping_loss_ratio, ping_jitter_s (mean |difference| of consecutive RTTs)."""
+    rtts = parse_rtts(text, **metadata)
+    tx, rx, _ = ping_counts(text)
+    out = rtts + [Sample.of("ping_loss_ratio", 1 - rx / tx if tx else 1.0, **metadata)]
+    values = [s.value for s in rtts]
+    if len(values) >= 2:
+        out.append(Sample.of("ping_jitter_s", sum(abs(b - a) for a, b in zip(values, values[1:])) / (len(values) - 1),
+                             **metadata))
+    return out
+
+
+def check_ping(returncode: int, out: str, err: str, what: str = "ping") -> str:
+    """ping exits 1 when replies are missing: that is a measurement. Exit 2, or local errors only, is a failure."""
+    if returncode not in (0, 1):
+        raise WorkloadError(f"{what} exited {returncode}: {(err.strip() or out.strip())[-500:]}")
+    tx, rx, errors = ping_counts(out)
+    if rx == 0 and errors:
+        raise WorkloadError(f"{what}: {err.strip()[-300:] or f'{errors} errors'}")
+    return out
+
+
+def collect_ping(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s") from None
+    return check_ping(proc.returncode, out, err, what)
+
+
+class PingParams(Params):
+    type: Literal["ping"] = "ping"
+    # Payload bytes. Below 16 ping has no room for its timestamp and prints no RTT. 65507 is the largest IPv4
+    # payload (65535 - 20 IP - 8 ICMP); ping then reports "65515 bytes from" (payload + 8-byte ICMP header),
+    # which is the "65515-byte packet" of the study.
+    ping_size: int = Field(56, ge=16, le=65507)
+    count: int = Field(20, ge=1, le=100_000)
+    interval: float = Field(0.2, ge=0.002, le=60, description="seconds between echoes (non-root minimum 0.002)")
+
+    def deadline(self) -> int:
+        return math.ceil(self.count * self.interval) + REPLY_WAIT_S + 1
+
+
+@register
+class Ping(Workload):
+    kind = "ping"
+    Params = PingParams
+    tool = "ping"
+
+    def expected_duration(self) -> float:
+        return self.params.count * self.params.interval
+
+    def _argv(self, pair: Pair) -> list[str]:
+        p = self.params
+        return ping_argv(pair.server.addr, p.count, p.interval, p.ping_size, p.deadline())
+
+    def commands(self, pairs: Sequence[Pair]) -> list[Command]:
+        return [Command(pair.client.node.name, self._argv(pair)) for pair in pairs]
+
+    def run(self, pairs: Sequence[Pair]) -> list[Sample]:
+        procs = []
+        try:
+            for pair in pairs:
+                procs.append(pair.client.node.spawn(self._argv(pair), label=f"ping pair {pair.index}"))
+            end = time.monotonic() + self.params.deadline() + 5
+            outs = [collect_ping(proc, max(end - time.monotonic(), 1), f"ping pair {pair.index}")
+                    for pair, proc in zip(pairs, procs)]
+        finally:
+            for proc in procs:
+                stop(proc)
+        return [s for pair, out in zip(pairs, outs) for s in parse_ping(out, pair=pair.index)]
