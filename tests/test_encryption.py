@@ -405,6 +405,11 @@ def test_kernel_xfrm_is_chosen_only_when_the_kernel_has_it():
     assert kernel["wireguard"].implementation["encryption"] == "kernel-wireguard"
     plan = Topology(kernel["ipsec(manual,transport)"], None).script()
     assert "ip -batch /run/vnetbench/vb0000/work/h1v1/xfrm.batch" in plan and "xfrm state add" not in plan
+    h2h = spec({"encryption": [{"type": "ipsec", "mode": "transport"}, GCM], "overlay": "vxlan",
+                "encryption_scope": "host-to-host"})
+    by_mode = {sc.labels["encryption"]: Topology(sc, None).script() for sc in expand(loads(h2h).experiment, caps)}
+    assert "local 10.250.0.1 remote 10.250.0.2" in by_mode["ipsec(transport)"]  # the underlay, protected
+    assert "local 10.251.0.1 remote 10.251.0.2" in by_mode["ipsec(aes-128-gcm)"]  # the hosts' tunnel addresses
     assert "charon" not in Topology(kernel["wireguard"], None).script()
     assert "type wireguard" in Topology(kernel["wireguard"], None).script()
 

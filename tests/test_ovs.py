@@ -42,7 +42,8 @@ def fake_caps(**kernel) -> Capabilities:
     tools = {t: Feature(True, "3.1.0") for t in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ethtool", "ping")}
     feats = {"veth": True, "bridge": True, "vxlan": True, "gre": False, "gretap": False, "geneve": False,
              "vlan": False, "ovs-kernel-datapath": False} | kernel
-    return Capabilities(tools=tools, kernel={k: Feature(v, "" if v else "Unknown device type") for k, v in feats.items()})
+    return Capabilities(tools=tools,
+                        kernel={k: Feature(v, "" if v else "Unknown device type") for k, v in feats.items()})
 
 
 @pytest.mark.skipif(not shutil.which("ovsdb-tool"), reason="Open vSwitch is not installed")
@@ -108,10 +109,12 @@ def env():
         yield {"dir": d, "caps": detect(), "ledger": Ledger.create()}
     finally:
         from vnetbench import ledger as L
+        prefixes = [run.prefix for run in L.runs()]
         L.clean()
         for run in L.runs():
             run.remove_all()
-        left = [n for n in netns_names() if any(n.startswith(p) for p in os.listdir(d))] if os.path.isdir(d) else []
+        left = [n for n in netns_names() if any(n.startswith(p + "-") for p in prefixes)]
+        left += [p for p in prefixes if _procs_of(p)]
         shutil.rmtree(d, ignore_errors=True)
         if old is None:
             os.environ.pop("VNETBENCH_STATE_DIR", None)
@@ -218,6 +221,32 @@ def test_traffic(env, switch, overlay, placement):
         if switch == "ovs":
             pids = topo.daemon_pids()
             assert {f"ovs-vswitchd@{h.label}" for h in topo.hosts} <= set(pids), pids
+
+
+def cpu_ratio(pid: int, seconds: float) -> float:
+    def ticks():
+        return sum(map(int, open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13]))
+    a = ticks()
+    time.sleep(seconds)
+    return (ticks() - a) / os.sysconf("SC_CLK_TCK") / seconds
+
+
+@pytest.mark.parametrize("switch,overlay,impl", [
+    ({"type": "ovs", "tunnel": "kernel"}, "vxlan", ("ovs-netdev", "kernel-vxlan-in-ovs")),
+    ({"type": "ovs", "port_type": "afxdp"}, "vxlan", ("ovs-netdev+afxdp", "ovs-vxlan")),
+])
+@net
+def test_variants(env, switch, overlay, impl):
+    with built(env, switch=switch, overlay=overlay, placement="cross-host") as topo:
+        assert (topo.sc.implementation["switch"], topo.sc.implementation["overlay"]) == impl
+        tcp_check(topo)
+        pair = topo.pairs[0]
+        cap = Capture(topo.ns("h1"), topo.ifname("u"), "udp port 4789 and greater 1000", verbose=True)
+        sh(pair.client.node.name, "ping", "-c", 2, "-i", 0.2, "-s", 1000, pair.server.addr, check=True)
+        out, n = cap.stop()
+        assert n >= 2 and "vni 101" in out, out
+        if switch.get("port_type") == "afxdp":  # pmd-maxsleep: an idle PMD thread sleeps instead of spinning a core
+            assert cpu_ratio(topo.daemon_pids()["ovs-vswitchd@h1"], 1.0) < 0.2
 
 
 WIRE = {  # overlay -> (capture filter on the underlay, text tcpdump shows for the tenant's key)

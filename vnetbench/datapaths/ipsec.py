@@ -267,13 +267,15 @@ class Ipsec(EncryptedTunnel):
     def addrs(self, topo, label: str) -> tuple[str, list[str]]:
         """(IKE/outer address, traffic selectors) of a node."""
         node = topo.nodes[label]
-        six = self.options.mode == "transport" and topo.sc["ip_version"] == 6
-        outer = (node.v6 if six else node.v4) if node.role == "vm" else \
-            (node.v6 if six else topo.host_ip(label))
+        outer = node.v6 if self.options.mode == "transport" and topo.sc["ip_version"] == 6 else node.v4
         if self.options.mode == "transport":
             return outer, [f"{outer}/{128 if six else 32}"]
         v4, v6 = self.tunnel_addrs(label) if node.role == "host" else (node.v4, node.v6)
         return outer, [f"{v4}/32", f"{v6}/128"]
+
+    def transport_ip(self, topo, host):
+        """Tunnel mode carries the hosts' tunnel addresses; transport mode protects the underlay addresses."""
+        return super().transport_ip(topo, host) if self.options.mode == "tunnel" else None
 
     def build(self, topo):
         links = self.peers(topo)

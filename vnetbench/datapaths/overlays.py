@@ -61,7 +61,8 @@ class Vxlan(KernelTunnel):
 class Gre(KernelTunnel):
     name = "gre"
     summary = "GRE (Ethernet over GRE with a key, IP protocol 47), 42 bytes over IPv4"
-    overhead = 42  # outer IPv4 20 + GRE 4 + key 4 + inner Ethernet 14 (measured on the wire with OVS; a keyed gretap is the same)
+    # outer IPv4 20 + GRE 4 + key 4 + inner Ethernet 14 (measured on the wire with OVS; a keyed gretap is the same)
+    overhead = 42
     kernel_kind = "gretap"
     wire = "ip proto 47"
 

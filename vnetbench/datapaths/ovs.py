@@ -103,7 +103,8 @@ class Ovs(Switch):
             if dp != "netdev":
                 return Availability.no("afxdp ports belong to the userspace datapath; use datapath netdev")
             if not _afxdp_built_in():
-                return Availability.no("this ovs-vswitchd is built without AF_XDP support (not linked to libxdp/libbpf)")
+                return Availability.no("this ovs-vswitchd is built without AF_XDP support "
+                                       "(not linked to libxdp/libbpf)")
             if scenario.vm_mtu > AFXDP_MAX_VM_MTU:
                 return Availability.no(f"afxdp ports put an XDP program on the VM's veth, and a veth with XDP on its "
                                        f"peer takes frames of one 4 KiB page: VM MTU at most {AFXDP_MAX_VM_MTU}, this "
@@ -120,7 +121,8 @@ class Ovs(Switch):
                 return Availability.no(f"tunnel: kernel puts the kernel's VXLAN device in OVS; it applies to overlay "
                                        f"vxlan only, not {name}")
             if not caps.has("vxlan"):
-                return Availability.no("tunnel: kernel needs the kernel's vxlan device: " + caps.missing_kernel("vxlan"))
+                return Availability.no("tunnel: kernel needs the kernel's vxlan device: "
+                                       + caps.missing_kernel("vxlan"))
             return Availability(True, "kernel-vxlan-in-ovs")
         if name == "none":
             return Availability(True, "flat (underlay in the OVS bridge)")
@@ -175,8 +177,9 @@ class Ovs(Switch):
 
     @staticmethod
     def _hwaddr(host: str) -> str:
-        # The underlay bridge's own MAC must differ from the veth's: frames for the bridge must be "other host"
-        # for the kernel stack on the veth, or the kernel answers VXLAN packets with port-unreachable.
+        # A fixed MAC for the bridge holding a host's address: every host can then seed the others' tunnel
+        # endpoints (tnl/neigh/set) instead of losing the first packets to OVS's own ARP. Locally administered,
+        # so never the veth's own MAC (frames for the bridge stay "other host" for the kernel on the veth).
         return f"02:00:0a:fa:00:{int(host[1:]):02x}"
 
     # ---- build -------------------------------------------------------------------------------------------

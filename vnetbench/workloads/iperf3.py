@@ -47,11 +47,19 @@ def _end_samples(doc: dict, udp: bool, meta: dict) -> list[Sample]:
         out += [Sample.of("throughput_bps", recv["bits_per_second"], **m),
                 Sample.of("sender_throughput_bps", sent["bits_per_second"], **m)]
         if udp:
-            lost = recv["lost_packets"] / recv["packets"] if recv["packets"] else 1.0
-            out += [Sample.of("udp_loss_ratio", lost, **m), Sample.of("jitter_s", recv["jitter_ms"] / 1e3, **m)]
+            out += [Sample.of("udp_loss_ratio", _udp_loss(recv, sent), **m),
+                    Sample.of("jitter_s", recv["jitter_ms"] / 1e3, **m)]
         else:
             out.append(Sample.of("tcp_retransmits", sent.get("retransmits", 0), **m))
     return out
+
+
+def _udp_loss(recv: dict, sent: dict) -> float:
+    """1 - arrived/sent. The receiver's `packets` is the highest sequence number it saw, so its lost_packets misses
+    datagrams lost after the last one that arrived; the sender's count of datagrams sent includes them."""
+    arrived = recv["packets"] - recv["lost_packets"]
+    total = sent["packets"] or recv["packets"]
+    return min(max(1 - arrived / total, 0.0), 1.0) if total else 0.0
 
 
 def _interval_samples(doc: dict, meta: dict) -> list[Sample]:
@@ -160,30 +168,28 @@ class Iperf3(Workload):
         except WorkloadError as exc:
             if proc.poll() is None:
                 raise
-            raise WorkloadError(f"iperf3 server pair {pair.index} exited: {' '.join(stop(proc)).strip()[-300:]}") from exc
+            said = " ".join(stop(proc)).strip()[-300:]
+            raise WorkloadError(f"iperf3 server pair {pair.index} exited: {said}") from exc
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         p = self.params
-        procs: list = []
+        servers, clients, pings = [], [], []  # appended one by one, so a failed spawn still stops the others
         try:
-            servers = [pair.server.node.spawn(self._server(pair), label=f"iperf3 server pair {pair.index}")
-                       for pair in pairs]
-            procs += servers
+            for pair in pairs:
+                servers.append(pair.server.node.spawn(self._server(pair), label=f"iperf3 server pair {pair.index}"))
             for pair, server in zip(pairs, servers):
                 self._await_server(pair, server)
-            clients = [pair.client.node.spawn(self._client(pair), label=f"iperf3 client pair {pair.index}")
-                       for pair in pairs]
-            procs += clients
-            pings = [pair.client.node.spawn(self._ping(pair), label=f"ping under load pair {pair.index}")
-                     for pair in pairs] if p.latency == "ping" else []
-            procs += pings
+            for pair in pairs:
+                clients.append(pair.client.node.spawn(self._client(pair), label=f"iperf3 client pair {pair.index}"))
+                if p.latency == "ping":
+                    pings.append(pair.client.node.spawn(self._ping(pair), label=f"ping under load pair {pair.index}"))
             end = time.monotonic() + p.duration + p.omit + 10
             samples = [s for pair, proc in zip(pairs, clients) for s in _client_samples(pair, proc, end)]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 samples += parse_rtts(out, "rtt_loaded_s", pair=pair.index)
         finally:
-            for proc in procs:
+            for proc in [*clients, *pings, *servers]:
                 stop(proc)
         return samples + aggregate(samples)
 

@@ -97,18 +97,18 @@ class Netperf(Workload):
                 + [Command(p.client.node.name, self._client(p)) for p in pairs])
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
-        procs: list = []
+        servers, clients = [], []  # appended one by one, so a failed spawn still stops the others
         try:
             for pair in pairs:
-                procs.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
+                servers.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
             for pair in pairs:
                 wait_listening(pair.server.node, self._port(pair))
-            clients = [pair.client.node.spawn(self._client(pair), label=f"netperf pair {pair.index}") for pair in pairs]
-            procs += clients
+            for pair in pairs:
+                clients.append(pair.client.node.spawn(self._client(pair), label=f"netperf pair {pair.index}"))
             end = time.monotonic() + self.params.duration + 10
             outs = [finish(c, max(end - time.monotonic(), 1), f"netperf pair {pair.index}")[0]
                     for pair, c in zip(pairs, clients)]
         finally:
-            for proc in procs:
+            for proc in [*clients, *servers]:
                 stop(proc)
         return [s for pair, out in zip(pairs, outs) for s in parse_netperf(out, self.params.test, pair=pair.index)]

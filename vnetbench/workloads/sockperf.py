@@ -130,20 +130,19 @@ class Sockperf(Workload):
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         if any(":" in pair.server.addr for pair in pairs):
             raise WorkloadError("sockperf 3.7 does not support IPv6 addresses")
-        procs: list = []
+        servers, clients = [], []  # appended one by one, so a failed spawn still stops the others
         try:
             for pair in pairs:
-                procs.append(pair.server.node.spawn(self._server(pair), label=f"sockperf server pair {pair.index}"))
+                servers.append(pair.server.node.spawn(self._server(pair), label=f"sockperf server pair {pair.index}"))
             for pair in pairs:
                 wait_listening(pair.server.node, self._port(pair), self.params.protocol)
-            clients = [pair.client.node.spawn(self._client(pair), label=f"sockperf client pair {pair.index}")
-                       for pair in pairs]
-            procs += clients
+            for pair in pairs:
+                clients.append(pair.client.node.spawn(self._client(pair), label=f"sockperf client pair {pair.index}"))
             end = time.monotonic() + self.params.duration + WARMUP_STAGE_S + 10
             outs = [_collect(c, max(end - time.monotonic(), 1), f"sockperf pair {pair.index}")
                     for pair, c in zip(pairs, clients)]
         finally:
-            for proc in procs:
+            for proc in [*clients, *servers]:
                 stop(proc)
         return [s for pair, out in zip(pairs, outs) for s in _parse_pair(out, pair)]
 
