@@ -20,8 +20,8 @@ from .base import Command, Pair, Params, Workload, WorkloadError, stop
 _REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<ms>[\d.]+) ms"
                     r"(?P<dup> \(DUP!\))?")
 # `47 packets transmitted, 40 received, +2 errors, 14.8936% packet loss, time 1103ms`
-_SUMMARY = re.compile(r"^(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received(?:, \+\d+ duplicates)?"
-                      r"(?:, \+(?P<errors>\d+) errors)?")
+_SUMMARY = re.compile(r"^(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received")
+_ERRORS = re.compile(r", \+(\d+) errors")
 REPLY_WAIT_S = 2  # -W: how long ping waits for the last reply
 
 
@@ -32,7 +32,7 @@ def ping_argv(addr: str, count: int, interval: float, size: int, deadline: int) 
 
 
 def parse_rtts(text: str, metric: str = "rtt_s", **metadata) -> list[Sample]:
-    """One sample per echo reply (duplicates skipped); t = seconds since the first echo was sent."""
+    """One sample per echo reply (duplicates skipped); t = seconds since the first answered echo was sent."""
     replies = [m for m in map(_REPLY.match, text.splitlines()) if m and not m["dup"]]
     sent = [float(m["ts"]) - float(m["ms"]) / 1e3 for m in replies]
     return [Sample.of(metric, float(m["ms"]) / 1e3, t=max(s - sent[0], 0.0), icmp_seq=int(m["seq"]), **metadata)
@@ -43,7 +43,8 @@ def ping_counts(text: str) -> tuple[int, int, int]:
     """(transmitted, received, errors) from ping's statistics line."""
     for line in text.splitlines():
         if m := _SUMMARY.match(line):
-            return int(m["tx"]), int(m["rx"]), int(m["errors"] or 0)
+            errors = _ERRORS.search(line)
+            return int(m["tx"]), int(m["rx"]), int(errors[1]) if errors else 0
     raise WorkloadError(f"ping printed no statistics: {text.strip()[-300:]}")
 
 
@@ -89,6 +90,8 @@ class PingParams(Params):
     interval: float = Field(0.2, ge=0.002, le=60, description="seconds between echoes (non-root minimum 0.002)")
 
     def deadline(self) -> int:
+        # With -w, ping goes on past -c until `count` replies arrive or the deadline passes, so under loss it
+        # sends more than `count`; the loss ratio uses the transmitted count from ping's statistics.
         return math.ceil(self.count * self.interval) + REPLY_WAIT_S + 1
 
 

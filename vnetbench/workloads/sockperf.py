@@ -39,7 +39,8 @@ _SUMMARY = {"MIN": "latency_min_s", "50.000": "latency_p50_s", "90.000": "latenc
 
 
 def _failure(text: str) -> str:
-    for line in _ANSI.sub("", text).splitlines():
+    text = _ANSI.sub("", text)
+    for line in text.splitlines():
         for words in ("ERROR", "No messages were received"):
             if words in line:
                 return line[line.index(words):]
