@@ -62,3 +62,22 @@ def test_missing_tool_skips():
     caps.tools["iperf3"] = Feature(False, "not installed")
     (s,) = scen(BASE, caps)
     assert "iperf3 is not installed" in s.skip
+
+
+def test_when_pairs_background_and_selector_factors():
+    s = scen("name: m\nfactors: {attack: [off, on], pairs: 2}\nworkloads:\n"
+             "  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 1, pairs: [2], background: true, when: {attack: on}}\n"
+             "  - {type: ping, pairs: [1]}\n")
+    off, on = s
+    assert [w.kind for w in off.workloads] == ["ping"] and off.workload_ids == [1]
+    assert [(w.kind, w.background, w.only_pairs) for w in on.workloads] == [("iperf3", True, [2]), ("ping", False, [1])]
+
+
+def test_selector_factor_needs_levels_and_pairs_must_exist():
+    from vnetbench.spec import SpecError
+    import pytest
+    with pytest.raises(SpecError) as exc:
+        loads("name: m\nworkloads: [{type: ping, when: {attack: on}}]\n")
+    assert "list its levels under `factors`" in exc.value.lines[0]
+    (sc,) = scen("name: m\nworkloads: [{type: ping, pairs: [3]}]\n", caps_without())
+    assert "runs on pair 3 but the scenario has 1 pairs" in sc.skip

@@ -72,6 +72,12 @@ def _workload_fields(exp: Experiment) -> dict[str, list[int]]:
     return out
 
 
+def _selector_factors(exp: Experiment) -> set[str]:
+    """Factors of the user's own (e.g. `attack: [off, on]`) that only choose which workloads run, via `when`."""
+    return {f for wl in exp.workloads if isinstance(wl.get("when"), dict) for f in wl["when"]
+            if f not in TOPOLOGY_FACTORS} & set(exp.factors)
+
+
 def make_element(kind: str, level: Any) -> Element:
     """A level is a name or a mapping {type: name, option: value...}. Raises ValueError with the fix."""
     reg = datapaths.load_all()[kind]
@@ -121,15 +127,24 @@ def check(exp: Experiment) -> list[Problem]:
             reg[kind].Params.model_validate(params_of(wl))
         except ValidationError as exc:
             problems += [_param_problem(("workloads", i), kind, e, reg[kind]) for e in exc.errors()]
+        sel = wl.get("pairs")
+        if sel is not None and not (isinstance(sel, list) and sel and all(isinstance(i, int) and i >= 1 for i in sel)):
+            problems.append(Problem(("workloads", i, "pairs"), "write a list of pair numbers, e.g. [1] or [2, 3]"))
+        if not isinstance(wl.get("background", False), bool):
+            problems.append(Problem(("workloads", i, "background"), "write true or false"))
         when = wl.get("when", {})
         if not isinstance(when, dict):
             problems.append(Problem(("workloads", i, "when"), "write a mapping factor: level (or list of levels)"))
             continue
         for factor in when:
-            if factor not in TOPOLOGY_FACTORS and factor not in wfields:
-                problems.append(Problem(("workloads", i, "when", factor), "not a factor of this experiment"))
+            if factor not in TOPOLOGY_FACTORS and factor not in exp.factors:
+                problems.append(Problem(("workloads", i, "when", factor),
+                                        "not a factor of this experiment: list its levels under `factors`"))
     wfields = _workload_fields(exp)
+    selectors = _selector_factors(exp)
     for factor, value in exp.factors.items():
+        if factor in selectors and factor not in wfields:
+            continue  # any levels will do: they are only matched by `when`
         if factor not in TOPOLOGY_FACTORS and factor not in wfields:
             allowed = ", ".join([*TOPOLOGY_FACTORS, *sorted(wfields)])
             problems.append(Problem(("factors", factor), f"unknown factor; allowed: {allowed}"))
@@ -142,7 +157,7 @@ def check(exp: Experiment) -> list[Problem]:
     for rules in ("exclude", "include"):
         for i, rule in enumerate(getattr(exp, rules)):
             for factor in rule:
-                if factor not in TOPOLOGY_FACTORS and factor not in wfields:
+                if factor not in TOPOLOGY_FACTORS and factor not in wfields and factor not in selectors:
                     problems.append(Problem((rules, i, factor), "not a factor of this experiment"))
     return problems
 
@@ -166,9 +181,12 @@ def _check_param(exp: Experiment, wfields: dict[str, list[int]], factor: str, le
     return None
 
 
+# Keys of a workload entry that say where and when it runs, not how the tool runs.
+PLACEMENT_KEYS = ("when", "pairs", "background")
+
+
 def params_of(wl: dict) -> dict:
-    """A workload entry without `when`, which selects scenarios and is not a parameter of the tool."""
-    return {k: v for k, v in wl.items() if k != "when"}
+    return {k: v for k, v in wl.items() if k not in PLACEMENT_KEYS}
 
 
 def _label(level: Any) -> str:
@@ -219,7 +237,8 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
             continue
         cls = reg[wl["type"]]
         overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type"}
-        wls.append(cls(cls.Params.model_validate({**params_of(wl), **overrides})))
+        wls.append(cls(cls.Params.model_validate({**params_of(wl), **overrides}), wl.get("pairs"),
+                       wl.get("background", False)))
         ids.append(i)
     cross = levels["placement"] == "cross-host"
     hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
@@ -230,7 +249,7 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
 
 def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) -> None:
     """Skip with a reason, or record what implementation each element will use."""
-    reason = _structural(sc, factor_levels) or (None if sc.workloads else "no workload's `when` selects this scenario")
+    reason = _structural(sc, factor_levels) or _workload_fit(sc)
     if reason:
         sc.skip = reason
         return
@@ -253,6 +272,15 @@ def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) ->
             return
         sc.implementation[kind] = avail.implementation
         sc.notes += list(avail.notes)
+
+
+def _workload_fit(sc: Scenario) -> str | None:
+    if not any(not wl.background for wl in sc.workloads):
+        return "no foreground workload's `when` selects this scenario"
+    for wl in sc.workloads:
+        if wl.only_pairs and max(wl.only_pairs) > sc.levels["pairs"]:
+            return f"workload {wl.kind} runs on pair {max(wl.only_pairs)} but the scenario has {sc.levels['pairs']} pairs"
+    return None
 
 
 def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:

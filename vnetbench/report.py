@@ -26,6 +26,7 @@ class Row:
     metric: str
     unit: str
     summary: Summary
+    tag: str = ""                  # the process or background workload the row is about, '' for the workload itself
 
 
 def varying(scenarios: list[dict]) -> list[str]:
@@ -42,21 +43,23 @@ def group_values(store: Store, cid: int) -> dict[tuple[int, str, str, str], list
         meta = s["metadata"]
         if meta.get("series") or "cpu" in meta or s["metric"] == "throughput_interval_bps":
             continue
-        groups[(s["scenario"], s["metric"], s["workload"], meta.get("process", ""))].append(s["value"])
+        who = meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background" else "")
+        groups[(s["scenario"], s["metric"], s["workload"], who)].append(s["value"])
     return groups
 
 
-def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None) -> list[Row]:
+def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
+         groups: dict[tuple[int, str, str, str], list[float]] | None = None) -> list[Row]:
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
     out = []
-    for (idx, metric, workload, proc), values in sorted(group_values(store, cid).items()):
+    for (idx, metric, workload, proc), values in sorted((group_values(store, cid) if groups is None else groups).items()):
         if metrics and metric not in metrics:
             continue
         sc = scenarios[idx]
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
         out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
-                       METRICS[metric].unit if metric in METRICS else "", summarize(values)))
+                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc))
     return out
 
 
@@ -94,13 +97,19 @@ def _table(metric: str, rows_: list[Row]) -> Table:
     desc = METRICS[metric].description if metric in METRICS else ""
     table = Table(title=f"{metric} ({unit}) — {desc}", title_justify="left", header_style="bold")
     several = len({r.workload for r in rows_}) > 1
-    for col in ("scenario", *(("workload",) if several else ()), "implementation", "n", "median", "IQR", "mean", "std", "CV", "min", "max",
-                "95% CI mean", "95% CI median"):
+    for col in ("scenario", *(("workload",) if several else ()), "implementation", *STAT_COLUMNS):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")
     for r in rows_:
-        s = r.summary
-        h = lambda v: human(v, unit)  # noqa: E731
-        table.add_row(r.label, *((r.workload,) if several else ()), r.implementation, str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std),
-                      human(s.cv, "ratio"), h(s.min), h(s.max), f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
-                      f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*"))
+        table.add_row(r.label, *((r.workload,) if several else ()), r.implementation, *stat_cells(r.summary, unit))
     return table
+
+
+STAT_COLUMNS = ("n", "median", "IQR", "mean", "std", "CV", "min", "max", "95% CI mean", "95% CI median")
+
+
+def stat_cells(s: Summary, unit: str) -> list[str]:
+    """The STAT_COLUMNS of one summary in human units; '*' marks a median interval that is only min..max."""
+    h = lambda v: human(v, unit)  # noqa: E731
+    return [str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std), human(s.cv, "ratio"), h(s.min), h(s.max),
+            f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
+            f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*")]

@@ -3,6 +3,7 @@ watch, commit each trial as it finishes, tear down. Ctrl-C or SIGTERM stops clea
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,12 +20,35 @@ from .probes.process import ProcessProbe
 from .probes.procstat import SystemProbe
 from .executor import LocalExecutor
 from .spec import LoadedSpec, loads
+from .sample import Sample
 from .store import Store
 from .topology import BuildError, Topology
 from .workloads.base import WorkloadError
 
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
 BUILD_OVERHEAD_S = 1.0
+
+
+class Background(threading.Thread):
+    """A workload that runs alongside a trial (a CPU load, a flood); its samples are kept with role=background."""
+
+    def __init__(self, workload, pairs):
+        super().__init__(daemon=True)
+        self.workload, self.pairs = workload, pairs
+        self.samples: list[Sample] = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            got = self.workload.run(self.pairs)
+            self.samples = [Sample(s.metric, s.value, s.unit, s.metadata | {"role": "background",
+                                   "background_workload": self.workload.kind}, s.t) for s in got]
+        except WorkloadError as exc:
+            self.error = f"background {self.workload.kind}: {exc}"
+
+    def join(self, timeout: float | None = None) -> list[Sample]:
+        super().join(self.workload.expected_duration() + 30 if timeout is None else timeout)
+        return self.samples
 
 
 @dataclass
@@ -68,7 +92,8 @@ class Runner:
                 self._put(cid, sc)
         done = self.store.done_trials(cid)
         todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
-                      if (sc.index, r, sc.workload_ids[w]) not in done]) for sc in scenarios if sc.skip is None]
+                      if not sc.workloads[w].background and (sc.index, r, sc.workload_ids[w]) not in done])
+                for sc in scenarios if sc.skip is None]
         todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
         ledger = Ledger.create()
@@ -136,12 +161,18 @@ class Runner:
         for p in probes:
             p.start()
         error, samples = None, []
+        background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
         try:
-            samples = wl.run(topo.pairs)
+            for b in background:
+                b.start()
+            samples = wl.run(wl.select(topo.pairs))
         except WorkloadError as exc:
             error = str(exc)
         finally:
             probe_samples = [s for p in probes for s in p.stop()]
+            for b in background:
+                samples += b.join()
+                error = error or b.error
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix,
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
         self.store.save_trial(cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(), "failed" if error else "ok",

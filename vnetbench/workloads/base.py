@@ -55,8 +55,13 @@ class Workload(ABC):
     Params: ClassVar[type[Params]]
     tool: ClassVar[str]  # the executable doctor checks for
 
-    def __init__(self, params: Params):
+    def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False):
         self.params = params
+        self.only_pairs = only_pairs  # run on these pair indices only (None: all pairs)
+        self.background = background  # runs alongside every foreground trial (a load, a flood), no trial of its own
+
+    def select(self, pairs: Sequence[Pair]) -> list[Pair]:
+        return [p for p in pairs if self.only_pairs is None or p.index in self.only_pairs]
 
     @abstractmethod
     def expected_duration(self) -> float:
