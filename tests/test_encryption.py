@@ -56,9 +56,8 @@ def running(pid: int) -> bool:
         return False
 
 
-def daemons_alive() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,comm"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.split()[-1] in ("charon", "wireguard-go")]
+def processes_of(ledger: Ledger) -> list[int]:
+    return pids_in_namespaces([n for n in netns_names() if n.startswith(ledger.prefix + "-")])
 
 
 def iperf_tcp(topo: Topology, seconds: int = 1) -> float:
@@ -109,11 +108,8 @@ def test_every_runnable_combination_passes_traffic(ledger):
     impls = {sc.labels["encryption"]: sc.implementation["encryption"] for sc in runnable}
     assert impls["wireguard"].startswith(("wireguard-go", "kernel-wireguard"))
     assert "libipsec" in impls["ipsec(aes-128-gcm)"] or impls["ipsec(aes-128-gcm)"].startswith("kernel-xfrm")
-    assert not daemons_alive_of(ledger)
+    assert not processes_of(ledger) and not any(ledger.work.iterdir())
 
-
-def daemons_alive_of(ledger: Ledger) -> list[int]:
-    return pids_in_namespaces([n for n in netns_names() if n.startswith(ledger.prefix + "-")])
 
 
 # ---- (2) proof on the wire ------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ def test_availability_and_reasons():
     assert sc.implementation["switch"] == "ovs-netdev+afxdp" and any("pmd-maxsleep" in n for n in sc.notes)
     sc = one_scenario(caps, switch={"type": "ovs", "port_type": "afxdp"}, overlay="vxlan", mtu=9000)
     assert sc.skip and "3506" in sc.skip
+    sc = one_scenario(caps, switch={"type": "ovs", "port_type": "afxdp"}, overlay="vxlan", mtu=3506,
+                      mtu_policy="raise-underlay")  # VM 3506 fits, but the underlay veth (3556) does not
+    assert sc.skip and "3556" in sc.skip
     # the Linux bridge keeps skipping what the kernel lacks, with the kernel's reason
     for overlay in ("gre", "geneve", "vlan"):
         sc = one_scenario(caps, switch="linuxbridge", overlay=overlay)

@@ -195,6 +195,29 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         export.write(store, camp.id, fmt, sys.stdout)
 
 
+@app.command("report")
+def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: report-ID.html or .md)"),
+            fmt: Optional[str] = typer.Option(None, "--format", help="html or md (default: from -o's suffix, else html)"),
+            figures: Optional[Path] = typer.Option(None, "--figures", help="also write every figure into this directory"),
+            figure_format: str = typer.Option("png", "--figure-format", help="png or svg, for --figures")) -> None:
+    """One self-contained HTML (or Markdown) report: environment, scenarios, warnings, statistics, figures, study."""
+    from . import document, render
+    fmt = fmt or ("md" if output and output.suffix.lower() in (".md", ".markdown") else "html")
+    if fmt not in render.FORMATS:
+        fail(f"--format {fmt}: use html or md")
+    if figure_format not in render.FIGURE_FORMATS:
+        fail(f"--figure-format {figure_format}: use png or svg")
+    store, camp = open_campaign(db, campaign)
+    output = output or Path(f"report-{camp.id}.{fmt}")
+    try:
+        written = render.write(document.build(store, camp.id), output, fmt, figures, figure_format)
+    except OSError as exc:
+        fail(f"cannot write the report: {exc}")
+    err.print(f"report of campaign {camp.id} written to {output}" +
+              (f" ({len(written) - 1} figures in {figures})" if figures else ""), highlight=False)
+
+
 @app.command()
 def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed")) -> None:
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else."""
@@ -220,6 +243,18 @@ def suites() -> None:
         data = yaml.safe_load(path.read_text())
         table.add_row(f"suite:{path.stem}", data.get("description", ""), ", ".join(data.get("profiles", {})),
                       data.get("analysis") or "-")
+    out.print(table)
+
+
+@app.command()
+def metrics() -> None:
+    """Every metric vnetbench records, with its SI unit and which direction is better."""
+    from .sample import METRICS
+    table = Table()
+    for col in ("metric", "unit", "better", "meaning"):
+        table.add_column(col)
+    for m in METRICS.values():
+        table.add_row(m.name, m.unit, m.better, m.description)
     out.print(table)
 
 

@@ -84,7 +84,7 @@ def make_element(kind: str, level: Any) -> Element:
     opts = dict(level) if isinstance(level, dict) else {"type": level}
     name = opts.pop("type", None)
     if name not in reg:
-        raise ValueError(f"'{name}' is not a {kind}; allowed: {', '.join(sorted(reg))}")
+        raise ValueError(f"'{name}' is not a known {kind}; allowed: {', '.join(sorted(reg))}")
     cls = reg[name]
     try:
         return cls(cls.Options.model_validate(opts))

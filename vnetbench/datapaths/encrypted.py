@@ -127,9 +127,9 @@ class EncryptedTunnel(Encryption):
         inner = mtu + scenario.elements["overlay"].overhead  # the largest packet entering the hosts' tunnel
         return self.outer_size(inner) - inner
 
-    def link_mtu(self, topo: "Topology") -> int:
+    def link_mtu(self, sc: "Scenario") -> int:
         """MTU of the link the encrypted packets leave through: the underlay, or the VM's NIC."""
-        return topo.sc.underlay_mtu if self.host_to_host(topo.sc) else topo.sc.vm_mtu
+        return sc.underlay_mtu if self.host_to_host(sc) else sc.vm_mtu
 
     # ---- private directories and daemons --------------------------------------------------------------------
     @staticmethod

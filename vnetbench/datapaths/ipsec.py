@@ -224,7 +224,7 @@ class Ipsec(EncryptedTunnel):
                                    "legacy provider")
         self.impl = "libipsec"
         version = caps.tools["charon"].detail
-        link = scenario.underlay_mtu if self.host_to_host(scenario) else scenario.vm_mtu
+        link = self.link_mtu(scenario)
         notes = [f"IPsec in userspace: strongSwan {version} kernel-libipsec (ESP in charon over a TUN device), "
                  f"because {kernel_why}",
                  "ESP is UDP-encapsulated on port 4500 (kernel-libipsec always encapsulates): 8 bytes more per "
@@ -305,7 +305,7 @@ class Ipsec(EncryptedTunnel):
         for n in nodes:  # swanctl, too, sees the node's directory as /run (short socket paths)
             topo.run(n, self.privrun(topo, n, ["swanctl", "--load-all", "--noprompt", "--file", "/run/swanctl.conf",
                                                 "--uri", VICI]))
-        mtu = self.tunnel_mtu(self.link_mtu(topo))
+        mtu = self.tunnel_mtu(self.link_mtu(topo.sc))
         if libipsec and mtu < LIBIPSEC_TUN_MTU:
             for n in nodes:
                 topo.ip(n, f"link set ipsec0 mtu {mtu}")

@@ -37,7 +37,7 @@ class WireGuard(EncryptedTunnel):
             return Availability.no(problem)
         if not caps.tool("wg"):
             return Availability.no(caps.missing_tool("wg"))
-        link = scenario.underlay_mtu if self.host_to_host(scenario) else scenario.vm_mtu
+        link = self.link_mtu(scenario)
         common = (f"Curve25519 keys generated per run; ChaCha20-Poly1305 on UDP port {PORT}; tunnel MTU "
                   f"{self.tunnel_mtu(link)} for a {link}-byte link")
         if caps.has("wireguard"):
@@ -74,7 +74,7 @@ class WireGuard(EncryptedTunnel):
             for argv in (["wg", "set", dev, "listen-port", str(PORT), "private-key", f"{d}/wg.key"],
                          ["wg", "addconf", dev, f"{d}/peers.conf"]):
                 topo.run(n, argv if self.kernel else self.privrun(topo, n, argv))
-        mtu = self.tunnel_mtu(self.link_mtu(topo))
+        mtu = self.tunnel_mtu(self.link_mtu(topo.sc))
         for n in nodes:
             v4, v6 = self.tunnel_addrs(n)
             topo.ip(n, f"addr add {v4}/24 dev {dev}", f"addr add {v6}/64 dev {dev} nodad",

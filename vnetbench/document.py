@@ -1,0 +1,368 @@
+"""The campaign report as a document: sections of paragraphs, lists, tables and figures, independent of the
+output format (render.py writes it as HTML or Markdown). Statistics come from report.rows, like `show`."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Union
+
+import yaml
+
+from . import analyses, figures, report
+from .analyses.base import FigureData, TableData
+from .sample import METRICS
+from .stats import summarize
+from .store import Campaign, Store
+from .units import human
+
+NOISE_STEAL = 0.01          # steal share above which the machine was not ours alone
+NOISE_CV = 0.10             # coefficient of variation above which a scenario's metric is called noisy
+CDF_METRICS = ("rtt_s", "rtt_loaded_s", "latency_s")
+SERIES_METRIC = "throughput_interval_bps"
+STAT_NOTE = ("n = samples; IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
+             "the exact order-statistic method (* = too few samples for 95 %: the range min .. max is shown).")
+
+
+@dataclass
+class Para:
+    text: str
+    kind: str = ""               # "" | "warn" | "note"
+
+
+@dataclass
+class Bullets:
+    items: list[str]
+    kind: str = ""
+
+
+@dataclass
+class Fold:
+    """Blocks shown collapsed in HTML (a <details> element), plainly in Markdown."""
+    summary: str
+    blocks: list["Block"]
+
+
+Block = Union[Para, Bullets, TableData, FigureData, Fold]
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    sections: list[Section]
+
+    def figures(self) -> list[FigureData]:
+        return [b for s in self.sections for b in _walk(s.blocks) if isinstance(b, FigureData)]
+
+
+def _walk(blocks: list[Block]):
+    for b in blocks:
+        yield b
+        if isinstance(b, Fold):
+            yield from _walk(b.blocks)
+
+
+@dataclass
+class Data:
+    """Everything the sections need, read from the store once."""
+    camp: Campaign
+    spec: dict
+    scenarios: dict[int, dict]
+    cols: list[str]
+    groups: dict[tuple[int, str, str, str], list[float]]
+    rows: list[report.Row]
+    trials: list[dict]
+    series: dict[tuple[int, str], dict[float, list[float]]]
+    event_metrics: set[str]
+
+
+def load(store: Store, cid: int) -> Data:
+    camp = store.campaign(cid)
+    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
+    groups = report.group_values(store, cid)
+    series: dict[tuple[int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    events = set()
+    for s in store.samples(cid):
+        if s["metric"] == SERIES_METRIC and s["t"] is not None:
+            series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 3)].append(s["value"])
+        elif s["t"] is not None:
+            events.add(s["metric"])
+    try:
+        spec = yaml.safe_load(camp.spec_text) or {}
+    except yaml.YAMLError:
+        spec = {}
+    run = [s for s in scenarios.values() if s["status"] != "skipped"]
+    return Data(camp, spec if isinstance(spec, dict) else {}, scenarios, report.varying(run) or ["switch"], groups,
+                report.rows(store, cid, None, groups), store.trials(cid), series, events)
+
+
+def build(store: Store, cid: int) -> Document:
+    d = load(store, cid)
+    sections = [header(d), environment(d), scenario_table(d), problems(d), warnings(d), statistics(d),
+                figures_section(d)]
+    if d.spec.get("analysis"):
+        sections.append(study(store, d))
+    return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
+
+
+# ---- header and environment -------------------------------------------------------------------------------
+def _when(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "-"
+
+
+def _kv(title: str, pairs: list[tuple[str, str]]) -> TableData:
+    return TableData(title, ["", ""], [[k, str(v)] for k, v in pairs])
+
+
+def header(d: Data) -> Section:
+    c, sc = d.camp, list(d.scenarios.values())
+    counts = {st: sum(s["status"] == st for s in sc) for st in ("done", "skipped", "failed", "pending")}
+    took = f"{c.finished - c.created:.0f} s" if c.finished else "-"
+    pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description", "")),
+             ("spec source", c.source or "-"), ("spec sha256", c.spec_sha256), ("profile", d.spec.get("profile") or "-"),
+             ("analysis", d.spec.get("analysis") or "-"), ("started", _when(c.created)), ("finished", _when(c.finished)),
+             ("duration", took), ("repetitions", str(d.spec.get("repetitions", "-"))),
+             ("scenarios", ", ".join(f"{n} {st}" for st, n in counts.items() if n)),
+             ("trials", f"{sum(t['status'] == 'ok' for t in d.trials)} ok, "
+                        f"{sum(t['status'] != 'ok' for t in d.trials)} failed")]
+    return Section("campaign", "Campaign", [_kv("", pairs)])
+
+
+def environment(d: Data) -> Section:
+    e = d.camp.environment
+    if not e:
+        return Section("environment", "Environment", [Para("No environment was recorded.", "note")])
+    mem = e.get("memory_bytes")
+    pairs = [("host", e.get("hostname", "-")), ("kernel", e.get("kernel", "-")), ("machine", e.get("machine", "-")),
+             ("CPU", e.get("cpu_model", "-")), ("cores", e.get("cpu_count", "-")),
+             ("memory", f"{mem / 2**30:.1f} GiB" if mem else "-"),
+             ("load average at start", " ".join(f"{v:.2f}" for v in e.get("load_average", []))),
+             ("CPU steal at start", _pct(e.get("cpu_steal_ratio_at_start"))),
+             ("python / vnetbench", f"{e.get('python', '-')} / {e.get('vnetbench', '-')}")]
+    tools = TableData("Tool versions", ["tool", "version"], [[k, str(v)] for k, v in sorted(e.get("tools", {}).items())])
+    feats = e.get("kernel_features", {})
+    kern = TableData("Kernel features", ["feature", "available"],
+                     [[k, "yes" if v else "no"] for k, v in sorted(feats.items())])
+    return Section("environment", "Environment", [_kv("Machine", pairs), tools, kern])
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.2f} %"
+
+
+# ---- scenarios, problems, warnings ------------------------------------------------------------------------
+def label(d: Data, idx: int, sep: str = ", ") -> str:
+    return sep.join(f"{k}={d.scenarios[idx]['labels'].get(k, '-')}" for k in d.cols)
+
+
+def short(d: Data, idx: int) -> str:
+    """Only the varying factors' values, for figure axes and legends (the factor names go in the axis title)."""
+    return " · ".join(str(d.scenarios[idx]["labels"].get(k, "-")) for k in d.cols)
+
+
+def scenario_table(d: Data) -> Section:
+    sc = list(d.scenarios.values())
+    if not sc:
+        return Section("scenarios", "Scenarios", [Para("This campaign has no scenarios.", "note")])
+    fixed = [k for k in sc[0]["labels"] if k not in d.cols]
+    elements = list(dict.fromkeys(k for s in sc for k in (s["implementation"] or {})))
+    table = TableData(f"{len(sc)} scenarios", ["#", *d.cols, "status", *(f"{e} impl." for e in elements), "notes"],
+                      [[str(s["idx"]), *(str(s["labels"].get(k, "-")) for k in d.cols), s["status"],
+                        *((s["implementation"] or {}).get(e) or "-" for e in elements),
+                        "; ".join(s["notes"] or []) or (s["reason"] or "")] for s in sc],
+                      "impl. = what really carried the packets for each datapath element.")
+    common = Para("Fixed in every scenario: " + ", ".join(f"{k}={sc[0]['labels'][k]}" for k in fixed)) if fixed else None
+    return Section("scenarios", "Scenarios", [b for b in (common, table) if b])
+
+
+def problems(d: Data) -> Section:
+    blocks: list[Block] = []
+    bad = [s for s in d.scenarios.values() if s["status"] in ("skipped", "failed", "pending")]
+    if bad:
+        blocks.append(TableData("Scenarios not measured", ["#", "scenario", "status", "reason"],
+                                [[str(s["idx"]), label(d, s["idx"]), s["status"], s["reason"] or "-"] for s in bad]))
+    failed = [t for t in d.trials if t["status"] != "ok"]
+    if failed:
+        blocks.append(TableData("Failed trials", ["#", "scenario", "repetition", "workload", "error"],
+                                [[str(t["scenario"]), label(d, t["scenario"]), str(t["repetition"]), t["kind"],
+                                  t["error"] or "-"] for t in failed]))
+    return Section("problems", "Skipped and failed", blocks)
+
+
+def warnings(d: Data) -> Section:
+    blocks: list[Block] = []
+    steal0 = d.camp.environment.get("cpu_steal_ratio_at_start")
+    if steal0 is not None and steal0 > NOISE_STEAL:
+        blocks.append(Para(f"CPU steal was {_pct(steal0)} when the campaign started: another guest shared the "
+                           "physical CPUs, so every number here is less repeatable.", "warn"))
+    stolen = [r for r in d.rows if r.metric == "cpu_steal_ratio" and r.summary.max > NOISE_STEAL]
+    if stolen:
+        blocks.append(Para(f"CPU steal above {_pct(NOISE_STEAL)} during trials in {len(stolen)} scenario/workload "
+                           "groups:", "warn"))
+        blocks.append(Bullets([f"{r.label} ({r.workload}): up to {_pct(r.summary.max)}, mean {_pct(r.summary.mean)}"
+                               for r in stolen], "warn"))
+    noisy = sorted((r for r in d.rows if _cv_checked(d, r) and r.summary.cv > NOISE_CV), key=lambda r: -r.summary.cv)
+    if noisy:
+        blocks.append(Para(f"{len(noisy)} metrics vary by more than {NOISE_CV:.0%} (coefficient of variation) between "
+                           "the trials of a scenario: compare those with care, or add repetitions.", "warn"))
+        blocks.append(TableData("Noisy metrics", ["metric", "scenario", "workload", "n", "mean", "CV"],
+                                [[r.metric, r.label, r.workload, str(r.summary.n), human(r.summary.mean, r.unit),
+                                  f"{100 * r.summary.cv:.1f} %"] for r in noisy]))
+    return Section("warnings", "Warnings", blocks)
+
+
+def _cv_checked(d: Data, r: report.Row) -> bool:
+    """Per-trial metrics only: per-echo RTTs and per-interface counters spread by nature, not by noise."""
+    return (r.summary.n > 1 and math.isfinite(r.summary.cv) and r.metric not in d.event_metrics
+            and not r.metric.startswith("if_") and not r.tag)
+
+
+# ---- statistics and figures -------------------------------------------------------------------------------
+def _by_metric(d: Data) -> dict[str, list[report.Row]]:
+    out: dict[str, list[report.Row]] = defaultdict(list)
+    for r in d.rows:
+        out[r.metric].append(r)
+    return out
+
+
+def metric_table(metric: str, rows: list[report.Row]) -> TableData:
+    several = len({r.workload for r in rows}) > 1
+    unit = rows[0].unit
+    desc = METRICS[metric].description if metric in METRICS else ""
+    return TableData(f"{metric} ({unit}) — {desc}",
+                     ["scenario", *(("workload",) if several else ()), "implementation", *report.STAT_COLUMNS],
+                     [[r.label, *((r.workload,) if several else ()), r.implementation,
+                       *report.stat_cells(r.summary, unit)] for r in rows])
+
+
+def statistics(d: Data) -> Section:
+    by = _by_metric(d)
+    main = [m for m in report.DEFAULT_METRICS if m in by]
+    rest = sorted(m for m in by if m not in main)
+    blocks: list[Block] = [Para(STAT_NOTE, "note"), *(metric_table(m, by[m]) for m in main)]
+    if rest:
+        blocks.append(Fold(f"Other metrics ({len(rest)})", [metric_table(m, by[m]) for m in rest]))
+    return Section("statistics", "Statistics per metric", blocks)
+
+
+def _row_label(d: Data, r: report.Row, several: bool) -> str:
+    return short(d, r.scenario) + (f" ({r.workload})" if several else "") + (f" [{r.tag}]" if r.tag else "")
+
+
+def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
+    several = len({r.workload for r in rows}) > 1
+    vals = [d.groups[(r.scenario, r.metric, r.workload, r.tag)] for r in rows]
+    desc = METRICS[metric].description if metric in METRICS else metric
+    return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
+                                   [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
+                                   " · ".join(d.cols), f"{metric} per scenario: mean with its 95 % confidence interval "
+                                   "(left) and every sample (right).")
+
+
+def figures_section(d: Data) -> Section:
+    by = _by_metric(d)
+    blocks: list[Block] = [overview_figure(d, m, by[m]) for m in report.DEFAULT_METRICS
+                           if m in by and not (m == "aggregate_throughput_bps" and not _multi_pair(d))]
+    blocks += [f for f in (rtt_cdf(d, m) for m in CDF_METRICS) if f]
+    blocks += [f for f in (series_figure(d), cpu_figure(d, by), streams_figure(d, by)) if f]
+    return Section("figures", "Figures", blocks)
+
+
+def _multi_pair(d: Data) -> bool:
+    return any(int(s["labels"].get("pairs", 1) or 1) > 1 for s in d.scenarios.values())
+
+
+def rtt_cdf(d: Data, metric: str) -> FigureData | None:
+    found = [(idx, workload, vals) for (idx, m, workload, tag), vals in sorted(d.groups.items()) if m == metric and not tag]
+    if not found:
+        return None
+    several = len({w for _, w, _ in found}) > 1
+    curves = {short(d, idx) + (f" ({workload})" if several else ""): vals for idx, workload, vals in found}
+    desc = METRICS[metric].description if metric in METRICS else metric
+    return figures.cdf(f"cdf-{metric}", f"{metric} — {desc}", "s", curves, " · ".join(d.cols),
+                       f"Empirical CDF of every {metric} sample, one curve per scenario.")
+
+
+def series_figure(d: Data) -> FigureData | None:
+    if not d.series:
+        return None
+    directions = {k[1] for k in d.series}
+    lines = {short(d, idx) + (f" ({direction})" if len(directions) > 1 else ""): pts
+             for (idx, direction), pts in sorted(d.series.items())}
+    return figures.time_series("series-throughput", "Throughput over time (throughput_interval_bps)", "bit/s", lines,
+                               " · ".join(d.cols), "Receiver throughput per reporting interval: the line is the mean "
+                               "over repetitions and pairs, the band their min .. max.")
+
+
+def cpu_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | None:
+    kinds = {r.workload for r in by.get("cpu_user_ratio", [])}
+    if not kinds:
+        return None
+    kind = "iperf3" if "iperf3" in kinds else sorted(kinds)[0]
+    means = {(r.scenario, r.metric): r.summary.mean for m in figures.CPU_PARTS for r in by.get(m, [])
+             if r.workload == kind and not r.tag}
+    idxs = sorted({i for i, _ in means})
+    parts = {m: [means.get((i, m), 0.0) for i in idxs] for m in figures.CPU_PARTS if any((i, m) in means for i in idxs)}
+    return figures.cpu_breakdown("cpu-breakdown", f"Where the CPU time went during {kind}", [short(d, i) for i in idxs],
+                                 parts, " · ".join(d.cols), f"Mean share of the machine's CPU time per category "
+                                 f"during the {kind} trials (100 % = all {d.camp.environment.get('cpu_count', '?')} "
+                                 "cores busy).")
+
+
+def streams_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | None:
+    if "streams" not in d.cols:
+        return None
+    others = [k for k in d.cols if k != "streams"]
+    tput = "aggregate_throughput_bps" if "aggregate_throughput_bps" in by else "throughput_bps"
+    kinds = {r.workload for r in by.get(tput, [])}
+    panels = {}
+    for metric, ylabel, unit in ((tput, "aggregate throughput", "bit/s"), ("cpu_busy_ratio", "CPU busy", "ratio")):
+        groups: dict[str, dict[float, object]] = defaultdict(dict)
+        for r in by.get(metric, []):
+            if r.workload in kinds and not r.tag:
+                labels = d.scenarios[r.scenario]["labels"]
+                streams = _number(labels.get("streams"))
+                if streams is not None:
+                    groups[" · ".join(str(labels.get(k)) for k in others) or "all"][streams] = r.summary
+        if groups:
+            panels[(ylabel, unit)] = dict(groups)
+    if not panels:
+        return None
+    return figures.scaling("streams-scaling", "Scaling with parallel streams", panels, " · ".join(others) or "",
+                           f"Mean with 95 % CI against the number of parallel streams ({tput}, cpu_busy_ratio).")
+
+
+def _number(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- the study's own analysis -----------------------------------------------------------------------------
+def study(store: Store, d: Data) -> Section:
+    name = d.spec["analysis"]
+    cls = analyses.load_all().get(name)
+    if cls is None:
+        return Section("analysis", f"Analysis {name}",
+                       [Para(f"The spec names analysis '{name}', which this vnetbench does not have.", "warn")])
+    try:
+        result = cls().run(store, d.camp.id)
+    except Exception as exc:  # the generic report stays useful when a study's analysis breaks
+        return Section("analysis", cls.title, [Para(f"Analysis '{name}' failed: {type(exc).__name__}: {exc}", "warn"),
+                                               Para(traceback.format_exc(limit=3), "note")])
+    blocks: list[Block] = []
+    if result.findings:
+        blocks.append(Bullets(list(result.findings)))
+    blocks += result.tables
+    blocks += [FigureData(f"analysis-{name}-{f.name}", f.title, f.figure, f.caption) for f in result.figures]
+    return Section("analysis", cls.title, blocks or [Para("The analysis produced nothing for this campaign.", "note")])

@@ -1,0 +1,197 @@
+"""A report Document written out: one self-contained HTML file (inline CSS, figures as base64 PNG, no script and no
+external reference of any kind) or GitHub Markdown, plus each figure as a PNG or SVG file on request."""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import os
+import re
+import sys
+from pathlib import Path
+
+from .analyses.base import FigureData, TableData
+from .document import Block, Bullets, Document, Fold, Para
+from .figures import encode
+
+FORMATS = ("html", "md")
+FIGURE_FORMATS = ("png", "svg")
+_NUMERIC = re.compile(r"^[-+−]?(\d|\.\d)")
+_STATUS = {"done", "ok", "skipped", "failed", "pending"}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2329;margin:0;
+     background:#f6f7f9}
+header{background:#1f3a5f;color:#fff;padding:18px 32px}
+header h1{margin:0 0 6px;font-size:22px}
+nav a{color:#cfe0f5;margin-right:16px;text-decoration:none;font-size:13px}
+main{padding:8px 32px 40px;max-width:1500px}
+section{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px 20px 16px;margin:18px 0}
+h2{font-size:18px;border-bottom:2px solid #1f3a5f;padding-bottom:4px}
+.tbl{overflow-x:auto;margin:12px 0}
+table{border-collapse:collapse;font-size:12.5px}
+caption{text-align:left;font-weight:600;padding:4px 0;font-size:13.5px}
+th,td{border:1px solid #dde2e8;padding:3px 8px;vertical-align:top}
+thead th{background:#eef2f7;position:sticky;top:0}
+tbody tr:nth-child(even){background:#fafbfc}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.kv th{text-align:left;background:#f3f5f8;font-weight:600;white-space:nowrap}
+.st-done,.st-ok{color:#1a7f37;font-weight:600}.st-skipped,.st-pending{color:#9a6700;font-weight:600}
+.st-failed{color:#cf222e;font-weight:600}
+.warn{background:#fff8e6;border-left:4px solid #d4a72c;padding:6px 10px}
+ul.warn{padding-left:28px}
+.note{color:#57606a;font-size:12.5px;white-space:pre-wrap}
+figure{margin:16px 0}figure img{max-width:100%;height:auto;border:1px solid #eef0f3}
+figcaption{color:#57606a;font-size:12.5px}
+details{margin:12px 0}summary{cursor:pointer;font-weight:600}
+footer{color:#57606a;font-size:12px;padding:0 32px 24px}
+"""
+
+
+class Images:
+    """Each figure encoded once per format, whatever number of outputs use it."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, str], bytes] = {}
+
+    def get(self, fig: FigureData, fmt: str) -> bytes:
+        key = (id(fig.figure), fmt)
+        if key not in self._cache:
+            self._cache[key] = encode(fig.figure, fmt)
+        return self._cache[key]
+
+
+def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None, figure_format: str = "png") -> list[Path]:
+    """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
+    images = Images()
+    files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
+    text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
+    output.write_text(text, encoding="utf-8")
+    _close(doc)
+    return [output, *files.values()]
+
+
+def write_figures(doc: Document, directory: Path, fmt: str, images: Images) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for fig in doc.figures():
+        path = directory / f"{fig.name}.{fmt}"
+        path.write_bytes(images.get(fig, fmt))
+        out[fig.name] = path
+    return out
+
+
+def _relative(files: dict[str, Path], base: Path) -> dict[str, str]:
+    return {k: Path(os.path.relpath(p.resolve(), base.resolve())).as_posix() for k, p in files.items()}
+
+
+def _close(doc: Document) -> None:
+    if "matplotlib.pyplot" in sys.modules:  # an analysis may have made its figures with pyplot
+        import matplotlib.pyplot as plt
+        for fig in doc.figures():
+            plt.close(fig.figure)
+
+
+# ---- HTML -------------------------------------------------------------------------------------------------
+def to_html(doc: Document, images: Images | None = None) -> str:
+    images = images or Images()
+    e = html.escape
+    nav = "".join(f'<a href="#{s.id}">{e(s.title)}</a>' for s in doc.sections)
+    body = "".join(f'<section id="{s.id}"><h2>{e(s.title)}</h2>{_blocks(s.blocks, images)}</section>'
+                   for s in doc.sections)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{e(doc.title)}</title><style>{CSS}</style></head>\n<body><header><h1>{e(doc.title)}</h1>"
+            f"<nav>{nav}</nav></header>\n<main>{body}</main>\n<footer>Written by vnetbench report on {now}."
+            "</footer></body></html>\n")
+
+
+def _blocks(blocks: list[Block], images: Images) -> str:
+    return "\n".join(_block(b, images) for b in blocks)
+
+
+def _block(b: Block, images: Images) -> str:
+    e = html.escape
+    if isinstance(b, Para):
+        return f'<p class="{b.kind}">{e(b.text)}</p>' if b.kind else f"<p>{e(b.text)}</p>"
+    if isinstance(b, Bullets):
+        return f'<ul class="{b.kind}">' + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>"
+    if isinstance(b, TableData):
+        return _table(b)
+    if isinstance(b, FigureData):
+        data = base64.b64encode(images.get(b, "png")).decode("ascii")
+        return (f'<figure id="fig-{e(b.name)}"><img src="data:image/png;base64,{data}" alt="{e(b.title)}">'
+                f"<figcaption>{e(b.caption or b.title)}</figcaption></figure>")
+    if isinstance(b, Fold):
+        return f"<details><summary>{e(b.summary)}</summary>{_blocks(b.blocks, images)}</details>"
+    raise TypeError(f"unknown report block {type(b).__name__}")
+
+
+def _table(t: TableData) -> str:
+    e = html.escape
+    kv = not any(t.columns)
+    cap = f"<caption>{e(t.title)}</caption>" if t.title else ""
+    head = "" if kv else "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr></thead>"
+    rows = "".join("<tr>" + (f"<th>{e(r[0])}</th>{_td(r[1])}" if kv else "".join(_td(c) for c in r)) + "</tr>"
+                   for r in t.rows)
+    note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
+    return f'<div class="tbl"><table{" class=kv" if kv else ""}>{cap}{head}<tbody>{rows}</tbody></table></div>{note}'
+
+
+def _td(cell: object) -> str:
+    text = str(cell)
+    cls = f"st-{text}" if text in _STATUS else ("n" if _NUMERIC.match(text) else "")
+    return f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>"
+
+
+# ---- Markdown ---------------------------------------------------------------------------------------------
+def to_markdown(doc: Document, figure_links: dict[str, str] | None = None) -> str:
+    links = figure_links or {}
+    parts = [f"# {doc.title}"]
+    if doc.figures() and not links:
+        parts.append("> Figures are left out; `vnetbench report --figures DIR` writes them and links them here.")
+    for s in doc.sections:
+        parts.append(f"## {s.title}")
+        parts += [_md(b, links, 3) for b in s.blocks]
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def _md(b: Block, links: dict[str, str], level: int) -> str:
+    if isinstance(b, Para):
+        if "\n" in b.text:
+            return "```\n" + b.text.rstrip() + "\n```"
+        return f"> **Warning:** {_esc(b.text)}" if b.kind == "warn" else _esc(b.text)
+    if isinstance(b, Bullets):
+        return "\n".join(f"- {_esc(i)}" for i in b.items)
+    if isinstance(b, TableData):
+        return _md_table(b, level)
+    if isinstance(b, FigureData):
+        if b.name not in links:
+            return ""
+        return f"![{_esc(b.title)}]({links[b.name]})\n\n*{_esc(b.caption or b.title)}*"
+    if isinstance(b, Fold):
+        return "\n\n".join([f"{'#' * level} {_esc(b.summary)}", *(_md(x, links, level + 1) for x in b.blocks)])
+    raise TypeError(f"unknown report block {type(b).__name__}")
+
+
+def _md_table(t: TableData, level: int) -> str:
+    title = f"{'#' * level} {_esc(t.title)}\n\n" if t.title else ""
+    note = f"\n\n{_esc(t.note)}" if t.note else ""
+    if not any(t.columns):
+        return title + "\n".join(f"- **{_esc(k)}**: {_esc(v)}" for k, v in t.rows) + note
+    lines = ["| " + " | ".join(_esc(c) for c in t.columns) + " |",
+             "|" + "|".join("---:" if _numeric_col(t, i) else "---" for i in range(len(t.columns))) + "|"]
+    lines += ["| " + " | ".join(_esc(c) for c in r) + " |" for r in t.rows]
+    return title + "\n".join(lines) + note
+
+
+def _numeric_col(t: TableData, i: int) -> bool:
+    cells = [str(r[i]) for r in t.rows if i < len(r) and str(r[i]) not in ("", "-")]
+    return bool(cells) and all(_NUMERIC.match(c) for c in cells)
+
+
+def _esc(text: object) -> str:
+    """Plain text safe inside Markdown and table cells."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*").replace("<", "&lt;")
+    return s.replace("\r", "").replace("\n", "<br>")
