@@ -122,8 +122,11 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         out.print(topo.script(), highlight=False, markup=False)
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
-            out.print(f"# workload {wl.kind}", highlight=False, markup=False)
-            for cmd in wl.commands(topo.pairs):
+            where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
+            where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
+            where += ["background, alongside every trial"] if wl.background else []
+            out.print(f"# workload {wl.kind}" + (f" ({'; '.join(where)})" if where else ""), highlight=False, markup=False)
+            for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
                 out.print(line + (" &" if cmd.background else ""), highlight=False, markup=False)
         out.print("# teardown\nip -force -batch - <<'EOF'\n" +

@@ -20,6 +20,11 @@ from .units import human
 
 NOISE_STEAL = 0.01          # steal share above which the machine was not ours alone
 NOISE_CV = 0.10             # coefficient of variation above which a scenario's metric is called noisy
+# Headline per-trial metrics whose spread between trials says how steady the machine was. Loss, jitter and
+# retransmits are left out: rare events spread by nature, whatever the machine.
+NOISE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "sender_throughput_bps", "packet_rate_pps",
+                 "transactions_per_s", "latency_mean_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
+                 "cpu_busy_ratio", "rtt_s", "rtt_loaded_s", "latency_s")
 CDF_METRICS = ("rtt_s", "rtt_loaded_s", "latency_s")
 SERIES_METRIC = "throughput_interval_bps"
 STAT_NOTE = ("n = samples; IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
@@ -93,9 +98,9 @@ def load(store: Store, cid: int) -> Data:
     events = set()
     for s in store.samples(cid):
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
-            series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 3)].append(s["value"])
-        elif s["t"] is not None:
-            events.add(s["metric"])
+            series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 1)].append(s["value"])
+        elif s["t"] is not None and not s["metadata"].get("series") and "cpu" not in s["metadata"]:
+            events.add(s["metric"])  # one sample per echo or request, not one per trial
     try:
         spec = yaml.safe_load(camp.spec_text) or {}
     except yaml.YAMLError:
@@ -150,8 +155,8 @@ def environment(d: Data) -> Section:
              ("python / vnetbench", f"{e.get('python', '-')} / {e.get('vnetbench', '-')}")]
     tools = TableData("Tool versions", ["tool", "version"], [[k, str(v)] for k, v in sorted(e.get("tools", {}).items())])
     feats = e.get("kernel_features", {})
-    kern = TableData("Kernel features", ["feature", "available"],
-                     [[k, "yes" if v else "no"] for k, v in sorted(feats.items())])
+    kern = _kv("Kernel features", [("available", ", ".join(k for k, v in sorted(feats.items()) if v) or "-"),
+                                   ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
     return Section("environment", "Environment", [_kv("Machine", pairs), tools, kern])
 
 
@@ -210,7 +215,8 @@ def warnings(d: Data) -> Section:
                            "groups:", "warn"))
         blocks.append(Bullets([f"{r.label} ({r.workload}): up to {_pct(r.summary.max)}, mean {_pct(r.summary.mean)}"
                                for r in stolen], "warn"))
-    noisy = sorted((r for r in d.rows if _cv_checked(d, r) and r.summary.cv > NOISE_CV), key=lambda r: -r.summary.cv)
+    noisy = sorted((r for r in d.rows if _cv_checked(d, r) and r.summary.cv > NOISE_CV),
+                   key=lambda r: (NOISE_METRICS.index(r.metric), -r.summary.cv))
     if noisy:
         blocks.append(Para(f"{len(noisy)} metrics vary by more than {NOISE_CV:.0%} (coefficient of variation) between "
                            "the trials of a scenario: compare those with care, or add repetitions.", "warn"))
@@ -221,9 +227,11 @@ def warnings(d: Data) -> Section:
 
 
 def _cv_checked(d: Data, r: report.Row) -> bool:
-    """Per-trial metrics only: per-echo RTTs and per-interface counters spread by nature, not by noise."""
-    return (r.summary.n > 1 and math.isfinite(r.summary.cv) and r.metric not in d.event_metrics
-            and not r.metric.startswith("if_") and not r.tag)
+    """Headline metrics with one value per trial; a CPU share under 5 % (an idle machine) is left out."""
+    if r.metric == "aggregate_throughput_bps" and not _multi_pair(d):
+        return False  # the same number as throughput_bps
+    return (r.metric in NOISE_METRICS and r.metric not in d.event_metrics and not r.tag and r.summary.n > 1
+            and math.isfinite(r.summary.cv) and not (r.unit == "ratio" and r.summary.mean < 0.05))
 
 
 # ---- statistics and figures -------------------------------------------------------------------------------

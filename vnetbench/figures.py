@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .analyses.base import FigureData  # noqa: E402
 from .stats import Summary  # noqa: E402
@@ -41,7 +42,7 @@ def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
 
 def encode(fig: Figure, fmt: str) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_metadata(fmt))
+    fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
     return buf.getvalue()
 
 
@@ -62,6 +63,12 @@ def _figure(height: float, ncols: int = 1) -> tuple[Figure, list]:
 def _wide_range(values: Sequence[float]) -> bool:
     pos = [v for v in values if v > 0 and math.isfinite(v)]
     return bool(pos) and max(pos) / min(pos) > 20
+
+
+def _log(ax, which: str) -> None:
+    """Log scale with plain numbers (0.5, 10, 200) instead of powers of ten."""
+    getattr(ax, f"set_{which}scale")("log")
+    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def _legend(ax, n: int, title: str) -> None:
@@ -111,7 +118,7 @@ def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]],
         xs = sorted(v * scale for v in vs)
         ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=label, lw=1.2, **_style(i))
     if _wide_range(allv):
-        ax.set_xscale("log")
+        _log(ax, "x")
     ax.set_xlabel(f"{title.split(' — ')[0]} ({ulabel})")
     ax.set_ylabel("fraction of samples ≤ x")
     ax.set_ylim(0, 1.02)
@@ -133,7 +140,7 @@ def time_series(name: str, title: str, unit: str, lines: Mapping[str, Mapping[fl
         ax.fill_between(ts, [scale * min(pts[t]) for t in ts], [scale * max(pts[t]) for t in ts],
                         color=style["color"], alpha=0.12, lw=0)
     if _wide_range(allv):
-        ax.set_yscale("log")
+        _log(ax, "y")
     ax.set_xlabel("time since the start of the trial (s)")
     ax.set_ylabel(f"throughput ({ulabel})")
     ax.set_title(title, fontsize=11)

@@ -132,6 +132,10 @@ def check(exp: Experiment) -> list[Problem]:
             problems.append(Problem(("workloads", i, "pairs"), "write a list of pair numbers, e.g. [1] or [2, 3]"))
         if not isinstance(wl.get("background", False), bool):
             problems.append(Problem(("workloads", i, "background"), "write true or false"))
+        target = wl.get("target_pair")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, int) or target < 1):
+            problems.append(Problem(("workloads", i, "target_pair"),
+                                    "write one pair number whose server every selected pair sends to, e.g. 1"))
         when = wl.get("when", {})
         if not isinstance(when, dict):
             problems.append(Problem(("workloads", i, "when"), "write a mapping factor: level (or list of levels)"))
@@ -182,7 +186,7 @@ def _check_param(exp: Experiment, wfields: dict[str, list[int]], factor: str, le
 
 
 # Keys of a workload entry that say where and when it runs, not how the tool runs.
-PLACEMENT_KEYS = ("when", "pairs", "background")
+PLACEMENT_KEYS = ("when", "pairs", "background", "target_pair")
 
 
 def params_of(wl: dict) -> dict:
@@ -238,7 +242,7 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
         cls = reg[wl["type"]]
         overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type"}
         wls.append(cls(cls.Params.model_validate({**params_of(wl), **overrides}), wl.get("pairs"),
-                       wl.get("background", False)))
+                       wl.get("background", False), wl.get("target_pair")))
         ids.append(i)
     cross = levels["placement"] == "cross-host"
     hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
@@ -280,6 +284,16 @@ def _workload_fit(sc: Scenario) -> str | None:
     for wl in sc.workloads:
         if wl.only_pairs and max(wl.only_pairs) > sc.levels["pairs"]:
             return f"workload {wl.kind} runs on pair {max(wl.only_pairs)} but the scenario has {sc.levels['pairs']} pairs"
+        if wl.target_pair is not None:
+            if wl.target_pair > sc.levels["pairs"]:
+                return f"workload {wl.kind} targets pair {wl.target_pair} but the scenario has {sc.levels['pairs']} pairs"
+            # Pair k is in tenant (k - 1) % tenants + 1 (topology); tenants are separate networks unless attach=host.
+            tenant = lambda k: (k - 1) % sc.tenants + 1  # noqa: E731
+            others = [k for k in (wl.only_pairs or range(1, sc.levels["pairs"] + 1))
+                      if tenant(k) != tenant(wl.target_pair)]
+            if others and sc.levels["attach"] != "host":
+                return (f"workload {wl.kind}: pair {others[0]} (tenant {tenant(others[0])}) cannot reach the server of "
+                        f"pair {wl.target_pair} (tenant {tenant(wl.target_pair)}): tenants are separate networks")
     return None
 
 

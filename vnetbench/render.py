@@ -29,6 +29,7 @@ main{padding:8px 32px 40px;max-width:1500px}
 section{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px 20px 16px;margin:18px 0}
 h2{font-size:18px;border-bottom:2px solid #1f3a5f;padding-bottom:4px}
 .tbl{overflow-x:auto;margin:12px 0}
+.tbl.small{display:inline-block;vertical-align:top;margin-right:28px;max-width:100%}
 table{border-collapse:collapse;font-size:12.5px}
 caption{text-align:left;font-weight:600;padding:4px 0;font-size:13.5px}
 th,td{border:1px solid #dde2e8;padding:3px 8px;vertical-align:top}
@@ -133,10 +134,11 @@ def _table(t: TableData) -> str:
     kv = not any(t.columns)
     cap = f"<caption>{e(t.title)}</caption>" if t.title else ""
     head = "" if kv else "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr></thead>"
-    rows = "".join("<tr>" + (f"<th>{e(r[0])}</th>{_td(r[1])}" if kv else "".join(_td(c) for c in r)) + "</tr>"
+    rows = "".join("<tr>" + (f"<th>{e(r[0])}</th><td>{e(r[1])}</td>" if kv else "".join(_td(c) for c in r)) + "</tr>"
                    for r in t.rows)
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
-    return f'<div class="tbl"><table{" class=kv" if kv else ""}>{cap}{head}<tbody>{rows}</tbody></table></div>{note}'
+    small = "small" if len(t.columns) <= 2 else ""
+    return f'<div class="tbl {small}"><table{" class=kv" if kv else ""}>{cap}{head}<tbody>{rows}</tbody></table></div>{note}'
 
 
 def _td(cell: object) -> str:

@@ -49,6 +49,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("if_tx_packets_per_s", "1/s", "none", "packets sent per second on an interface"),
     Metric("if_drops", "1", "lower", "packets dropped on an interface during the trial"),
     Metric("packet_rate_pps", "1/s", "higher", "throughput converted to packets per second"),
+    Metric("http_response_time_s", "s", "lower", "HTTP request to complete response (connect included), one per request"),
+    Metric("http_requests_per_s", "1/s", "higher", "HTTP responses completed per second, all clients of a pair"),
+    Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
+    Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
+    Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
 ]}
 
 

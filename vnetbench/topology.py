@@ -212,7 +212,7 @@ class Topology:
     def build(self) -> "Topology":
         self.emit()
         self._built = True
-        self._execute(self.steps)
+        self._execute()
         self.verify()
         return self
 
@@ -221,17 +221,37 @@ class Topology:
             self.ledger.record_many([{"kind": k, "name": n, "host": h} for k, n, h in self._records])
         self._records.clear()
 
-    def _execute(self, steps: list[Step]) -> None:
-        i = 0
-        while i < len(steps):
-            wave = [steps[i]]
-            while (wave[0].tool in BATCH_TOOLS and wave[0].node != ROOT and i + len(wave) < len(steps)
-                   and steps[i + len(wave)].tool in BATCH_TOOLS and steps[i + len(wave)].node != ROOT
-                   and steps[i + len(wave)].node not in {s.node for s in wave}):
-                wave.append(steps[i + len(wave)])
+    def waves(self) -> list[list[Step]]:
+        """The steps as a person would batch them: one root batch (namespaces, then the links between them),
+        then, between commands and daemons, one batch per node and tool. Hosts go before VMs (a host creates
+        its VMs' macvlans), and tc/bridge go after ip. The batches of one wave run at once."""
+        root = [ln for st in self.steps if st.node == ROOT and st.tool == "ip" for ln in st.lines]
+        root.sort(key=lambda ln: not ln.startswith("netns add"))  # stable: keeps the order within each kind
+        waves: list[list[Step]] = [[Step(ROOT, "ip", root)]] if root else []
+        region: list[Step] = []
+        for st in self.steps:
+            if st.node == ROOT and st.tool == "ip":
+                continue
+            if st.tool in BATCH_TOOLS:
+                region.append(st)
+            else:
+                waves += self._merge(region) + [[st]]
+                region = []
+        return waves + self._merge(region)
+
+    def _merge(self, region: list[Step]) -> list[list[Step]]:
+        merged: dict[tuple[str, str], Step] = {}
+        for st in region:
+            merged.setdefault((st.tool, st.node), Step(st.node, st.tool)).lines.extend(st.lines)
+        vm = {n.label for n in self.vms}
+        order = [lambda s: s.tool == "ip" and s.node not in vm, lambda s: s.tool == "ip" and s.node in vm,
+                 lambda s: s.tool != "ip"]
+        return [w for w in ([s for s in merged.values() if pick(s)] for pick in order) if w]
+
+    def _execute(self) -> None:
+        for wave in self.waves():
             self._flush_records()
             self._run_wave(wave)
-            i += len(wave)
 
     def _run_wave(self, wave: list[Step]) -> None:
         if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
@@ -328,7 +348,7 @@ class Topology:
         """The steps as a shell script a person can read or replay."""
         self.emit()
         out: list[str] = []
-        for step in self.steps:
+        for step in (st for wave in self.waves() for st in wave):
             where = self.executor(step.node)
             if step.tool in BATCH_TOOLS:
                 opts = " ".join(where.ip()[1:])

@@ -12,7 +12,13 @@ Layout per host (userspace datapath, `datapath_type=netdev`):
                    address, because userspace tunnels are routed through an OVS bridge (OVS mirrors the kernel route)
   tunnel: kernel   (vxlan only) per tenant a kernel VXLAN device added to `bi` as an ordinary port; the kernel
                    encapsulates and routes, the host address stays on the underlay veth
-With the kernel datapath (`system`) tunnels are kernel vports, so `bp` is not needed and the address stays on the NIC.
+With the kernel datapath (`system`) tunnels are kernel vports, so `bp` is not needed and the address stays on the NIC
+(not testable here: this kernel has no openvswitch module, so `datapath: system` is skipped with that reason).
+Tunnel ports are `protected` (no forwarding among them: split horizon for more than two hosts).
+
+port_type afxdp: the VM ports and the underlay veth are AF_XDP ports polled by a PMD thread (an XDP program on each
+veth, so MTUs are limited to one page); pmd-maxsleep lets the idle PMD sleep instead of spinning a core. XDP takes
+the frames before any packet tap: tcpdump on the underlay veth sees nothing then (OVS's port statistics do).
 
 The userspace datapath forwards what it receives from a veth as is: a VM that leaves TCP/UDP checksums to the NIC
 (CHECKSUM_PARTIAL) sends packets whose checksums nobody fills in, so ping works and TCP does not. Each VM's NIC gets
@@ -114,6 +120,10 @@ class Ovs(Switch):
             notes.append(f"ovs: VM ports and the underlay veth are type=afxdp, polled by a PMD thread "
                          f"(other_config:pmd-maxsleep={PMD_MAXSLEEP_US} us, so an idle PMD sleeps instead of "
                          f"spinning a core)")
+        elif dp == "netdev":
+            notes.append("ovs: veth ports are read through packet sockets whose 208 KiB receive buffer (rmem_default, "
+                         "not settable inside a namespace) overflows under TCP bursts: expect drops and retransmits "
+                         "that a vhost-user port would not have (port_type afxdp avoids them)")
         return Availability(True, impl, notes=tuple(notes))
 
     def overlay_support(self, overlay, scenario, caps):

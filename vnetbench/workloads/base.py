@@ -55,13 +55,22 @@ class Workload(ABC):
     Params: ClassVar[type[Params]]
     tool: ClassVar[str]  # the executable doctor checks for
 
-    def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False):
+    def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False,
+                 target_pair: int | None = None):
         self.params = params
         self.only_pairs = only_pairs  # run on these pair indices only (None: all pairs)
         self.background = background  # runs alongside every foreground trial (a load, a flood), no trial of its own
+        self.target_pair = target_pair  # send to this pair's server instead of each pair's own (None: own server)
 
     def select(self, pairs: Sequence[Pair]) -> list[Pair]:
-        return [p for p in pairs if self.only_pairs is None or p.index in self.only_pairs]
+        """The pairs this workload runs on. With target_pair, each keeps its index (so per-pair ports stay apart)
+        and its client, but its server is the target pair's: several clients, one server (e.g. attackers, one victim)."""
+        chosen = [p for p in pairs if self.only_pairs is None or p.index in self.only_pairs]
+        if self.target_pair is None:
+            return chosen
+        target = next(p for p in pairs if p.index == self.target_pair)  # the matrix skips scenarios without it
+        return [Pair(p.index, p.client, target.server, p.meta | {"server": target.server.label, "target_pair": target.index})
+                for p in chosen]
 
     @abstractmethod
     def expected_duration(self) -> float:

@@ -25,7 +25,7 @@ from ..sample import Sample
 from ..units import parse_rate
 from . import register
 from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
-from .ping import collect_ping, parse_rtts, ping_argv
+from .ping import collect_ping, parse_ping, ping_argv
 
 PING_INTERVAL_S = 0.2
 MIN_INTERVAL_S = 0.05  # iperf3's shortest -i is 0.1 s
@@ -106,6 +106,7 @@ class Iperf3Params(Params):
     duration: int = Field(10, ge=1, le=3600, description="seconds measured (-t)")
     omit: int = Field(0, ge=0, le=600, description="warm-up seconds left out of the results (-O)")
     message_size: int | None = Field(None, ge=1, le=1_048_576, description="bytes per write (-l); UDP: datagram")
+    window: int | None = Field(None, ge=4096, le=1 << 30, description="socket buffer bytes, sets the TCP window (-w)")
     udp_rate: int = Field(100_000_000, ge=1000, le=MAX_UDP_RATE, description="UDP bit/s per stream (-b)")
     interval: float = Field(1.0, ge=0.1, le=60, description="seconds per reported interval (-i)")
     latency: Literal["none", "ping"] = "none"
@@ -148,6 +149,7 @@ class Iperf3(Workload):
         argv += ["-O", str(p.omit)] if p.omit else []
         argv += ["-u", "-b", str(p.udp_rate)] if p.protocol == "udp" else []
         argv += ["-l", str(p.message_size)] if p.message_size else []
+        argv += ["-w", str(p.window)] if p.window else []
         argv += {"uni": [], "reverse": ["-R"], "bidir": ["--bidir"]}[p.direction]
         return argv
 
@@ -187,7 +189,7 @@ class Iperf3(Workload):
             samples = [s for pair, proc in zip(pairs, clients) for s in _client_samples(pair, proc, end)]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
-                samples += parse_rtts(out, "rtt_loaded_s", pair=pair.index)
+                samples += parse_ping(out, "rtt_loaded_s", pair=pair.index)  # + loss, jitter
         finally:
             for proc in [*clients, *pings, *servers]:
                 stop(proc)

@@ -1,6 +1,7 @@
 """ICMP echo round-trip time with iputils ping.
 
-The parser here is used twice: for the `ping` workload (rtt_s) and for iperf3's latency under load (rtt_loaded_s).
+The parser here is used twice: for the `ping` workload (rtt_s) and for iperf3's latency under load (rtt_loaded_s);
+both also get ping_loss_ratio and ping_jitter_s (under load they belong to the iperf3 workload's trials).
 """
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ def ping_counts(text: str) -> tuple[int, int, int]:
     raise WorkloadError(f"ping printed no statistics: {text.strip()[-300:]}")
 
 
-def parse_ping(text: str, **metadata) -> list[Sample]:
-    """rtt_s per reply, ping_loss_ratio, ping_jitter_s (mean |difference| of consecutive RTTs)."""
-    rtts = parse_rtts(text, **metadata)
+def parse_ping(text: str, rtt_metric: str = "rtt_s", **metadata) -> list[Sample]:
+    """rtt_s (or rtt_metric, e.g. rtt_loaded_s under load) per reply, ping_loss_ratio, ping_jitter_s (mean
+    |difference| of consecutive RTTs)."""
+    rtts = parse_rtts(text, rtt_metric, **metadata)
     tx, rx, _ = ping_counts(text)
     out = rtts + [Sample.of("ping_loss_ratio", 1 - rx / tx if tx else 1.0, **metadata)]
     values = [s.value for s in rtts]
