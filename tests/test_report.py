@@ -1,0 +1,239 @@
+"""`vnetbench report`: a campaign with known samples in, one self-contained HTML (and Markdown) report out."""
+import re
+import shutil
+import subprocess
+import time
+from html.parser import HTMLParser
+
+import pytest
+from matplotlib.figure import Figure
+from typer.testing import CliRunner
+
+from vnetbench.analyses import REGISTRY
+from vnetbench.analyses.base import Analysis, AnalysisResult, FigureData, TableData
+from vnetbench.cli import app
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+SPEC = """\
+name: reptest
+description: synthetic campaign for the report test
+repetitions: 3
+analysis: testonly-study
+factors:
+  overlay: [none, vxlan]
+  streams: [1, 4]
+workloads: [{type: iperf3, duration: 3}, {type: ping, count: 10}]
+"""
+SKIP_REASON = "geneve is not in this kernel (test skip reason)"
+FAILED_SCENARIO = "bridge setup failed: RTNETLINK answers: Operation not supported"
+TRIAL_ERROR = "iperf3: unable to connect to server (test trial error)"
+EXPECTED_FIGURES = {"metric-throughput_bps", "metric-rtt_s", "metric-rtt_loaded_s", "metric-cpu_busy_ratio",
+                    "cdf-rtt_s", "cdf-rtt_loaded_s", "series-throughput", "cpu-breakdown", "streams-scaling",
+                    "analysis-testonly-study-cost"}
+
+
+class TestOnlyStudy(Analysis):
+    name = "testonly-study"
+    title = "Test-only study of overlay cost"
+
+    def run(self, store, campaign):
+        fig = Figure(figsize=(4, 3))
+        fig.subplots().bar(["none", "vxlan"], [0, 12.5])
+        return AnalysisResult(tables=[TableData("Overlay cost table", ["overlay", "cost vs none"],
+                                                [["none", "0 %"], ["vxlan", "+12.5 %"]], "from the test")],
+                              figures=[FigureData("cost", "Overlay cost figure", fig, "cost per overlay")],
+                              findings=["VXLAN costs 12.5 % of throughput (test finding)"])
+
+
+def labels(overlay, streams):
+    return {"switch": "linuxbridge", "overlay": overlay, "placement": "cross-host", "pairs": "1",
+            "streams": str(streams)}
+
+
+def iperf3_samples(tput, steal):
+    out = [Sample.of("throughput_bps", tput, pair=1, direction="forward"),
+           Sample.of("aggregate_throughput_bps", tput, pair="all", direction="forward"),
+           Sample.of("cpu_busy_ratio", 0.6, scope="machine")]
+    out += [Sample.of("throughput_interval_bps", tput * f, t=t, pair=1, direction="forward")
+            for t, f in ((1.0, 0.9), (2.0, 1.0), (3.01, 1.1))]
+    out += [Sample.of("rtt_loaded_s", 50e-6 + k * 5e-6, t=0.1 * k, pair=1, icmp_seq=k) for k in range(8)]
+    out += [Sample.of(m, v, scope="machine") for m, v in (("cpu_user_ratio", 0.1), ("cpu_system_ratio", 0.3),
+                                                           ("cpu_irq_ratio", 0.01), ("cpu_softirq_ratio", 0.15),
+                                                           ("cpu_steal_ratio", steal))]
+    out += [Sample.of("cpu_busy_ratio", 0.7, t=1.0, scope="machine", series=True),
+            Sample.of("cpu_busy_ratio", 0.5, scope="machine", cpu=0)]
+    return out
+
+
+def ping_samples(base):
+    return [Sample.of("rtt_s", base + k * 2e-6, t=0.05 * k, pair=1, icmp_seq=k) for k in range(10)] + \
+           [Sample.of("cpu_busy_ratio", 0.05, scope="machine")]
+
+
+def build_campaign(path):
+    """4 measured scenarios (overlay x streams), one skipped, one failed; one failed trial; one noisy metric."""
+    store = Store(path)
+    env = {"hostname": "testhost", "kernel": "Linux 6.1.0-test", "cpu_model": "Test CPU", "cpu_count": 2,
+           "memory_bytes": 8 * 2**30, "cpu_steal_ratio_at_start": 0.02, "load_average": [0.1, 0.2, 0.3],
+           "tools": {"iperf3": "3.12", "ping": "20221126"}, "kernel_features": {"vxlan": True, "geneve": False}}
+    cid = store.new_campaign("reptest", "tests/reptest.yaml", SPEC, "ab" * 32, env)
+    impl = {"switch": "linux-bridge", "overlay": "flat", "encryption": "none", "attach": "veth"}
+    idx = 0
+    for overlay in ("none", "vxlan"):
+        for streams in (1, 4):
+            idx += 1
+            store.put_scenario(cid, idx, f"overlay={overlay}, streams={streams}", labels(overlay, streams),
+                               labels(overlay, streams), "done", None,
+                               impl | {"overlay": "flat" if overlay == "none" else "kernel-vxlan"}, [])
+            noisy = (overlay, streams) == ("vxlan", 4)
+            for rep in (1, 2, 3):
+                tput = (9e9 if overlay == "none" else 7e9) * (1 + 0.4 * streams / 4) * \
+                       ((0.5, 1.0, 1.5)[rep - 1] if noisy else (0.99, 1.0, 1.01)[rep - 1])
+                steal = 0.03 if idx == 2 else 0.0
+                failed = (idx, rep) == (3, 3)
+                store.save_trial(cid, idx, rep, 0, "iperf3", {"streams": streams}, "failed" if failed else "ok",
+                                 TRIAL_ERROR if failed else None, 1000.0 + rep, 1003.0 + rep,
+                                 [] if failed else iperf3_samples(tput, steal))
+                store.save_trial(cid, idx, rep, 1, "ping", {}, "ok", None, 1004.0 + rep, 1005.0 + rep,
+                                 ping_samples(40e-6 if overlay == "none" else 60e-6))
+    store.put_scenario(cid, 5, "overlay=geneve", labels("geneve", 1), labels("geneve", 1), "skipped", SKIP_REASON, {}, [])
+    store.put_scenario(cid, 6, "overlay=gre", labels("gre", 1), labels("gre", 1), "failed", FAILED_SCENARIO, impl, [])
+    store.set_campaign(cid, status="done", finished=1100.0)
+    store.close()
+    return cid
+
+
+@pytest.fixture(scope="module")
+def campaign_db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("report") / "r.db"
+    build_campaign(db)
+    REGISTRY[TestOnlyStudy.name] = TestOnlyStudy
+    yield db
+    REGISTRY.pop(TestOnlyStudy.name, None)
+
+
+def run_report(*args):
+    result = CliRunner().invoke(app, ["report", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def html_report(campaign_db):
+    out = campaign_db.parent / "report.html"
+    started = time.monotonic()
+    run_report("1", "--db", campaign_db, "-o", out, "--figures", campaign_db.parent / "png")
+    print(f"report generation: {time.monotonic() - started:.1f} s")
+    return out
+
+
+class Refs(HTMLParser):
+    """Every tag and every attribute that could make a browser fetch something."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.srcs, self.hrefs = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for name, value in attrs:
+            if name in ("src", "srcset", "poster", "data", "action", "background"):
+                self.srcs.append(value)
+            elif name in ("href", "xlink:href"):
+                self.hrefs.append(value)
+
+
+def test_html_has_every_section_and_fact(html_report):
+    text = html_report.read_text()
+    for section in ("Campaign", "Environment", "Scenarios", "Skipped and failed", "Warnings", "Statistics per metric",
+                    "Figures", "Test-only study of overlay cost"):
+        assert f"<h2>{section}</h2>" in text, section
+    for fact in ("reptest", "ab" * 32, "tests/reptest.yaml", "Linux 6.1.0-test", "Test CPU", "8.0 GiB", "3.12",
+                 "linux-bridge", "kernel-vxlan", SKIP_REASON, FAILED_SCENARIO, TRIAL_ERROR, "95% CI median",
+                 "throughput_bps (bit/s)", "rtt_s (s)"):
+        assert fact in text, fact
+    warnings = text[text.index('<section id="warnings">'):text.index('<section id="statistics">')]
+    assert "CPU steal was 2.00 %" in warnings                       # at start
+    assert "overlay=none, streams=4" in warnings and "up to 3.00 %" in warnings  # during trials
+    noisy = re.findall(r"<tr><td>(\w+)</td><td>([^<]+)</td>", warnings)
+    assert ("throughput_bps", "overlay=vxlan, streams=4") in noisy
+    assert all(label == "overlay=vxlan, streams=4" for _, label in noisy), noisy  # the steady ones are not listed
+
+
+def test_html_analysis_section(html_report):
+    text = html_report.read_text()
+    study = text[text.index('<section id="analysis">'):]
+    assert "<caption>Overlay cost table</caption>" in study
+    assert "<th>overlay</th><th>cost vs none</th>" in study
+    assert "<td>vxlan</td>" in study and '<td class="n">+12.5 %</td>' in study
+    assert "VXLAN costs 12.5 % of throughput (test finding)" in study
+    assert 'id="fig-analysis-testonly-study-cost"' in study
+
+
+def test_html_is_self_contained(html_report):
+    text = html_report.read_text()
+    for forbidden in ("http://", "https://", "<script", "<link", "url(", "@import", "<iframe", "<object"):
+        assert forbidden not in text.lower(), forbidden
+    refs = Refs()
+    refs.feed(text)
+    assert refs.srcs and all(s.startswith("data:image/png;base64,") for s in refs.srcs)
+    assert all(h.startswith("#") for h in refs.hrefs)
+    figure_ids = set(re.findall(r'<figure id="fig-([^"]+)">', text))
+    assert figure_ids == EXPECTED_FIGURES
+    assert refs.tags.count("img") == len(EXPECTED_FIGURES)
+
+
+def test_figure_files(html_report):
+    files = {p.stem: p for p in (html_report.parent / "png").iterdir()}
+    assert set(files) == EXPECTED_FIGURES
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in files.values())
+
+
+def test_markdown_same_tables_and_svg_figures(campaign_db, html_report):
+    out = campaign_db.parent / "report.md"
+    run_report("1", "--db", campaign_db, "-o", out, "--figures", campaign_db.parent / "svg", "--figure-format", "svg")
+    md = out.read_text()
+    html_text = html_report.read_text()
+    # every table with a header row in the HTML is a Markdown table: one separator row each
+    assert len(re.findall(r"^\|(?:-{3}:?\|)+$", md, re.M)) == html_text.count("<thead>")
+    for caption in re.findall(r"<caption>([^<]+)</caption>", html_text):
+        assert caption.replace("*", "\\*") in md, caption
+    assert "| overlay | cost vs none |" in md and "| vxlan | +12.5 % |" in md
+    for fact in (SKIP_REASON, FAILED_SCENARIO, TRIAL_ERROR, "- VXLAN costs 12.5 % of throughput (test finding)"):
+        assert fact in md, fact
+    svgs = {p.stem for p in (campaign_db.parent / "svg").iterdir() if p.read_text().lstrip().startswith(("<?xml", "<svg"))}
+    assert svgs == EXPECTED_FIGURES
+    for name in EXPECTED_FIGURES:
+        assert f"](svg/{name}.svg)" in md, name
+
+
+def test_format_from_suffix_and_errors(campaign_db, tmp_path):
+    out = tmp_path / "r.md"
+    run_report("last", "--db", campaign_db, "-o", out)
+    assert out.read_text().startswith("# vnetbench report") and "left out" in out.read_text()
+    for args, message in ((["9", "--db", campaign_db], "no campaign '9'"),
+                          (["1", "--db", tmp_path / "none.db"], "no results file"),
+                          (["1", "--db", campaign_db, "--format", "pdf"], "--format pdf"),
+                          (["1", "--db", campaign_db, "--figure-format", "gif"], "--figure-format gif")):
+        result = CliRunner().invoke(app, ["report", *map(str, args)])
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_renders_in_headless_chromium(html_report, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (./install.sh test installs it)")
+    shot = tmp_path / "report.png"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1400,4000", html_report.as_uri()],
+        capture_output=True, text=True, timeout=60)
+    print(f"chromium: {time.monotonic() - started:.1f} s")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1400, 4000)  # IHDR size
