@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
-    """A private ledger directory, so tests never see (or clean) other runs on the machine."""
+    """A private ledger directory, so tests never see (or clean) other runs on the machine. Whatever a test
+    leaves there (a failed assertion before its own clean-up, a killed run) is cleaned at teardown: pytest
+    later deletes old tmp directories, and with them the ledger that `vnetbench clean` would need."""
     d = tmp_path / "state"
     monkeypatch.setenv("VNETBENCH_STATE_DIR", str(d))
-    return d
+    yield d
+    from vnetbench import ledger
+    deadline = time.monotonic() + 10
+    while True:
+        _, running = ledger.clean()
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # a run the test started may still be stopping
+    assert not running, f"runs still alive at teardown: {running}"
 
 
 def netns_names() -> set[str]:

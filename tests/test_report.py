@@ -1,4 +1,5 @@
 """`vnetbench report`: a campaign with known samples in, one self-contained HTML (and Markdown) report out."""
+import html
 import re
 import shutil
 import subprocess
@@ -99,7 +100,7 @@ def build_campaign(path):
                                  ping_samples(40e-6 if overlay == "none" else 60e-6))
     store.put_scenario(cid, 5, "overlay=geneve", labels("geneve", 1), labels("geneve", 1), "skipped", SKIP_REASON, {}, [])
     store.put_scenario(cid, 6, "overlay=gre", labels("gre", 1), labels("gre", 1), "failed", FAILED_SCENARIO, impl, [])
-    store.set_campaign(cid, status="done", finished=1100.0)
+    store.set_campaign(cid, status="done", finished=store.campaign(cid).created + 100)
     store.close()
     return cid
 
@@ -237,3 +238,16 @@ def test_renders_in_headless_chromium(html_report, tmp_path):
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1400, 4000)  # IHDR size
+
+
+def test_empty_and_unfinished_campaign(tmp_path):
+    db = tmp_path / "e.db"
+    store = Store(db)
+    store.new_campaign("empty", "x.yaml", "name: empty\nanalysis: no-such-study\n", "cd" * 32, {})
+    store.close()
+    out = tmp_path / "e.html"
+    run_report("1", "--db", db, "-o", out)
+    text = out.read_text()
+    assert "The campaign is running, not done" in text and "No samples were stored." in text
+    assert "analysis 'no-such-study', which this vnetbench does not have" in html.unescape(text)
+    assert "<img" not in text

@@ -39,6 +39,8 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "swanctl": ("strongswan-swanctl", ["swanctl", "--version"], r"(\d[\w.]+)"),
     "wireguard-go": ("wireguard-go", ["wireguard-go", "--version"], r"v?(\d[\w.\-+]+)"),
     "wg": ("wireguard-tools", ["wg", "--version"], r"v(\S+)"),
+    "nginx": ("nginx", ["nginx", "-v"], r"nginx/(\S+)"),
+    "stress-ng": ("stress-ng", ["stress-ng", "--version"], r"version (\S+)"),
 }
 
 # kernel feature -> the line in a scratch namespace that creates it (ip batch unless it starts with "tc ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -205,21 +206,24 @@ def problems(d: Data) -> Section:
 
 def warnings(d: Data) -> Section:
     blocks: list[Block] = []
+    if d.camp.status != "done":
+        blocks.append(Para(f"The campaign is {d.camp.status}, not done: scenarios or trials are missing "
+                           "(`vnetbench run --resume` continues it).", "warn"))
     steal0 = d.camp.environment.get("cpu_steal_ratio_at_start")
     if steal0 is not None and steal0 > NOISE_STEAL:
         blocks.append(Para(f"CPU steal was {_pct(steal0)} when the campaign started: another guest shared the "
                            "physical CPUs, so every number here is less repeatable.", "warn"))
     stolen = [r for r in d.rows if r.metric == "cpu_steal_ratio" and r.summary.max > NOISE_STEAL]
     if stolen:
-        blocks.append(Para(f"CPU steal above {_pct(NOISE_STEAL)} during trials in {len(stolen)} scenario/workload "
-                           "groups:", "warn"))
+        blocks.append(Para(f"CPU steal went above {_pct(NOISE_STEAL)} during the trials of these scenarios:", "warn"))
         blocks.append(Bullets([f"{r.label} ({r.workload}): up to {_pct(r.summary.max)}, mean {_pct(r.summary.mean)}"
                                for r in stolen], "warn"))
     noisy = sorted((r for r in d.rows if _cv_checked(d, r) and r.summary.cv > NOISE_CV),
                    key=lambda r: (NOISE_METRICS.index(r.metric), -r.summary.cv))
     if noisy:
-        blocks.append(Para(f"{len(noisy)} metrics vary by more than {NOISE_CV:.0%} (coefficient of variation) between "
-                           "the trials of a scenario: compare those with care, or add repetitions.", "warn"))
+        blocks.append(Para(f"The trials of a scenario disagree by more than {NOISE_CV:.0%} (coefficient of variation) "
+                           f"in the {len(noisy)} cases below: compare those numbers with care, or add repetitions.",
+                           "warn"))
         blocks.append(TableData("Noisy metrics", ["metric", "scenario", "workload", "n", "mean", "CV"],
                                 [[r.metric, r.label, r.workload, str(r.summary.n), human(r.summary.mean, r.unit),
                                   f"{100 * r.summary.cv:.1f} %"] for r in noisy]))
@@ -254,6 +258,8 @@ def metric_table(metric: str, rows: list[report.Row]) -> TableData:
 
 def statistics(d: Data) -> Section:
     by = _by_metric(d)
+    if not by:
+        return Section("statistics", "Statistics per metric", [Para("No samples were stored.", "note")])
     main = [m for m in report.DEFAULT_METRICS if m in by]
     rest = sorted(m for m in by if m not in main)
     blocks: list[Block] = [Para(STAT_NOTE, "note"), *(metric_table(m, by[m]) for m in main)]
@@ -372,5 +378,6 @@ def study(store: Store, d: Data) -> Section:
     if result.findings:
         blocks.append(Bullets(list(result.findings)))
     blocks += result.tables
-    blocks += [FigureData(f"analysis-{name}-{f.name}", f.title, f.figure, f.caption) for f in result.figures]
+    blocks += [FigureData(re.sub(r"[^A-Za-z0-9_.-]+", "-", f"analysis-{name}-{f.name}"), f.title, f.figure, f.caption)
+               for f in result.figures]
     return Section("analysis", cls.title, blocks or [Para("The analysis produced nothing for this campaign.", "note")])

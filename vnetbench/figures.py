@@ -180,6 +180,11 @@ def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str,
             err = [[(pts[x].mean - pts[x].ci_mean[0]) * scale if math.isfinite(pts[x].ci_mean[0]) else 0 for x in xs],
                    [(pts[x].ci_mean[1] - pts[x].mean) * scale if math.isfinite(pts[x].ci_mean[1]) else 0 for x in xs]]
             ax.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=label, **_style(i))
+        levels = sorted({x for pts in groups.values() for x in pts})
+        if levels and levels[0] > 0 and levels[-1] / levels[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [f"{x:g}" for x in levels])
+        ax.minorticks_off()
         ax.set_xlabel("parallel streams")
         ax.set_ylabel(f"{ylabel} ({ulabel})")
         ax.grid(True, alpha=0.3)

@@ -16,6 +16,7 @@ from .workloads.base import Workload
 
 MTU_RANGE = (1280, 9000)
 PAIRS_RANGE = (1, 64)
+HOPS_RANGE = (0, 8)
 
 
 @dataclass
@@ -109,6 +110,9 @@ def _check_level(factor: str, level: Any) -> str | None:
         return f"'{level}' is not allowed; pairs is a whole number from {PAIRS_RANGE[0]} to {PAIRS_RANGE[1]}"
     elif factor == "mtu" and not (isinstance(level, int) and MTU_RANGE[0] <= level <= MTU_RANGE[1]):
         return f"'{level}' is not allowed; mtu is a whole number of bytes from {MTU_RANGE[0]} to {MTU_RANGE[1]}"
+    elif factor == "hops" and not (isinstance(level, int) and not isinstance(level, bool)
+                                   and HOPS_RANGE[0] <= level <= HOPS_RANGE[1]):
+        return f"'{level}' is not allowed; hops is a whole number of routers from {HOPS_RANGE[0]} to {HOPS_RANGE[1]}"
     return None
 
 
@@ -297,6 +301,26 @@ def _workload_fit(sc: Scenario) -> str | None:
     return None
 
 
+def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
+    """Routers split the hosts' L2 network: only traffic between the hosts' own addresses crosses them."""
+    hops = sc.levels.get("hops", 0)
+    if not hops:
+        return None
+    if sc.levels["placement"] == "same-host":
+        if hops != factor_levels["hops"][0]:
+            return f"same-host traffic crosses no router; it is measured once, under hops={factor_levels['hops'][0]}"
+        return None
+    if sc.hosts != 2:
+        return f"router hops are built between exactly two hosts, and this experiment has {sc.hosts}"
+    if sc.levels["attach"] == "direct":
+        return ("a direct (SR-IOV-like) attachment puts the VMs on the hosts' L2 network, which the routers split; "
+                "use attach switch with an overlay that tunnels over IP (e.g. vxlan), or attach host")
+    if sc.levels["attach"] == "switch" and sc.elements["overlay"].name in ("none", "vlan"):
+        return (f"with overlay {sc.labels['overlay']} the VMs share the hosts' L2 network, which the routers split; "
+                f"use an overlay that tunnels over IP (e.g. vxlan), or attach host")
+    return None
+
+
 def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     attach, placement = sc.levels["attach"], sc.levels["placement"]
     if sc.hosts < 2 and placement == "cross-host":
@@ -312,6 +336,8 @@ def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
         return f"without encryption the scope does not matter; measured once, under encryption_scope={first_scope}"
     if attach == "host" and placement == "same-host":
         return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
+    if reason := _hops_problem(sc, factor_levels):
+        return reason
     if sc.levels["ip_version"] == 6 and sc.vm_mtu < 1280:
         return f"IPv6 needs an MTU of at least 1280 but the VM MTU would be {sc.vm_mtu}; raise mtu or use mtu_policy raise-underlay"
     if sc.vm_mtu < 576:

@@ -123,7 +123,7 @@ def _block(b: Block, images: Images) -> str:
     if isinstance(b, FigureData):
         data = base64.b64encode(images.get(b, "png")).decode("ascii")
         return (f'<figure id="fig-{e(b.name)}"><img src="data:image/png;base64,{data}" alt="{e(b.title)}">'
-                f"<figcaption>{e(b.caption or b.title)}</figcaption></figure>")
+                f"<figcaption><strong>{e(b.title)}.</strong> {e(b.caption)}</figcaption></figure>")
     if isinstance(b, Fold):
         return f"<details><summary>{e(b.summary)}</summary>{_blocks(b.blocks, images)}</details>"
     raise TypeError(f"unknown report block {type(b).__name__}")
@@ -171,7 +171,7 @@ def _md(b: Block, links: dict[str, str], level: int) -> str:
     if isinstance(b, FigureData):
         if b.name not in links:
             return ""
-        return f"![{_esc(b.title)}]({links[b.name]})\n\n*{_esc(b.caption or b.title)}*"
+        return f"![{_esc(b.title)}]({links[b.name]})\n\n**{_esc(b.title)}.** {_esc(b.caption)}"
     if isinstance(b, Fold):
         return "\n\n".join([f"{'#' * level} {_esc(b.summary)}", *(_md(x, links, level + 1) for x in b.blocks)])
     raise TypeError(f"unknown report block {type(b).__name__}")

@@ -45,6 +45,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("net_rx_softirqs_per_s", "1/s", "lower", "NET_RX soft interrupts per second, whole machine"),
     Metric("net_tx_softirqs_per_s", "1/s", "lower", "NET_TX soft interrupts per second, whole machine"),
     Metric("process_cpu_ratio", "ratio", "lower", "CPU time of one datapath process (1.0 = one core)"),
+    Metric("sender_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's sending process(es) over the "
+                                                 "test, as iperf3 reports it (1.0 = one core)"),
+    Metric("receiver_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's receiving process(es) over "
+                                                   "the test, as iperf3 reports it (1.0 = one core)"),
     Metric("if_rx_packets_per_s", "1/s", "none", "packets received per second on an interface"),
     Metric("if_tx_packets_per_s", "1/s", "none", "packets sent per second on an interface"),
     Metric("if_drops", "1", "lower", "packets dropped on an interface during the trial"),

@@ -26,11 +26,13 @@ TOPOLOGY_FACTORS = {
     "mtu": "MTU of the underlay (the hosts' NICs), bytes",
     "ip_version": "4 or 6: the address family the workloads use",
     "mtu_policy": "lower-vm (cloud default: VM MTU = MTU - tunnel overhead) or raise-underlay",
+    "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
 }
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
+    "hops": 0,
 }
 CHOICES = {
     "placement": ("same-host", "cross-host"),

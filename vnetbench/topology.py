@@ -81,8 +81,18 @@ class Topology:
     def vms(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.role == "vm"]
 
+    @property
+    def hops(self) -> int:
+        """Routers between h1 and h2 (the `hops` factor); 0: the hosts share one link."""
+        return self.sc.levels.get("hops", 0) if self.sc.hosts == 2 else 0
+
     def host_ip(self, host: str) -> str:
+        if self.hops and host == "h2":  # across routers: the last link's subnet, 10.250.<hops>.0/24
+            return f"10.250.{self.hops}.2"
         return f"{UNDERLAY_NET}.{int(host[1:])}"
+
+    def _host_v6(self, h: int) -> str:
+        return f"fd00:250:{self.hops}::2" if self.hops and h == 2 else f"fd00:250::{h}"
 
     def transport_ip(self, host: str) -> str:
         """The address other hosts send overlay traffic to: the underlay address, unless a host-to-host
@@ -135,9 +145,11 @@ class Topology:
         sc = self.sc
         for h in range(1, sc.hosts + 1):
             node = self._add(f"h{h}", "host")
-            node.v4, node.v6 = self.host_ip(node.label), f"fd00:250::{h}"
+            node.v4, node.v6 = self.host_ip(node.label), self._host_v6(h)
         if sc.hosts > 2:
             self._add("tor", "switch")
+        for k in range(1, self.hops + 1):
+            self._add(f"r{k}", "router")
         server_host = "h2" if sc["placement"] == "cross-host" else "h1"
         for k in range(1, sc["pairs"] + 1):
             tenant = (k - 1) % sc.tenants + 1
@@ -180,7 +192,9 @@ class Topology:
     def _underlay(self) -> None:
         mtu = self.sc.underlay_mtu
         up = self.ifname("u")
-        if len(self.hosts) == 2:
+        if len(self.hosts) == 2 and self.hops:
+            self._routers(mtu)
+        elif len(self.hosts) == 2:
             self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {up} netns {self.ns('h2')}")
         elif len(self.hosts) == 1:  # a NIC with nothing behind it, so direct attachments have a parent
             self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {self.ifname('x')} netns {self.ns('h1')}")
@@ -199,10 +213,41 @@ class Topology:
                 self.batch("tc", h.label, f"qdisc add dev {up} root tbf rate {self.sc.underlay_rate}bit "
                                           f"burst {burst} latency 50ms")
 
+    def _routers(self, mtu: int) -> None:
+        """h1 - r1 - ... - rN - h2: link k (0..N) is the subnet 10.250.k.0/24 (fd00:250:k::/64), its west end .1
+        and its east end .2. Each router forwards and has a route to every subnet beyond its neighbours; the hosts
+        get a default route (underlay_address). The hosts' NICs keep their name (u); a router's are w and e."""
+        n, up = self.hops, self.ifname("u")
+        for k in range(n + 1):
+            west, wdev = ("h1", up) if k == 0 else (f"r{k}", self.ifname("e"))
+            east, edev = ("h2", up) if k == n else (f"r{k + 1}", self.ifname("w"))
+            self.ip(ROOT, f"link add {wdev} netns {self.ns(west)} type veth peer name {edev} netns {self.ns(east)}")
+        for k in range(1, n + 1):
+            w, e = self.ifname("w"), self.ifname("e")
+            lines = [f"link set {w} mtu {mtu} up", f"link set {e} mtu {mtu} up",
+                     f"addr add 10.250.{k - 1}.2/24 dev {w}", f"addr add fd00:250:{k - 1}::2/64 dev {w} nodad",
+                     f"addr add 10.250.{k}.1/24 dev {e}", f"addr add fd00:250:{k}::1/64 dev {e} nodad"]
+            for j in range(n + 1):
+                if j < k - 1:
+                    lines += [f"route add 10.250.{j}.0/24 via 10.250.{k - 1}.1 dev {w} onlink",
+                              f"route add fd00:250:{j}::/64 via fd00:250:{k - 1}::1 dev {w} onlink"]
+                elif j > k:
+                    lines += [f"route add 10.250.{j}.0/24 via 10.250.{k}.2 dev {e} onlink",
+                              f"route add fd00:250:{j}::/64 via fd00:250:{k}::2 dev {e} onlink"]
+            self.ip(f"r{k}", *lines)
+        for k in range(1, n + 1):
+            self.run(f"r{k}", ["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])
+
     def underlay_address(self, host: str, dev: str) -> None:
-        """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it)."""
+        """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it). Across routers
+        (hops), the host also gets a default route to its neighbouring router."""
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
+        if self.hops and host in ("h1", "h2"):
+            k = 0 if host == "h1" else self.hops
+            end = 2 if host == "h1" else 1  # the router's end of the host's link
+            self.ip(host, f"link set {dev} up", f"route add default via 10.250.{k}.{end} dev {dev} onlink",
+                    f"route add default via fd00:250:{k}::{end} dev {dev} onlink")
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",

@@ -11,6 +11,12 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
   forward test. Receiver-side series come from whichever side received: interval sums with sender=false, in the
   client JSON for the reverse direction and in server_output_json (the server runs with -J) for the forward one.
 - With -J, iperf3 exits 0 even when it fails (e.g. connection refused): the failure is only the "error" key.
+- end.cpu_utilization_percent: host_total is the client process's CPU time over the test's wall time, remote_total
+  the server's (100 = one core; iperf3 3.12 is single-threaded). The client sends unless -R: sender_cpu_ratio and
+  receiver_cpu_ratio follow the direction. With --bidir both processes send and receive: no CPU samples.
+- One iperf3 process takes at most 128 streams (-P). `processes` runs several client/server pairs on consecutive
+  ports, splitting the streams; their end sums are added up (rates, bytes, packets, CPU) into one set of samples
+  per pair, and their interval series are summed interval by interval.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import math
 import time
 from typing import Any, Literal, Sequence
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..sample import Sample
 from ..units import parse_rate
@@ -30,6 +36,7 @@ from .ping import collect_ping, parse_ping, ping_argv
 PING_INTERVAL_S = 0.2
 MIN_INTERVAL_S = 0.05  # iperf3's shortest -i is 0.1 s
 MAX_UDP_RATE = 100_000_000_000  # UDP is never sent unbounded (-b 0): cap the offered rate at 100 Gbit/s
+MAX_STREAMS_PER_PROCESS = 128  # iperf3 3.12 refuses -P above 128
 
 
 def _direction(doc: dict, bidir_reverse: bool) -> str:
@@ -76,16 +83,83 @@ def _interval_samples(doc: dict, meta: dict) -> list[Sample]:
     return out
 
 
-def parse_iperf3(text: str, **meta: Any) -> list[Sample]:
-    """Samples of one client's JSON output; raises WorkloadError if iperf3 reported an error."""
+def _cpu_samples(doc: dict, meta: dict) -> list[Sample]:
+    """sender_cpu_ratio and receiver_cpu_ratio (1.0 = one core); none for --bidir, where both sides do both."""
+    cpu, end = doc["end"].get("cpu_utilization_percent"), doc["end"]
+    if not cpu or "sum_received_bidir_reverse" in end:
+        return []
+    reverse = bool(doc["start"]["test_start"].get("reverse"))
+    sender, receiver = ("remote_total", "host_total") if reverse else ("host_total", "remote_total")
+    m = meta | {"direction": "reverse" if reverse else "forward"}
+    return [Sample.of("sender_cpu_ratio", cpu[sender] / 100, **m),
+            Sample.of("receiver_cpu_ratio", cpu[receiver] / 100, **m)]
+
+
+def _load(text: str) -> dict:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
         raise WorkloadError(f"iperf3 printed no JSON: {text.strip()[-300:]}") from None
     if doc.get("error"):
         raise WorkloadError(f"iperf3: {doc['error']}")
-    udp = doc["start"]["test_start"]["protocol"] == "UDP"
-    return _end_samples(doc, udp, meta) + _interval_samples(doc, meta)
+    return doc
+
+
+def _udp(doc: dict) -> bool:
+    return doc["start"]["test_start"]["protocol"] == "UDP"
+
+
+def parse_iperf3(text: str, **meta: Any) -> list[Sample]:
+    """Samples of one client's JSON output; raises WorkloadError if iperf3 reported an error."""
+    doc = _load(text)
+    return _end_samples(doc, _udp(doc), meta) + _cpu_samples(doc, meta) + _interval_samples(doc, meta)
+
+
+def _merge_end(ends: list[dict]) -> dict:
+    """One `end` whose sums add up those of several processes (rates, bytes, packets, retransmits, CPU); UDP
+    jitter is the mean weighted by each receiver's packets."""
+    out: dict = {}
+    for key in ("sum_received", "sum_sent", "sum_received_bidir_reverse", "sum_sent_bidir_reverse"):
+        parts = [e.get(key) for e in ends]
+        if any(x is None for x in parts):
+            continue
+        total = {f: sum(x.get(f, 0) for x in parts) for f in ("bits_per_second", "bytes", "retransmits", "packets",
+                                                                "lost_packets")}
+        if all("jitter_ms" in x for x in parts):
+            weights = [x.get("packets", 0) or 1 for x in parts]
+            total["jitter_ms"] = sum(x["jitter_ms"] * w for x, w in zip(parts, weights)) / sum(weights)
+        out[key] = total
+    cpus = [e.get("cpu_utilization_percent") for e in ends]
+    if all(cpus):
+        out["cpu_utilization_percent"] = {k: sum(c[k] for c in cpus) for k in ("host_total", "remote_total")}
+    return out
+
+
+def _sum_series(series: list[list[Sample]], meta: dict) -> list[Sample]:
+    """The processes' interval series added up interval by interval (they start within milliseconds of each
+    other); t is the mean of their interval ends. Intervals missing in any process are left out."""
+    out = []
+    for direction in ("forward", "reverse"):
+        per = [[s for s in one if s.metadata["direction"] == direction] for one in series]
+        for points in zip(*per):
+            out.append(Sample.of("throughput_interval_bps", sum(s.value for s in points),
+                                 t=sum(s.t for s in points) / len(points), direction=direction, **meta))
+    return out
+
+
+def parse_iperf3_processes(texts: Sequence[str], **meta: Any) -> list[Sample]:
+    """Samples of one pair whose streams were split over several client processes (one JSON output each):
+    the same metrics as one process gives, summed; metadata says how many processes, their server ports and
+    streams (as each iperf3 reported them)."""
+    docs = [_load(t) for t in texts]
+    if len(docs) == 1:
+        return parse_iperf3(texts[0], **meta)
+    m = meta | {"processes": len(docs),
+                "ports": [d["start"]["connected"][0]["remote_port"] for d in docs],
+                "process_streams": [d["start"]["test_start"]["num_streams"] for d in docs]}
+    merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
+    series = _sum_series([_interval_samples(d, meta) for d in docs], m)
+    return _end_samples(merged, _udp(docs[0]), m) + _cpu_samples(merged, m) + series
 
 
 def aggregate(samples: Sequence[Sample]) -> list[Sample]:
@@ -100,7 +174,10 @@ def aggregate(samples: Sequence[Sample]) -> list[Sample]:
 class Iperf3Params(Params):
     type: Literal["iperf3"] = "iperf3"
     protocol: Literal["tcp", "udp"] = "tcp"
-    streams: int = Field(1, ge=1, le=128, description="parallel streams per pair (-P)")
+    streams: int = Field(1, ge=1, le=4096, description="parallel streams per pair (-P), split over `processes`")
+    processes: int | Literal["auto"] = Field(
+        1, description="iperf3 client/server process pairs per pair, on consecutive ports, sharing the streams (each "
+                       "takes at most 128); auto: as few as that allows")
     direction: Literal["uni", "reverse", "bidir"] = "uni"
     # iperf3 3.12 reads -t and -O with atoi: 0.5 would become 0, which means "run forever". Whole seconds only.
     duration: int = Field(10, ge=1, le=3600, description="seconds measured (-t)")
@@ -124,6 +201,28 @@ class Iperf3Params(Params):
             raise ValueError("a UDP datagram carries at most 65507 bytes")
         return v
 
+    @property
+    def n_processes(self) -> int:
+        return math.ceil(self.streams / MAX_STREAMS_PER_PROCESS) if self.processes == "auto" else self.processes
+
+    @model_validator(mode="after")
+    def _split(self) -> "Iperf3Params":
+        n = self.n_processes
+        if not 1 <= n <= 64:
+            raise ValueError("processes is a whole number from 1 to 64, or auto")
+        if n > self.streams:
+            raise ValueError(f"{n} processes need at least {n} streams (each process runs one or more)")
+        if math.ceil(self.streams / n) > MAX_STREAMS_PER_PROCESS:
+            raise ValueError(f"iperf3 takes at most {MAX_STREAMS_PER_PROCESS} streams per process: {self.streams} "
+                             f"streams need processes >= {math.ceil(self.streams / MAX_STREAMS_PER_PROCESS)} "
+                             f"(or processes: auto)")
+        return self
+
+    def process_streams(self) -> list[int]:
+        """Streams of each process: as even as possible, the first ones take the remainder."""
+        n = self.n_processes
+        return [self.streams // n + (k < self.streams % n) for k in range(n)]
+
 
 @register
 class Iperf3(Workload):
@@ -134,17 +233,18 @@ class Iperf3(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + self.params.omit + 1
 
-    def _port(self, pair: Pair) -> int:
-        return self.params.port + pair.index - 1
+    def _port(self, pair: Pair, k: int = 0) -> int:
+        """Process k of pair i listens on port + (i - 1) * processes + k: one process, port + i - 1."""
+        return self.params.port + (pair.index - 1) * self.params.n_processes + k
 
-    def _server(self, pair: Pair) -> list[str]:
+    def _server(self, pair: Pair, k: int = 0) -> list[str]:
         # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself.
-        return ["iperf3", "-s", "-1", "-J", "-p", str(self._port(pair))]
+        return ["iperf3", "-s", "-1", "-J", "-p", str(self._port(pair, k))]
 
-    def _client(self, pair: Pair) -> list[str]:
+    def _client(self, pair: Pair, k: int = 0) -> list[str]:
         p, addr = self.params, pair.server.addr
-        argv = ["iperf3", "-c", addr, "-p", str(self._port(pair)), "-J", "--get-server-output",
-                "-t", str(p.duration), "-i", f"{p.interval:g}", "-P", str(p.streams)]
+        argv = ["iperf3", "-c", addr, "-p", str(self._port(pair, k)), "-J", "--get-server-output",
+                "-t", str(p.duration), "-i", f"{p.interval:g}", "-P", str(p.process_streams()[k])]
         argv += ["-6"] if ":" in addr else []
         argv += ["-O", str(p.omit)] if p.omit else []
         argv += ["-u", "-b", str(p.udp_rate)] if p.protocol == "udp" else []
@@ -158,40 +258,47 @@ class Iperf3(Workload):
         return ping_argv(pair.server.addr, math.ceil(seconds / PING_INTERVAL_S), PING_INTERVAL_S, 56, seconds + 1)
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
-        cmds = [Command(p.server.node.name, self._server(p), background=True) for p in pairs]
-        cmds += [Command(p.client.node.name, self._client(p)) for p in pairs]
+        procs = range(self.params.n_processes)
+        cmds = [Command(p.server.node.name, self._server(p, k), background=True) for p in pairs for k in procs]
+        cmds += [Command(p.client.node.name, self._client(p, k), background=k < procs[-1]) for p in pairs for k in procs]
         if self.params.latency == "ping":
             cmds += [Command(p.client.node.name, self._ping(p), background=True) for p in pairs]
         return cmds
 
-    def _await_server(self, pair: Pair, proc) -> None:
+    def _await_server(self, pair: Pair, proc, k: int = 0) -> None:
         try:
-            wait_listening(pair.server.node, self._port(pair))
+            wait_listening(pair.server.node, self._port(pair, k))
         except WorkloadError as exc:
             if proc.poll() is None:
                 raise
             said = " ".join(stop(proc)).strip()[-300:]
-            raise WorkloadError(f"iperf3 server pair {pair.index} exited: {said}") from exc
+            raise WorkloadError(f"iperf3 server pair {pair.index}{_nth(k, self.params)} exited: {said}") from exc
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         p = self.params
+        procs = range(p.n_processes)
         servers, clients, pings = [], [], []  # appended one by one, so a failed spawn still stops the others
         try:
             for pair in pairs:
-                servers.append(pair.server.node.spawn(self._server(pair), label=f"iperf3 server pair {pair.index}"))
-            for pair, server in zip(pairs, servers):
-                self._await_server(pair, server)
+                for k in procs:
+                    servers.append((pair, k, pair.server.node.spawn(
+                        self._server(pair, k), label=f"iperf3 server pair {pair.index}{_nth(k, p)}")))
+            for pair, k, server in servers:
+                self._await_server(pair, server, k)
             for pair in pairs:
-                clients.append(pair.client.node.spawn(self._client(pair), label=f"iperf3 client pair {pair.index}"))
+                for k in procs:
+                    clients.append((pair, k, pair.client.node.spawn(
+                        self._client(pair, k), label=f"iperf3 client pair {pair.index}{_nth(k, p)}")))
                 if p.latency == "ping":
                     pings.append(pair.client.node.spawn(self._ping(pair), label=f"ping under load pair {pair.index}"))
             end = time.monotonic() + p.duration + p.omit + 10
-            samples = [s for pair, proc in zip(pairs, clients) for s in _client_samples(pair, proc, end)]
+            samples = [s for pair in pairs
+                       for s in _client_samples(pair, [(k, c) for q, k, c in clients if q is pair], end, p)]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 samples += parse_ping(out, "rtt_loaded_s", pair=pair.index)  # + loss, jitter
         finally:
-            for proc in [*clients, *pings, *servers]:
+            for proc in [*(c for *_, c in clients), *pings, *(s for *_, s in servers)]:
                 stop(proc)
         return samples + aggregate(samples)
 
@@ -200,10 +307,18 @@ def _left(end: float) -> float:
     return max(end - time.monotonic(), 1.0)
 
 
-def _client_samples(pair: Pair, proc, end: float) -> list[Sample]:
-    what = f"iperf3 pair {pair.index}"
-    out, _ = finish(proc, _left(end), what)
-    try:
-        return parse_iperf3(out, pair=pair.index)
-    except WorkloadError as exc:
-        raise WorkloadError(f"{what}: {exc}") from None
+def _nth(k: int, params: Iperf3Params) -> str:
+    return f" process {k + 1}/{params.n_processes}" if params.n_processes > 1 else ""
+
+
+def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -> list[Sample]:
+    outs = []
+    for k, proc in procs:  # every process ran for the same seconds: one deadline for all
+        what = f"iperf3 pair {pair.index}{_nth(k, params)}"
+        out, _ = finish(proc, _left(end), what)
+        try:
+            _load(out)
+        except WorkloadError as exc:
+            raise WorkloadError(f"{what}: {exc}") from None
+        outs.append(out)
+    return parse_iperf3_processes(outs, pair=pair.index)

@@ -1,0 +1,399 @@
+"""S1 — IPsec combined with SR-IOV: the study's Tables I..V, a figure, and its findings checked on this campaign.
+
+Scenarios are recognised by their levels, not their order: CS = attach host; Reference = attach switch without
+encryption; IPsec = attach switch with encryption; SR-IOV = attach direct without encryption; IPsec+SR-IOV = attach
+direct with encryption. Workload entries are recognised by size: of the ping entries the smallest payload gives TR
+and the largest TRS; of the iperf3 entries the smallest message gives TT and the largest TTS.
+
+Per-mechanism processing rate (the study's derivation): for a mechanism M added on top of scenario B,
+diff = median(B+M) - median(B), the one-way cost t = diff / 2 and the processing rate TP = 1 / t packets per ms.
+A difference is called significant when stats.compare says so (Mann-Whitney p < 0.05 and disjoint 95% CIs of the
+mean, over the individual echoes); otherwise its cells carry "(n.s.)".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from ..stats import Summary, compare, summarize  # noqa: E402
+from ..store import Store  # noqa: E402
+from . import register  # noqa: E402
+from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
+from .campaign_data import CampaignData, load, missing_text  # noqa: E402
+
+# role, attach level, encrypted?, what it is, what it adds over which scenario
+ROLES = (
+    ("CS", "host", False, "host A to host B directly, no virtualization (the 'simple connection')", "—"),
+    ("Reference", "switch", False, "VM1 and VM3 joined through the virtual switch ({switch}) on each host, no security",
+     "the virtual switch, over CS"),
+    ("IPsec", "switch", True, "Reference plus an IPsec security association VM1<->VM3 ({encryption})",
+     "IPsec, over Reference"),
+    ("SR-IOV", "direct", False, "each VM on a direct NIC path, no virtual switch (macvlan: the SR-IOV VF stand-in)",
+     "a direct NIC path instead of the switch, over CS"),
+    ("IPsec+SR-IOV", "direct", True, "SR-IOV plus the IPsec security association VM1<->VM3 ({encryption})",
+     "IPsec, over SR-IOV"),
+)
+# mechanism, scenario with it, scenario without it
+MECHANISMS = (
+    ("OvS (virtual switch)", "Reference", "CS"),
+    ("SR-IOV (direct NIC path)", "SR-IOV", "CS"),
+    ("IPsec", "IPsec", "Reference"),
+    ("IPsec on SR-IOV", "IPsec+SR-IOV", "SR-IOV"),
+)
+CV_LIMIT = 0.02  # the study: the standard deviation was over 2 % of the mean everywhere
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def rate(x: float) -> str:
+    """Three significant digits without exponent: 10.0, 1.23, 456, 12345."""
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def pps(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else rate(x)
+
+
+@dataclass
+class Measure:
+    """One study metric (TR, TRS, TT or TTS) of one scenario."""
+    values: list[float]          # SI: seconds for TR/TRS, packets/s for TT/TTS
+    summary: Summary | None
+    missing: str = ""            # "n/a (...)" when there are no values
+
+    @property
+    def ok(self) -> bool:
+        return self.summary is not None
+
+
+def _measure(values: list[float], missing: str) -> Measure:
+    return Measure(values, summarize(values)) if values else Measure([], None, missing)
+
+
+@dataclass
+class Entries:
+    tr: int | None
+    trs: int | None
+    tt: int | None
+    tts: int | None
+    tr_size: int = 0             # payload bytes (ping -s / iperf3 -l)
+    trs_size: int = 0
+    tt_size: int = 0
+    tts_size: int = 0
+    tt_proto: str = "udp"
+    tts_proto: str = "tcp"
+
+
+def _entries(data: CampaignData) -> Entries:
+    pings = sorted(data.entries("ping").items(), key=lambda kv: kv[1].get("ping_size", 56))
+    perfs = sorted(data.entries("iperf3").items(), key=lambda kv: kv[1].get("message_size") or 131072)
+    e = Entries(None, None, None, None)
+    if pings:
+        small, large = pings[0], pings[-1]
+        if len(pings) > 1 or small[1].get("ping_size", 56) < 1472:
+            e.tr, e.tr_size = small[0], small[1].get("ping_size", 56)
+        if len(pings) > 1 or large[1].get("ping_size", 56) >= 1472:
+            e.trs, e.trs_size = large[0], large[1].get("ping_size", 56)
+    if perfs:
+        small, large = perfs[0], perfs[-1]
+        if len(perfs) > 1 or (small[1].get("message_size") or 131072) < 1472:
+            e.tt, e.tt_size, e.tt_proto = small[0], small[1].get("message_size") or 0, small[1].get("protocol", "tcp")
+        if len(perfs) > 1 or (large[1].get("message_size") or 131072) >= 1472:
+            e.tts, e.tts_size, e.tts_proto = large[0], large[1].get("message_size") or 0, large[1].get("protocol", "tcp")
+    return e
+
+
+def _find(data: CampaignData, attach: str, encrypted: bool) -> dict | None:
+    for sc in data.scenarios.values():
+        labels = sc["labels"]
+        if labels.get("attach") == attach and (labels.get("encryption", "none") != "none") == encrypted:
+            return sc
+    return None
+
+
+@register
+class S1(Analysis):
+    name = "s1"
+    title = "S1 — IPsec combined with SR-IOV: response times, transfer rates, per-mechanism processing rates"
+
+    def run(self, store: Store, campaign: int) -> AnalysisResult:
+        data = load(store, campaign)
+        e = _entries(data)
+        scen = {role: _find(data, attach, enc) for role, attach, enc, *_ in ROLES}
+        m: dict[tuple[str, str], Measure] = {}
+        for role, sc in scen.items():
+            for key, entry, metric, size in (("TR", e.tr, "rtt_s", 0), ("TRS", e.trs, "rtt_s", 0),
+                                             ("TT", e.tt, "throughput_bps", e.tt_size),
+                                             ("TTS", e.tts, "throughput_bps", e.tts_size)):
+                if entry is None:
+                    m[(role, key)] = Measure([], None, f"n/a (the campaign has no {key} workload)")
+                    continue
+                if sc is None or sc["status"] != "done" and not data.values(sc["idx"], entry, metric):
+                    m[(role, key)] = Measure([], None, missing_text(sc, data, entry))
+                    continue
+                vals = data.values(sc["idx"], entry, metric)
+                if size:
+                    vals = [v / (8 * size) for v in vals]  # goodput bit/s -> messages (packets) per second
+                elif metric == "throughput_bps":
+                    vals = []
+                m[(role, key)] = _measure(vals, missing_text(sc, data, entry))
+        loss = {role: (data.values(sc["idx"], e.tt, "udp_loss_ratio") if sc and e.tt is not None else [])
+                for role, sc in scen.items()}
+        mech = {(name, key): self._mechanism(m[(with_, key)], m[(base, key)], with_, base)
+                for name, with_, base in MECHANISMS for key in ("TR", "TRS")}
+        result = AnalysisResult()
+        result.tables = [self._table1(data, scen), self._table2(m, e), self._table3(m, loss, e),
+                         self._table4(mech, e), self._table5(mech, e)]
+        result.figures = [self._figure_rt(m, e), self._figure_tt(m, e)]
+        result.findings = self._findings(m, mech, scen, loss)
+        return result
+
+    # ---- mechanisms --------------------------------------------------------------------------------------
+    @staticmethod
+    def _mechanism(with_: Measure, base: Measure, with_name: str, base_name: str) -> dict:
+        if not with_.ok or not base.ok:
+            which = [(n, x) for n, x in ((with_name, with_), (base_name, base)) if not x.ok]
+            name, x = which[0]
+            return {"ok": False, "missing": f"n/a ({name}: {x.missing.removeprefix('n/a (').removesuffix(')')})"}
+        diff = with_.summary.median - base.summary.median
+        t = diff / 2
+        sig = compare(with_.values, base.values).significant if min(len(with_.values), len(base.values)) > 1 else False
+        return {"ok": True, "diff": diff, "t": t, "tp": 1 / (t * 1e3) if t > 0 else math.inf, "significant": sig}
+
+    # ---- tables ------------------------------------------------------------------------------------------
+    def _table1(self, data: CampaignData, scen: dict) -> TableData:
+        rows, userspace = [], []
+        for role, attach, enc, what, adds in ROLES:
+            sc = scen[role]
+            labels = sc["labels"] if sc else {}
+            text = what.format(switch=labels.get("switch", "ovs"), encryption=labels.get("encryption", "ipsec"))
+            impl = " + ".join(v for v in (sc or {}).get("implementation", {}).values() if v and v != "none") \
+                if sc else ""
+            if "libipsec" in impl or "userspace" in impl or "netdev" in impl:
+                userspace.append(role)
+            if sc and sc["status"] == "done":
+                reps = len({t["repetition"] for t in data.trials.values() if t["scenario"] == sc["idx"]})
+                status = f"measured ({reps} repetition{'s' if reps != 1 else ''})"
+            else:
+                status = missing_text(sc, data)
+            rows.append([role, text, adds, impl or "-", status])
+        note = ("Every scenario runs between VM1 on host A and VM3 on host B (placement cross-host). The SR-IOV virtual "
+                "function is emulated by a macvlan of the host NIC: like a VF it bypasses the host's virtual switch.")
+        if userspace:
+            note += (" Userspace datapaths in this campaign (" + ", ".join(userspace) + "): their costs include the "
+                     "trips between kernel and user space, so absolute numbers are not the kernel datapaths' costs.")
+        return TableData("Table I — Scenarios and what each adds", ["scenario", "what it is", "adds", "implementation",
+                                                                   "status"], rows, note)
+
+    @staticmethod
+    def _cells(x: Measure, fmt, first: bool) -> list[str]:
+        if not x.ok:
+            return [x.missing if first else "n/a", "n/a"]
+        return [fmt(x.summary.median), fmt(x.summary.iqr)]
+
+    def _table2(self, m: dict, e: Entries) -> TableData:
+        rows = []
+        for role, *_ in ROLES:
+            tr, trs = m[(role, "TR")], m[(role, "TRS")]
+            cells = self._cells(tr, ms, True) + self._cells(trs, ms, not tr.ok and trs.missing != tr.missing or tr.ok)
+            n = f"{len(tr.values)} / {len(trs.values)}"
+            cv = " / ".join(f"{x.summary.cv * 100:.1f} %" if x.ok and x.summary.n > 1 else "-" for x in (tr, trs))
+            rows.append([role, *cells, n, cv])
+        return TableData(
+            "Table II — Response times: median and inter-quartile range of the ICMP echoes (ms)",
+            ["scenario", f"TR median ({e.tr_size + 8} B)", "TR IQR", f"TRS median ({e.trs_size + 8} B)", "TRS IQR",
+             "echoes (TR / TRS)", "CV (TR / TRS)"], rows,
+            f"TR: ping with a {e.tr_size}-byte payload ({e.tr_size + 8}-byte ICMP message), unsaturated; TRS: "
+            f"{e.trs_size}-byte payload ({e.trs_size + 8}-byte ICMP message, the largest ping allows), saturated. "
+            "Medians and IQRs over every echo of every repetition, as the study reports them (its standard deviation "
+            "was over 2 % of the mean everywhere, and more samples did not reduce it: CV is shown for comparison).")
+
+    def _table3(self, m: dict, loss: dict, e: Entries) -> TableData:
+        rows = []
+        for role, *_ in ROLES:
+            tt, tts = m[(role, "TT")], m[(role, "TTS")]
+            lost = f"{sorted(loss[role])[len(loss[role]) // 2] * 100:.1f} %" if loss[role] and tt.ok else "n/a"
+            rows.append([role, *self._cells(tt, pps, True), lost,
+                         *self._cells(tts, pps, tt.ok or tts.missing != tt.missing)])
+        tt_what = (f"UDP datagrams of {e.tt_size + 8} bytes ({e.tt_size}-byte payload + 8-byte header, IP packet "
+                   f"{e.tt_size + 28} bytes) offered at a bounded rate above what the paths carry, counted at the "
+                   f"receiver: TT = receiver goodput / ({e.tt_size} bytes x 8)") if e.tt_proto == "udp" else \
+            f"{e.tt_proto.upper()} goodput at the receiver / ({e.tt_size} bytes x 8)"
+        tts_what = (f"{e.tts_proto.upper()} goodput at the receiver, written in {e.tts_size}-byte messages, expressed "
+                    f"in {e.tts_size + 8}-byte packets: TTS = goodput / ({e.tts_size} bytes x 8). "
+                    + ("TCP rather than UDP because a datagram of that size leaves as dozens of IP fragments and, above "
+                       "the path's capacity, one lost fragment loses it: the UDP receiver count collapses with the "
+                       "offered rate instead of measuring the path." if e.tts_proto == "tcp" else ""))
+        return TableData(
+            "Table III — Transfer rates converted to packets per second",
+            ["scenario", f"TT median ({e.tt_size + 8} B packets/s)", "TT IQR", "TT datagram loss (median)",
+             f"TTS median ({e.tts_size + 8} B packets/s)", "TTS IQR"], rows,
+            f"TT: {tt_what}. TTS: {tts_what} One value per transfer test (repetition); median and IQR over them.")
+
+    @staticmethod
+    def _mech_cells(x: dict, first: bool) -> list[str]:
+        if not x["ok"]:
+            return [x["missing"] if first else "n/a", "n/a"]
+        ns = "" if x["significant"] else " (n.s.)"
+        return [ms(x["diff"]) + ns, ms(x["t"]) + ns]
+
+    def _table4(self, mech: dict, e: Entries) -> TableData:
+        rows = []
+        for name, with_, base in MECHANISMS:
+            tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
+            rows.append([name, f"{with_} − {base}", *self._mech_cells(tr, True),
+                         *self._mech_cells(trs, tr["ok"] or trs.get("missing") != tr.get("missing"))])
+        return TableData(
+            "Table IV — Cost of each mechanism: difference of median response times and one-way cost t = diff / 2 (ms)",
+            ["mechanism", "measured as", "diff TR", "t TR (unsaturated)", "diff TRS", "t TRS (saturated)"], rows,
+            "diff = median response time of the scenario with the mechanism minus that of the scenario without it; "
+            "a round trip crosses the mechanism twice, so its one-way cost is t = diff / 2. '(n.s.)': the two "
+            "scenarios' echoes do not differ significantly (Mann-Whitney p >= 0.05 or overlapping 95% CIs of the mean).")
+
+    @staticmethod
+    def _tp_cell(x: dict, first: bool) -> str:
+        if not x["ok"]:
+            return x["missing"] if first else "n/a"
+        if x["t"] <= 0:
+            return "no cost measured (t ≤ 0)" + ("" if x["significant"] else " (n.s.)")
+        return rate(x["tp"]) + ("" if x["significant"] else " (n.s.)")
+
+    def _table5(self, mech: dict, e: Entries) -> TableData:
+        rows = []
+        for name, with_, base in MECHANISMS:
+            tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
+            rows.append([name, self._tp_cell(tr, True),
+                         self._tp_cell(trs, tr["ok"] or trs.get("missing") != tr.get("missing"))])
+        return TableData(
+            "Table V — Processing rate of each mechanism TP = 1 / t (packets per ms)",
+            ["mechanism", f"TP unsaturated ({e.tr_size + 8} B, from TR)", f"TP saturated ({e.trs_size + 8} B, from TRS)"],
+            rows, "TP = 1 / t with t in ms: how many packets per millisecond the mechanism alone could process. The "
+                  "lowest TP in a column is that regime's bottleneck. A mechanism whose t is zero or negative showed no "
+                  "cost at this resolution.")
+
+    # ---- figures -----------------------------------------------------------------------------------------
+    @staticmethod
+    def _bars(ax, m: dict, key: str, scale: float, ylabel: str, title: str) -> None:
+        names = [role for role, *_ in ROLES]
+        for i, role in enumerate(names):
+            x = m[(role, key)]
+            if x.ok:
+                s = x.summary
+                ax.bar(i, s.median * scale, color=f"C{i}", alpha=0.85)
+                ax.errorbar(i, s.median * scale, yerr=[[(s.median - s.q1) * scale], [(s.q3 - s.median) * scale]],
+                            color="black", capsize=4, lw=1)
+            else:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", color="grey", fontsize=9)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+
+    def _figure_rt(self, m: dict, e: Entries) -> FigureData:
+        fig = Figure(figsize=(11, 4), layout="constrained")
+        a, b = fig.subplots(1, 2)
+        self._bars(a, m, "TR", 1e3, "ms", f"TR: {e.tr_size + 8}-byte echoes (unsaturated)")
+        self._bars(b, m, "TRS", 1e3, "ms", f"TRS: {e.trs_size + 8}-byte echoes (saturated)")
+        return FigureData("s1-response-times", "Response times TR and TRS per scenario", fig,
+                          "Bars: median of the echoes; whiskers: first to third quartile (the IQR). n/a: scenario "
+                          "skipped or without data (Table I says why).")
+
+    def _figure_tt(self, m: dict, e: Entries) -> FigureData:
+        fig = Figure(figsize=(11, 4), layout="constrained")
+        a, b = fig.subplots(1, 2)
+        self._bars(a, m, "TT", 1, "packets/s", f"TT: {e.tt_size + 8}-byte packets")
+        self._bars(b, m, "TTS", 1, "packets/s", f"TTS: {e.tts_size + 8}-byte packets")
+        return FigureData("s1-transfer-rates", "Transfer rates TT and TTS per scenario, in packets per second", fig,
+                          "Bars: median over the transfer tests; whiskers: IQR. Table III says how bandwidth was "
+                          "converted to packets.")
+
+    # ---- findings ----------------------------------------------------------------------------------------
+    def _findings(self, m: dict, mech: dict, scen: dict, loss: dict) -> list[str]:
+        out = []
+
+        def t_of(name, key):
+            x = mech[(name, key)]
+            return x["t"] if x["ok"] else None
+
+        def why(*keys) -> str:
+            gone = [mech[k]["missing"] for k in keys if not mech[k]["ok"]]
+            return gone[0] if gone else "n/a"
+
+        def tdesc(name, key):
+            x = mech[(name, key)]
+            return (f"{name} t = {ms(x['t'])} ms (TP {self._tp_cell(x, True)} packets/ms"
+                    f"{'' if x['significant'] else ', not significant'})")
+
+        # 1. IPsec is the bottleneck when saturated
+        others = [n for n, *_ in MECHANISMS if n not in ("IPsec", "IPsec on SR-IOV")]
+        ti = t_of("IPsec", "TRS")
+        to = {n: t_of(n, "TRS") for n in others if t_of(n, "TRS") is not None}
+        if ti is None or not to:
+            out.append(f"IPsec is the bottleneck when saturated: cannot be checked: {why(('IPsec', 'TRS'), ('OvS (virtual switch)', 'TRS'))}")
+        else:
+            yes = ti > max(to.values()) and mech[("IPsec", "TRS")]["significant"]
+            out.append(f"IPsec is the bottleneck when saturated: {'yes' if yes else 'no'} — "
+                       + "; ".join(tdesc(n, "TRS") for n in ["IPsec", *to]) + ".")
+        # 2. the virtual switch is the bottleneck when not saturated
+        tv, ti = t_of("OvS (virtual switch)", "TR"), t_of("IPsec", "TR")
+        if tv is None or ti is None:
+            out.append("The virtual switch is the bottleneck when not saturated: cannot be checked: "
+                       + why(("OvS (virtual switch)", "TR"), ("IPsec", "TR")))
+        else:
+            yes = tv > ti and mech[("OvS (virtual switch)", "TR")]["significant"]
+            out.append(f"The virtual switch is the bottleneck when not saturated: {'yes' if yes else 'no'} — "
+                       f"{tdesc('OvS (virtual switch)', 'TR')}; {tdesc('IPsec', 'TR')}.")
+        # 3. SR-IOV improves both response time and transfer rate (against the switched Reference)
+        parts, verdicts, gone = [], [], []
+        for key, lower in (("TR", True), ("TRS", True), ("TT", False), ("TTS", False)):
+            s, r = m[("SR-IOV", key)], m[("Reference", key)]
+            if not s.ok or not r.ok:
+                gone.append((s if not s.ok else r).missing)
+                continue
+            better = s.summary.median < r.summary.median if lower else s.summary.median > r.summary.median
+            sig = compare(s.values, r.values).significant if min(len(s.values), len(r.values)) > 1 else False
+            verdicts.append(better and sig)
+            fmt = (lambda v: f"{ms(v)} ms") if lower else (lambda v: f"{pps(v)} packets/s")
+            parts.append(f"{key} {fmt(s.summary.median)} vs {fmt(r.summary.median)}"
+                         f"{'' if sig else ' (n.s.)'}")
+        if not verdicts:
+            out.append(f"SR-IOV improves both response time and transfer rate: cannot be checked: {gone[0]}")
+        else:
+            verdict = "yes" if all(verdicts) and not gone else ("partly" if any(verdicts) else "no")
+            out.append(f"SR-IOV improves both response time and transfer rate (SR-IOV vs Reference): {verdict} — "
+                       + "; ".join(parts) + (f"; not measured: {gone[0]}" if gone else "") + ".")
+        # 4. SR-IOV cannot hide IPsec's cost when saturated
+        both, sriov = m[("IPsec+SR-IOV", "TRS")], m[("SR-IOV", "TRS")]
+        x = mech[("IPsec on SR-IOV", "TRS")]
+        tv = t_of("OvS (virtual switch)", "TRS")
+        if not x["ok"]:
+            out.append(f"SR-IOV cannot hide IPsec's cost when saturated: cannot be checked: {x['missing']}")
+        else:
+            yes = x["significant"] and x["t"] > 0 and (tv is None or x["t"] > tv)
+            text = (f"SR-IOV cannot hide IPsec's cost when saturated: {'yes' if yes else 'no'} — TRS IPsec+SR-IOV "
+                    f"{ms(both.summary.median)} ms vs SR-IOV {ms(sriov.summary.median)} ms; {tdesc('IPsec on SR-IOV', 'TRS')}")
+            if tv is not None:
+                text += f", against {tdesc('OvS (virtual switch)', 'TRS')}"
+            out.append(text + ".")
+        # 5. the dispersion that made the study use medians
+        groups = [(role, key) for role, *_ in ROLES for key in ("TR", "TRS") if m[(role, key)].ok
+                  and m[(role, key)].summary.n > 1]
+        over = [g for g in groups if m[g].summary.cv > CV_LIMIT]
+        if groups:
+            out.append(f"Dispersion: the standard deviation exceeds {CV_LIMIT:.0%} of the mean in {len(over)} of "
+                       f"{len(groups)} response-time groups (the study saw it everywhere, hence medians and IQRs).")
+        return out

@@ -1,0 +1,204 @@
+"""Normal web traffic: a private nginx (1.22) in each server VM, several client processes in each client VM.
+
+The server is a real web server, the one a tenant would run: nginx, event-driven, serving one static page with
+sendfile. Each instance is private to the trial: its own configuration, pid file, error log and temporary paths in
+a directory under the run's work directory (a temporary directory when there is no ledger), `daemon off` so the
+process vnetbench started is the master, stopped with SIGTERM (then its process group is killed) and the directory
+removed. Nothing is written under /etc/nginx, /var/log/nginx or /var/lib/nginx: the compiled-in error log is
+replaced with -e and every temporary path is set. Workers run as root because the work directory is root-only.
+
+The clients are `python -m vnetbench.httpclient` processes (standard library only, see that module): `clients` of
+them per pair, each making `rate` requests per second for `duration` seconds, a new connection per request
+(keepalive: false), staggered so the pair's requests are evenly spread. Every request's response time is kept.
+
+Samples, per pair: http_response_time_s for every successful request (t = when it started, seconds since the
+client's start; metadata client), http_requests_per_s (successful responses of all clients over `duration`, the
+window in which requests start: clients x rate when every request succeeds) and http_errors (requests that failed or got a wrong status or length).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal, Sequence
+
+from pydantic import Field
+
+from ..sample import Sample
+from . import register
+from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
+
+PAGE = "/index.html"
+CLIENT_SLACK_S = 15  # client start and stop on a loaded machine, beyond duration + timeout
+
+
+def parse_client(text: str, **meta) -> tuple[list[Sample], int, int, float]:
+    """One client's output -> (response-time samples of the successful requests, successes, failures, seconds
+    it ran). Raises WorkloadError if the output is not the client's."""
+    samples, ok, failed, duration = [], 0, 0, None
+    for line in text.splitlines():
+        if line.startswith("# duration "):
+            duration = float(line.split()[2])
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise WorkloadError(f"http client printed an unexpected line: {line[:200]!r}")
+        start, seconds, outcome = float(parts[0]), float(parts[1]), parts[2]
+        if outcome == "200":
+            ok += 1
+            samples.append(Sample.of("http_response_time_s", seconds, t=start, **meta))
+        else:
+            failed += 1
+    if duration is None or duration <= 0:
+        raise WorkloadError(f"http client printed no duration: {text.strip()[-300:]}")
+    return samples, ok, failed, duration
+
+
+def nginx_conf(workdir: Path, addr: str, port: int, workers: int) -> str:
+    listen = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    tmp = workdir / "tmp"
+    return f"""daemon off;
+master_process on;
+worker_processes {workers};
+user root;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 5;
+    types {{ text/html html; }}
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen {listen} backlog=4096;
+        root {workdir}/www;
+    }}
+}}
+"""
+
+
+class HttpParams(Params):
+    type: Literal["http"] = "http"
+    clients: int = Field(6, ge=1, le=64, description="client processes per pair, all at once")
+    rate: float = Field(10.0, gt=0, le=1000, description="requests per second each client makes")
+    duration: float = Field(10.0, ge=0.5, le=3600, description="seconds during which the clients send requests")
+    timeout: float = Field(2.0, gt=0, le=60, description="seconds one request may take before it counts as an error")
+    page_size: int = Field(4096, ge=1, le=10_000_000, description="bytes of the page served")
+    keepalive: bool = Field(False, description="each client keeps one connection (false: a new one per request)")
+    server_workers: int = Field(1, ge=1, le=16, description="nginx worker processes per server")
+    port: int = Field(8080, ge=1024, le=65000, description="server port of pair 1; pair i uses port + i - 1")
+
+
+@register
+class Http(Workload):
+    kind = "http"
+    Params = HttpParams
+    tool = "nginx"
+
+    def expected_duration(self) -> float:
+        return self.params.duration + 1.0
+
+    def _port(self, pair: Pair) -> int:
+        return self.params.port + pair.index - 1
+
+    def _dir(self, pair: Pair) -> Path:
+        ledger = pair.server.node.ledger
+        if ledger is not None:
+            return Path(ledger.work) / f"http-{pair.server.label}-{self._port(pair)}"
+        return Path(tempfile.gettempdir()) / f"vnetbench-http-{os.getpid()}-{self._port(pair)}"
+
+    def _server(self, pair: Pair) -> list[str]:
+        d = self._dir(pair)
+        return ["nginx", "-p", f"{d}/", "-e", f"{d}/error.log", "-c", f"{d}/nginx.conf"]
+
+    def _client(self, pair: Pair, k: int) -> list[str]:
+        p = self.params
+        phase = k / (p.clients * p.rate)  # client k of n: the pair's requests evenly spread
+        argv = [sys.executable, "-m", "vnetbench.httpclient", "--host", pair.server.addr, "--port", str(self._port(pair)),
+                "--path", PAGE, "--size", str(p.page_size), "--rate", f"{p.rate:g}", "--duration", f"{p.duration:g}",
+                "--timeout", f"{p.timeout:g}", "--phase", f"{phase:.6f}"]
+        return argv + (["--keepalive"] if p.keepalive else [])
+
+    def commands(self, pairs: Sequence[Pair]) -> list[Command]:
+        cmds = [Command(p.server.node.name, self._server(p), background=True) for p in pairs]
+        return cmds + [Command(p.client.node.name, self._client(p, k), background=True)
+                       for p in pairs for k in range(self.params.clients)]
+
+    def _prepare(self, pair: Pair) -> Path:
+        d = self._dir(pair)
+        shutil.rmtree(d, ignore_errors=True)
+        (d / "www").mkdir(parents=True, mode=0o700)
+        (d / "tmp").mkdir(mode=0o700)
+        (d / "nginx.conf").write_text(nginx_conf(d, pair.server.addr, self._port(pair), self.params.server_workers))
+        (d / "www" / PAGE.lstrip("/")).write_bytes(b"x" * self.params.page_size)
+        return d
+
+    def _await_server(self, pair: Pair, proc: subprocess.Popen) -> None:
+        try:
+            wait_listening(pair.server.node, self._port(pair))
+        except WorkloadError as exc:
+            said = " ".join(stop_server(proc)).strip() if proc.poll() is not None else ""
+            log = self._dir(pair) / "error.log"
+            said += (" " + log.read_text().strip()[-300:]) if log.exists() else ""
+            raise WorkloadError(f"nginx pair {pair.index} did not start: {said.strip()[-400:] or exc}") from exc
+
+    def run(self, pairs: Sequence[Pair]) -> list[Sample]:
+        p = self.params
+        servers, clients, dirs = [], [], []  # appended one by one, so a failed start still stops the others
+        try:
+            for pair in pairs:
+                dirs.append(self._prepare(pair))
+                servers.append(pair.server.node.spawn(self._server(pair), label=f"nginx pair {pair.index}"))
+            for pair, proc in zip(pairs, servers):
+                self._await_server(pair, proc)
+            for pair in pairs:
+                for k in range(p.clients):
+                    clients.append((pair, k, pair.client.node.spawn(self._client(pair, k),
+                                                                    label=f"http client {k + 1} pair {pair.index}")))
+            end = time.monotonic() + p.duration + p.timeout + CLIENT_SLACK_S
+            per_pair: dict[int, list[tuple[int, int]]] = {}
+            samples: list[Sample] = []
+            for pair, k, proc in clients:
+                out, _ = finish(proc, max(end - time.monotonic(), 1.0), f"http client {k + 1} pair {pair.index}")
+                got, ok, failed, _ = parse_client(out, pair=pair.index, client=k + 1)
+                samples += got
+                per_pair.setdefault(pair.index, []).append((ok, failed))
+            for index, counts in per_pair.items():
+                # Requests start only within [0, duration): rate x duration of them when all goes well.
+                samples.append(Sample.of("http_requests_per_s", sum(ok for ok, _ in counts) / p.duration, pair=index))
+                samples.append(Sample.of("http_errors", sum(f for _, f in counts), pair=index))
+            return samples
+        finally:
+            for _, _, proc in clients:
+                stop(proc)
+            for proc in servers:
+                stop_server(proc)
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 3.0) -> tuple[str, str]:
+    """SIGTERM to the nginx master: a fast shutdown, in which the master exits only after its workers. If it overruns,
+    SIGKILL its whole process group while the master is not yet reaped (so the group id cannot have been reused):
+    workers must not outlive a killed master (spawn starts each process in a session of its own)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.communicate()
