@@ -22,6 +22,10 @@ def test_record_forget_and_torn_lines(state_dir):
         fh.write('{"op": "add", "kind": "netns", "na')  # kill -9 in the middle of a write
     assert [(o.kind, o.name) for o in led.objects()] == [("netns", "b"), ("dir", "c")]
     assert led.prefix.startswith("vb") and len(led.prefix) == ledger.PREFIX_LEN
+    led.forget_many([("netns", "b"), ("dir", "c")])
+    assert led.objects() == []
+    led.remove_all()
+    assert not led.dir.exists()
 
 
 def test_clean_removes_dead_runs_only_and_nothing_foreign(state_dir):
