@@ -66,3 +66,15 @@ def test_reused_pid_is_not_taken_for_a_live_owner(state_dir):
     (led.dir / "owner.json").write_text(json.dumps(owner))
     assert not led.owner_alive()
     led.remove_all()
+
+
+def test_appends_after_a_torn_line_start_a_fresh_line(state_dir):
+    led = ledger.Ledger.create()
+    led.record("netns", "a")
+    led.record("netns", "b")
+    assert (led.dir / "objects.jsonl").read_text().count("\n") == 2  # no blank lines in the normal case
+    with open(led.dir / "objects.jsonl", "a") as fh:
+        fh.write('{"op": "add", "kind": "ne')
+    led.forget("netns", "a")
+    assert [o.name for o in led.objects()] == ["b"]
+    led.remove_all()

@@ -72,17 +72,19 @@ class Ledger:
             (ledger.dir / "owner.json").write_text(json.dumps(owner))
             return ledger
 
-    def _append(self, entry: dict) -> None:
-        with open(self.dir / "objects.jsonl", "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
+    def _append_many(self, entries: list[dict]) -> None:
+        with open(self.dir / "objects.jsonl", "ab+") as fh:
+            # A line torn by a kill -9 must not swallow the next record: start on a fresh line.
+            torn = False
+            if fh.seek(0, os.SEEK_END) > 0:
+                fh.seek(-1, os.SEEK_END)
+                torn = fh.read(1) != b"\n"
+            fh.write(("\n" if torn else "").encode() + "".join(json.dumps(e) + "\n" for e in entries).encode())
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _append_many(self, entries: list[dict]) -> None:
-        with open(self.dir / "objects.jsonl", "a") as fh:
-            fh.write("".join(json.dumps(e) + "\n" for e in entries))
-            fh.flush()
-            os.fsync(fh.fileno())
+    def _append(self, entry: dict) -> None:
+        self._append_many([entry])
 
     def record(self, kind: str, name: str, **extra) -> None:
         self._append({"op": "add", "kind": kind, "name": name, **extra})

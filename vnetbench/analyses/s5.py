@@ -101,11 +101,8 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
 
 def _nic_name(meta: dict, victim: int) -> tuple[str, str] | None:
     """(namespace, interface) of the underlay NIC of the victim's host, e.g. ('vb12ab-h2', 'vb12ab-u')."""
-    prefix = meta.get("prefix")
-    server = next((p.get("server") for p in meta.get("pairs", []) if p.get("index", p.get("pair")) == victim), None)
-    if server is None:
-        pairs = meta.get("pairs", [])
-        server = pairs[victim - 1].get("server") if 0 < victim <= len(pairs) else None
+    prefix, pairs = meta.get("prefix"), meta.get("pairs", [])  # the trial's pairs, in order (runner)
+    server = pairs[victim - 1].get("server") if 0 < victim <= len(pairs) else None
     if not prefix or not server or "v" not in server:
         return None
     return f"{prefix}-{server.split('v')[0]}", f"{prefix}-u"

@@ -28,6 +28,7 @@ for the overlay header.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -305,12 +306,33 @@ class Ovs(Switch):
                 topo.underlay_address(h, dev)
                 topo.ip(h, f"link set {dev} up")
             if dev == topo.ifname("bp"):
-                # Userspace tunnels resolve the remote endpoint's MAC themselves and drop the packet that asked (the
-                # VM's first ARP, retried only after 1 s). The remote bridges' MACs are ours to choose: seed them.
-                for other in topo.hosts:
-                    if other.label != h:
-                        topo.run(h, [*self.appctl(topo, h), "tnl/neigh/set", dev, topo.host_ip(other.label),
-                                     self._hwaddr(other.label)])
+                self._seed_neighbours(topo, h, dev)
+
+    def _seed_neighbours(self, topo, h: str, dev: str) -> None:
+        """Userspace tunnels resolve the next hop's MAC themselves and drop the packet that asked (the VM's first
+        ARP, retried only after 1 s). A remote host on the same link has a bridge MAC of our choosing: seed it. Behind
+        routers (hops), let the kernel resolve the way to each remote host, then copy its neighbours to OVS."""
+        routed = []
+        for other in topo.hosts:
+            if other.label == h:
+                continue
+            remote = topo.host_ip(other.label)
+            if remote.rsplit(".", 1)[0] == topo.host_ip(h).rsplit(".", 1)[0]:
+                topo.run(h, [*self.appctl(topo, h), "tnl/neigh/set", dev, remote, self._hwaddr(other.label)])
+            else:
+                routed.append(remote)
+        if not routed:
+            return
+        node = topo.nodes[h].exec
+
+        def seed() -> None:
+            for remote in routed:
+                node.run(["ping", "-n", "-c", "1", "-W", "2", remote], check=False)
+            for n in json.loads(node.run(["ip", "-j", "-4", "neigh", "show", "dev", dev]).stdout or "[]"):
+                if n.get("dst") and n.get("lladdr"):
+                    node.run([*self.appctl(topo, h), "tnl/neigh/set", dev, n["dst"], n["lladdr"]])
+        topo.call(h, f"ping {', '.join(routed)} from {h}, then copy the kernel's neighbours on {dev} to OVS "
+                     f"(ovs-appctl tnl/neigh/set)", seed)
 
     def plug(self, topo, host, ifname, tenant):
         argv = self._pending[host][0]
