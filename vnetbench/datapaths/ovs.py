@@ -305,8 +305,9 @@ class Ovs(Switch):
             if dev != topo.ifname("u"):
                 topo.underlay_address(h, dev)
                 topo.ip(h, f"link set {dev} up")
-            if dev == topo.ifname("bp"):
-                self._seed_neighbours(topo, h, dev)
+        for host in topo.hosts:  # once every host has its address
+            if self._pending[host.label][1] == topo.ifname("bp"):
+                self._seed_neighbours(topo, host.label, topo.ifname("bp"))
 
     def _seed_neighbours(self, topo, h: str, dev: str) -> None:
         """Userspace tunnels resolve the next hop's MAC themselves and drop the packet that asked (the VM's first
@@ -327,7 +328,7 @@ class Ovs(Switch):
 
         def seed() -> None:
             for remote in routed:
-                node.run(["ping", "-n", "-c", "1", "-W", "2", remote], check=False)
+                node.run(["ping", "-n", "-c", "1", "-W", "1", remote], check=False)
             for n in json.loads(node.run(["ip", "-j", "-4", "neigh", "show", "dev", dev]).stdout or "[]"):
                 if n.get("dst") and n.get("lladdr"):
                     node.run([*self.appctl(topo, h), "tnl/neigh/set", dev, n["dst"], n["lladdr"]])
