@@ -1,7 +1,7 @@
 """The cleanup ledger: every object a run creates is written here *before* it is created.
 
 Each run owns a directory <state>/<prefix>/ holding `owner.json` (pid and kernel start time of the run's process,
-so a reused pid is not mistaken for a live run), `objects.jsonl` (append-only, fsynced) and `work/` (configs,
+so a reused pid is not mistaken for a live run), `objects.jsonl` (append-only, written before each creation) and `work/` (configs,
 sockets, keys). `clean` removes the objects of runs whose owner is gone, in reverse order of creation, and only those.
 """
 from __future__ import annotations
@@ -80,8 +80,9 @@ class Ledger:
                 fh.seek(-1, os.SEEK_END)
                 torn = fh.read(1) != b"\n"
             fh.write(("\n" if torn else "").encode() + "".join(json.dumps(e) + "\n" for e in entries).encode())
+            # Flushed to the kernel, not fsynced: a killed run cannot lose what write() handed over, and a machine
+            # crash takes the namespaces and processes with it, so there is nothing left to clean.
             fh.flush()
-            os.fsync(fh.fileno())
 
     def _append(self, entry: dict) -> None:
         self._append_many([entry])
@@ -90,7 +91,7 @@ class Ledger:
         self._append({"op": "add", "kind": kind, "name": name, **extra})
 
     def record_many(self, objs: list[dict]) -> None:
-        """Several objects in one fsync: a topology records all its namespaces before creating any."""
+        """Several objects in one write: a topology records all its namespaces before creating any."""
         self._append_many([{"op": "add", **o} for o in objs])
 
     def forget_many(self, objs: list[tuple[str, str]]) -> None:
