@@ -1,0 +1,505 @@
+"""Suites S3 (IPsec AH/ESP) and S4 (tunnels and encryption): their smoke profiles end to end through the CLI, the
+router hops they need, iperf3's generator processes and CPU metrics, the CPU load, and both analyses on a store
+built by hand with exact expected cells."""
+import ipaddress
+import json
+import re
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from conftest import netns_names, vnetbench
+from vnetbench.analyses import load_all as analyses
+from vnetbench.capabilities import detect
+from vnetbench.ledger import Ledger
+from vnetbench.matrix import expand
+from vnetbench.sample import METRICS, Sample
+from vnetbench.spec import SpecError, loads
+from vnetbench.store import Store
+from vnetbench.topology import Topology
+from vnetbench.workloads import load_all as workloads
+from vnetbench.workloads.iperf3 import parse_iperf3, parse_iperf3_processes
+
+FIX = Path(__file__).parent / "fixtures" / "iperf3"
+SMOKE_BUDGET_S = 150  # the smoke profiles take ~20-25 s here; generous for a machine shared with other tests
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def by(samples, metric, **meta):
+    return [s for s in samples if s.metric == metric and all(s.metadata.get(k) == v for k, v in meta.items())]
+
+
+def one(samples, metric, **meta):
+    found = by(samples, metric, **meta)
+    assert len(found) == 1, (metric, meta, found)
+    return found[0].value
+
+
+# ---- iperf3: sender/receiver CPU, generator processes (parsers on the existing fixtures) --------------------------
+@pytest.mark.parametrize("name,reverse", [("tcp.json", False), ("tcp6.json", False), ("tcp_multi.json", False),
+                                          ("tcp_reverse.json", True), ("udp.json", False),
+                                          ("udp_reverse_loss.json", True)])
+def test_iperf3_cpu_follows_the_direction(name, reverse):
+    doc = json.loads(fixture(name))
+    cpu = doc["end"]["cpu_utilization_percent"]
+    samples = parse_iperf3(fixture(name), pair=1)
+    direction = "reverse" if reverse else "forward"
+    client, server = cpu["host_total"] / 100, cpu["remote_total"] / 100
+    assert one(samples, "sender_cpu_ratio", direction=direction) == pytest.approx(server if reverse else client)
+    assert one(samples, "receiver_cpu_ratio", direction=direction) == pytest.approx(client if reverse else server)
+    assert all(s.unit == METRICS[s.metric].unit for s in samples)
+
+
+@pytest.mark.parametrize("name", ["tcp_bidir.json", "udp_bidir_loss.json"])
+def test_iperf3_bidir_has_no_cpu_per_direction(name):
+    samples = parse_iperf3(fixture(name))
+    assert not by(samples, "sender_cpu_ratio") and not by(samples, "receiver_cpu_ratio")
+
+
+def test_iperf3_processes_add_up():
+    docs = [json.loads(fixture(n)) for n in ("tcp.json", "tcp_multi.json")]
+    samples = parse_iperf3_processes([fixture("tcp.json"), fixture("tcp_multi.json")], pair=2)
+    meta = {"pair": 2, "direction": "forward"}
+    assert one(samples, "throughput_bps", **meta) == pytest.approx(
+        sum(d["end"]["sum_received"]["bits_per_second"] for d in docs))
+    assert one(samples, "tcp_retransmits", **meta) == sum(d["end"]["sum_sent"]["retransmits"] for d in docs)
+    assert one(samples, "sender_cpu_ratio", **meta) == pytest.approx(
+        sum(d["end"]["cpu_utilization_percent"]["host_total"] for d in docs) / 100)
+    s = by(samples, "throughput_bps")[0]
+    assert s.metadata["processes"] == 2 and s.metadata["ports"] == [5301, 5302]
+    assert s.metadata["process_streams"] == [1, 2]
+    series = by(samples, "throughput_interval_bps")
+    singles = [by(parse_iperf3(fixture(n)), "throughput_interval_bps") for n in ("tcp.json", "tcp_multi.json")]
+    assert len(series) == min(len(x) for x in singles)
+    assert series[0].value == pytest.approx(singles[0][0].value + singles[1][0].value)
+
+
+def test_iperf3_udp_processes_count_loss_over_all_datagrams():
+    docs = [json.loads(fixture(n)) for n in ("udp.json", "udp_loss.json")]
+    samples = parse_iperf3_processes([fixture("udp.json"), fixture("udp_loss.json")], pair=1)
+    arrived = sum(d["end"]["sum_received"]["packets"] - d["end"]["sum_received"]["lost_packets"] for d in docs)
+    sent = sum(d["end"]["sum_sent"]["packets"] for d in docs)
+    assert one(samples, "udp_loss_ratio") == pytest.approx(1 - arrived / sent)
+    assert one(samples, "throughput_bps") == pytest.approx(sum(d["end"]["sum_received"]["bits_per_second"] for d in docs))
+
+
+def test_iperf3_processes_param():
+    P = workloads()["iperf3"].Params
+    assert P.model_validate({"streams": 5, "processes": 2}).process_streams() == [3, 2]
+    assert P.model_validate({"streams": 512, "processes": "auto"}).n_processes == 4
+    assert P.model_validate({"streams": 128, "processes": "auto"}).n_processes == 1
+    for bad in ({"streams": 129}, {"streams": 4, "processes": 5}, {"streams": 300, "processes": 2},
+                {"processes": 0}, {"processes": "many"}):
+        with pytest.raises(ValidationError):
+            P.model_validate(bad)
+    cls = workloads()["iperf3"]
+    wl = cls(P.model_validate({"streams": 4, "processes": 2, "port": 6000}))
+    from vnetbench.workloads.base import Endpoint, Pair
+    pair2 = Pair(2, Endpoint(None, "10.0.0.1", "c"), Endpoint(None, "10.0.0.2", "s"))
+    assert [wl._port(pair2, k) for k in range(2)] == [6002, 6003]  # pair 1 has 6000 and 6001
+    client = wl._client(pair2, 1)
+    assert client[client.index("-P") + 1] == "2" and client[client.index("-p") + 1] == "6003"
+
+
+# ---- hops: the spec and the matrix ---------------------------------------------------------------------------
+def hops_spec(factors: str, workloads: str = "[{type: ping, count: 2, interval: 0.05}]") -> str:
+    return f"name: hops\nrepetitions: 1\nfactors: {factors}\nworkloads: {workloads}\n"
+
+
+def test_hops_levels_and_structural_skips():
+    with pytest.raises(SpecError, match="hops is a whole number"):
+        loads(hops_spec("{hops: [0, 9]}"))
+    with pytest.raises(SpecError, match="hops is a whole number"):
+        loads(hops_spec("{hops: two}"))
+    caps = detect()
+    scs = {sc.key: sc for sc in expand(loads(hops_spec(
+        "{hops: [0, 1], attach: [host, switch, direct], overlay: [none, vxlan]}")).experiment, caps)}
+    reasons = {(sc.labels["attach"], sc.labels["overlay"], sc.levels["hops"]): sc.skip for sc in scs.values()}
+    assert reasons[("host", "none", 1)] is None
+    assert reasons[("switch", "vxlan", 1)] is None
+    assert "routers split" in reasons[("switch", "none", 1)]
+    assert "routers split" in reasons[("direct", "none", 1)]
+    three = expand(loads(hops_spec("{hops: 1, attach: host}") + "hosts: 3\n").experiment, caps)
+    assert "exactly two hosts" in three[0].skip
+
+
+def test_hops_plan_names_carry_the_prefix():
+    (sc,) = expand(loads(hops_spec("{hops: 2, attach: host}")).experiment, detect())
+    topo = Topology(sc, None, prefix="vb7777")
+    script = topo.script()
+    assert set(topo.nodes) == {"h1", "h2", "r1", "r2"}
+    assert "netns add vb7777-r1" in script and "netns add vb7777-r2" in script
+    assert topo.host_ip("h1") == "10.250.0.1" and topo.host_ip("h2") == "10.250.2.2"
+    assert "route add default via 10.250.0.2 dev vb7777-u onlink" in script
+    assert "sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1" in script
+    assert not re.search(r"netns add (?!vb7777-)", script)
+
+
+# ---- hops, processes: real namespaces ---------------------------------------------------------------------
+@pytest.fixture
+def ledger(state_dir):
+    led = Ledger.create()
+    yield led
+    led.remove_all()
+
+
+def ping(topo: Topology, ttl: int | None = None) -> str:
+    pair = topo.pairs[0]
+    argv = ["ping", "-n", "-c", "1", "-W", "2", *(["-t", str(ttl)] if ttl else []), pair.server.addr]
+    return pair.client.node.run(argv, check=False, timeout=10).stdout
+
+
+@pytest.mark.net
+@pytest.mark.parametrize("ip", [4, 6])
+def test_ping_crosses_n_routers(ledger, ip):
+    """The reply's TTL is 64 less one per router, and a TTL of N dies at the N-th router."""
+    for sc in expand(loads(hops_spec(f"{{hops: [0, 1, 2], attach: host, ip_version: {ip}}}")).experiment, detect()):
+        hops = sc.levels["hops"]
+        topo = Topology(sc, ledger)
+        try:
+            topo.build()
+            out = ping(topo)
+            assert f"ttl={64 - hops} " in out, (hops, out)
+            if hops:
+                dead = ping(topo, ttl=hops)
+                router = f"10.250.{hops - 1}.2" if ip == 4 else str(ipaddress.ip_address(f"fd00:250:{hops - 1}::2"))
+                assert re.search(rf"From {re.escape(router)}.*(Time to live exceeded|Time exceeded)", dead), dead
+                assert f"ttl={64 - hops} " in ping(topo, ttl=hops + 1)
+        finally:
+            topo.teardown()
+
+
+@pytest.mark.net
+def test_overlays_cross_routers(ledger):
+    """VMs behind a switch with an IP overlay reach each other across a router (build() pings every pair)."""
+    caps = detect()
+    switches = "[linuxbridge, ovs]" if caps.tool("ovs-vswitchd") else "[linuxbridge]"
+    for sc in expand(loads(hops_spec(f"{{hops: 1, switch: {switches}, overlay: vxlan, ip_version: [4, 6]}}")).experiment,
+                     caps):
+        assert sc.skip is None, sc.skip
+        topo = Topology(sc, ledger)
+        try:
+            topo.build()
+            assert topo.host_ip("h2") == "10.250.1.2"
+        finally:
+            topo.teardown()
+
+
+@pytest.mark.net
+def test_two_processes_of_two_streams(ledger):
+    (sc,) = expand(loads(hops_spec("{attach: host, hops: 1}")).experiment, detect())
+    topo = Topology(sc, ledger)
+    try:
+        topo.build()
+        cls = workloads()["iperf3"]
+        wl = cls(cls.Params.model_validate({"streams": 4, "processes": 2, "duration": 1}))
+        samples = wl.run(wl.select(topo.pairs))
+    finally:
+        topo.teardown()
+    (tput,) = by(samples, "throughput_bps")
+    assert tput.metadata["processes"] == 2
+    assert len(set(tput.metadata["ports"])) == 2 and set(tput.metadata["ports"]) == {5201, 5202}
+    assert sum(tput.metadata["process_streams"]) == 4  # as the two iperf3 clients reported them
+    assert tput.value > 1e6
+    assert one(samples, "aggregate_throughput_bps") == pytest.approx(tput.value)
+    assert 0 < one(samples, "sender_cpu_ratio") < 2.5 and 0 < one(samples, "receiver_cpu_ratio") < 2.5
+    assert by(samples, "throughput_interval_bps")
+
+
+LOAD_SPEC = """\
+name: cpuload-check
+repetitions: 2
+factors:
+  attach: host
+  other_load: [none, cpu]
+workloads:
+  - {type: ping, count: 15, interval: 0.2}
+  - {type: cpuload, load: 100, workers: 1, side: both, duration: 3, background: true, when: {other_load: cpu}}
+"""
+
+
+@pytest.mark.net
+def test_cpuload_raises_machine_cpu(tmp_path, state_dir):
+    spec = tmp_path / "load.yaml"
+    spec.write_text(LOAD_SPEC)
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    store = Store(db)
+    busy = {"none": [], "cpu": []}
+    got = []
+    for s in store.samples(1):
+        meta = s["metadata"]
+        if s["metric"] == "cpu_busy_ratio" and meta.get("scope") == "machine" and not meta.get("series") \
+                and "cpu" not in meta:
+            busy[s["labels"]["other_load"]].append(s["value"])
+        if s["metric"] == "cpuload_cpu_ratio":
+            got.append(s["value"])
+    assert len(busy["none"]) == 2 and len(busy["cpu"]) == 2
+    assert got and min(got) > 0.3, got  # each stress-ng worker got a good share of a core
+    lo, hi = sum(busy["none"]) / 2, sum(busy["cpu"]) / 2
+    # Two workers at 100 % on a 2-CPU machine: the machine is (nearly) saturated; other tests may load it already.
+    assert hi > lo and (hi - lo > 0.1 or hi > 0.9), (lo, hi)
+
+
+# ---- the smoke profiles end to end --------------------------------------------------------------------------
+def run_smoke(suite: str, tmp_path, state_dir):
+    db = tmp_path / f"{suite}.db"
+    t0 = time.monotonic()
+    run = vnetbench("run", f"suite:{suite}", "--profile", "smoke", "--db", db, "--no-progress", timeout=400)
+    elapsed = time.monotonic() - t0
+    assert re.search(r"campaign 1: done, \d+ trials ok, 0 failed", run.stdout), run.stdout[-2000:]
+    assert elapsed < SMOKE_BUDGET_S, elapsed
+    with sqlite3.connect(db) as c:
+        (prefix,) = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+    assert not [n for n in netns_names() if n.startswith(prefix + "-")], "the run left namespaces behind"
+    return db, run.stdout
+
+
+@pytest.mark.net
+def test_s3_smoke(tmp_path, state_dir):
+    plan = vnetbench("plan", "suite:s3", "--profile", "smoke").stdout
+    caps = detect()
+    db, out = run_smoke("s3", tmp_path, state_dir)
+    show = vnetbench("show", "1", "--db", db).stdout
+    result = analyses()["s3"]().run(Store(db), 1)
+    titles = [t.title for t in result.tables]
+    variants = result.tables[0]
+    assert variants.title == "S3 — IPsec variants requested and what happened"
+    assert len(variants.rows) == 5  # no IPsec + AH, ESP 3DES, ESP Blowfish, AH+ESP
+    outcome = {row[0]: row[-1] for row in variants.rows}
+    assert outcome["no IPsec"].startswith("ran in 6 scenario(s)")
+    if not caps.has("xfrm-esp"):  # this machine: every IPsec variant is skipped, each with its reason
+        for name, text in outcome.items():
+            if name != "no IPsec":
+                assert text.startswith("skipped in 6 scenario(s): ") and "xfrm" in text, text
+        assert plan.count("# SKIPPED: encryption ipsec(") == 24 and "kernel has no xfrm" in plan
+        assert "skipped scenario" in show and "AH needs the kernel's xfrm AH transform" in show
+        assert any("cannot be checked on this machine" in f for f in result.findings)
+    for test in ("TCP stream", "UDP stream", "TCP request/response", "UDP request/response", "video-like"):
+        assert any(test in t for t in titles), (test, titles)
+    tcp = next(t for t in result.tables if "TCP stream" in t.title)
+    assert {(r[1], r[2], r[3]) for r in tcp.rows} == {("IPv4", "1", "cpu"), ("IPv6", "1", "cpu")}
+    assert all(re.match(r"[\d.]+ [kMG]?bit/s", r[4]) for r in tcp.rows), tcp.rows
+    assert result.figures and result.figures[0].name == "s3-message-size"
+
+
+@pytest.mark.net
+def test_s4_smoke(tmp_path, state_dir):
+    db, out = run_smoke("s4", tmp_path, state_dir)
+    result = analyses()["s4"]().run(Store(db), 1)
+    table = {t.title.split(":")[0].split(" (")[0]: t for t in result.tables}
+    ifaces = {r[0]: r for r in result.tables[0].rows}
+    assert {"native", "VXLAN", "WireGuard", "Geneve"} <= set(ifaces)
+    for name in ("native", "VXLAN", "WireGuard"):
+        row = ifaces[name]
+        assert re.match(r"[\d.]+ [MG]bit/s", row[3]) and row[4].endswith("%") and row[9].endswith("s"), row
+    if not detect().has("geneve"):
+        assert "skipped" in ifaces["Geneve"][3] and "geneve" in ifaces["Geneve"][3]
+    line = next(t for t in result.tables if "line rate" in t.title)
+    assert all(r[2].endswith("%") for r in line.rows) and "10 Gbit/s" in line.note
+    assert any("MTU 1500 vs 9000" in t for t in table)
+    mtu = next(t for t in result.tables if "MTU 1500 vs 9000" in t.title)
+    inner = {r[0]: (r[1], r[3]) for r in mtu.rows}
+    assert inner["native"] == ("1500", "9000") and inner["VXLAN"] == ("1450", "8950")
+    assert inner["WireGuard"] == ("1440", "8940")
+    assert {f.name for f in result.figures} >= {"s4-series", "s4-latency-cdf", "s4-mtu"}
+    assert len(result.findings) == 4
+
+
+# ---- the analyses on known inputs ---------------------------------------------------------------------------
+ESP = {"type": "ipsec", "protocol": "esp", "cipher": "3des-cbc", "integrity": "hmac-sha1", "mode": "transport",
+       "keying": "manual"}
+AH = {"type": "ipsec", "protocol": "ah", "integrity": "hmac-sha1", "mode": "transport", "keying": "manual"}
+AH_ESP = {**ESP, "protocol": "ah+esp"}
+
+
+class Book:
+    """A store filled by hand: scenarios and trials with exactly the samples given."""
+
+    def __init__(self, path, spec_text="name: t\n", env=None):
+        self.store = Store(path)
+        self.cid = self.store.new_campaign("t", "test", spec_text, "0" * 64, env or {"cpu_count": 2})
+        self.n = 0
+        self.workloads: dict[int, int] = {}
+
+    def scenario(self, labels, levels=None, status="done", reason=None, impl=None) -> int:
+        self.n += 1
+        self.store.put_scenario(self.cid, self.n, f"s{self.n}", levels or {}, labels, status, reason,
+                                impl or {"switch": "none", "overlay": "none", "encryption": "none", "attach": "host"}, [])
+        return self.n
+
+    def trials(self, sc, kind, params, per_rep, metadata=None):
+        """per_rep: one list of samples per repetition."""
+        w = self.workloads[sc] = self.workloads.get(sc, -1) + 1
+        for rep, samples in enumerate(per_rep, 1):
+            self.store.save_trial(self.cid, sc, rep, w, kind, params, "ok", None, 0.0, 1.0, samples, metadata or {})
+
+
+def s3_labels(enc, ip="4", traffic="tcp", size="1024"):
+    label = enc if isinstance(enc, str) else "ipsec(" + ",".join(v for k, v in enc.items() if k != "type") + ")"
+    return {"encryption": label, "attach": "host", "ip_version": ip, "hops": "0", "other_load": "none",
+            "traffic": traffic, "message_size": size}
+
+
+def stream(values, metric="throughput_bps"):
+    return [[Sample.of(metric, v, pair=1)] for v in values]
+
+
+def test_s3_analysis_on_known_inputs(tmp_path):
+    b = Book(tmp_path / "s3.db")
+    tcp = {"type": "netperf", "test": "TCP_STREAM", "message_size": 1024}
+    rr = {"type": "netperf", "test": "TCP_RR", "message_size": 1024}
+    none4 = b.scenario(s3_labels("none"), {"encryption": "none"})
+    b.trials(none4, "netperf", tcp, stream([1.0e9, 1.2e9]))
+    b.trials(none4, "netperf", rr, stream([10000, 12000], "transactions_per_s"))
+    esp = b.scenario(s3_labels(ESP), {"encryption": ESP},
+                     impl={"encryption": "kernel-xfrm manual keys", "attach": "host"})
+    b.trials(esp, "netperf", tcp, stream([0.5e9, 0.6e9]))
+    b.trials(esp, "netperf", rr, stream([10000, 12000], "transactions_per_s"))
+    ah = b.scenario(s3_labels(AH), {"encryption": AH}, impl={"encryption": "kernel-xfrm manual keys"})
+    b.trials(ah, "netperf", tcp, stream([1.0e9, 1.2e9]))
+    b.scenario(s3_labels(AH_ESP), {"encryption": AH_ESP}, status="skipped",
+               reason="encryption ipsec(...): AH needs the kernel's xfrm AH transform")
+    none6 = b.scenario(s3_labels("none", ip="6"), {"encryption": "none"})
+    b.trials(none6, "netperf", tcp, stream([1.05e9, 1.25e9]))
+    video = b.scenario(s3_labels("none", traffic="video", size="500"), {"encryption": "none"})
+    b.trials(video, "iperf3", {"type": "iperf3", "protocol": "udp", "message_size": 500, "udp_rate": 30_000_000},
+             [[Sample.of("throughput_bps", 30e6, pair=1, direction="forward"),
+               Sample.of("udp_loss_ratio", 0.0, pair=1, direction="forward"),
+               Sample.of("jitter_s", 1e-5, pair=1, direction="forward")],
+              [Sample.of("throughput_bps", 29e6, pair=1, direction="forward"),
+               Sample.of("udp_loss_ratio", 0.01, pair=1, direction="forward"),
+               Sample.of("jitter_s", 2e-5, pair=1, direction="forward")]])
+    r = analyses()["s3"]().run(b.store, b.cid)
+    t = {x.title: x for x in r.tables}
+
+    variants = t["S3 — IPsec variants requested and what happened"]
+    rows = {row[0]: row for row in variants.rows}
+    esp_name, ah_name = "ESP (3DES-CBC, HMAC-SHA1) transport/manual", "AH (HMAC-SHA1) transport/manual"
+    assert list(rows) == ["no IPsec", esp_name, ah_name, "AH+ESP (3DES-CBC, HMAC-SHA1) transport/manual"]
+    assert rows["no IPsec"][-1] == "ran in 3 scenario(s)"
+    assert rows[esp_name] == [esp_name, "ESP", "3des-cbc", "hmac-sha1", "transport", "manual",
+                              "ran in 1 scenario(s) with kernel-xfrm manual keys"]
+    assert rows["AH+ESP (3DES-CBC, HMAC-SHA1) transport/manual"][-1] == \
+        "skipped in 1 scenario(s): encryption ipsec(...): AH needs the kernel's xfrm AH transform"
+
+    tcp_t = t["S3 — TCP stream throughput (netperf TCP_STREAM, at the receiver)"]
+    assert tcp_t.columns == ["message size (B)", "IP", "routers", "other load", "no IPsec", esp_name,
+                             f"{esp_name} vs no IPsec", ah_name, f"{ah_name} vs no IPsec"]
+    # mean ± t(0.975, 1) * s / sqrt(2): [1.0, 1.2] Gbit/s -> 1.1 ± 12.706 * 0.1414 / 1.414 = 1.27 Gbit/s
+    assert tcp_t.rows == [
+        ["1024", "IPv4", "0", "none", "1.1 Gbit/s ± 1.27 Gbit/s", "550 Mbit/s ± 635 Mbit/s", "-50 %",
+         "1.1 Gbit/s ± 1.27 Gbit/s", "+0 %"],
+        ["1024", "IPv6", "0", "none", "1.15 Gbit/s ± 1.27 Gbit/s", "—", "—", "—", "—"]]
+    rr_t = t["S3 — TCP request/response rate (netperf TCP_RR)"]
+    assert rr_t.rows == [["1024", "IPv4", "0", "none", "11 k/s ± 12.7 k/s", "11 k/s ± 12.7 k/s", "+0 %"]]
+    video_t = t["S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)"]
+    assert video_t.rows == [["IPv4", "0", "none", "29.5 Mbit/s ± 6.35 Mbit/s", "0.5 %", "15 µs"]]
+    effects = t["S3 — effect of IPv6, routers and CPU load"]
+    assert effects.columns == ["variant", "test", "IPv6 vs IPv4"]
+    assert effects.rows[0] == ["no IPsec", "TCP_STREAM", "+5 % (1 cell)"]
+
+    f = r.findings
+    assert f[0] == "'IPsec lowers throughput': confirmed: median change of stream throughput with IPsec " \
+                   "-25 % (-50 .. +0 %, 2 cells)."
+    assert f[1] == "'AH gives about twice ESP's throughput': confirmed: AH / ESP stream throughput median 2.00x " \
+                   "over 1 cells."
+    assert f[2].startswith("'For small request/response messages IPsec is not the bottleneck': confirmed: at 1024 "
+                           "bytes the transaction rate changes by +0 % (1 cell)")
+    assert f[3].startswith("'IPv4 and IPv6 about equal': confirmed") and f[3].endswith("+5 % (1 cell).")
+
+
+def test_s3_analysis_says_what_cannot_be_checked(tmp_path):
+    b = Book(tmp_path / "s3.db")
+    none4 = b.scenario(s3_labels("none"), {"encryption": "none"})
+    b.trials(none4, "netperf", {"type": "netperf", "test": "TCP_STREAM", "message_size": 64}, stream([1e9]))
+    b.scenario(s3_labels(AH), {"encryption": AH}, status="skipped", reason="no AH here")
+    r = analyses()["s3"]().run(b.store, b.cid)
+    assert r.findings[0].startswith("'IPsec lowers throughput': cannot be checked on this machine: none of the 1 "
+                                    "IPsec variant(s) ran") and "no AH here" in r.findings[0]
+    assert "cannot be checked" in r.findings[1] and "cannot be checked" in r.findings[2]
+    assert r.tables[1].rows == [["64", "IPv4", "0", "none", "1 Gbit/s (n=1)"]]
+
+
+def s4_labels(attach="host", enc="none", switch="linuxbridge", overlay="none", mtu="1500", measure="tcp1"):
+    return {"attach": attach, "encryption": enc, "switch": switch, "overlay": overlay, "mtu": mtu,
+            "encryption_scope": "host-to-host", "measure": measure}
+
+
+def tcp_runs(values, busy, sender=0.5, receiver=0.4, procs=None):
+    out = []
+    for i, v in enumerate(values):
+        s = [Sample.of("throughput_bps", v, pair=1, direction="forward"),
+             Sample.of("throughput_interval_bps", v, t=1.0, pair=1, direction="forward"),
+             Sample.of("sender_cpu_ratio", sender[i] if isinstance(sender, list) else sender, pair=1, direction="forward"),
+             Sample.of("receiver_cpu_ratio", receiver, pair=1, direction="forward"),
+             Sample.of("cpu_busy_ratio", busy, scope="machine"),
+             Sample.of("cpu_busy_ratio", 0.99, scope="machine", cpu=0),
+             Sample.of("cpu_busy_ratio", 0.5, t=1.0, scope="machine", series=True)]
+        s += [Sample.of("process_cpu_ratio", r, process=p, pid=1) for p, r in (procs or {}).items()]
+        out.append(s)
+    return out
+
+
+def test_s4_analysis_on_known_inputs(tmp_path):
+    b = Book(tmp_path / "s4.db", "name: t\nunderlay:\n  rate: 10gbit\n", {"cpu_count": 2})
+    one_stream = {"type": "iperf3", "streams": 1}
+    gen4 = {"type": "iperf3", "streams": 4, "processes": 4}
+    native = b.scenario(s4_labels())
+    b.trials(native, "iperf3", one_stream, tcp_runs([9.0e9, 9.2e9, 9.1e9, 9.3e9], 0.3, [0.5, 0.6, 0.5, 0.6]),
+             {"vm_mtu": 1500})
+    rr = b.scenario(s4_labels(measure="rr"))
+    b.trials(rr, "sockperf", {"type": "sockperf", "protocol": "tcp"}, [
+        [Sample.of(f"latency_{k}_s", v, pair=1) for k, v in (("min", 10e-6), ("p50", 20e-6), ("p90", 30e-6),
+                                                              ("p99", 40e-6), ("max", 1e-3))]
+        + [Sample.of("latency_s", x * 1e-6, t=0.0, pair=1) for x in (10, 20, 30)],
+        [Sample.of(f"latency_{k}_s", v, pair=1) for k, v in (("min", 12e-6), ("p50", 22e-6), ("p90", 32e-6),
+                                                              ("p99", 44e-6), ("max", 2e-3))]], {"vm_mtu": 1500})
+    g = b.scenario(s4_labels(measure="gen4"))
+    b.trials(g, "iperf3", gen4, tcp_runs([9.5e9, 9.7e9], 0.4), {"vm_mtu": 1500})
+    jumbo = b.scenario(s4_labels(mtu="9000"))
+    b.trials(jumbo, "iperf3", one_stream, tcp_runs([9.8e9, 9.9e9], 0.3), {"vm_mtu": 9000})
+    vx = b.scenario(s4_labels("switch", overlay="vxlan"), impl={"switch": "linux-bridge", "overlay": "kernel-vxlan"})
+    b.trials(vx, "iperf3", one_stream, tcp_runs([3.0e9, 3.2e9, 3.1e9, 3.3e9], 0.5), {"vm_mtu": 1450})
+    ovs = b.scenario(s4_labels("switch", switch="ovs", overlay="vxlan"), impl={"switch": "ovs-netdev"})
+    b.trials(ovs, "iperf3", one_stream, tcp_runs([1.0e9, 1.1e9, 0.9e9, 1.0e9], 0.8, procs={"ovs-vswitchd@h1": 0.9}),
+             {"vm_mtu": 1450})
+    b.scenario(s4_labels("switch", overlay="geneve"), status="skipped", reason="kernel has no geneve")
+    wg = b.scenario(s4_labels(enc="wireguard"), impl={"encryption": "wireguard-go-test"})
+    b.trials(wg, "iperf3", one_stream, tcp_runs([0.45e9, 0.46e9, 0.44e9, 0.45e9], 0.9,
+                                                procs={"wireguard-go@h1": 1.3, "wireguard-go@h2": 0.7}))
+    ip = b.scenario(s4_labels(enc="ipsec"), impl={"encryption": "strongswan-test"})
+    b.trials(ip, "iperf3", one_stream, tcp_runs([0.9e9] * 4, 0.7, procs={"charon@h1": 0.95, "charon@h2": 0.5}))
+
+    r = analyses()["s4"]().run(b.store, b.cid)
+    t = {x.title: x for x in r.tables}
+    ifaces = t["S4 — interfaces: one TCP stream and request/response latency (MTU 1500)"]
+    rows = {row[0]: row for row in ifaces.rows}
+    assert list(rows) == ["native", "VXLAN", "Geneve", "OVS+VXLAN", "WireGuard", "IPsec"]
+    # [9.0, 9.2, 9.1, 9.3] Gbit/s: mean 9.15, s = 0.1291, t(0.975, 3) = 3.182 -> ± 0.205 Gbit/s
+    assert rows["native"] == ["native", "host", "1500", "9.15 Gbit/s ± 205 Mbit/s", "55 %", "40 %", "30 %", "—",
+                              "10 µs", "21 µs", "31 µs", "42 µs", "2 ms", "4"]
+    assert rows["OVS+VXLAN"][7] == "90 %" and rows["WireGuard"][7] == "200 %"
+    assert rows["Geneve"][3] == "skipped: kernel has no geneve"
+    line = t["S4 — 4 parallel generators as a percentage of line rate"]
+    assert line.rows == [["native", "9.6 Gbit/s ± 1.27 Gbit/s", "96.0 %", "40 %", "50 %", "2"]]
+    mtu = t["S4 — MTU 1500 vs 9000 (one TCP stream)"]
+    assert mtu.rows[0] == ["native", "1500", "9.15 Gbit/s ± 205 Mbit/s", "9000", "9.85 Gbit/s ± 635 Mbit/s", "+8 %"]
+    assert {f.name for f in r.figures} == {"s4-series", "s4-latency-cdf", "s4-mtu"}
+
+    f = r.findings
+    assert f[0].startswith("'Tunnels lose vs native (up to 3-5x without segmentation offload)': confirmed for VXLAN, "
+                           "OVS+VXLAN; native / tunnel single-stream throughput: VXLAN 2.90x; OVS+VXLAN 9.15x.")
+    # cores per Gbit/s: median over runs of busy * 2 CPUs / Gbit/s
+    assert "CPU cores per Gbit/s carried: native 0.07; VXLAN 0.32; OVS+VXLAN 1.60" in f[0]
+    assert f[1] == ("'Encryption loses ~10x': native / WireGuard = 20.3x (a larger loss; wireguard-go-test); "
+                    "native / IPsec = 10.2x (about 10x; strongswan-test).")
+    assert f[2].startswith("'OVS tunnels cost more CPU than Linux ones': confirmed: OVS+VXLAN 1.60 vs VXLAN 0.32")
+    assert f[3] == ("'WireGuard uses several cores, IPsec one': confirmed on this 2-CPU machine: busiest WireGuard "
+                    "process 130 % of a core; busiest IPsec process 95 % of a core (100 % = one core).")

@@ -1,0 +1,149 @@
+"""Helpers the S3 and S4 analyses share: a campaign's trials with their samples, table cells, and
+matplotlib figures built with the object API (no pyplot state, Agg only)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from ..stats import Summary, summarize  # noqa: E402
+from ..store import Store  # noqa: E402
+from ..units import human  # noqa: E402
+
+DASH = "—"
+
+
+@dataclass
+class Trial:
+    """One successful trial: its scenario's labels and levels, the workload's parameters, and its samples."""
+    id: int
+    scenario: int
+    repetition: int
+    kind: str
+    params: dict
+    labels: dict
+    levels: dict
+    metadata: dict
+    samples: list[dict] = field(default_factory=list)
+
+    def values(self, metric: str, **meta: Any) -> list[float]:
+        """The workload's own samples of `metric` (not the probes', not a background load's), matching meta."""
+        return [s["value"] for s in self.samples if s["metric"] == metric and _own(s["metadata"])
+                and all(s["metadata"].get(k) == v for k, v in meta.items())]
+
+    def total(self, metric: str, **meta: Any) -> float | None:
+        """Sum over the pairs of a trial (None when the trial has no such sample)."""
+        vs = self.values(metric, **meta)
+        return sum(vs) if vs else None
+
+    def mean(self, metric: str, **meta: Any) -> float | None:
+        vs = self.values(metric, **meta)
+        return sum(vs) / len(vs) if vs else None
+
+    def machine(self, metric: str) -> float | None:
+        """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
+        vs = [s["value"] for s in self.samples if s["metric"] == metric and s["metadata"].get("scope") == "machine"
+              and not s["metadata"].get("series") and "cpu" not in s["metadata"]]
+        return vs[0] if vs else None
+
+    def processes(self) -> dict[str, float]:
+        """process_cpu_ratio per datapath process (ovs-vswitchd, wireguard-go, charon ...)."""
+        return {s["metadata"]["process"]: s["value"] for s in self.samples
+                if s["metric"] == "process_cpu_ratio" and "process" in s["metadata"]}
+
+
+def _own(meta: dict) -> bool:
+    return meta.get("role") != "background" and meta.get("scope") != "machine" and "process" not in meta
+
+
+def load(store: Store, cid: int) -> tuple[list[dict], list[Trial]]:
+    """(scenarios, successful trials with their samples) of a campaign."""
+    scenarios = store.scenarios(cid)
+    by_idx = {s["idx"]: s for s in scenarios}
+    trials = {t["id"]: Trial(t["id"], t["scenario"], t["repetition"], t["kind"], t["params"],
+                             by_idx[t["scenario"]]["labels"], by_idx[t["scenario"]]["levels"], t["metadata"])
+              for t in store.trials(cid) if t["status"] == "ok"}
+    for s in store.samples(cid):
+        if s["trial"] in trials:
+            trials[s["trial"]].samples.append(s)
+    return scenarios, list(trials.values())
+
+
+def summary(values: Sequence[float]) -> Summary | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return summarize(vals) if vals else None
+
+
+def mean_ci(values: Sequence[float], unit: str) -> str:
+    """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval."""
+    s = summary(values)
+    if s is None:
+        return DASH
+    if s.n < 2 or not math.isfinite(s.ci_mean[0]):
+        return f"{human(s.mean, unit)} (n=1)"
+    return f"{human(s.mean, unit)} ± {human(s.ci_mean[1] - s.mean, unit)}"
+
+
+def mean_cell(values: Sequence[float], unit: str) -> str:
+    s = summary(values)
+    return DASH if s is None else human(s.mean, unit)
+
+
+def relative(a: float | None, b: float | None) -> float | None:
+    """a relative to b: a / b - 1 (None when either is missing or b is 0)."""
+    if a is None or b is None or not b:
+        return None
+    return a / b - 1
+
+
+def pct(r: float | None) -> str:
+    return DASH if r is None else f"{r * 100:+.0f} %"
+
+
+def spread(changes: Sequence[float]) -> str:
+    """The median relative change over matched cells, with their range: '-3 % (-8 .. +2 %, 12 cells)'."""
+    xs = sorted(c for c in changes if c is not None)
+    if not xs:
+        return DASH
+    med = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    if len(xs) == 1:
+        return f"{med * 100:+.0f} % (1 cell)"
+    return f"{med * 100:+.0f} % ({xs[0] * 100:+.0f} .. {xs[-1] * 100:+.0f} %, {len(xs)} cells)"
+
+
+def median(xs: Iterable[float]) -> float | None:
+    v = sorted(xs)
+    if not v:
+        return None
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+
+# ---- figures ------------------------------------------------------------------------------------------------
+SCALES = {"bit/s": (1e9, "Gbit/s"), "s": (1e-6, "µs"), "1/s": (1e3, "k/s"), "ratio": (0.01, "%")}
+
+
+def figure(ncols: int = 1, height: float = 4.0, width: float = 11.0) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.set_axisbelow(True)
+    return fig, list(axes)
+
+
+def scale(unit: str, values: Sequence[float]) -> tuple[float, str]:
+    """Divide by the first number to show values in the second unit; bit/s picks G or M from the data."""
+    if unit == "bit/s":
+        top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+        return (1e9, "Gbit/s") if top >= 1e9 else (1e6, "Mbit/s")
+    return SCALES.get(unit, (1.0, unit))
+
+
+def style(i: int) -> dict:
+    return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}

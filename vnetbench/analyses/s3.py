@@ -1,0 +1,374 @@
+"""S3 — IPsec AH and ESP performance: stream throughput and request/response rate per IPsec variant x message size
+x IP version (x router hops x other CPU load), each relative to no IPsec; what happened to every requested IPsec
+variant; the video-like stream; the effect of IPv6, routers and CPU load; the study's findings checked."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from ..stats import compare
+from ..store import Store
+from ..units import human
+from ..workloads.netperf import DEFAULT_SIZE
+from . import register
+from ._cells import DASH, Trial, figure, load, mean_ci, mean_cell, median, pct, relative, scale, spread, style
+from .base import Analysis, AnalysisResult, FigureData, TableData
+
+NONE = "no IPsec"
+# test -> (title, metric, unit, how the per-trial value is made)
+TESTS = {
+    "TCP_STREAM": ("TCP stream throughput (netperf TCP_STREAM, at the receiver)", "throughput_bps", "bit/s"),
+    "UDP_STREAM": ("UDP stream throughput (iperf3 UDP at a bounded rate, at the receiver)", "throughput_bps", "bit/s"),
+    "TCP_RR": ("TCP request/response rate (netperf TCP_RR)", "transactions_per_s", "1/s"),
+    "UDP_RR": ("UDP request/response rate (netperf UDP_RR)", "transactions_per_s", "1/s"),
+}
+VIDEO = "video"
+KEY_COLUMNS = ["message size (B)", "IP", "routers", "other load"]
+CHANGE_THRESHOLD = 0.10  # "about equal": the median relative difference is within +-10 %
+
+
+def variant_name(level) -> str:
+    """'AH (HMAC-SHA1)', 'ESP (3DES-CBC, HMAC-SHA1)', 'no IPsec' from an encryption level as written."""
+    if not isinstance(level, dict):
+        return NONE if level == "none" else str(level)
+    if level.get("type") != "ipsec":
+        return str(level.get("type"))
+    proto = str(level.get("protocol", "esp")).upper()
+    algos = [str(level[k]).upper() for k in ("cipher", "integrity") if level.get(k) and level[k] != "none"]
+    if proto == "AH":
+        algos = [a for a in algos if a.startswith("HMAC")]
+    extra = [f"{level[k]}" for k in ("mode", "keying") if k in level]
+    return f"{proto} ({', '.join(algos)})" + (f" {'/'.join(extra)}" if extra else "") if algos else proto
+
+
+def test_of(t: Trial) -> str | None:
+    p = t.params
+    if t.kind == "netperf":
+        return p.get("test")
+    if t.kind == "iperf3" and p.get("protocol") == "udp":
+        video = t.labels.get("traffic") == VIDEO or (p.get("message_size") == 500 and p.get("udp_rate", 0) <= 50e6)
+        return VIDEO if video else "UDP_STREAM"
+    return None
+
+
+def size_of(t: Trial) -> int | None:
+    size = t.params.get("message_size")
+    if size is None and t.kind == "netperf":
+        return DEFAULT_SIZE["RR" if str(t.params.get("test", "")).endswith("_RR") else "STREAM"]
+    return size
+
+
+def conditions(t: Trial) -> tuple[str, str, str]:
+    """(IP version, routers, other load) of a trial's scenario."""
+    return (t.labels.get("ip_version", "4"), t.labels.get("hops", "0"), t.labels.get("other_load", "none"))
+
+
+@register
+class S3(Analysis):
+    name = "s3"
+    title = "S3 — IPsec AH and ESP performance"
+
+    def run(self, store: Store, campaign: int) -> AnalysisResult:
+        scenarios, trials = load(store, campaign)
+        modes = list(dict.fromkeys(variant_name(s["levels"].get("encryption", "none")) for s in scenarios))
+        if NONE in modes:
+            modes.remove(NONE)
+            modes.insert(0, NONE)
+        cells: dict[tuple, list[float]] = defaultdict(list)  # (test, size, ip, hops, load, mode) -> per-trial values
+        video: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for t in trials:
+            test = test_of(t)
+            mode = variant_name(t.levels.get("encryption", "none"))
+            if test in TESTS:
+                value = t.total(TESTS[test][1])
+                if value is not None:
+                    cells[(test, size_of(t), *conditions(t), mode)].append(value)
+            elif test == VIDEO:
+                for metric, fn in (("throughput_bps", t.total), ("udp_loss_ratio", t.mean), ("jitter_s", t.mean)):
+                    if (v := fn(metric)) is not None:
+                        video[(*conditions(t), mode)][metric].append(v)
+        ran = [m for m in modes if any(k[-1] == m for k in cells) or any(k[-1] == m for k in video)]
+        result = AnalysisResult()
+        result.tables.append(self._variants(scenarios))
+        for test in TESTS:
+            if any(k[0] == test for k in cells):
+                result.tables.append(self._table(test, cells, ran))
+        if video:
+            result.tables.append(self._video(video, ran))
+        effects = self._effects(cells, ran)
+        if effects.rows:
+            result.tables.append(effects)
+        if cells:
+            result.figures.append(self._figure(cells, ran))
+        result.findings = self._findings(scenarios, cells, video, ran)
+        return result
+
+    # ---- tables ------------------------------------------------------------------------------------------
+    def _variants(self, scenarios: list[dict]) -> TableData:
+        by: dict[str, list[dict]] = defaultdict(list)
+        for s in scenarios:
+            by[variant_name(s["levels"].get("encryption", "none"))].append(s)
+        rows = []
+        for name, group in by.items():
+            level = group[0]["levels"].get("encryption", "none")
+            opts = level if isinstance(level, dict) else {"type": level}
+            done = [s for s in group if s["status"] == "done"]
+            outcome = []
+            if done:
+                impl = sorted({s["implementation"].get("encryption", "") for s in done} - {"", "none"})
+                outcome.append(f"ran in {len(done)} scenario(s)" + (f" with {', '.join(impl)}" if impl else ""))
+            for status in ("skipped", "failed", "pending", "running"):
+                reasons = sorted({s["reason"] or "" for s in group if s["status"] == status})
+                n = sum(s["status"] == status for s in group)
+                if n:
+                    outcome.append(f"{status} in {n} scenario(s): " + " | ".join(r for r in reasons if r) if any(reasons)
+                                   else f"{status} in {n} scenario(s)")
+            rows.append([name, str(opts.get("protocol", DASH if name == NONE else "esp")).upper(),
+                         str(opts.get("cipher", DASH)), str(opts.get("integrity", DASH)), str(opts.get("mode", DASH)),
+                         str(opts.get("keying", DASH)), "; ".join(outcome)])
+        return TableData("S3 — IPsec variants requested and what happened",
+                         ["variant", "protocol", "cipher", "integrity", "mode", "keying", "outcome"], rows,
+                         "Every encryption level of the campaign, with the scenarios that ran, and the reason given for "
+                         "those skipped (the implementation decides: AH, transport mode and manual keys need the "
+                         "kernel's xfrm AH/ESP transforms).")
+
+    def _table(self, test: str, cells: dict, modes: list[str]) -> TableData:
+        title, metric, unit = TESTS[test]
+        keys = sorted({k[1:5] for k in cells if k[0] == test}, key=_order)
+        present = [m for m in modes if any(k[0] == test and k[-1] == m for k in cells)]
+        cols = list(KEY_COLUMNS)
+        for m in present:
+            cols += [m] if m == NONE else [m, f"{m} vs {NONE}"]
+        rows = []
+        for size, ip, hops, load_ in keys:
+            row = [str(size), f"IPv{ip}", hops, load_]
+            base = cells.get((test, size, ip, hops, load_, NONE), [])
+            for m in present:
+                vals = cells.get((test, size, ip, hops, load_, m), [])
+                row.append(mean_ci(vals, unit))
+                if m != NONE:
+                    row.append(_versus(vals, base))
+            rows.append(row)
+        note = (f"Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
+                f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly (Mann-Whitney "
+                f"and disjoint CIs). Columns appear only for variants that ran.")
+        if test == "UDP_STREAM":
+            note += (" netperf UDP_STREAM cannot be rate-bounded, so iperf3 offers the datagrams at a bounded rate "
+                     "and the receiver counts what arrived.")
+        return TableData(f"S3 — {title}", cols, rows, note)
+
+    def _video(self, video: dict, modes: list[str]) -> TableData:
+        keys = sorted({k[:3] for k in video}, key=lambda k: _order((0, *k)))
+        present = [m for m in modes if any(k[-1] == m for k in video)]
+        cols = KEY_COLUMNS[1:] + [f"{m}: {what}" for m in present for what in ("throughput", "loss", "jitter")]
+        rows = []
+        for ip, hops, load_ in keys:
+            row = [f"IPv{ip}", hops, load_]
+            for m in present:
+                got = video.get((ip, hops, load_, m), {})
+                row += [mean_ci(got.get("throughput_bps", []), "bit/s"), mean_cell(got.get("udp_loss_ratio", []), "ratio"),
+                        mean_cell(got.get("jitter_s", []), "s")]
+            rows.append(row)
+        return TableData("S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)", cols,
+                         rows, "Throughput, datagram loss and RFC 3550 jitter as the receiver counted them; mean over "
+                               "repetitions.")
+
+    def _effects(self, cells: dict, modes: list[str]) -> TableData:
+        """Relative change of each test's result with IPv6, with routers and with CPU load, per variant: the
+        median over cells that match in every other factor, with the range."""
+        hops_levels = sorted({k[3] for k in cells}, key=_num)
+        ips = {k[2] for k in cells}
+        loads = {k[4] for k in cells}
+        cols = ["variant", "test"] + (["IPv6 vs IPv4"] if {"4", "6"} <= ips else [])
+        cols += [f"{h} router(s) vs {hops_levels[0]}" for h in hops_levels[1:]]
+        cols += ["CPU load vs none"] if {"none", "cpu"} <= loads else []
+        rows = []
+        for m in modes:
+            for test in TESTS:
+                mine = {k[1:5]: v for k, v in cells.items() if k[0] == test and k[-1] == m}
+                if not mine:
+                    continue
+                row = [m, test]
+                if {"4", "6"} <= ips:
+                    row.append(spread(_matched(mine, 1, "6", "4")))
+                row += [spread(_matched(mine, 2, h, hops_levels[0])) for h in hops_levels[1:]]
+                if {"none", "cpu"} <= loads:
+                    row.append(spread(_matched(mine, 3, "cpu", "none")))
+                rows.append(row)
+        return TableData("S3 — effect of IPv6, routers and CPU load", cols, rows if len(cols) > 2 else [],
+                         "Each cell: the median over message sizes and the other factors of mean(with) / mean(without) "
+                         "- 1, with the smallest and largest change and how many matched cells there were.")
+
+    # ---- figure ------------------------------------------------------------------------------------------
+    def _figure(self, cells: dict, modes: list[str]) -> FigureData:
+        tests = [t for t in TESTS if any(k[0] == t for k in cells)]
+        hops0 = min((k[3] for k in cells), key=_num)
+        fig, axes = figure(len(tests), height=3.8)
+        for ax, test in zip(axes, tests):
+            title, _, unit = TESTS[test]
+            mine = {k: v for k, v in cells.items() if k[0] == test and k[3] == hops0 and k[4] == "none"} or \
+                {k: v for k, v in cells.items() if k[0] == test and k[3] == hops0}
+            div, ulabel = scale(unit, [x for v in mine.values() for x in v])
+            lines = sorted({(k[-1], k[2], k[4]) for k in mine}, key=lambda x: (modes.index(x[0]) if x[0] in modes else 99, x[1:]))
+            for i, (m, ip, load_) in enumerate(lines):
+                pts = sorted((k[1], sum(v) / len(v)) for k, v in mine.items() if (k[-1], k[2], k[4]) == (m, ip, load_))
+                ax.plot([p[0] for p in pts], [p[1] / div for p in pts], marker="o",
+                        label=f"{m}, IPv{ip}" + ("" if load_ == "none" else f", load {load_}"), **style(i))
+            ax.set_xscale("log")
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel(ulabel)
+            ax.set_title(test, fontsize=9)
+            ax.legend(fontsize=7)
+        fig.suptitle("S3 — throughput and transaction rate against message size", fontsize=11)
+        return FigureData("s3-message-size", "S3 — throughput and transaction rate against message size", fig,
+                          f"Mean over repetitions with {hops0} router(s) between the hosts and no other load where "
+                          f"measured; one line per IPsec variant that ran and IP version.")
+
+    # ---- findings ----------------------------------------------------------------------------------------
+    def _findings(self, scenarios: list[dict], cells: dict, video: dict, ran: list[str]) -> list[str]:
+        out = []
+        ipsec = [m for m in ran if m != NONE]
+        requested = [r for r in dict.fromkeys(variant_name(s["levels"].get("encryption", "none")) for s in scenarios)
+                     if r != NONE]
+        skipped = sorted({s["reason"] for s in scenarios if s["status"] == "skipped"
+                          and variant_name(s["levels"].get("encryption", "none")) != NONE and s["reason"]})
+        why = (" Reasons: " + " | ".join(skipped[:4])) if skipped else ""
+        if not ipsec:
+            cannot = (f"cannot be checked on this machine: none of the {len(requested)} IPsec variant(s) ran, so only "
+                      f"the no-IPsec baselines were measured.{why}")
+            out.append(f"'IPsec lowers throughput': {cannot}")
+            out.append("'AH gives about twice ESP's throughput': cannot be checked on this machine (no AH or ESP ran).")
+            out.append("'For small request/response messages IPsec is not the bottleneck': cannot be checked on this "
+                       "machine (no IPsec variant ran).")
+        else:
+            out += self._ipsec_findings(cells, ipsec)
+        out.append(self._ip_finding(cells))
+        out += self._extra_findings(cells)
+        if video:
+            base = [v for k, v in video.items() if k[-1] == NONE]
+            if base:
+                tput = median(x for v in base for x in v.get("throughput_bps", []))
+                loss = median(x for v in base for x in v.get("udp_loss_ratio", []))
+                jit = median(x for v in base for x in v.get("jitter_s", []))
+                out.append(f"Video-like stream (500 B at 30 Mbit/s) without IPsec: the receiver got a median "
+                           f"{human(tput, 'bit/s')} with {human(loss, 'ratio')} loss and {human(jit, 's')} jitter"
+                           + ("" if ipsec else "; its behaviour under IPsec cannot be checked here") + ".")
+        return out
+
+    def _ipsec_findings(self, cells: dict, ipsec: list[str]) -> list[str]:
+        out = []
+        stream = [relative(_mean(v), _mean(cells.get((*k[:-1], NONE), []))) for k, v in cells.items()
+                  if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ipsec]
+        stream = [r for r in stream if r is not None]
+        if stream:
+            med = median(stream)
+            verdict = "confirmed" if med < -CHANGE_THRESHOLD else "not confirmed here"
+            out.append(f"'IPsec lowers throughput': {verdict}: median change of stream throughput with IPsec "
+                       f"{spread(stream)}.")
+        ah = [m for m in ipsec if m.startswith("AH ")]
+        esp = [m for m in ipsec if m.startswith("ESP ")]
+        if ah and esp:
+            ratios = []
+            for k, v in cells.items():
+                if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ah:
+                    for e in esp:
+                        r = relative(_mean(v), _mean(cells.get((*k[:-1], e), [])))
+                        if r is not None:
+                            ratios.append(r + 1)
+            if ratios:
+                med = median(ratios)
+                verdict = "confirmed" if 1.5 <= med <= 2.7 else "not confirmed here"
+                out.append(f"'AH gives about twice ESP's throughput': {verdict}: AH / ESP stream throughput median "
+                           f"{med:.2f}x over {len(ratios)} cells.")
+        else:
+            out.append("'AH gives about twice ESP's throughput': cannot be checked: "
+                       + ("no AH variant ran." if not ah else "no ESP variant ran."))
+        small = [k for k in cells if k[0] in ("TCP_RR", "UDP_RR") and k[-1] in ipsec]
+        if small:
+            smallest = min(k[1] for k in small)
+            rr = [relative(_mean(cells[k]), _mean(cells.get((*k[:-1], NONE), []))) for k in small if k[1] == smallest]
+            rr = [r for r in rr if r is not None]
+            if rr:
+                verdict = _verdict(rr)
+                out.append(f"'For small request/response messages IPsec is not the bottleneck': {verdict}: at "
+                           f"{smallest} bytes the transaction rate changes by {spread(rr)} with IPsec.")
+        return out
+
+    def _ip_finding(self, cells: dict) -> str:
+        changes = []
+        for k, v in cells.items():
+            if k[2] == "6":
+                r = relative(_mean(v), _mean(cells.get((k[0], k[1], "4", *k[3:]), [])))
+                if r is not None:
+                    changes.append(r)
+        if not changes:
+            return "'IPv4 and IPv6 about equal': cannot be checked: the campaign did not measure both."
+        return (f"'IPv4 and IPv6 about equal': {_verdict(changes)} (equal: within ±{CHANGE_THRESHOLD:.0%}): IPv6 vs "
+                f"IPv4 over all tests and sizes {spread(changes)}.")
+
+    def _extra_findings(self, cells: dict) -> list[str]:
+        out = []
+        hops = sorted({k[3] for k in cells}, key=_num)
+        for h in hops[1:]:
+            ch = [relative(_mean(v), _mean(cells.get((*k[:3], hops[0], *k[4:]), []))) for k, v in cells.items() if k[3] == h]
+            ch = [c for c in ch if c is not None]
+            if ch:
+                out.append(f"Routers (not a finding of the study): {h} router(s) vs {hops[0]} change the results by "
+                           f"{spread(ch)}.")
+        ch = [relative(_mean(v), _mean(cells.get((*k[:4], "none", k[5]), []))) for k, v in cells.items() if k[4] == "cpu"]
+        ch = [c for c in ch if c is not None]
+        if ch:
+            out.append(f"Other CPU load (stress-ng on both hosts) changes the results by {spread(ch)}: the emulated hosts "
+                       f"share this machine's CPUs, so the load competes with the traffic directly.")
+        return out
+
+
+def _verdict(changes: list[float]) -> str:
+    """Whether changes say 'about equal': the median within the threshold and at least half of the cells too;
+    'not confirmed' when most cells differ the same way; otherwise the cells disagree (noise)."""
+    med = median(changes)
+    within = sum(abs(c) <= CHANGE_THRESHOLD for c in changes) / len(changes)
+    if abs(med) <= CHANGE_THRESHOLD and within >= 0.5:
+        return "confirmed"
+    if abs(med) > CHANGE_THRESHOLD and within < 0.5:
+        return "not confirmed here"
+    return "inconclusive (the cells disagree: too few repetitions or a noisy machine)"
+
+
+def _mean(vals: list[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
+
+
+def _versus(vals: list[float], base: list[float]) -> str:
+    r = relative(_mean(vals), _mean(base))
+    if r is None:
+        return DASH
+    star = ""
+    if len(vals) >= 2 and len(base) >= 2:
+        star = "*" if compare(vals, base).significant else ""
+    return pct(r) + star
+
+
+def _matched(mine: dict, pos: int, with_: str, without: str) -> list[float]:
+    """Relative changes between cells that differ only in key position pos (with_ vs without)."""
+    out = []
+    for k, v in mine.items():
+        if k[pos] == with_:
+            other = (*k[:pos], without, *k[pos + 1:])
+            if other in mine:
+                out.append(relative(_mean(v), _mean(mine[other])))
+    return [r for r in out if r is not None]
+
+
+def _num(s) -> float:
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def _order(key: tuple) -> tuple:
+    size, ip, hops, load_ = key
+    return (_num(size), _num(ip), _num(hops), load_ != "none", str(load_))
+

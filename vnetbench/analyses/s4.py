@@ -1,0 +1,441 @@
+"""S4 — tunnel and encryption methods for multi-cloud: per interface (native, VXLAN, Geneve, OVS+VXLAN, OVS+Geneve,
+WireGuard, IPsec) the single-stream throughput with its 1 s series and CPU, the request/response latency and its CDF,
+the scaling over parallel streams, 4 parallel generators as a share of line rate, and MTU 1500 vs 9000; the study's
+findings checked."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import yaml
+from matplotlib.ticker import FuncFormatter
+
+from ..stats import compare
+from ..store import Store
+from ..units import human, parse_rate
+from . import register
+from ._cells import (DASH, Trial, figure, load, mean_ci, mean_cell, median, pct, relative, scale, style, summary)
+from .base import Analysis, AnalysisResult, FigureData, TableData
+
+ORDER = ["native", "VXLAN", "Geneve", "GRE", "OVS+VXLAN", "OVS+Geneve", "OVS+GRE", "WireGuard", "IPsec"]
+TUNNELS = {"VXLAN": "VXLAN", "Geneve": "Geneve", "OVS+VXLAN": "VXLAN", "OVS+Geneve": "Geneve", "GRE": "GRE",
+           "OVS+GRE": "GRE"}
+ENCRYPTED = ("WireGuard", "IPsec")
+SINGLE, RR, GEN4 = "tcp1", "rr", "gen4"
+LINE_RATE_NEAR = 0.9
+LOSS = 1.10  # a tunnel "loses" when native carries at least 10 % more, and the difference is significant
+
+
+def interface(labels: dict) -> str:
+    """The study's name for a scenario's datapath."""
+    attach, enc = labels.get("attach", "switch"), labels.get("encryption", "none")
+    enc_name = {"wireguard": "WireGuard", "ipsec": "IPsec"}.get(enc.split("(")[0], enc)
+    if attach == "host":
+        return "native" if enc == "none" else enc_name
+    overlay = {"vxlan": "VXLAN", "geneve": "Geneve", "gre": "GRE", "none": "flat", "vlan": "VLAN"}.get(
+        labels.get("overlay", "none").split("(")[0], labels.get("overlay", "none"))
+    name = overlay if labels.get("switch", "linuxbridge").startswith("linuxbridge") else \
+        f"{labels.get('switch', '').split('(')[0].upper()}+{overlay}"
+    name = name if attach == "switch" else f"{attach}: {name}"
+    return name if enc == "none" else f"{name} + {enc_name} ({labels.get('encryption_scope', '')})"
+
+
+def measure(t: Trial) -> str | None:
+    """tcp1, rr, gen4 or streamsN, from what the trial ran (so a user's own spec is understood too)."""
+    if t.kind == "sockperf":
+        return RR
+    if t.kind != "iperf3" or t.params.get("protocol", "tcp") != "tcp":
+        return None
+    streams = int(t.params.get("streams", 1))
+    procs = t.params.get("processes", 1)
+    if procs == 4 and streams == 4:
+        return GEN4
+    return SINGLE if streams == 1 else f"streams{streams}"
+
+
+def _rank(name: str) -> tuple:
+    return (ORDER.index(name) if name in ORDER else len(ORDER), name)
+
+
+@register
+class S4(Analysis):
+    name = "s4"
+    title = "S4 — tunnel and encryption methods for multi-cloud"
+
+    def run(self, store: Store, campaign: int) -> AnalysisResult:
+        camp = store.campaign(campaign)
+        scenarios, trials = load(store, campaign)
+        self.cpus = int((camp.environment or {}).get("cpu_count") or 0) or None
+        self.line_rate = _line_rate(camp.spec_text)
+        by: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)  # (interface, measure, mtu) -> trials
+        for t in trials:
+            if (m := measure(t)) is not None:
+                by[(interface(t.labels), m, str(t.labels.get("mtu", "1500")))].append(t)
+        self.by = by
+        ifaces = sorted({s_iface for s_iface in (interface(s["labels"]) for s in scenarios)}, key=_rank)
+        self.skipped = {}
+        for s in scenarios:
+            name = interface(s["labels"])
+            if s["status"] in ("skipped", "failed") and not any(k[0] == name for k in by):
+                self.skipped.setdefault(name, f"{s['status']}: {s['reason']}")
+        self.base_mtu = min((k[2] for k in by), key=int, default="1500")
+        result = AnalysisResult()
+        result.tables.append(self._interfaces(ifaces))
+        if any(k[1] == GEN4 for k in by):
+            result.tables.append(self._line_rate(ifaces))
+        if any(k[1].startswith("streams") for k in by):
+            result.tables.append(self._scaling(ifaces))
+        if len({k[2] for k in by if k[1] == SINGLE}) > 1:
+            result.tables.append(self._mtu(ifaces))
+        for fig in (self._series_figure(ifaces), self._cdf_figure(ifaces), self._scaling_figure(ifaces),
+                    self._mtu_figure(ifaces)):
+            if fig is not None:
+                result.figures.append(fig)
+        result.findings = self._findings(ifaces)
+        return result
+
+    # ---- values ------------------------------------------------------------------------------------------
+    def _trials(self, iface: str, m: str, mtu: str | None = None) -> list[Trial]:
+        return self.by.get((iface, m, mtu or self.base_mtu), [])
+
+    def _tput(self, iface: str, m: str = SINGLE, mtu: str | None = None) -> list[float]:
+        return [v for t in self._trials(iface, m, mtu) if (v := t.total("throughput_bps", direction="forward")) is not None]
+
+    def _per_trial(self, iface: str, m: str, fn, mtu: str | None = None) -> list[float]:
+        return [v for t in self._trials(iface, m, mtu) if (v := fn(t)) is not None]
+
+    def _cpu_per_gbit(self, iface: str, m: str = SINGLE) -> float | None:
+        """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate."""
+        if not self.cpus:
+            return None
+        vals = [t.machine("cpu_busy_ratio") * self.cpus / (tp / 1e9) for t in self._trials(iface, m)
+                if t.machine("cpu_busy_ratio") is not None and (tp := t.total("throughput_bps", direction="forward"))]
+        return median(vals)
+
+    # ---- tables ------------------------------------------------------------------------------------------
+    def _interfaces(self, ifaces: list[str]) -> TableData:
+        cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender CPU", "receiver CPU",
+                "machine CPU", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
+        rows = []
+        for name in ifaces:
+            single, rr = self._trials(name, SINGLE), self._trials(name, RR)
+            if not single and not rr:
+                rows.append([name, DASH, DASH, self.skipped.get(name, "not measured")] + [DASH] * (len(cols) - 4))
+                continue
+            any_t = (single or rr)[0]
+            impl = " + ".join(v for v in any_t_impl(any_t) if v)
+            mtus = sorted({str(t.metadata.get("vm_mtu", DASH)) for t in single + rr})
+            dp = self._per_trial(name, SINGLE, lambda t: sum(t.processes().values()) if t.processes() else None)
+            lat = {k: [v for t in rr if (v := t.mean(f"latency_{k}_s")) is not None] for k in ("min", "p50", "p90", "p99", "max")}
+            rows.append([name, impl or DASH, "/".join(mtus), mean_ci(self._tput(name), "bit/s"),
+                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio")), "ratio"),
+                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio")), "ratio"),
+                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.machine("cpu_busy_ratio")), "ratio"),
+                         mean_cell(dp, "ratio") if dp else DASH,
+                         human(min(lat["min"]), "s") if lat["min"] else DASH,
+                         *[human(median(lat[k]), "s") if lat[k] else DASH for k in ("p50", "p90", "p99")],
+                         human(max(lat["max"]), "s") if lat["max"] else DASH,
+                         str(max(len(single), len(rr)))])
+        return TableData(
+            f"S4 — interfaces: one TCP stream and request/response latency (MTU {self.base_mtu})", cols, rows,
+            "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. Sender/receiver CPU: the iperf3 "
+            "processes' own CPU time over the test (100 % = one core). Machine CPU: all CPUs' busy share during the "
+            "trial. Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core). Latency: "
+            "sockperf TCP ping-pong round trips; min and max over all runs, p50/p90/p99 the median over runs of each "
+            "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's).")
+
+    def _line_rate(self, ifaces: list[str]) -> TableData:
+        rows = []
+        for name in ifaces:
+            vals = self._tput(name, GEN4)
+            if not vals:
+                continue
+            share = (sum(vals) / len(vals)) / self.line_rate if self.line_rate else None
+            rows.append([name, mean_ci(vals, "bit/s"), DASH if share is None else f"{share * 100:.1f} %",
+                         mean_cell(self._per_trial(name, GEN4, lambda t: t.machine("cpu_busy_ratio")), "ratio"),
+                         mean_cell(self._per_trial(name, GEN4, lambda t: t.total("sender_cpu_ratio")), "ratio"),
+                         str(len(vals))])
+        rate = human(self.line_rate, "bit/s") if self.line_rate else "not set (underlay.rate)"
+        return TableData("S4 — 4 parallel generators as a percentage of line rate",
+                         ["interface", "throughput (4 generators)", "of line rate", "machine CPU", "senders' CPU", "runs"],
+                         rows, f"Four iperf3 client/server processes, one stream each, at once. Line rate: {rate}, the "
+                               f"hosts' NICs' egress limit (tbf).")
+
+    def _streams_levels(self) -> list[int]:
+        levels = {1} | {int(k[1][len("streams"):]) for k in self.by if k[1].startswith("streams")}
+        return sorted(levels)
+
+    def _stream_trials(self, name: str, n: int) -> list[Trial]:
+        return self._trials(name, SINGLE if n == 1 else f"streams{n}")
+
+    def _scaling(self, ifaces: list[str]) -> TableData:
+        levels = self._streams_levels()
+        names = [n for n in ifaces if any(self._stream_trials(n, s) for s in levels)]
+        rows = []
+        for s in levels:
+            row = [str(s)]
+            for name in names:
+                ts = self._stream_trials(name, s)
+                tp = [v for t in ts if (v := t.total("throughput_bps", direction="forward")) is not None]
+                cpu = [v for t in ts if (v := t.machine("cpu_busy_ratio")) is not None]
+                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {mean_cell(cpu, 'ratio')}" if tp else DASH)
+            procs = {_processes(t) for name in names for t in self._stream_trials(name, s)}
+            row.append(", ".join(str(p) for p in sorted(procs)) or DASH)
+            rows.append(row)
+        return TableData("S4 — parallel streams: aggregate throughput and whole-machine CPU",
+                         ["streams", *names, "generator processes"], rows,
+                         "Mean over runs of the receiver throughput summed over all streams, and of the machine's CPU "
+                         "busy share. Past 128 streams iperf3 runs several generator processes (at most 128 streams "
+                         "each); 1 stream is the single-stream test.")
+
+    def _mtu(self, ifaces: list[str]) -> TableData:
+        mtus = sorted({k[2] for k in self.by if k[1] == SINGLE}, key=int)
+        lo, hi = mtus[0], mtus[-1]
+        rows = []
+        for name in ifaces:
+            a, b = self._tput(name, SINGLE, lo), self._tput(name, SINGLE, hi)
+            if not a and not b:
+                continue
+            inner = lambda m: "/".join(sorted({str(t.metadata.get("vm_mtu")) for t in self._trials(name, SINGLE, m)})) or DASH  # noqa: E731
+            rows.append([name, inner(lo), mean_ci(a, "bit/s"), inner(hi), mean_ci(b, "bit/s"),
+                         _versus(b, a)])
+        return TableData(f"S4 — MTU {lo} vs {hi} (one TCP stream)",
+                         ["interface", f"inner MTU at {lo}", f"throughput at {lo}", f"inner MTU at {hi}",
+                          f"throughput at {hi}", f"{hi} vs {lo}"], rows,
+                         "mtu is the hosts' NIC MTU; each tunnel lowers the inner MTU by its header. '*': the two "
+                         "differ significantly (Mann-Whitney and disjoint 95 % CIs).")
+
+    # ---- figures -----------------------------------------------------------------------------------------
+    def _series_figure(self, ifaces: list[str]) -> FigureData | None:
+        lines = {}
+        for name in ifaces:
+            pts: dict[float, list[float]] = defaultdict(list)
+            for t in self._trials(name, SINGLE):
+                for s in t.samples:
+                    if s["metric"] == "throughput_interval_bps" and s["metadata"].get("direction") == "forward":
+                        pts[round(s["t"], 1)].append(s["value"])
+            if pts:
+                lines[name] = pts
+        if not lines:
+            return None
+        fig, (ax,) = figure()
+        div, ulabel = scale("bit/s", [v for p in lines.values() for vs in p.values() for v in vs])
+        for i, (name, pts) in enumerate(lines.items()):
+            ts = sorted(pts)
+            st = style(i)
+            ax.plot(ts, [sum(pts[t]) / len(pts[t]) / div for t in ts], marker=".", label=name, **st)
+            ax.fill_between(ts, [min(pts[t]) / div for t in ts], [max(pts[t]) / div for t in ts], color=st["color"],
+                            alpha=0.12, lw=0)
+        ax.set_xlabel("time since the start of the test (s)")
+        ax.set_ylabel(f"throughput ({ulabel})")
+        lows = [min(vs) for p in lines.values() for vs in p.values() if min(vs) > 0]
+        if lows and max(max(vs) for p in lines.values() for vs in p.values()) / min(lows) > 20:
+            ax.set_yscale("log")  # the interfaces differ by orders of magnitude: keep the slow ones readable
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        else:
+            ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        title = "S4 — one TCP stream: throughput every second"
+        ax.set_title(title, fontsize=11)
+        return FigureData("s4-series", title, fig, "Receiver throughput per 1 s interval: the mean over runs, the band "
+                                                   "from the lowest to the highest run.")
+
+    def _cdf_figure(self, ifaces: list[str]) -> FigureData | None:
+        curves = {}
+        for name in ifaces:
+            vals = sorted(v for t in self._trials(name, RR) for v in t.values("latency_s"))
+            if vals:
+                curves[name] = vals
+        if not curves:
+            return None
+        fig, (ax,) = figure()
+        for i, (name, vals) in enumerate(curves.items()):
+            ax.step([v * 1e6 for v in vals], [(k + 1) / len(vals) for k in range(len(vals))], where="post", label=name,
+                    **style(i))
+        if max(v[-1] for v in curves.values()) / max(min(v[0] for v in curves.values()), 1e-9) > 20:
+            ax.set_xscale("log")
+        ax.set_xlabel("round-trip latency (µs)")
+        ax.set_ylabel("fraction of round trips ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=8, loc="lower right")
+        title = "S4 — request/response latency CDF"
+        ax.set_title(title, fontsize=11)
+        return FigureData("s4-latency-cdf", title, fig, "Every round trip sockperf logged (thinned evenly to at most "
+                                                        "20,000 per run), all runs pooled.")
+
+    def _scaling_figure(self, ifaces: list[str]) -> FigureData | None:
+        levels = self._streams_levels()
+        if len(levels) < 2:
+            return None
+        fig, (ax_t, ax_c) = figure(2)
+        data = {}
+        for name in ifaces:
+            pts = {}
+            for s in levels:
+                ts = self._stream_trials(name, s)
+                tp = [v for t in ts if (v := t.total("throughput_bps", direction="forward")) is not None]
+                cpu = [v for t in ts if (v := t.machine("cpu_busy_ratio")) is not None]
+                if tp:
+                    pts[s] = (summary(tp), summary(cpu))
+            if len(pts) > 1:
+                data[name] = pts
+        if not data:
+            return None
+        div, ulabel = scale("bit/s", [p[0].mean for pts in data.values() for p in pts.values()])
+        for i, (name, pts) in enumerate(data.items()):
+            xs = sorted(pts)
+            err = [[(pts[x][0].mean - pts[x][0].ci_mean[0]) / div if math.isfinite(pts[x][0].ci_mean[0]) else 0 for x in xs],
+                   [(pts[x][0].ci_mean[1] - pts[x][0].mean) / div if math.isfinite(pts[x][0].ci_mean[1]) else 0 for x in xs]]
+            ax_t.errorbar(xs, [pts[x][0].mean / div for x in xs], yerr=err, marker="o", capsize=3, label=name, **style(i))
+            cx = [x for x in xs if pts[x][1] is not None]
+            ax_c.plot(cx, [pts[x][1].mean * 100 for x in cx], marker="o", label=name, **style(i))
+        for ax in (ax_t, ax_c):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.set_xlabel("parallel streams")
+            ax.set_ylim(bottom=0)
+        ax_t.set_ylabel(f"aggregate throughput ({ulabel})")
+        ax_c.set_ylabel("whole-machine CPU busy (%)")
+        ax_c.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        title = "S4 — scaling over parallel streams"
+        fig.suptitle(title, fontsize=11)
+        return FigureData("s4-stream-scaling", title, fig, "Mean over runs (whiskers: 95 % CI); past 128 streams "
+                                                           "several iperf3 generator processes share the streams.")
+
+    def _mtu_figure(self, ifaces: list[str]) -> FigureData | None:
+        mtus = sorted({k[2] for k in self.by if k[1] == SINGLE}, key=int)
+        names = [n for n in ifaces if any(self._tput(n, SINGLE, m) for m in mtus)]
+        if len(mtus) < 2 or not names:
+            return None
+        fig, (ax,) = figure(height=3.8)
+        width = 0.8 / len(mtus)
+        allv = [v for n in names for m in mtus for v in self._tput(n, SINGLE, m)]
+        div, ulabel = scale("bit/s", allv)
+        for j, m in enumerate(mtus):
+            sums = [summary(self._tput(n, SINGLE, m)) for n in names]
+            xs = [i + (j - (len(mtus) - 1) / 2) * width for i in range(len(names))]
+            means = [s.mean / div if s else 0 for s in sums]
+            err = [(s.ci_mean[1] - s.mean) / div if s and math.isfinite(s.ci_mean[1]) else 0 for s in sums]
+            ax.bar(xs, means, width, yerr=err, capsize=3, label=f"MTU {m}", color=f"C{j}")
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+        ax.set_ylabel(f"throughput ({ulabel})")
+        ax.legend(fontsize=8)
+        title = "S4 — MTU 1500 vs 9000: one TCP stream"
+        ax.set_title(title, fontsize=11)
+        return FigureData("s4-mtu", title, fig, "Mean over runs, whiskers the 95 % CI; the tunnel's inner MTU is lower "
+                                                "by its header.")
+
+    # ---- findings ----------------------------------------------------------------------------------------
+    def _findings(self, ifaces: list[str]) -> list[str]:
+        out = []
+        native = self._tput("native")
+        nat = sum(native) / len(native) if native else None
+        near = bool(nat and self.line_rate and nat >= LINE_RATE_NEAR * self.line_rate)
+        tunnels = [n for n in ifaces if n in TUNNELS and self._tput(n)]
+        if nat and tunnels:
+            parts, losing = [], []
+            for n in tunnels:
+                vals = self._tput(n)
+                ratio = nat / (sum(vals) / len(vals))
+                testable = len(native) > 1 and len(vals) > 1
+                sig = testable and compare(native, vals).significant
+                parts.append(f"{n} {ratio:.2f}x" + ("" if sig else " (not significant)" if testable
+                                                    else " (one run each: no test)"))
+                if ratio >= LOSS and (sig or not testable):
+                    losing.append((n, ratio))
+            verdict = ("confirmed for " + ", ".join(n for n, _ in losing) if losing else "not confirmed here")
+            big = [n for n, r in losing if r >= 3]
+            text = (f"'Tunnels lose vs native (up to 3-5x without segmentation offload)': {verdict}; native / tunnel "
+                    f"single-stream throughput: {'; '.join(parts)}.")
+            if big:
+                text += f" {', '.join(big)} lose 3x or more."
+            if near:
+                cost = {n: self._cpu_per_gbit(n) for n in ["native", *tunnels]}
+                shown = "; ".join(f"{n} {c:.2f}" for n, c in cost.items() if c is not None)
+                text += (f" Native reaches {nat / self.line_rate:.0%} of the {human(self.line_rate, 'bit/s')} line "
+                         f"rate, which hides part of a tunnel's cost: CPU cores per Gbit/s carried: {shown}.")
+            out.append(text)
+        else:
+            out.append("'Tunnels lose vs native': cannot be checked: "
+                       + ("no native measurement." if not nat else "no tunnel interface was measured."))
+        enc = [n for n in ENCRYPTED if self._tput(n)]
+        if nat and enc:
+            ratios = {n: nat / (sum(v) / len(v)) for n in enc if (v := self._tput(n))}
+            def verdict(r: float) -> str:
+                return "about 10x" if 5 <= r <= 20 else ("a larger loss" if r > 20 else "a smaller loss")
+            impl = {n: sorted({t.samples[0]["implementation"].get("encryption", "") for t in self._trials(n, SINGLE)
+                               if t.samples}) for n in enc}
+            out.append("'Encryption loses ~10x': " + "; ".join(f"native / {n} = {r:.1f}x ({verdict(r)}; "
+                                                               f"{', '.join(impl[n]) or 'implementation unknown'})"
+                                                               for n, r in ratios.items()) + ".")
+        else:
+            out.append("'Encryption loses ~10x': cannot be checked: no encrypted interface (or no native) was measured.")
+        pairs = [(f"OVS+{t}", t) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}") and self._tput(t)]
+        if pairs and self.cpus:
+            parts, more = [], []
+            for ovs, lin in pairs:
+                a, b = self._cpu_per_gbit(ovs), self._cpu_per_gbit(lin)
+                if a is not None and b is not None:
+                    parts.append(f"{ovs} {a:.2f} vs {lin} {b:.2f} CPU cores per Gbit/s")
+                    more.append(a > b)
+            verdict = "confirmed" if more and all(more) else ("not confirmed here" if more else "cannot be checked")
+            out.append(f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
+                       f"single stream). OVS here is the userspace datapath (no kernel module).")
+        else:
+            missing = "the machine's CPU count" if pairs else "an OVS tunnel and the same Linux tunnel"
+            out.append(f"'OVS tunnels cost more CPU than Linux ones': cannot be checked: needs {missing}.")
+        out.append(self._cores_finding())
+        return out
+
+    def _cores_finding(self) -> str:
+        """WireGuard several cores, IPsec one: the datapath processes' CPU in the busiest test (most streams)."""
+        seen = {}
+        for name, proc_prefix in (("WireGuard", "wireguard"), ("IPsec", "charon")):
+            best = None
+            for (iface, m, _), ts in self.by.items():
+                if iface != name or m == RR:
+                    continue
+                for t in ts:
+                    per = {p: v for p, v in t.processes().items() if p.startswith(proc_prefix)}
+                    if per:
+                        top = max(per.values())
+                        best = top if best is None or top > best else best
+            if best is not None:
+                seen[name] = best
+        if not seen:
+            return ("'WireGuard uses several cores, IPsec one': cannot be checked: no datapath process CPU was recorded "
+                    "(the kernel implementations have no process to measure).")
+        parts = "; ".join(f"busiest {n} process {v * 100:.0f} % of a core" for n, v in seen.items())
+        wg, ip = seen.get("WireGuard"), seen.get("IPsec")
+        if wg is not None and ip is not None:
+            verdict = "confirmed" if wg > 1.05 and ip <= 1.05 else "not confirmed here"
+        else:
+            verdict = "partly checked"
+        cpus = f" on this {self.cpus}-CPU machine" if self.cpus else ""
+        return f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)."
+
+
+def _processes(t: Trial) -> int:
+    procs = t.params.get("processes", 1)
+    return math.ceil(int(t.params.get("streams", 1)) / 128) if procs == "auto" else int(procs)
+
+
+def any_t_impl(t: Trial) -> list[str]:
+    impl = t.samples[0]["implementation"] if t.samples else {}
+    return [v for v in impl.values() if v and v != "none"]
+
+
+def _versus(b: list[float], a: list[float]) -> str:
+    if not a or not b:
+        return DASH
+    r = relative(sum(b) / len(b), sum(a) / len(a))
+    star = "*" if len(a) > 1 and len(b) > 1 and compare(b, a).significant else ""
+    return pct(r) + star
+
+
+def _line_rate(spec_text: str) -> float | None:
+    try:
+        rate = (yaml.safe_load(spec_text) or {}).get("underlay", {}).get("rate")
+        return float(parse_rate(rate)) if rate is not None else None
+    except (yaml.YAMLError, ValueError, AttributeError):
+        return None
