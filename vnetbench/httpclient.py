@@ -59,10 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     interval, lines = 1.0 / a.rate, []
     conn = None
     t0 = time.perf_counter()
+    n, shift = 0, 0.0  # the n-th request is due at phase + n / rate + shift (shift grows when late)
     due = a.phase
     while True:
         now = time.perf_counter() - t0
-        if max(now, due) >= a.duration:
+        if max(now, due) >= a.duration - 1e-9:  # (due is computed, not summed: no drift past the window)
             break
         if due > now:
             time.sleep(due - now)
@@ -81,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             conn.close()
             conn = None
         lines.append(f"{start - t0:.6f} {end - start:.6f} {outcome}\n")
-        due = max(due + interval, end - t0)  # late: send at once, but do not catch up missed slots
+        n += 1
+        due = a.phase + n * interval + shift
+        if end - t0 > due:  # late: send at once, but do not catch up the missed slots
+            shift += end - t0 - due
+            due = end - t0
     if conn is not None:
         conn.close()
     lines.append(f"# duration {time.perf_counter() - t0:.6f}\n")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import yaml
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from ..stats import Comparison, Summary, compare, summarize
 from ..store import Store
@@ -135,10 +136,24 @@ def change(a: float | None, b: float | None) -> str:
     return f"{100 * (b - a) / a:+.0f} %"
 
 
+MIN_ROUNDS = 4  # per group: with 3 + 3 rounds Mann-Whitney cannot go below p = 0.1
+
+
 def verdict(c: Comparison | None) -> str:
     if c is None:
         return "-"
+    if min(c.a.n, c.b.n) < MIN_ROUNDS:
+        return f"too few rounds ({c.a.n} + {c.b.n})"
     return f"{'yes' if c.significant else 'no'} (p = {c.mannwhitney_p:.2g})"
+
+
+def _answer(c: Comparison, direction: str) -> str:
+    """yes / no / within noise / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
+    if min(c.a.n, c.b.n) < MIN_ROUNDS:
+        return f"cannot tell from {c.a.n} + {c.b.n} rounds"
+    if not c.significant:
+        return "not shown (within noise)"
+    return "yes" if (c.b.mean > c.a.mean) == (direction == "higher") else "no"
 
 
 def _summary(values: list[float]) -> Summary | None:
@@ -195,7 +210,7 @@ class S5(Analysis):
                 "load on it. Control rounds all run before the attack rounds (one scenario each), so a drift of the "
                 "machine's background load between the two phases is not randomised away.")
         return TableData("S5 — interrupts and context switches without and with the attack",
-                         ["rounds", "n", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
+                         ["round type", "rounds", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
                           "conversion rate, mean of rounds (95 % CI)", "conversion rate, ratio of means",
                           "study's conversion rate", "NET_RX softirqs/s", "victim host NIC rx packets/s"], rows, note)
 
@@ -233,38 +248,36 @@ class S5(Analysis):
                                                                   "significant"], rows, note)
 
     def _findings(self, by: dict[str, list[Round]], neighbour: int | None) -> list[str]:
+        """The study's findings, each answered yes / no only when the rounds can show it (stats.compare)."""
         out = []
         conv = {g: [r.conversion for r in by[g] if r.conversion is not None] for g in GROUPS}
         c = _compare(conv["control"], conv["attack"])
         if c is None:
             out.append("Conversion rate higher under attack: cannot tell (control or attack rounds missing).")
         else:
-            answer = ("yes" if c.b.mean > c.a.mean else "no") if c.significant else "not shown (within noise)"
-            out.append(f"Conversion rate (context switches / interrupts) higher under attack: {answer} — "
+            out.append(f"Conversion rate (context switches / interrupts) higher under attack: {_answer(c, 'higher')} — "
                        f"{100 * c.a.mean:.1f} % without vs {100 * c.b.mean:.1f} % with the attack (mean of "
                        f"{c.a.n} and {c.b.n} rounds, Mann-Whitney p = {c.mannwhitney_p:.2g}); the study: 53 % vs 68 %.")
         for metric, what in (("context_switches_per_s", "Context switches"), ("interrupts_per_s", "Interrupts")):
             vals = {g: [r.machine[metric] for r in by[g] if metric in r.machine] for g in GROUPS}
-            c = _compare(vals["control"], vals["attack"])
-            if c is not None:
-                word = ("higher" if c.b.mean > c.a.mean else "lower") if c.significant else "not significantly different"
-                out.append(f"{what} per second under attack: {word} ({c.a.mean:.0f}/s without, {c.b.mean:.0f}/s with).")
+            if (c := _compare(vals["control"], vals["attack"])) is not None:
+                out.append(f"{what} per second higher under attack: {_answer(c, 'higher')} "
+                           f"({c.a.mean:.0f}/s without, {c.b.mean:.0f}/s with).")
         if neighbour is None:
             return out
         med = {g: [float(np.median(r.rt[neighbour])) for r in by[g] if r.rt.get(neighbour)] for g in GROUPS}
         cpu = {g: [r.cpu_ops[neighbour] for r in by[g] if neighbour in r.cpu_ops] for g in GROUPS}
-        c_rt, c_cpu = _compare(med["control"], med["attack"]), _compare(cpu["control"], cpu["attack"])
-        slower = c_rt is not None and c_rt.significant and c_rt.b.mean > c_rt.a.mean
-        less_cpu = c_cpu is not None and c_cpu.significant and c_cpu.b.mean < c_cpu.a.mean
-        parts = []
-        if c_rt is not None:
-            parts.append(f"median response time {ms(c_rt.a.mean)} -> {ms(c_rt.b.mean)} "
-                         f"({'significant' if c_rt.significant else 'not significant'})")
-        if c_cpu is not None:
-            parts.append(f"CPU work {c_cpu.a.mean:.0f} -> {c_cpu.b.mean:.0f} ops/s "
-                         f"({'significant' if c_cpu.significant else 'not significant'})")
-        out.append(f"Neighbour degraded: {'yes' if slower or less_cpu else 'no'} — " + ("; ".join(parts) or "no data")
-                   + " (mean of per-round values, control -> attack).")
+        checks = [(c, what) for c, what in ((_compare(med["control"], med["attack"]), "higher"),
+                                            (_compare(cpu["control"], cpu["attack"]), "lower")) if c is not None]
+        answers = [_answer(c, what) for c, what in checks]
+        overall = ("yes" if "yes" in answers else "no" if answers and all(a == "no" for a in answers)
+                   else next((a for a in answers if a != "no"), "cannot tell (no data)"))
+        parts = [f"median response time {ms(c.a.mean)} -> {ms(c.b.mean)}: slower {_answer(c, 'higher')}"
+                 for c, what in checks if what == "higher"]
+        parts += [f"CPU work {c.a.mean:.0f} -> {c.b.mean:.0f} ops/s: less {_answer(c, 'lower')}"
+                  for c, what in checks if what == "lower"]
+        out.append(f"Neighbour degraded: {overall} — " + "; ".join(parts)
+                   + " (means of per-round values, control -> attack).")
         return out
 
     # ---- figures ------------------------------------------------------------------------------------------------
@@ -289,7 +302,8 @@ class S5(Analysis):
             ax.set_ylabel(label)
             ax.set_ylim(bottom=0)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.has_data():
+                ax.legend(fontsize=7)
         fig.suptitle("Interrupts and context switches per second, control vs attack", fontsize=11)
         return FigureData("s5-series", "Interrupts and context switches per second during the rounds", fig,
                           "Whole machine, 1-s points of the system probe; line = mean over the rounds of a group at each "
@@ -308,6 +322,7 @@ class S5(Analysis):
                             label=f"{g} ({len(xs)} requests)")
             if ax.has_data():
                 ax.set_xscale("log")
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
                 ax.legend(fontsize=7, loc="lower right")
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("response time (ms, log scale)")

@@ -144,14 +144,22 @@ class Http(Workload):
         (d / "www" / PAGE.lstrip("/")).write_bytes(b"x" * self.params.page_size)
         return d
 
-    def _await_server(self, pair: Pair, proc: subprocess.Popen) -> None:
+    def _await_server(self, pair: Pair, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+        """nginx writes its pid file only once it holds its listening socket (a port taken by someone else makes it
+        retry for ~2 s, then exit): wait for the pid file, then check the port listens."""
+        pidfile, deadline = self._dir(pair) / "nginx.pid", time.monotonic() + timeout
+        while not pidfile.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         try:
+            if not pidfile.exists() or proc.poll() is not None:
+                raise WorkloadError("exited" if proc.poll() is not None else f"no pid file after {timeout:.0f} s")
             wait_listening(pair.server.node, self._port(pair))
         except WorkloadError as exc:
-            said = " ".join(stop_server(proc)).strip() if proc.poll() is not None else ""
+            _, err = stop_server(proc)
             log = self._dir(pair) / "error.log"
-            said += (" " + log.read_text().strip()[-300:]) if log.exists() else ""
-            raise WorkloadError(f"nginx pair {pair.index} did not start: {said.strip()[-400:] or exc}") from exc
+            said = (err or "").strip() or (log.read_text().strip() if log.exists() else "")
+            last = " | ".join(line.strip() for line in said.splitlines()[-2:])
+            raise WorkloadError(f"nginx pair {pair.index} did not start ({exc}): {last[-400:]}") from None
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         p = self.params

@@ -1,0 +1,304 @@
+"""Suite S5 (context switches under a DDoS): the smoke profile end to end through the CLI, the http workload for
+real on loopback, `target_pair` (several clients, one server) with its validation, the client/stress-ng parsers,
+and the S5 analysis on a store built by hand with exact expected cells."""
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import netns_names, vnetbench
+from vnetbench.analyses import load_all as analyses
+from vnetbench.executor import LocalExecutor
+from vnetbench.matrix import expand
+from vnetbench.sample import METRICS, Sample
+from vnetbench.spec import SpecError, loads
+from vnetbench.store import Store
+from vnetbench.workloads import load_all as workloads
+from vnetbench.workloads.base import Endpoint, Pair, WorkloadError
+from vnetbench.workloads.cpuload import parse_stress_ng
+from vnetbench.workloads.http import parse_client
+
+SMOKE_BUDGET_S = 150  # the smoke profile takes ~15-25 s here; generous for a machine shared with other tests
+
+
+def workload(kind: str, only_pairs=None, target_pair=None, **params):
+    cls = workloads()[kind]
+    return cls(cls.Params.model_validate({"type": kind, **params}), only_pairs, False, target_pair)
+
+
+def pair(index: int = 1, addr: str = "127.0.0.1") -> Pair:
+    return Pair(index, Endpoint(LocalExecutor(), addr, f"c{index}"), Endpoint(LocalExecutor(), addr, f"s{index}"))
+
+
+def own_pids(name: str) -> set[int]:
+    """Processes called `name` in this test's own network namespace."""
+    me = os.readlink("/proc/self/ns/net")
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
+    found = set()
+    for pid in out.split():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") == me:
+                found.add(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+# ---- the smoke profile, for real ---------------------------------------------------------------------------------
+@pytest.mark.net
+def test_smoke_profile_end_to_end(tmp_path, state_dir):
+    db = tmp_path / "s5.db"
+    started = time.monotonic()
+    run = vnetbench("run", "suite:s5", "--profile", "smoke", "--db", db, "--no-progress")
+    took = time.monotonic() - started
+    assert "campaign 1: done, 2 trials ok, 0 failed" in run.stdout, run.stdout + run.stderr
+    assert took < SMOKE_BUDGET_S, f"smoke took {took:.0f} s"
+    with sqlite3.connect(db) as c:
+        (prefix,) = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+        rows = c.execute("SELECT sc.labels, s.metric, s.value, s.metadata, t.metadata FROM samples s "
+                         "JOIN trials t ON s.trial = t.id JOIN scenarios sc ON sc.campaign = t.campaign "
+                         "AND sc.idx = t.scenario").fetchall()
+    assert not [n for n in netns_names() if n.startswith(prefix + "-")], "the run left namespaces behind"
+    assert not any(state_dir.iterdir()), "the run left its ledger directory behind"
+    samples = [(json.loads(lab)["attack"], m, v, json.loads(meta), json.loads(tmeta)) for lab, m, v, meta, tmeta in rows]
+
+    def window(attack, metric):
+        return [v for a, m, v, meta, _ in samples if a == attack and m == metric and meta.get("scope") == "machine"
+                and not meta.get("series") and "cpu" not in meta]
+
+    for attack in ("off", "on"):
+        for metric in ("interrupts_per_s", "context_switches_per_s"):
+            assert len(window(attack, metric)) == 1 and window(attack, metric)[0] > 0, (attack, metric)
+            series = [v for a, m, v, meta, _ in samples if a == attack and m == metric and meta.get("series")]
+            assert len(series) >= 2, (attack, metric, "1-s series")
+        rts = [v for a, m, v, meta, _ in samples if a == attack and m == "http_response_time_s"]
+        assert len(rts) >= 0.8 * 2 * 6 * 10 * 3 and all(0 < v < 2 for v in rts)  # 2 pairs x 6 clients x 10/s x 3 s
+        ops = [v for a, m, v, meta, _ in samples if a == attack and m == "cpuload_ops_per_s"]
+        assert len(ops) == 2 and min(ops) > 0  # the constant load ran in both tenant VMs
+    flood = [(a, v) for a, m, v, meta, _ in samples if m == "throughput_bps" and meta.get("role") == "background"]
+    assert {a for a, _ in flood} == {"on"} and len(flood) == 10  # ten attackers, in attack rounds only
+    assert all(v > 0.5e6 for _, v in flood)  # each delivered most of its bounded 2 Mbit/s to the victim
+
+    # The victim's host NIC (h2's underlay veth) receives the flood: far more packets than the web traffic alone.
+    def nic_rx(attack):
+        return [v for a, m, v, meta, tmeta in samples if a == attack and m == "if_rx_packets_per_s"
+                and meta["node"] == f"{prefix}-h2" and meta["interface"] == f"{prefix}-u"]
+    (off,), (on,) = nic_rx("off"), nic_rx("on")
+    assert on > 5 * off and on > 5000, (off, on)
+
+    result = analyses()["s5"]().run(Store(db), 1)
+    study = result.tables[0]
+    assert [r[0] for r in study.rows] == ["control", "attack"]
+    assert [r[1] for r in study.rows] == ["1", "1"]
+    for row in study.rows:
+        intr, ctx = float(row[2]), float(row[3])
+        assert intr > 0 and ctx > 0
+        assert row[4] == f"{100 * ctx / intr:.1f} %" or abs(float(row[4].split()[0]) - 100 * ctx / intr) < 0.2
+    assert len(result.tables[1].rows) == 11 and len(result.figures) == 2
+    assert any(f.startswith("Conversion rate") for f in result.findings)
+    assert any(f.startswith("Neighbour degraded") for f in result.findings)
+
+
+@pytest.mark.net
+def test_plan_shows_the_attackers_sending_to_the_victim(state_dir):
+    out = vnetbench("plan", "suite:s5", "--profile", "smoke").stdout
+    attack = out[out.index("attack=on"):]
+    assert "# workload iperf3 (pairs 3,4,5,6,7,8,9,10,11,12; to the server of pair 1; background" in attack
+    victim = "10.101.0.2"  # pair 1's server VM
+    clients = [ln for ln in attack.splitlines() if "iperf3 -c" in ln]
+    assert len(clients) == 10 and all(f"-c {victim} " in ln for ln in clients)
+    assert len({ln.split()[3] for ln in clients}) == 10  # ten different attacker namespaces
+    servers = [ln for ln in attack.splitlines() if "iperf3 -s" in ln]
+    assert len(servers) == 10 and len({ln.split()[3] for ln in servers}) == 1  # all in the victim
+    control = out[out.index("attack=off"):out.index("attack=on")]
+    assert "iperf3" not in control and "nginx" in control and "stress-ng" in control
+
+
+# ---- the http workload for real on loopback ------------------------------------------------------------------------
+@pytest.mark.net
+def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_path):
+    before = own_pids("nginx")
+    wl = workload("http", clients=3, rate=20, duration=2, port=18180)
+    samples = wl.run([pair(1), pair(2, "::1")])
+    for index in (1, 2):
+        rts = [s for s in samples if s.metric == "http_response_time_s" and s.metadata["pair"] == index]
+        assert all(0 < s.value < 1 for s in rts) and {s.metadata["client"] for s in rts} == {1, 2, 3}
+        assert all(0 <= s.t < 2 for s in rts)
+        assert abs(len(rts) - 3 * 20 * 2) <= 6  # rate x clients x duration, within 5 %
+        [rps] = [s.value for s in samples if s.metric == "http_requests_per_s" and s.metadata["pair"] == index]
+        assert rps == pytest.approx(len(rts) / 2)
+        assert [s.value for s in samples if s.metric == "http_errors" and s.metadata["pair"] == index] == [0]
+    assert all(s.unit == METRICS[s.metric].unit for s in samples)
+    time.sleep(0.2)
+    assert own_pids("nginx") == before, "an nginx process was left running"
+    assert not list(Path("/tmp").glob(f"vnetbench-http-{os.getpid()}-*")), "the server's directory was left behind"
+
+
+@pytest.mark.net
+def test_http_server_that_cannot_start_raises_and_cleans_up():
+    squatter = socket.create_server(("127.0.0.1", 18190))  # nginx cannot bind
+    threading.Thread(target=lambda: _drain(squatter), daemon=True).start()
+    before = own_pids("nginx")
+    try:
+        with pytest.raises(WorkloadError, match="nginx pair 1"):
+            workload("http", clients=1, rate=5, duration=1, port=18190).run([pair(1)])
+    finally:
+        squatter.close()
+    assert own_pids("nginx") == before
+
+
+def _drain(sock):
+    try:
+        while True:
+            sock.accept()[0].close()
+    except OSError:
+        pass
+
+
+def test_http_client_output_parser():
+    text = "0.000100 0.001500 200\n0.100200 2.000000 timeout\n0.200000 0.002500 200\n0.3 0.1 short\n# duration 0.31\n"
+    samples, ok, failed, duration = parse_client(text, pair=1, client=2)
+    assert (ok, failed, duration) == (2, 2, 0.31)
+    assert [(s.value, s.t, s.metadata) for s in samples] == [(0.0015, 0.0001, {"pair": 1, "client": 2}),
+                                                              (0.0025, 0.2, {"pair": 1, "client": 2})]
+    with pytest.raises(WorkloadError, match="no duration"):
+        parse_client("0.1 0.2 200\n")
+    with pytest.raises(WorkloadError, match="unexpected line"):
+        parse_client("Traceback (most recent call last):\n# duration 1\n")
+
+
+def test_stress_ng_metrics_parser():
+    err = ("stress-ng: info:  [15098] dispatching hogs: 2 cpu\n"
+           "stress-ng: metrc: [15098] stressor       bogo ops real time  usr time  sys time   bogo ops/s     bogo ops/s\n"
+           "stress-ng: metrc: [15098]                           (secs)    (secs)    (secs)   (real time) (usr+sys time)\n"
+           "stress-ng: metrc: [15098] cpu                 960      2.00      0.38      0.02       480.00        2400.00\n")
+    ops, cpu = parse_stress_ng(err, 2, pair=1)
+    assert (ops.metric, ops.value) == ("cpuload_ops_per_s", 480.0)
+    assert (cpu.metric, cpu.value) == ("cpuload_cpu_ratio", pytest.approx(0.1))  # 0.4 s of CPU / 2 s / 2 workers
+    with pytest.raises(WorkloadError, match="no cpu metrics"):
+        parse_stress_ng("stress-ng: error: no stressors\n", 1)
+
+
+# ---- target_pair ---------------------------------------------------------------------------------------------------
+def test_target_pair_sends_every_selected_pair_to_one_server():
+    pairs = [pair(k, f"127.0.0.{k}") for k in (1, 2, 3, 4)]
+    wl = workload("iperf3", only_pairs=[3, 4], target_pair=1, protocol="udp", duration=1)
+    chosen = wl.select(pairs)
+    assert [p.index for p in chosen] == [3, 4]
+    assert [p.client.addr for p in chosen] == ["127.0.0.3", "127.0.0.4"]  # own clients
+    assert all(p.server is pairs[0].server for p in chosen)            # the target's server
+    assert all(p.meta["target_pair"] == 1 for p in chosen)
+    ports = [c.argv[c.argv.index("-p") + 1] for c in wl.commands(chosen) if "-c" in c.argv]
+    assert ports == ["5203", "5204"]  # per-pair ports stay apart on the shared server
+    assert workload("ping").select(pairs) == pairs  # without target_pair nothing changes
+
+
+def test_target_pair_spreads_a_load_once_per_vm():
+    pairs = [pair(k, f"127.0.0.{k}") for k in (1, 2, 3)]
+    wl = workload("cpuload", target_pair=1, side="server", duration=1)
+    assert len(wl.commands(wl.select(pairs))) == 1  # three pairs, one server VM: one load
+
+
+SPEC = "name: t\nfactors: {pairs: 3}\nworkloads:\n  - {type: ping, pairs: [1]}\n  - {type: ping, %s}\n"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "one", "true", "[1]", "1.5"])
+def test_target_pair_must_be_one_pair_number(value):
+    with pytest.raises(SpecError) as exc:
+        loads(SPEC % f"target_pair: {value}")
+    assert len(exc.value.lines) == 1
+    assert "workloads[1].target_pair: write one pair number whose server every selected pair sends to, e.g. 1" \
+        in exc.value.lines[0]
+
+
+def test_target_pair_beyond_the_pairs_or_across_tenants_skips_with_the_reason():
+    (sc,) = expand(loads(SPEC % "target_pair: 4").experiment, None)
+    assert sc.skip is None  # caps=None: availability is not checked, structure neither
+    from vnetbench.matrix import _workload_fit
+    assert _workload_fit(sc) == "workload ping targets pair 4 but the scenario has 3 pairs"
+    (sc,) = expand(loads("tenants: 2\n" + SPEC % "pairs: [2, 3], target_pair: 1").experiment, None)
+    assert _workload_fit(sc) == ("workload ping: pair 2 (tenant 2) cannot reach the server of pair 1 (tenant 1): "
+                                 "tenants are separate networks")
+    (sc,) = expand(loads("tenants: 2\n" + SPEC % "pairs: [3], target_pair: 1").experiment, None)
+    assert _workload_fit(sc) is None  # pairs 1 and 3 share tenant 1
+    params = sc.workloads[1].params.model_dump()
+    assert "target_pair" not in params  # a placement key, not a tool parameter
+
+
+# ---- the analysis on known inputs ----------------------------------------------------------------------------------
+def _round(store, cid, scenario, rep, intr, ctx, rts, cpu_ops, series=()):
+    samples = [Sample.of("interrupts_per_s", intr, scope="machine"),
+               Sample.of("context_switches_per_s", ctx, scope="machine"),
+               Sample.of("interrupts_per_s", 5 * intr, scope="machine", cpu=0),  # per CPU: not a round's value
+               Sample.of("cpu_busy_ratio", 0.5, scope="machine")]
+    samples += [Sample.of(m, v, t=t, scope="machine", series=True) for t, m, v in series]
+    for p, values in rts.items():
+        samples += [Sample.of("http_response_time_s", v, t=0.1 * k, pair=p, client=1) for k, v in enumerate(values)]
+        samples += [Sample.of("http_requests_per_s", 60, pair=p), Sample.of("http_errors", 0, pair=p)]
+    samples += [Sample(s.metric, s.value, s.unit, s.metadata | {"role": "background", "background_workload": "cpuload"})
+                for s in (Sample.of("cpuload_ops_per_s", v, pair=p, side="server") for p, v in cpu_ops.items())]
+    store.save_trial(cid, scenario, rep, 0, "http", {}, "ok", None, 0.0, 1.0, samples,
+                     {"prefix": "vb0001", "pairs": [{"server": "h2v2"}, {"server": "h2v4"}]})
+
+
+SPEC_S5 = ("name: s5\nanalysis: s5\nfactors: {attack: ['off', 'on'], pairs: 3}\nworkloads:\n"
+           "  - {type: http, pairs: [1, 2]}\n"
+           "  - {type: iperf3, pairs: [3], target_pair: 1, background: true, when: {attack: 'on'}}\n")
+
+
+def test_s5_analysis_on_known_inputs(tmp_path):
+    store = Store(tmp_path / "known.db")
+    cid = store.new_campaign("s5", "s5.yaml", SPEC_S5, "ab" * 32, {})
+    for idx, level in ((1, "off"), (2, "on")):
+        store.put_scenario(cid, idx, f"attack={level}", {"attack": level}, {"attack": level}, "done", None, {}, [])
+    # control: 1000/s and 530/s in both rounds -> 53 %; attack: 50 % and 60 % per round -> 55 % (mean of rounds),
+    # while the ratio of the means is (500 + 1200) / (1000 + 2000) = 56.7 %.
+    for rep in (1, 2):
+        _round(store, cid, 1, rep, 1000, 530, {1: [0.001, 0.002, 0.003], 2: [0.001, 0.001, 0.001]}, {1: 600, 2: 600},
+               series=[(1.0, "interrupts_per_s", 900), (1.0, "context_switches_per_s", 500)])
+    _round(store, cid, 2, 1, 1000, 500, {1: [0.010, 0.020, 0.030], 2: [0.002, 0.002, 0.002]}, {1: 400, 2: 300},
+           series=[(1.0, "interrupts_per_s", 1100), (1.0, "context_switches_per_s", 900)])
+    _round(store, cid, 2, 2, 2000, 1200, {1: [0.010, 0.020, 0.030], 2: [0.004, 0.004, 0.004]}, {1: 400, 2: 500})
+    store.save_trial(cid, 2, 3, 0, "http", {}, "failed", "boom", 0.0, 1.0, [Sample.of("interrupts_per_s", 1e9)], {})
+    result = analyses()["s5"]().run(store, cid)
+    study = result.tables[0]
+    assert study.columns[:7] == ["round type", "rounds", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
+                                 "conversion rate, mean of rounds (95 % CI)", "conversion rate, ratio of means",
+                                 "study's conversion rate"]
+    control, attack = study.rows
+    assert control[:7] == ["control", "2", "1000 (1000–1000)", "530 (530–530)", "53.0 % (53.0–53.0)", "53.0 %", "53 %"]
+    # attack: CIs with t(0.975, 1) = 12.706: intr 1500 ± 12.706 * 707.1 / sqrt 2 = 1500 ± 6353
+    assert attack[:3] == ["attack", "2", "1500 (-4853–7853)"]
+    assert attack[4].startswith("55.0 % (") and attack[5] == "56.7 %" and attack[6] == "68 %"
+    assert control[8] == "-"  # no NIC samples in this hand-made store
+    tenants = {(r[0], r[1]): r[2:] for r in result.tables[1].rows}
+    victim, neighbour = "VM1 (victim, pair 1)", "VM2 (neighbour, pair 2)"
+    assert tenants[(victim, "response time, median")][:3] == ["2.00 ms", "20.00 ms", "+900 %"]
+    assert tenants[(neighbour, "response time, median")][:3] == ["1.00 ms", "3.00 ms", "+200 %"]
+    assert tenants[(neighbour, "CPU work done (stress-ng bogo ops/s)")][:3] == ["600", "400", "-33 %"]
+    assert tenants[(victim, "web errors per round")][:2] == ["0.0", "0.0"]
+    assert tenants[(neighbour, "response time, median")][3] == "too few rounds (2 + 2)"
+    findings = " ".join(result.findings)
+    assert "53.0 % without vs 55.0 % with the attack" in findings and "cannot tell from 2 + 2 rounds" in findings
+    assert [f.name for f in result.figures] == ["s5-series", "s5-response-times"]
+
+
+def test_s5_findings_answer_yes_with_enough_rounds(tmp_path):
+    store = Store(tmp_path / "yes.db")
+    cid = store.new_campaign("s5", "s5.yaml", SPEC_S5, "ab" * 32, {})
+    for idx, level in ((1, "off"), (2, "on")):
+        store.put_scenario(cid, idx, f"attack={level}", {"attack": level}, {"attack": level}, "done", None, {}, [])
+    for rep in range(1, 6):
+        _round(store, cid, 1, rep, 1000 + rep, 530 + rep, {1: [0.001], 2: [0.001 + rep * 1e-5]}, {2: 600 + rep})
+        _round(store, cid, 2, rep, 1000 + rep, 680 + rep, {1: [0.010], 2: [0.003 + rep * 1e-5]}, {2: 300 + rep})
+    findings = analyses()["s5"]().run(store, cid).findings
+    assert findings[0].startswith("Conversion rate (context switches / interrupts) higher under attack: yes — "
+                                  "53.1 % without vs 68.1 % with")
+    assert any(f.startswith("Neighbour degraded: yes — ") for f in findings)
+    assert any(f.startswith("Interrupts per second higher under attack: not shown (within noise)") for f in findings)
