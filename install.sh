@@ -21,7 +21,8 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   # netperf lives in Debian's non-free component.
-  if ! grep -rqs "non-free" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  # (`non-free-firmware`, listed by default on Debian 12, is another component: match the whole word.)
+  if ! grep -rqsE '(^|[[:space:]])non-free([[:space:]]|$)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     cat > /etc/apt/sources.list.d/vnetbench-non-free.sources <<'SRC'
 Types: deb
 URIs: http://deb.debian.org/debian
@@ -33,8 +34,11 @@ SRC
   echo "install.sh: installing ${missing[*]}"
   apt-get update -qq
   # vnetbench starts its own private daemons: keep the packages from starting system-wide ones.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  # (Only if the machine has no policy of its own, and only that file is removed again.)
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
