@@ -81,3 +81,15 @@ def test_selector_factor_needs_levels_and_pairs_must_exist():
     assert "list its levels under `factors`" in exc.value.lines[0]
     (sc,) = scen("name: m\nworkloads: [{type: ping, pairs: [3]}]\n", caps_without())
     assert "runs on pair 3 but the scenario has 1 pairs" in sc.skip
+
+
+def test_a_parameter_set_in_an_entry_is_pinned_for_that_entry():
+    s = scen("name: m\nfactors: {protocol: [tcp, udp], pairs: 2}\nworkloads:\n"
+             "  - {type: iperf3, duration: 1}\n"
+             "  - {type: iperf3, duration: 1, protocol: udp, pairs: [1], background: true, port: 5301}\n")
+    assert [[w.params.protocol for w in sc.workloads] for sc in s] == [["tcp", "udp"], ["udp", "udp"]]
+    from vnetbench.spec import SpecError
+    import pytest
+    with pytest.raises(SpecError) as exc:
+        loads("name: m\nfactors: {protocol: [tcp, udp]}\nworkloads: [{type: iperf3, protocol: udp}]\n")
+    assert "sets it itself (iperf3)" in exc.value.lines[0]

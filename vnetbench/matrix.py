@@ -68,7 +68,7 @@ def _workload_fields(exp: Experiment) -> dict[str, list[int]]:
     for i, wl in enumerate(exp.workloads):
         cls = reg.get(wl.get("type"))
         for name in (cls.Params.model_fields if cls else ()):
-            if name != "type":
+            if name != "type" and name not in wl:
                 out.setdefault(name, []).append(i)
     return out
 
@@ -154,8 +154,11 @@ def check(exp: Experiment) -> list[Problem]:
         if factor in selectors and factor not in wfields:
             continue  # any levels will do: they are only matched by `when`
         if factor not in TOPOLOGY_FACTORS and factor not in wfields:
+            pinned = [wl.get("type") for wl in exp.workloads if factor in wl]
             allowed = ", ".join([*TOPOLOGY_FACTORS, *sorted(wfields)])
-            problems.append(Problem(("factors", factor), f"unknown factor; allowed: {allowed}"))
+            problems.append(Problem(("factors", factor),
+                                    f"every workload with this parameter sets it itself ({', '.join(pinned)}); remove "
+                                    "it there or here" if pinned else f"unknown factor; allowed: {allowed}"))
             continue
         for j, level in enumerate(_levels(value)):
             loc = ("factors", factor, j) if isinstance(value, list) else ("factors", factor)
@@ -244,7 +247,8 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
         if not _matches(wl.get("when", {}), labels, levels):
             continue
         cls = reg[wl["type"]]
-        overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type"}
+        # A parameter the entry sets itself is pinned for that entry (a flood stays UDP whatever `protocol` says).
+        overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type" and k not in wl}
         wls.append(cls(cls.Params.model_validate({**params_of(wl), **overrides}), wl.get("pairs"),
                        wl.get("background", False), wl.get("target_pair")))
         ids.append(i)

@@ -39,13 +39,22 @@ def group_values(store: Store, cid: int) -> dict[tuple[int, str, str, str], list
     """(scenario, metric, workload, process-or-'') -> values. Machine-wide probes are kept apart per workload
     (CPU during iperf3 is not CPU during ping); series and per-CPU samples are left to the figures."""
     groups: dict[tuple[int, str, str, str], list[float]] = defaultdict(list)
+    label = workload_labels(store, cid)
     for s in store.samples(cid):
         meta = s["metadata"]
         if meta.get("series") or "cpu" in meta or s["metric"] == "throughput_interval_bps":
             continue
         who = meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background" else "")
-        groups[(s["scenario"], s["metric"], s["workload"], who)].append(s["value"])
+        groups[(s["scenario"], s["metric"], label[s["workload_index"]], who)].append(s["value"])
     return groups
+
+
+def workload_labels(store: Store, cid: int) -> dict[int, str]:
+    """Spec position -> name shown: the tool, numbered by its place in the spec when a tool is listed twice
+    (S1's 64-byte and 65515-byte pings are two workloads and must not be pooled)."""
+    kinds = {t["workload"]: t["kind"] for t in store.trials(cid)}
+    repeated = {k for k in kinds.values() if list(kinds.values()).count(k) > 1}
+    return {i: f"{k} #{i + 1}" if k in repeated else k for i, k in kinds.items()}
 
 
 def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,

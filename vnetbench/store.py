@@ -145,6 +145,7 @@ class Store:
         """Every sample of a campaign joined with its trial and scenario."""
         rows = self.db.execute(
             "SELECT s.metric, s.value, s.unit, s.t, s.metadata, t.id AS trial, t.repetition, t.kind AS workload, "
+            "t.workload AS workload_index, "
             "t.started, t.scenario, sc.labels, sc.implementation FROM samples s JOIN trials t ON s.trial = t.id "
             "JOIN scenarios sc ON sc.campaign = t.campaign AND sc.idx = t.scenario WHERE t.campaign = ? "
             "ORDER BY t.id, s.rowid", (cid,))

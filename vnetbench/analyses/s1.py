@@ -63,6 +63,15 @@ def rate(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _dedupe(row: list[str]) -> list[str]:
+    """A reason repeated along a row is written once; the later cells just say n/a."""
+    seen, out = set(), []
+    for cell in row:
+        out.append("n/a" if cell.startswith("n/a (") and cell in seen else cell)
+        seen.add(cell)
+    return out
+
+
 def pps(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else rate(x)
 
@@ -141,14 +150,12 @@ class S1(Analysis):
                 if entry is None:
                     m[(role, key)] = Measure([], None, f"n/a (the campaign has no {key} workload)")
                     continue
-                if sc is None or sc["status"] != "done" and not data.values(sc["idx"], entry, metric):
-                    m[(role, key)] = Measure([], None, missing_text(sc, data, entry))
+                if metric == "throughput_bps" and not size:
+                    m[(role, key)] = Measure([], None, f"n/a (the {key} workload sets no message_size: no packet size)")
                     continue
-                vals = data.values(sc["idx"], entry, metric)
+                vals = data.values(sc["idx"], entry, metric) if sc else []
                 if size:
                     vals = [v / (8 * size) for v in vals]  # goodput bit/s -> messages (packets) per second
-                elif metric == "throughput_bps":
-                    vals = []
                 m[(role, key)] = _measure(vals, missing_text(sc, data, entry))
         loss = {role: (data.values(sc["idx"], e.tt, "udp_loss_ratio") if sc and e.tt is not None else [])
                 for role, sc in scen.items()}
@@ -199,19 +206,16 @@ class S1(Analysis):
                                                                    "status"], rows, note)
 
     @staticmethod
-    def _cells(x: Measure, fmt, first: bool) -> list[str]:
-        if not x.ok:
-            return [x.missing if first else "n/a", "n/a"]
-        return [fmt(x.summary.median), fmt(x.summary.iqr)]
+    def _cells(x: Measure, fmt) -> list[str]:
+        return [fmt(x.summary.median), fmt(x.summary.iqr)] if x.ok else [x.missing, "n/a"]
 
     def _table2(self, m: dict, e: Entries) -> TableData:
         rows = []
         for role, *_ in ROLES:
             tr, trs = m[(role, "TR")], m[(role, "TRS")]
-            cells = self._cells(tr, ms, True) + self._cells(trs, ms, not tr.ok and trs.missing != tr.missing or tr.ok)
             n = f"{len(tr.values)} / {len(trs.values)}"
             cv = " / ".join(f"{x.summary.cv * 100:.1f} %" if x.ok and x.summary.n > 1 else "-" for x in (tr, trs))
-            rows.append([role, *cells, n, cv])
+            rows.append(_dedupe([role, *self._cells(tr, ms), *self._cells(trs, ms), n, cv]))
         return TableData(
             "Table II — Response times: median and inter-quartile range of the ICMP echoes (ms)",
             ["scenario", f"TR median ({e.tr_size + 8} B)", "TR IQR", f"TRS median ({e.trs_size + 8} B)", "TRS IQR",
@@ -226,8 +230,7 @@ class S1(Analysis):
         for role, *_ in ROLES:
             tt, tts = m[(role, "TT")], m[(role, "TTS")]
             lost = f"{sorted(loss[role])[len(loss[role]) // 2] * 100:.1f} %" if loss[role] and tt.ok else "n/a"
-            rows.append([role, *self._cells(tt, pps, True), lost,
-                         *self._cells(tts, pps, tt.ok or tts.missing != tt.missing)])
+            rows.append(_dedupe([role, *self._cells(tt, pps), lost, *self._cells(tts, pps)]))
         tt_what = (f"UDP datagrams of {e.tt_size + 8} bytes ({e.tt_size}-byte payload + 8-byte header, IP packet "
                    f"{e.tt_size + 28} bytes) offered at a bounded rate above what the paths carry, counted at the "
                    f"receiver: TT = receiver goodput / ({e.tt_size} bytes x 8)") if e.tt_proto == "udp" else \
@@ -244,9 +247,9 @@ class S1(Analysis):
             f"TT: {tt_what}. TTS: {tts_what} One value per transfer test (repetition); median and IQR over them.")
 
     @staticmethod
-    def _mech_cells(x: dict, first: bool) -> list[str]:
+    def _mech_cells(x: dict) -> list[str]:
         if not x["ok"]:
-            return [x["missing"] if first else "n/a", "n/a"]
+            return [x["missing"], "n/a"]
         ns = "" if x["significant"] else " (n.s.)"
         return [ms(x["diff"]) + ns, ms(x["t"]) + ns]
 
@@ -254,8 +257,7 @@ class S1(Analysis):
         rows = []
         for name, with_, base in MECHANISMS:
             tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
-            rows.append([name, f"{with_} − {base}", *self._mech_cells(tr, True),
-                         *self._mech_cells(trs, tr["ok"] or trs.get("missing") != tr.get("missing"))])
+            rows.append(_dedupe([name, f"{with_} − {base}", *self._mech_cells(tr), *self._mech_cells(trs)]))
         return TableData(
             "Table IV — Cost of each mechanism: difference of median response times and one-way cost t = diff / 2 (ms)",
             ["mechanism", "measured as", "diff TR", "t TR (unsaturated)", "diff TRS", "t TRS (saturated)"], rows,
@@ -264,9 +266,9 @@ class S1(Analysis):
             "scenarios' echoes do not differ significantly (Mann-Whitney p >= 0.05 or overlapping 95% CIs of the mean).")
 
     @staticmethod
-    def _tp_cell(x: dict, first: bool) -> str:
+    def _tp_cell(x: dict) -> str:
         if not x["ok"]:
-            return x["missing"] if first else "n/a"
+            return x["missing"]
         if x["t"] <= 0:
             return "no cost measured (t ≤ 0)" + ("" if x["significant"] else " (n.s.)")
         return rate(x["tp"]) + ("" if x["significant"] else " (n.s.)")
@@ -275,8 +277,7 @@ class S1(Analysis):
         rows = []
         for name, with_, base in MECHANISMS:
             tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
-            rows.append([name, self._tp_cell(tr, True),
-                         self._tp_cell(trs, tr["ok"] or trs.get("missing") != tr.get("missing"))])
+            rows.append(_dedupe([name, self._tp_cell(tr), self._tp_cell(trs)]))
         return TableData(
             "Table V — Processing rate of each mechanism TP = 1 / t (packets per ms)",
             ["mechanism", f"TP unsaturated ({e.tr_size + 8} B, from TR)", f"TP saturated ({e.trs_size + 8} B, from TRS)"],
@@ -335,8 +336,8 @@ class S1(Analysis):
 
         def tdesc(name, key):
             x = mech[(name, key)]
-            return (f"{name} t = {ms(x['t'])} ms (TP {self._tp_cell(x, True)} packets/ms"
-                    f"{'' if x['significant'] else ', not significant'})")
+            tp = rate(x["tp"]) + " packets/ms" if x["t"] > 0 else "no cost measured"
+            return f"{name} t = {ms(x['t'])} ms (TP {tp}{'' if x['significant'] else ', not significant'})"
 
         # 1. IPsec is the bottleneck when saturated
         others = [n for n, *_ in MECHANISMS if n not in ("IPsec", "IPsec on SR-IOV")]
