@@ -85,14 +85,19 @@ class Workload(ABC):
         """Run on all pairs at once; every sample carries metadata {"pair": index}."""
 
 
-def finish(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
-    """Wait for a bounded tool; kill it if it overruns. Raises WorkloadError on failure."""
+def bounded(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
+    """Wait for a bounded tool and return what it printed; kill it and raise WorkloadError if it overruns."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s: {err.strip()[-300:]}")
+        _, err = proc.communicate()
+        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s: {err.strip()[-300:]}") from None
+
+
+def finish(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
+    """Wait for a bounded tool; kill it if it overruns. Raises WorkloadError on failure."""
+    out, err = bounded(proc, timeout, what)
     if proc.returncode != 0:
         detail = (err.strip() or out.strip())[-500:]
         raise WorkloadError(f"{what} exited {proc.returncode}: {detail}")

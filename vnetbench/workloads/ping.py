@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ..sample import Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, stop
+from .base import Command, Pair, Params, Workload, WorkloadError, bounded, stop
 
 # `[1795316499.979524] 64 bytes from 127.0.0.1: icmp_seq=47 ttl=64 time=0.029 ms` (-D puts the epoch first).
 _REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<ms>[\d.]+) ms"
@@ -73,12 +73,7 @@ def check_ping(returncode: int, out: str, err: str, what: str = "ping") -> str:
 
 
 def collect_ping(proc: subprocess.Popen, timeout: float, what: str) -> str:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s") from None
+    out, err = bounded(proc, timeout, what)
     return check_ping(proc.returncode, out, err, what)
 
 

@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 
 from ..sample import Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, stop, wait_listening
+from .base import Command, Pair, Params, Workload, WorkloadError, bounded, stop, wait_listening
 
 MAX_OBSERVATIONS = 20_000  # latency_s samples kept per pair and trial; the rest are thinned out evenly
 WARMUP_STAGE_S = 2.2       # sockperf's client spends this long before its timed test starts
@@ -149,12 +149,7 @@ class Sockperf(Workload):
 
 
 def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s") from None
+    out, err = bounded(proc, timeout, what)
     if proc.returncode != 0:
         raise WorkloadError(f"{what} exited {proc.returncode}: {_failure(out + err)}")
     return out
