@@ -74,7 +74,8 @@ def best_table(data: CampaignData) -> TableData:
                      "is not significantly better than the runner-up: their 95% CIs of the mean overlap or a "
                      "Mann-Whitney test gives p >= 0.05 (stats.best_of). Latency, jitter and loss are from pings "
                      "sent during one-way TCP load; UDP throughput is counted at the receiver at the highest "
-                     "controlled rate of the campaign.")
+                     "controlled rate of the campaign. With fewer than 4 trials per technology no difference can reach "
+                     "significance (Mann-Whitney's smallest p is then 0.1 or more), so every cell is a tie.")
 
 
 def _best_cell(groups: dict[str, list[float]], better: str) -> str:
