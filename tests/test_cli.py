@@ -49,3 +49,9 @@ def test_readme_names_only_real_metrics_and_commands():
     commands = set(re.findall(r"^│ ([a-z]+) ", vnetbench("--help").stdout, re.M))
     assert {"run", "show", "clean"} <= commands
     assert set(re.findall(r"`vnetbench ([a-z]+)", readme)) <= commands
+
+
+def test_readme_example_spec_is_valid():
+    from vnetbench.spec import loads
+    block = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    assert loads(block, "README.md").experiment.name == "quick"
