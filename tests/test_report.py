@@ -148,7 +148,8 @@ class Refs(HTMLParser):
 def test_html_has_every_section_and_fact(html_report):
     text = html_report.read_text()
     for section in ("Campaign", "Environment", "Scenarios", "Skipped and failed", "Warnings", "Statistics per metric",
-                    "Figures", "Test-only study of overlay cost"):
+                    "Distributions, time series and CPU",
+                    "Test-only study of overlay cost"):
         assert f"<h2>{section}</h2>" in text, section
     for fact in ("reptest", "ab" * 32, "tests/reptest.yaml", "Linux 6.1.0-test", "Test CPU", "8.0 GiB", "3.12",
                  "linux-bridge", "kernel-vxlan", SKIP_REASON, FAILED_SCENARIO, TRIAL_ERROR, "95% CI median",
@@ -157,7 +158,7 @@ def test_html_has_every_section_and_fact(html_report):
     warnings = text[text.index('<section id="warnings">'):text.index('<section id="statistics">')]
     assert "CPU steal was 2.00 %" in warnings                       # at start
     assert "overlay=none, streams=4" in warnings and "up to 3.00 %" in warnings  # during trials
-    noisy = re.findall(r"<tr><td>(\w+)</td><td>([^<]+)</td>", warnings)
+    noisy = re.findall(r"<tr><td[^>]*>(\w+)</td><td[^>]*>([^<]+)</td>", warnings)
     assert ("throughput_bps", "overlay=vxlan, streams=4") in noisy
     assert all(label == "overlay=vxlan, streams=4" for _, label in noisy), noisy  # the steady ones are not listed
 
@@ -167,7 +168,7 @@ def test_html_analysis_section(html_report):
     study = text[text.index('<section id="analysis">'):]
     assert "<caption>Overlay cost table</caption>" in study
     assert "<th>overlay</th><th>cost vs none</th>" in study
-    assert "<td>vxlan</td>" in study and '<td class="n">+12.5 %</td>' in study
+    assert '<td class="s">vxlan</td>' in study and '<td class="n">+12.5 %</td>' in study
     assert "VXLAN costs 12.5 % of throughput (test finding)" in study
     assert 'id="fig-analysis-testonly-study-cost"' in study
 

@@ -15,7 +15,6 @@ import yaml
 from . import analyses, figures, report
 from .analyses.base import FigureData, TableData
 from .sample import METRICS
-from .stats import summarize
 from .store import Campaign, Store
 from .units import human
 
@@ -133,7 +132,7 @@ def header(d: Data) -> Section:
     c, sc = d.camp, list(d.scenarios.values())
     counts = {st: sum(s["status"] == st for s in sc) for st in ("done", "skipped", "failed", "pending")}
     took = f"{c.finished - c.created:.0f} s" if c.finished else "-"
-    pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description", "")),
+    pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description") or "-"),
              ("spec source", c.source or "-"), ("spec sha256", c.spec_sha256), ("profile", d.spec.get("profile") or "-"),
              ("analysis", d.spec.get("analysis") or "-"), ("started", _when(c.created)), ("finished", _when(c.finished)),
              ("duration", took), ("repetitions", str(d.spec.get("repetitions", "-"))),
@@ -262,7 +261,11 @@ def statistics(d: Data) -> Section:
         return Section("statistics", "Statistics per metric", [Para("No samples were stored.", "note")])
     main = [m for m in report.DEFAULT_METRICS if m in by]
     rest = sorted(m for m in by if m not in main)
-    blocks: list[Block] = [Para(STAT_NOTE, "note"), *(metric_table(m, by[m]) for m in main)]
+    blocks: list[Block] = [Para(STAT_NOTE, "note")]
+    for m in main:  # the figure for the picture, the table for the numbers
+        if not (m == "aggregate_throughput_bps" and not _multi_pair(d)):  # else the same as throughput_bps
+            blocks.append(overview_figure(d, m, by[m]))
+        blocks.append(metric_table(m, by[m]))
     if rest:
         blocks.append(Fold(f"Other metrics ({len(rest)})", [metric_table(m, by[m]) for m in rest]))
     return Section("statistics", "Statistics per metric", blocks)
@@ -278,21 +281,19 @@ def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
     desc = METRICS[metric].description if metric in METRICS else metric
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
                                    [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
-                                   " · ".join(d.cols), f"{metric} per scenario: mean with its 95 % confidence interval "
-                                   "(left) and every sample (right).")
+                                   " · ".join(d.cols), "Mean per scenario with its 95 % confidence interval "
+                                   "(left) and every sample (right).", [r.workload for r in rows] if several else None)
 
 
 def figures_section(d: Data) -> Section:
     by = _by_metric(d)
-    blocks: list[Block] = [overview_figure(d, m, by[m]) for m in report.DEFAULT_METRICS
-                           if m in by and not (m == "aggregate_throughput_bps" and not _multi_pair(d))]
-    blocks += [f for f in (rtt_cdf(d, m) for m in CDF_METRICS) if f]
+    blocks: list[Block] = [f for f in (rtt_cdf(d, m) for m in CDF_METRICS) if f]
     blocks += [f for f in (series_figure(d), cpu_figure(d, by), streams_figure(d, by)) if f]
-    return Section("figures", "Figures", blocks)
+    return Section("figures", "Distributions, time series and CPU", blocks)
 
 
 def _multi_pair(d: Data) -> bool:
-    return any(int(s["labels"].get("pairs", 1) or 1) > 1 for s in d.scenarios.values())
+    return any((_number(s["labels"].get("pairs")) or 1) > 1 for s in d.scenarios.values())
 
 
 def rtt_cdf(d: Data, metric: str) -> FigureData | None:
@@ -364,7 +365,7 @@ def _number(v) -> float | None:
 
 # ---- the study's own analysis -----------------------------------------------------------------------------
 def study(store: Store, d: Data) -> Section:
-    name = d.spec["analysis"]
+    name = str(d.spec["analysis"])
     cls = analyses.load_all().get(name)
     if cls is None:
         return Section("analysis", f"Analysis {name}",

@@ -83,15 +83,18 @@ def _style(i: int) -> dict:
 
 
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
-                    values: list[list[float]], axis_title: str, caption: str) -> FigureData:
-    """Left: mean with its 95 % CI per scenario. Right: the distribution (box = IQR, whiskers 1.5 IQR, dots = samples)."""
+                    values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None) -> FigureData:
+    """Left: mean with its 95 % CI per scenario. Right: the distribution (box = IQR, whiskers 1.5 IQR, dots = samples).
+    `groups` (e.g. the workload of each row) colours the bars."""
     scale, ulabel = axis_unit(unit, [v for vs in values for v in vs])
     fig, (bars, boxes) = _figure(0.32 * len(labels) + 1.2, ncols=2)
     ys = list(range(len(labels)))
     means = [s.mean * scale for s in summaries]
     lo = [(s.mean - s.ci_mean[0]) * scale if math.isfinite(s.ci_mean[0]) else 0.0 for s in summaries]
     hi = [(s.ci_mean[1] - s.mean) * scale if math.isfinite(s.ci_mean[1]) else 0.0 for s in summaries]
-    bars.barh(ys, means, xerr=[lo, hi], color="C0", alpha=0.75, error_kw={"capsize": 3, "elinewidth": 1})
+    kinds = list(dict.fromkeys(groups or [""]))
+    colors = [f"C{kinds.index(g)}" for g in groups] if groups else "C0"
+    bars.barh(ys, means, xerr=[lo, hi], color=colors, alpha=0.75, error_kw={"capsize": 3, "elinewidth": 1})
     bars.set_xlabel(f"mean ({ulabel}), whiskers = 95 % CI" if ulabel else "mean, whiskers = 95 % CI")
     few = max((len(v) for v in values), default=0) <= 200
     boxes.boxplot([[v * scale for v in vs] for vs in values], positions=ys, orientation="horizontal", widths=0.6,

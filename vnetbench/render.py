@@ -25,17 +25,18 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans
 header{background:#1f3a5f;color:#fff;padding:18px 32px}
 header h1{margin:0 0 6px;font-size:22px}
 nav a{color:#cfe0f5;margin-right:16px;text-decoration:none;font-size:13px}
-main{padding:8px 32px 40px;max-width:1500px}
-section{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px 20px 16px;margin:18px 0}
+main{padding:8px 20px 40px;max-width:1600px}
+section{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px 14px 14px;margin:16px 0}
 h2{font-size:18px;border-bottom:2px solid #1f3a5f;padding-bottom:4px}
 .tbl{overflow-x:auto;margin:12px 0}
 .tbl.small{display:inline-block;vertical-align:top;margin-right:28px;max-width:100%}
 table{border-collapse:collapse;font-size:12.5px}
 caption{text-align:left;font-weight:600;padding:4px 0;font-size:13.5px}
-th,td{border:1px solid #dde2e8;padding:3px 8px;vertical-align:top}
+th,td{border:1px solid #dde2e8;padding:3px 6px;vertical-align:top}
 thead th{background:#eef2f7;position:sticky;top:0}
 tbody tr:nth-child(even){background:#fafbfc}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.s{white-space:nowrap}td.w{min-width:15em}
 table.kv th{text-align:left;background:#f3f5f8;font-weight:600;white-space:nowrap}
 .st-done,.st-ok{color:#1a7f37;font-weight:600}.st-skipped,.st-pending{color:#9a6700;font-weight:600}
 .st-failed{color:#cf222e;font-weight:600}
@@ -62,11 +63,13 @@ class Images:
         return self._cache[key]
 
 
-def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None, figure_format: str = "png") -> list[Path]:
+def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None,
+          figure_format: str = "png") -> list[Path]:
     """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
     images = Images()
     files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
     text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
+    output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     _close(doc)
     return [output, *files.values()]
@@ -138,12 +141,17 @@ def _table(t: TableData) -> str:
                    for r in t.rows)
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
     small = "small" if len(t.columns) <= 2 else ""
-    return f'<div class="tbl {small}"><table{" class=kv" if kv else ""}>{cap}{head}<tbody>{rows}</tbody></table></div>{note}'
+    table = f'<table{" class=kv" if kv else ""}>{cap}{head}<tbody>{rows}</tbody></table>'
+    return f'<div class="tbl {small}">{table}</div>{note}'
 
 
 def _td(cell: object) -> str:
+    """A cell classed for layout: status colour, right-aligned number, short text kept whole, long text wide."""
     text = str(cell)
-    cls = f"st-{text}" if text in _STATUS else ("n" if _NUMERIC.match(text) else "")
+    if text in _STATUS:
+        cls = f"st-{text}"
+    else:
+        cls = "n" if _NUMERIC.match(text) else "s" if len(text) <= 16 else "w" if len(text) > 40 else ""
     return f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>"
 
 
