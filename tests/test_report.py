@@ -155,12 +155,24 @@ def test_html_has_every_section_and_fact(html_report):
                  "linux-bridge", "kernel-vxlan", SKIP_REASON, FAILED_SCENARIO, TRIAL_ERROR, "95% CI median",
                  "throughput_bps (bit/s)", "rtt_s (s)"):
         assert fact in text, fact
-    warnings = text[text.index('<section id="warnings">'):text.index('<section id="statistics">')]
+    warnings = text[text.index('<section id="warnings">'):text.index('<section id="scenarios">')]
     assert "CPU steal was 2.00 %" in warnings                       # at start
     assert "overlay=none, streams=4" in warnings and "up to 3.00 %" in warnings  # during trials
     noisy = re.findall(r"<tr><td[^>]*>(\w+)</td><td[^>]*>([^<]+)</td>", warnings)
     assert ("throughput_bps", "overlay=vxlan, streams=4") in noisy
     assert all(label == "overlay=vxlan, streams=4" for _, label in noisy), noisy  # the steady ones are not listed
+
+
+def test_study_leads_and_generic_statistics_fold(html_report):
+    text = html_report.read_text()
+    order = re.findall(r'<section id="([^"]+)">', text)
+    assert order == ["campaign", "analysis", "problems", "warnings", "scenarios", "statistics", "figures",
+                     "environment"]
+    for folded in ("statistics", "figures", "environment"):
+        body = text[text.index(f'<section id="{folded}">'):]
+        assert re.match(r'<section id="\w+"><h2>[^<]+</h2><details><summary>', body), folded
+    head = text[text.index('<section id="campaign">'):text.index('<section id="analysis">')]
+    assert "<table" not in head.split("<details>")[0]  # the campaign's record is folded, one line on top
 
 
 def test_html_analysis_section(html_report):
@@ -222,21 +234,26 @@ def test_format_from_suffix_and_errors(campaign_db, tmp_path):
         assert result.exit_code == 2 and message in result.output, result.output
 
 
-def test_renders_in_headless_chromium(html_report, tmp_path):
+def screenshot(page, shot, width, height):
+    """The page as headless Chromium draws it in a width x height window; no network of any kind."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (./install.sh test installs it)")
-    shot = tmp_path / "report.png"
     started = time.monotonic()
     proc = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={shot}", "--window-size=1400,4000", html_report.as_uri()],
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+         f"--user-data-dir={shot.parent / (shot.stem + '-profile')}", "--hide-scrollbars",
+         f"--screenshot={shot}", f"--window-size={width},{height}", page.as_uri()],
         capture_output=True, text=True, timeout=60)
     print(f"chromium: {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    png = shot.read_bytes()
+    return shot.read_bytes()
+
+
+def test_renders_in_headless_chromium(html_report, tmp_path):
+    png = screenshot(html_report, tmp_path / "report.png", 1400, 4000)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1400, 4000)  # IHDR size
 
@@ -252,3 +269,48 @@ def test_empty_and_unfinished_campaign(tmp_path):
     assert "The campaign is running, not done" in text and "No samples were stored." in text
     assert "analysis 'no-such-study', which this vnetbench does not have" in html.unescape(text)
     assert "<img" not in text
+
+
+MAGENTA_CSS = "#analysis table,#analysis table *{background:#ff00ff!important;color:#ff00ff!important}</style>"
+
+
+def magenta_rows(png_path):
+    """Pixel rows of a screenshot that show the marked (magenta) study tables."""
+    from matplotlib.image import imread
+    img = imread(png_path)[:, :, :3]
+    hit = (img[:, :, 0] > 0.95) & (img[:, :, 1] < 0.05) & (img[:, :, 2] > 0.95)
+    return [y for y in range(img.shape[0]) if hit[y].sum() > 100]
+
+
+@pytest.mark.net
+def test_s1_smoke_report_shows_the_study_first(tmp_path, state_dir):
+    """The real S1 smoke campaign: the study's section comes first, says what the profile leaves out, and its first
+    table is on the first screen of a 1400 x 900 window (the campaign record and the environment are folded)."""
+    from conftest import vnetbench
+    db, page = tmp_path / "s1.db", tmp_path / "s1.html"
+    vnetbench("run", "suite:s1", "--profile", "smoke", "--db", db, "--no-progress", timeout=300)
+    vnetbench("report", "1", "--db", db, "-o", page, "--figures", tmp_path / "png")
+    text = page.read_text()
+    order = re.findall(r'<section id="([^"]+)">', text)
+    assert order[:2] == ["campaign", "analysis"] and order[-1] == "environment", order
+    assert order.index("analysis") < order.index("statistics") < order.index("environment")
+    study = text[text.index('<section id="analysis">'):text.index("</section>", text.index('<section id="analysis">'))]
+    first = re.search(r"<table>|<p class=\"scope\">|<figure", study)
+    assert first.group(0) == '<p class="scope">' and "leaves out of the study" in study  # the profile's omissions
+    assert study.index("<caption>Table I") < study.index("<caption>Table II") < study.index("<figure")
+    assert "<details>" not in study
+    screenshot(page, tmp_path / "first-screen.png", 1400, 900)  # kept for a person to look at
+    marked = tmp_path / "marked.html"
+    marked.write_text(text.replace("</style>", MAGENTA_CSS, 1))
+    screenshot(marked, tmp_path / "marked.png", 1400, 900)
+    rows = magenta_rows(tmp_path / "marked.png")
+    assert rows, "no study table on the first screen"
+    assert rows[0] < 900 - 150 and len(rows) >= 100, (rows[0], len(rows))  # the table's top and several rows visible
+    # the check can fail: with the environment unfolded above the study, the first table leaves the first screen
+    unfolded = re.sub(r"<details><summary>[^<]*</summary>", "<div>", text.replace("</details>", "</div>"))
+    env = unfolded[unfolded.index('<section id="environment">'):unfolded.index("</section>", unfolded.index(
+        '<section id="environment">')) + len("</section>")]
+    moved = unfolded.replace(env, "").replace('<section id="analysis">', env + '<section id="analysis">', 1)
+    (tmp_path / "moved.html").write_text(moved.replace("</style>", MAGENTA_CSS, 1))
+    screenshot(tmp_path / "moved.html", tmp_path / "moved.png", 1400, 900)
+    assert not magenta_rows(tmp_path / "moved.png") or magenta_rows(tmp_path / "moved.png")[0] > rows[0] + 300

@@ -86,7 +86,7 @@ class Data:
     groups: dict[tuple[int, str, str, str], list[float]]
     rows: list[report.Row]
     trials: list[dict]
-    series: dict[tuple[int, str], dict[float, list[float]]]
+    series: dict[tuple[int, str, str, str], dict[float, list[float]]]  # (scenario, workload, direction, role)
     event_metrics: set[str]
 
 
@@ -94,12 +94,17 @@ def load(store: Store, cid: int) -> Data:
     camp = store.campaign(cid)
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     groups = report.group_values(store, cid)
-    series: dict[tuple[int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    trials = store.trials(cid)
+    names = _workload_names(store, cid, trials)
+    series: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
     for s in store.samples(cid):
+        meta = s["metadata"]
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
-            series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 1)].append(s["value"])
-        elif s["t"] is not None and not s["metadata"].get("series") and "cpu" not in s["metadata"]:
+            key = (s["scenario"], names.get(s["workload_index"], s["workload"]), meta.get("direction", ""),
+                   "background" if meta.get("role") == "background" else "")
+            series[key][round(_since_start(s), 1)].append(s["value"])
+        elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
     try:
         spec = yaml.safe_load(camp.spec_text) or {}
@@ -107,15 +112,32 @@ def load(store: Store, cid: int) -> Data:
         spec = {}
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
     return Data(camp, spec if isinstance(spec, dict) else {}, scenarios, report.varying(run) or ["switch"], groups,
-                report.rows(store, cid, None, groups), store.trials(cid), series, events)
+                report.rows(store, cid, None, groups), trials, series, events)
+
+
+def _workload_names(store: Store, cid: int, trials: list[dict]) -> dict[int, str]:
+    """Spec position -> 'iperf3 #3 UDP': a series line never pools two workload entries or protocols."""
+    proto = {t["workload"]: t["params"].get("protocol") for t in trials}
+    return {i: name + (f" {proto[i].upper()}" if isinstance(proto.get(i), str) else "")
+            for i, name in report.workload_labels(store, cid).items()}
+
+
+def _since_start(s: dict) -> float:
+    """A series point's time from the start of its tool's measurement window (or of the trial when the sample's t
+    is an absolute clock time and no window is recorded)."""
+    window = s["metadata"].get("window")
+    if isinstance(window, (list, tuple)) and window and isinstance(window[0], (int, float)):
+        return s["t"] - window[0]
+    return s["t"] - s["started"] if s["t"] > 1e6 and s.get("started") else s["t"]
 
 
 def build(store: Store, cid: int) -> Document:
+    """The study's own section first (its tables, figures and findings); then what went wrong, the scenarios, and
+    the generic statistics and figures, folded when a study leads; the machine's environment last."""
     d = load(store, cid)
-    sections = [header(d), environment(d), scenario_table(d), problems(d), warnings(d), statistics(d),
-                figures_section(d)]
-    if d.spec.get("analysis"):
-        sections.append(study(store, d))
+    lead = bool(d.spec.get("analysis"))
+    sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), scenario_table(d),
+                statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
 
 
@@ -129,17 +151,26 @@ def _kv(title: str, pairs: list[tuple[str, str]]) -> TableData:
 
 
 def header(d: Data) -> Section:
+    """One paragraph (what ran, how it ended, where to look), the full record folded: the study's tables come next."""
     c, sc = d.camp, list(d.scenarios.values())
     counts = {st: sum(s["status"] == st for s in sc) for st in ("done", "skipped", "failed", "pending")}
     took = f"{c.finished - c.created:.0f} s" if c.finished else "-"
+    ok = sum(t["status"] == "ok" for t in d.trials)
+    trials = f"{ok} ok, {len(d.trials) - ok} failed"
+    scen = ", ".join(f"{n} {st}" for st, n in counts.items() if n) or "none"
+    profile = f", profile {d.spec['profile']}" if d.spec.get("profile") else ""
+    line = (f"Campaign {c.id} ({c.name}{profile}) is {c.status}: scenarios {scen}; trials {trials}; started "
+            f"{_when(c.created)}, took {took}.")
+    if counts["skipped"] or counts["failed"] or len(d.trials) > ok:
+        line += " Why scenarios or trials are missing: see 'Skipped and failed'."
+    if warnings(d).blocks:
+        line += " Read the 'Warnings' (noisy or shared machine) before comparing numbers."
     pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description") or "-"),
              ("spec source", c.source or "-"), ("spec sha256", c.spec_sha256), ("profile", d.spec.get("profile") or "-"),
              ("analysis", d.spec.get("analysis") or "-"), ("started", _when(c.created)), ("finished", _when(c.finished)),
-             ("duration", took), ("repetitions", str(d.spec.get("repetitions", "-"))),
-             ("scenarios", ", ".join(f"{n} {st}" for st, n in counts.items() if n)),
-             ("trials", f"{sum(t['status'] == 'ok' for t in d.trials)} ok, "
-                        f"{sum(t['status'] != 'ok' for t in d.trials)} failed")]
-    return Section("campaign", "Campaign", [_kv("", pairs)])
+             ("duration", took), ("repetitions", str(d.spec.get("repetitions", "-"))), ("scenarios", scen),
+             ("trials", trials)]
+    return Section("campaign", "Campaign", [Para(line), Fold("Campaign record: spec, times, counts", [_kv("", pairs)])])
 
 
 def environment(d: Data) -> Section:
@@ -157,7 +188,9 @@ def environment(d: Data) -> Section:
     feats = e.get("kernel_features", {})
     kern = _kv("Kernel features", [("available", ", ".join(k for k, v in sorted(feats.items()) if v) or "-"),
                                    ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
-    return Section("environment", "Environment", [_kv("Machine", pairs), tools, kern])
+    summary = (f"{e.get('hostname', '-')}: {e.get('kernel', '-')}, {e.get('cpu_count', '?')} cores "
+               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, tool versions and kernel features")
+    return Section("environment", "Environment", [Fold(summary, [_kv("Machine", pairs), tools, kern])])
 
 
 def _pct(v) -> str:
@@ -255,7 +288,7 @@ def metric_table(metric: str, rows: list[report.Row]) -> TableData:
                        *report.stat_cells(r.summary, unit)] for r in rows])
 
 
-def statistics(d: Data) -> Section:
+def statistics(d: Data, fold: bool = False) -> Section:
     by = _by_metric(d)
     if not by:
         return Section("statistics", "Statistics per metric", [Para("No samples were stored.", "note")])
@@ -268,6 +301,9 @@ def statistics(d: Data) -> Section:
         blocks.append(metric_table(m, by[m]))
     if rest:
         blocks.append(Fold(f"Other metrics ({len(rest)})", [metric_table(m, by[m]) for m in rest]))
+    if fold:
+        blocks = [Fold(f"Every metric of every scenario: {len(main) + len(rest)} metrics, each with its n, median, "
+                       "IQR, mean, CV and 95 % CIs", blocks)]
     return Section("statistics", "Statistics per metric", blocks)
 
 
@@ -282,13 +318,16 @@ def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
                                    [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
                                    " · ".join(d.cols), "Mean per scenario with its 95 % confidence interval "
-                                   "(left) and every sample (right).", [r.workload for r in rows] if several else None)
+                                   "(left, clipped to the physically possible range) and every sample (right).",
+                                   [r.workload for r in rows] if several else None, metric)
 
 
-def figures_section(d: Data) -> Section:
+def figures_section(d: Data, fold: bool = False) -> Section:
     by = _by_metric(d)
     blocks: list[Block] = [f for f in (rtt_cdf(d, m) for m in CDF_METRICS) if f]
     blocks += [f for f in (series_figure(d), cpu_figure(d, by), streams_figure(d, by)) if f]
+    if fold and blocks:
+        blocks = [Fold(f"{len(blocks)} figures: latency distributions, throughput over time, CPU", blocks)]
     return Section("figures", "Distributions, time series and CPU", blocks)
 
 
@@ -308,14 +347,19 @@ def rtt_cdf(d: Data, metric: str) -> FigureData | None:
 
 
 def series_figure(d: Data) -> FigureData | None:
+    """One line per scenario, workload entry (and protocol), direction and role: a line never averages a UDP test
+    with a TCP one, or a background flood with the measured traffic."""
     if not d.series:
         return None
-    directions = {k[1] for k in d.series}
-    lines = {short(d, idx) + (f" ({direction})" if len(directions) > 1 else ""): pts
-             for (idx, direction), pts in sorted(d.series.items())}
+    varies = [len({k[i] for k in d.series}) > 1 for i in range(4)]
+    lines = {}
+    for (idx, workload, direction, role), pts in sorted(d.series.items()):
+        extra = [x for x, v in zip((workload, direction, role), varies[1:]) if v and x]
+        lines[short(d, idx) + (f" — {' '.join(extra)}" if extra else "")] = pts
     return figures.time_series("series-throughput", "Throughput over time (throughput_interval_bps)", "bit/s", lines,
-                               " · ".join(d.cols), "Receiver throughput per reporting interval: the line is the mean "
-                               "over repetitions and pairs, the band their min .. max.")
+                               " · ".join(d.cols), "Receiver throughput per reporting interval, time from the start "
+                               "of the tool's measurement: the line is the mean over repetitions and pairs of one "
+                               "workload (and direction), the band their min .. max.")
 
 
 def cpu_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | None:
@@ -365,8 +409,11 @@ def _number(v) -> float | None:
 
 # ---- the study's own analysis -----------------------------------------------------------------------------
 def study(store: Store, d: Data) -> Section:
+    """The study's tables and figures as the study numbers them, what this run leaves out of it, then the study's
+    findings checked on this campaign."""
     name = str(d.spec["analysis"])
     cls = analyses.load_all().get(name)
+    scope = [b for b in (omitted(d),) if b]
     if cls is None:
         return Section("analysis", f"Analysis {name}",
                        [Para(f"The spec names analysis '{name}', which this vnetbench does not have.", "warn")])
@@ -374,11 +421,22 @@ def study(store: Store, d: Data) -> Section:
         result = cls().run(store, d.camp.id)
     except Exception as exc:  # the generic report stays useful when a study's analysis breaks
         return Section("analysis", cls.title, [Para(f"Analysis '{name}' failed: {type(exc).__name__}: {exc}", "warn"),
-                                               Para(traceback.format_exc(limit=3), "note")])
-    blocks: list[Block] = []
-    if result.findings:
-        blocks.append(Bullets(list(result.findings)))
-    blocks += result.tables
+                                               Para(traceback.format_exc(limit=3), "note"), *scope])
+    blocks: list[Block] = [*scope, *result.tables]
     blocks += [FigureData(re.sub(r"[^A-Za-z0-9_.-]+", "-", f"analysis-{name}-{f.name}"), f.title, f.figure, f.caption)
                for f in result.figures]
-    return Section("analysis", cls.title, blocks or [Para("The analysis produced nothing for this campaign.", "note")])
+    if result.findings:
+        blocks += [Para("The study's findings, checked on this campaign:"), Bullets(list(result.findings))]
+    if not result.tables and not result.figures and not result.findings:
+        blocks.append(Para("The analysis produced nothing for this campaign.", "note"))
+    return Section("analysis", cls.title, blocks)
+
+
+def omitted(d: Data) -> Para | None:
+    """What this profile of the study leaves out (the spec's `omits`), so no table is read as the whole study."""
+    omits = d.spec.get("omits")
+    if not isinstance(omits, list) or not omits:
+        return None
+    profile = d.spec.get("profile")
+    who = f"The '{profile}' profile" if profile else "This spec"
+    return Para(f"{who} leaves out of the study: " + "; ".join(str(o) for o in omits) + ".", "scope")

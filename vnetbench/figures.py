@@ -40,6 +40,24 @@ def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
     return 1 / scale, name
 
 
+def bounds(metric: str, unit: str) -> tuple[float, float]:
+    """The physical range of a metric in its SI unit: every metric vnetbench writes is >= 0; a loss or a whole
+    machine's CPU share is at most 1."""
+    whole = metric.endswith("loss_ratio") or (metric.startswith("cpu_") and metric.endswith("_ratio"))
+    return 0.0, 1.0 if unit == "ratio" and whole else math.inf
+
+
+def error_bars(centres: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+               lo_bound: float = 0.0, hi_bound: float = math.inf) -> list[list[float]]:
+    """matplotlib's [below, above] error lengths for intervals lows..highs around centres, clipped to the physical
+    range (a 95 % CI of a latency near zero must not reach below zero); an unknown end draws no whisker."""
+    below, above = [], []
+    for c, lo, hi in zip(centres, lows, highs):
+        below.append(max(0.0, c - max(lo, lo_bound)) if math.isfinite(lo) else 0.0)
+        above.append(max(0.0, min(hi, hi_bound) - c) if math.isfinite(hi) else 0.0)
+    return [below, above]
+
+
 def encode(fig: Figure, fmt: str) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
@@ -83,18 +101,20 @@ def _style(i: int) -> dict:
 
 
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
-                    values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None) -> FigureData:
+                    values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None,
+                    metric: str = "") -> FigureData:
     """Left: mean with its 95 % CI per scenario. Right: the distribution (box = IQR, whiskers 1.5 IQR, dots = samples).
     `groups` (e.g. the workload of each row) colours the bars."""
     scale, ulabel = axis_unit(unit, [v for vs in values for v in vs])
     fig, (bars, boxes) = _figure(0.32 * len(labels) + 1.2, ncols=2)
     ys = list(range(len(labels)))
+    lo_b, hi_b = bounds(metric, unit)
     means = [s.mean * scale for s in summaries]
-    lo = [(s.mean - s.ci_mean[0]) * scale if math.isfinite(s.ci_mean[0]) else 0.0 for s in summaries]
-    hi = [(s.ci_mean[1] - s.mean) * scale if math.isfinite(s.ci_mean[1]) else 0.0 for s in summaries]
+    xerr = error_bars(means, [s.ci_mean[0] * scale for s in summaries], [s.ci_mean[1] * scale for s in summaries],
+                      lo_b * scale, hi_b * scale)
     kinds = list(dict.fromkeys(groups or [""]))
     colors = [f"C{kinds.index(g)}" for g in groups] if groups else "C0"
-    bars.barh(ys, means, xerr=[lo, hi], color=colors, alpha=0.75, error_kw={"capsize": 3, "elinewidth": 1})
+    bars.barh(ys, means, xerr=xerr, color=colors, alpha=0.75, error_kw={"capsize": 3, "elinewidth": 1})
     bars.set_xlabel(f"mean ({ulabel}), whiskers = 95 % CI" if ulabel else "mean, whiskers = 95 % CI")
     few = max((len(v) for v in values), default=0) <= 200
     boxes.boxplot([[v * scale for v in vs] for vs in values], positions=ys, orientation="horizontal", widths=0.6,
@@ -180,8 +200,8 @@ def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str,
         for i, (label, pts) in enumerate(groups.items()):
             xs = sorted(pts)
             means = [pts[x].mean * scale for x in xs]
-            err = [[(pts[x].mean - pts[x].ci_mean[0]) * scale if math.isfinite(pts[x].ci_mean[0]) else 0 for x in xs],
-                   [(pts[x].ci_mean[1] - pts[x].mean) * scale if math.isfinite(pts[x].ci_mean[1]) else 0 for x in xs]]
+            err = error_bars(means, [pts[x].ci_mean[0] * scale for x in xs], [pts[x].ci_mean[1] * scale for x in xs],
+                             0.0, 100.0 if unit == "ratio" else math.inf)
             ax.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=label, **_style(i))
         levels = sorted({x for pts in groups.values() for x in pts})
         if levels and levels[0] > 0 and levels[-1] / levels[0] >= 8:

@@ -42,6 +42,7 @@ table.kv th{text-align:left;background:#f3f5f8;font-weight:600;white-space:nowra
 .st-failed{color:#cf222e;font-weight:600}
 .warn{background:#fff8e6;border-left:4px solid #d4a72c;padding:6px 10px}
 ul.warn{padding-left:28px}
+.scope{background:#eef4fb;border-left:4px solid #1f3a5f;padding:6px 10px}
 .note{color:#57606a;font-size:12.5px;white-space:pre-wrap}
 figure{margin:16px 0}figure img{max-width:100%;height:auto;border:1px solid #eef0f3}
 figcaption{color:#57606a;font-size:12.5px}

@@ -69,6 +69,8 @@ class Experiment(Strict):
     workloads: list[dict[str, Any]] = Field(min_length=1, description="tools run in every trial, in order")
     cooldown: float = Field(0.0, ge=0, le=60, description="seconds to wait between trials")
     analysis: str | None = Field(None, description="study analysis the report adds (s1..s5), see `vnetbench suites`")
+    omits: list[str] = Field(default_factory=list, description="what this spec (or profile) leaves out of the study it "
+                                                               "reproduces; the report shows it in the study's section")
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                 description="named overrides merged over this file, chosen with --profile")
     profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")

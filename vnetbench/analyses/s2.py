@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from .. import figures  # noqa: E402
 from ..stats import best_of, compare, summarize  # noqa: E402
 from ..store import Store  # noqa: E402
 from ..units import human  # noqa: E402
@@ -98,23 +99,23 @@ def metric_figures(data: CampaignData) -> list[FigureData]:
         keys = sorted(table)
         envs = [e for e in ENVIRONMENTS.values() if any(e in table[k] for k in keys)]
         width = 0.8 / max(len(envs), 1)
+        cells = {(k, e): summarize(v) for k in keys for e in envs
+                 if e in table[k] and (v := trial_means(data, table[k][e], metric))}
+        mult, ulabel = figures.axis_unit(unit, [s.mean for s in cells.values()])
+        lo_b, hi_b = figures.bounds(metric, unit)
         for j, e in enumerate(envs):
-            xs, ys, errs = [], [], []
-            for i, k in enumerate(keys):
-                vals = trial_means(data, table[k][e], metric) if e in table[k] else []
-                if vals:
-                    s = summarize(vals)
-                    half = 0.0 if s.n < 2 else (s.ci_mean[1] - s.ci_mean[0]) / 2
-                    xs.append(i + (j - (len(envs) - 1) / 2) * width)
-                    ys.append(s.mean)
-                    errs.append(half)
-            ax.bar(xs, ys, width, yerr=errs, capsize=3, label=e)
+            got = [(i, cells[(k, e)]) for i, k in enumerate(keys) if (k, e) in cells]
+            means = [s.mean * mult for _, s in got]
+            err = figures.error_bars(means, [s.ci_mean[0] * mult for _, s in got],
+                                     [s.ci_mean[1] * mult for _, s in got], lo_b * mult, hi_b * mult)
+            ax.bar([i + (j - (len(envs) - 1) / 2) * width for i, _ in got], means, width, yerr=err, capsize=3, label=e)
         ax.set_xticks(range(len(keys)), [f"{p}\n{v} VMs" for p, v in keys])
-        ax.set_ylabel(f"{metric} ({unit})")
+        ax.set_ylabel(f"{metric} ({ulabel})" if ulabel else metric)
         ax.set_title(f"{title.split(' ', 1)[1]} ({proto.upper()} load): mean with 95% CI")
         ax.legend()
         figs.append(FigureData(f"s2-{metric}-{proto}", f"S2 {metric} under {proto.upper()} load", fig,
-                               "Bars: mean over trials; whiskers: 95% confidence interval of the mean."))
+                               "Bars: mean over trials; whiskers: 95% confidence interval of the mean, clipped to the "
+                               "physically possible range."))
     return figs
 
 
