@@ -314,3 +314,31 @@ def test_s1_smoke_report_shows_the_study_first(tmp_path, state_dir):
     (tmp_path / "moved.html").write_text(moved.replace("</style>", MAGENTA_CSS, 1))
     screenshot(tmp_path / "moved.html", tmp_path / "moved.png", 1400, 900)
     assert not magenta_rows(tmp_path / "moved.png") or magenta_rows(tmp_path / "moved.png")[0] > rows[0] + 300
+
+
+def test_series_never_pools_workloads_protocols_or_background(tmp_path):
+    """Two iperf3 entries (UDP and TCP) and a background flood in one scenario: three lines, none averaged."""
+    from vnetbench import document
+    store = Store(tmp_path / "s.db")
+    cid = store.new_campaign("series", "x.yaml", "name: series\n", "ef" * 32, {})
+    store.put_scenario(cid, 1, "a", labels("none", 1), labels("none", 1), "done", None, {}, [])
+    for w, proto, value, role in ((0, "udp", 1e8, {}), (1, "tcp", 9e9, {}), (2, "udp", 5e8, {"role": "background"})):
+        store.save_trial(cid, 1, 1, w, "iperf3", {"protocol": proto}, "ok", None, 1e9, 1e9 + 3,
+                         [Sample.of("throughput_interval_bps", value, t=1e9 + t, pair=1, direction="forward",
+                                    window=[1e9, 1e9 + 3], **role) for t in (1.0, 2.0, 3.0)])
+    d = document.load(store, cid)
+    assert set(d.series) == {(1, "iperf3 #1 UDP", "forward", ""), (1, "iperf3 #2 TCP", "forward", ""),
+                             (1, "iperf3 #3 UDP", "forward", "background")}
+    for key, pts in d.series.items():
+        assert sorted(pts) == [1.0, 2.0, 3.0]  # from the start of the measurement window, not the epoch
+        assert len({v for vs in pts.values() for v in vs}) == 1  # one workload's values only
+    fig = document.series_figure(d)
+    assert len(fig.figure.axes[0].get_lines()) == 3
+
+
+def test_error_bars_stay_in_the_physical_range():
+    from vnetbench.figures import bounds, error_bars
+    assert bounds("rtt_s", "s") == (0.0, float("inf")) and bounds("udp_loss_ratio", "ratio") == (0.0, 1.0)
+    assert bounds("process_cpu_ratio", "ratio")[1] == float("inf")  # 1.0 = one core: a process may use several
+    below, above = error_bars([0.2, 0.9, 5.0], [-0.3, 0.7, float("nan")], [0.5, 1.4, 6.0], 0.0, 1.0)
+    assert below == [0.2, pytest.approx(0.2), 0.0] and above == [pytest.approx(0.3), pytest.approx(0.1), 0.0]
