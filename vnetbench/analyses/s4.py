@@ -24,6 +24,7 @@ ENCRYPTED = ("WireGuard", "IPsec")
 SINGLE, RR, GEN4 = "tcp1", "rr", "gen4"
 LINE_RATE_NEAR = 0.9
 LOSS = 1.10  # a tunnel "loses" when native carries at least 10 % more, and the difference is significant
+NOT_TESTED = "not tested (one run: no significance test is possible)"
 
 
 def interface(labels: dict) -> str:
@@ -106,11 +107,13 @@ class S4(Analysis):
 
     def _cpu_per_gbit(self, iface: str, m: str = SINGLE) -> float | None:
         """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate."""
+        return median(self._cpu_per_gbit_runs(iface, m))
+
+    def _cpu_per_gbit_runs(self, iface: str, m: str = SINGLE) -> list[float]:
         if not self.cpus:
-            return None
-        vals = [t.machine("cpu_busy_ratio") * self.cpus / (tp / 1e9) for t in self._trials(iface, m)
+            return []
+        return [t.machine("cpu_busy_ratio") * self.cpus / (tp / 1e9) for t in self._trials(iface, m)
                 if t.machine("cpu_busy_ratio") is not None and (tp := t.total("throughput_bps", direction="forward"))]
-        return median(vals)
 
     # ---- tables ------------------------------------------------------------------------------------------
     def _interfaces(self, ifaces: list[str]) -> TableData:
@@ -128,19 +131,19 @@ class S4(Analysis):
             dp = self._per_trial(name, SINGLE, lambda t: sum(t.processes().values()) if t.processes() else None)
             lat = {k: [v for t in rr if (v := t.mean(f"latency_{k}_s")) is not None] for k in ("min", "p50", "p90", "p99", "max")}
             rows.append([name, impl or DASH, "/".join(mtus), mean_ci(self._tput(name), "bit/s"),
-                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio")), "ratio"),
-                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio")), "ratio"),
-                         mean_cell(self._per_trial(name, SINGLE, lambda t: t.machine("cpu_busy_ratio")), "ratio"),
-                         mean_cell(dp, "ratio") if dp else DASH,
+                         mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio"))),
+                         mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio"))),
+                         mean_min_max(self._per_trial(name, SINGLE, lambda t: t.machine("cpu_busy_ratio"))),
+                         mean_min_max(dp),
                          human(min(lat["min"]), "s") if lat["min"] else DASH,
                          *[human(median(lat[k]), "s") if lat[k] else DASH for k in ("p50", "p90", "p99")],
                          human(max(lat["max"]), "s") if lat["max"] else DASH,
                          str(max(len(single), len(rr)))])
         return TableData(
             f"S4 — interfaces: one TCP stream and request/response latency (MTU {self.base_mtu})", cols, rows,
-            "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. Sender/receiver CPU: the iperf3 "
-            "processes' own CPU time over the test (100 % = one core). Machine CPU: all CPUs' busy share during the "
-            "trial. Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core). Latency: "
+            "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. CPU cells: mean over runs (min .. max "
+            "over runs), as the study reports them. Sender/receiver CPU: the iperf3 processes' own CPU time over the "
+            "test (100 % = one core). Machine CPU: all CPUs' busy share during the trial. Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core). Latency: "
             "sockperf TCP ping-pong round trips; min and max over all runs, p50/p90/p99 the median over runs of each "
             "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's).")
 
@@ -152,14 +155,14 @@ class S4(Analysis):
                 continue
             share = (sum(vals) / len(vals)) / self.line_rate if self.line_rate else None
             rows.append([name, mean_ci(vals, "bit/s"), DASH if share is None else f"{share * 100:.1f} %",
-                         mean_cell(self._per_trial(name, GEN4, lambda t: t.machine("cpu_busy_ratio")), "ratio"),
-                         mean_cell(self._per_trial(name, GEN4, lambda t: t.total("sender_cpu_ratio")), "ratio"),
+                         mean_min_max(self._per_trial(name, GEN4, lambda t: t.machine("cpu_busy_ratio"))),
+                         mean_min_max(self._per_trial(name, GEN4, lambda t: t.total("sender_cpu_ratio"))),
                          str(len(vals))])
         rate = human(self.line_rate, "bit/s") if self.line_rate else "not set (underlay.rate)"
         return TableData("S4 — 4 parallel generators as a percentage of line rate",
                          ["interface", "throughput (4 generators)", "of line rate", "machine CPU", "senders' CPU", "runs"],
                          rows, f"Four iperf3 client/server processes, one stream each, at once. Line rate: {rate}, the "
-                               f"hosts' NICs' egress limit (tbf).")
+                               f"hosts' NICs' egress limit (tbf). CPU cells: mean over runs (min .. max over runs).")
 
     def _streams_levels(self) -> list[int]:
         levels = {1} | {int(k[1][len("streams"):]) for k in self.by if k[1].startswith("streams")}
@@ -333,17 +336,22 @@ class S4(Analysis):
         near = bool(nat and self.line_rate and nat >= LINE_RATE_NEAR * self.line_rate)
         tunnels = [n for n in ifaces if n in TUNNELS and self._tput(n)]
         if nat and tunnels:
-            parts, losing = [], []
+            parts, losing, untested = [], [], []
             for n in tunnels:
                 vals = self._tput(n)
                 ratio = nat / (sum(vals) / len(vals))
                 testable = len(native) > 1 and len(vals) > 1
                 sig = testable and compare(native, vals).significant
                 parts.append(f"{n} {ratio:.2f}x" + ("" if sig else " (not significant)" if testable
-                                                    else " (one run each: no test)"))
-                if ratio >= LOSS and (sig or not testable):
+                                                    else " (one run: no test)"))
+                if ratio >= LOSS and sig:
                     losing.append((n, ratio))
-            verdict = ("confirmed for " + ", ".join(n for n, _ in losing) if losing else "not confirmed here")
+                elif not testable:
+                    untested.append(n)
+            verdict = ("confirmed for " + ", ".join(n for n, _ in losing) if losing
+                       else NOT_TESTED if untested else "not confirmed here")
+            if losing and untested:
+                verdict += f"; not tested for {', '.join(untested)} (one run)"
             big = [n for n, r in losing if r >= 3]
             text = (f"'Tunnels lose vs native (up to 3-5x without segmentation offload)': {verdict}; native / tunnel "
                     f"single-stream throughput: {'; '.join(parts)}.")
@@ -361,24 +369,33 @@ class S4(Analysis):
         enc = [n for n in ENCRYPTED if self._tput(n)]
         if nat and enc:
             ratios = {n: nat / (sum(v) / len(v)) for n in enc if (v := self._tput(n))}
-            def verdict(r: float) -> str:
-                return "about 10x" if 5 <= r <= 20 else ("a larger loss" if r > 20 else "a smaller loss")
+            def verdict(r: float, n: str) -> str:
+                size = "about 10x" if 5 <= r <= 20 else ("a larger loss" if r > 20 else "a smaller loss")
+                if len(native) < 2 or len(self._tput(n)) < 2:
+                    return f"{size}, {NOT_TESTED}"
+                return size if compare(native, self._tput(n)).significant else f"{size}, not significant"
             impl = {n: sorted({t.samples[0]["implementation"].get("encryption", "") for t in self._trials(n, SINGLE)
                                if t.samples}) for n in enc}
-            out.append("'Encryption loses ~10x': " + "; ".join(f"native / {n} = {r:.1f}x ({verdict(r)}; "
+            out.append("'Encryption loses ~10x': " + "; ".join(f"native / {n} = {r:.1f}x ({verdict(r, n)}; "
                                                                f"{', '.join(impl[n]) or 'implementation unknown'})"
                                                                for n, r in ratios.items()) + ".")
         else:
             out.append("'Encryption loses ~10x': cannot be checked: no encrypted interface (or no native) was measured.")
         pairs = [(f"OVS+{t}", t) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}") and self._tput(t)]
         if pairs and self.cpus:
-            parts, more = [], []
+            parts, more, tested = [], [], []
             for ovs, lin in pairs:
                 a, b = self._cpu_per_gbit(ovs), self._cpu_per_gbit(lin)
                 if a is not None and b is not None:
-                    parts.append(f"{ovs} {a:.2f} vs {lin} {b:.2f} CPU cores per Gbit/s")
-                    more.append(a > b)
-            verdict = "confirmed" if more and all(more) else ("not confirmed here" if more else "cannot be checked")
+                    xa, xb = self._cpu_per_gbit_runs(ovs), self._cpu_per_gbit_runs(lin)
+                    testable = len(xa) > 1 and len(xb) > 1
+                    sig = testable and compare(xa, xb).significant
+                    parts.append(f"{ovs} {a:.2f} vs {lin} {b:.2f} CPU cores per Gbit/s"
+                                 + ("" if sig else " (not significant)" if testable else " (one run: no test)"))
+                    more.append(a > b and sig)
+                    tested.append(testable)
+            verdict = ("cannot be checked" if not more else NOT_TESTED if not all(tested)
+                       else "confirmed" if all(more) else "not confirmed here")
             out.append(f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
                        f"single stream). OVS here is the userspace datapath (no kernel module).")
         else:
@@ -389,15 +406,16 @@ class S4(Analysis):
 
     def _cores_finding(self) -> str:
         """WireGuard several cores, IPsec one: the datapath processes' CPU in the busiest test (most streams)."""
-        seen = {}
+        seen, runs = {}, {}
         for name, proc_prefix in (("WireGuard", "wireguard"), ("IPsec", "charon")):
-            best = None
+            best, runs[name] = None, 0
             for (iface, m, _), ts in self.by.items():
                 if iface != name or m == RR:
                     continue
                 for t in ts:
                     per = {p: v for p, v in t.processes().items() if p.startswith(proc_prefix)}
                     if per:
+                        runs[name] += 1
                         top = max(per.values())
                         best = top if best is None or top > best else best
             if best is not None:
@@ -407,12 +425,24 @@ class S4(Analysis):
                     "(the kernel implementations have no process to measure).")
         parts = "; ".join(f"busiest {n} process {v * 100:.0f} % of a core" for n, v in seen.items())
         wg, ip = seen.get("WireGuard"), seen.get("IPsec")
-        if wg is not None and ip is not None:
+        if wg is not None and ip is not None and min(runs["WireGuard"], runs["IPsec"]) < 2:
+            verdict = NOT_TESTED
+        elif wg is not None and ip is not None:
             verdict = "confirmed" if wg > 1.05 and ip <= 1.05 else "not confirmed here"
         else:
             verdict = "partly checked"
         cpus = f" on this {self.cpus}-CPU machine" if self.cpus else ""
         return f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)."
+
+
+def mean_min_max(values: list[float]) -> str:
+    """'45.2 % (40.1 .. 52.3 %)': a CPU share's mean over runs with the lowest and highest run; one run, its value."""
+    s = summary(values)
+    if s is None:
+        return DASH
+    if s.n < 2:
+        return f"{human(s.mean, 'ratio')} (1 run)"
+    return f"{human(s.mean, 'ratio')} ({s.min * 100:.3g} .. {human(s.max, 'ratio')})"
 
 
 def _processes(t: Trial) -> int:
