@@ -94,13 +94,14 @@ def test_smoke_profile_end_to_end(tmp_path, state_dir):
 
     result = analyses()["s5"]().run(Store(db), 1)
     study = result.tables[0]
-    assert [r[0] for r in study.rows] == ["control", "attack"]
-    assert [r[1] for r in study.rows] == ["1", "1"]
-    for row in study.rows:
+    assert [r[0] for r in study.rows] == ["control", "attack", "growth, attack vs control"]
+    assert [r[1] for r in study.rows[:2]] == ["1", "1"]
+    assert "not tested (1 + 1 rounds)" in study.rows[2][2]
+    for row in study.rows[:2]:
         intr, ctx = float(row[2]), float(row[3])
         assert intr > 0 and ctx > 0
         assert row[4] == f"{100 * ctx / intr:.1f} %" or abs(float(row[4].split()[0]) - 100 * ctx / intr) < 0.2
-    assert len(result.tables[1].rows) == 11 and len(result.figures) == 2
+    assert len(result.tables[1].rows) == 11 and len(result.figures) == 3
     assert any(f.startswith("Conversion rate") for f in result.findings)
     assert any(f.startswith("Neighbour degraded") for f in result.findings)
 
@@ -271,12 +272,16 @@ def test_s5_analysis_on_known_inputs(tmp_path):
     assert study.columns[:7] == ["round type", "rounds", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
                                  "conversion rate, mean of rounds (95 % CI)", "conversion rate, ratio of means",
                                  "study's conversion rate"]
-    control, attack = study.rows
+    control, attack, growth = study.rows
     assert control[:7] == ["control", "2", "1000 (1000–1000)", "530 (530–530)", "53.0 % (53.0–53.0)", "53.0 %", "53 %"]
     # attack: CIs with t(0.975, 1) = 12.706: intr 1500 ± 12.706 * 707.1 / sqrt 2 = 1500 ± 6353
     assert attack[:3] == ["attack", "2", "1500 (-4853–7853)"]
     assert attack[4].startswith("55.0 % (") and attack[5] == "56.7 %" and attack[6] == "68 %"
     assert control[8] == "-"  # no NIC samples in this hand-made store
+    # the study's growth percentages: 1000 -> 1500 interrupts/s, 530 -> 850 context switches/s, 53 % -> 55 %
+    assert growth[:7] == ["growth, attack vs control", "", "+50 %, not tested (2 + 2 rounds)",
+                          "+60 %, not tested (2 + 2 rounds)", "+2.0 points, not tested (2 + 2 rounds)", "-",
+                          "+15 points in the study"]
     tenants = {(r[0], r[1]): r[2:] for r in result.tables[1].rows}
     victim, neighbour = "VM1 (victim, pair 1)", "VM2 (neighbour, pair 2)"
     assert tenants[(victim, "response time, median")][:3] == ["2.00 ms", "20.00 ms", "+900 %"]
@@ -286,7 +291,12 @@ def test_s5_analysis_on_known_inputs(tmp_path):
     assert tenants[(neighbour, "response time, median")][3] == "too few rounds (2 + 2)"
     findings = " ".join(result.findings)
     assert "53.0 % without vs 55.0 % with the attack" in findings and "cannot tell from 2 + 2 rounds" in findings
-    assert [f.name for f in result.figures] == ["s5-series", "s5-response-times"]
+    assert [f.name for f in result.figures] == ["s5-fig3", "s5-series", "s5-response-times"]
+    fig3 = result.figures[0].figure
+    bars = [p for p in fig3.axes[0].patches]
+    assert [round(b.get_height(), 3) for b in bars] == [1.0, 0.53, 1.5, 0.85]  # k/s: control, then attack
+    assert [t.get_text() for t in fig3.axes[0].texts] == ["+50 %", "+60 %"]
+    assert fig3.axes[0].get_ylabel() == "per second (k/s)"
 
 
 def test_s5_findings_answer_yes_with_enough_rounds(tmp_path):

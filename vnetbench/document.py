@@ -103,7 +103,7 @@ def load(store: Store, cid: int) -> Data:
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
             key = (s["scenario"], names.get(s["workload_index"], s["workload"]), meta.get("direction", ""),
                    "background" if meta.get("role") == "background" else "")
-            series[key][round(_since_start(s), 1)].append(s["value"])
+            series[key][round(figures.since_start(s), 1)].append(s["value"])
         elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
     try:
@@ -120,15 +120,6 @@ def _workload_names(store: Store, cid: int, trials: list[dict]) -> dict[int, str
     proto = {t["workload"]: t["params"].get("protocol") for t in trials}
     return {i: name + (f" {proto[i].upper()}" if isinstance(proto.get(i), str) else "")
             for i, name in report.workload_labels(store, cid).items()}
-
-
-def _since_start(s: dict) -> float:
-    """A series point's time from the start of its tool's measurement window (or of the trial when the sample's t
-    is an absolute clock time and no window is recorded)."""
-    window = s["metadata"].get("window")
-    if isinstance(window, (list, tuple)) and window and isinstance(window[0], (int, float)):
-        return s["t"] - window[0]
-    return s["t"] - s["started"] if s["t"] > 1e6 and s.get("started") else s["t"]
 
 
 def build(store: Store, cid: int) -> Document:

@@ -40,6 +40,15 @@ def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
     return 1 / scale, name
 
 
+def since_start(sample: dict) -> float:
+    """A series point's time on the figure's axis: seconds from the start of its tool's measurement window (the
+    sample's `window` metadata), else from the trial's start when `t` is a clock time, else `t` as stored."""
+    t, window = sample["t"], sample["metadata"].get("window")
+    if isinstance(window, (list, tuple)) and window and isinstance(window[0], (int, float)):
+        return t - window[0]
+    return t - sample["started"] if t > 1e6 and sample.get("started") else t
+
+
 def bounds(metric: str, unit: str) -> tuple[float, float]:
     """The physical range of a metric in its SI unit: every metric vnetbench writes is >= 0; a loss or a whole
     machine's CPU share is at most 1."""

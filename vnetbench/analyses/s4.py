@@ -10,6 +10,7 @@ from collections import defaultdict
 import yaml
 from matplotlib.ticker import FuncFormatter
 
+from .. import figures
 from ..stats import compare
 from ..store import Store
 from ..units import human, parse_rate
@@ -216,7 +217,7 @@ class S4(Analysis):
             for t in self._trials(name, SINGLE):
                 for s in t.samples:
                     if s["metric"] == "throughput_interval_bps" and s["metadata"].get("direction") == "forward":
-                        pts[round(s["t"], 1)].append(s["value"])
+                        pts[round(figures.since_start(s), 1)].append(s["value"])
             if pts:
                 lines[name] = pts
         if not lines:

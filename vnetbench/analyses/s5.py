@@ -17,6 +17,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from .. import figures
 from ..stats import Comparison, Summary, compare, summarize
 from ..store import Store
 from . import register
@@ -32,6 +33,7 @@ MACHINE = ("interrupts_per_s", "context_switches_per_s", "net_rx_softirqs_per_s"
 class Round:
     trial: int
     group: str
+    started: float = 0.0
     machine: dict[str, float] = field(default_factory=dict)        # metric -> window value (whole machine)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))  # metric -> (t, v)
     rt: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # pair -> response times (s)
@@ -44,6 +46,19 @@ class Round:
     def conversion(self) -> float | None:
         i, c = self.machine.get("interrupts_per_s"), self.machine.get("context_switches_per_s")
         return c / i if i and c is not None else None
+
+
+def _order_note(by: dict[str, list[Round]]) -> str:
+    """How control and attack rounds were ordered in time: a drift of the machine between two blocks of rounds
+    would pass for an effect of the attack."""
+    c, a = ([r.started for r in by[g]] for g in GROUPS)
+    if not c or not a:
+        return ""
+    if max(c) < min(a) or max(a) < min(c):
+        first = "control" if max(c) < min(a) else "attack"
+        return (f"The {first} rounds all ran before the others, so a drift of the machine's background load between "
+                "the two phases is not randomised away.")
+    return "Control and attack rounds were interleaved in time, so a slow drift of the machine affects both alike."
 
 
 def group_of(level) -> str:
@@ -74,7 +89,7 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
     rounds: dict[int, Round] = {}
     for t in trials.values():
         level = scenarios[t["scenario"]]["labels"].get("attack", "off")
-        rounds[t["id"]] = Round(t["id"], group_of(level))
+        rounds[t["id"]] = Round(t["id"], group_of(level), t["started"] or 0.0)
     nic = {tid: _nic_name(t["metadata"], victim) for tid, t in trials.items()}
     for s in store.samples(cid):
         r = rounds.get(s["trial"])
@@ -84,7 +99,7 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
         background = meta.get("role") == "background"
         if metric in MACHINE and meta.get("scope") == "machine" and "cpu" not in meta and not background:
             if meta.get("series"):
-                r.series[metric].append((s["t"], value))
+                r.series[metric].append((figures.since_start(s), value))
             else:
                 r.machine[metric] = value
         elif metric == "http_response_time_s" and not background:
@@ -182,6 +197,7 @@ class S5(Analysis):
         result.tables.append(self._study_table(by))
         result.tables.append(self._tenant_table(by, victim, neighbour))
         result.findings += self._findings(by, neighbour) + problems
+        result.figures.append(self._fig3(by))
         result.figures.append(self._series_figure(by))
         result.figures.append(self._rt_figure(by, victim, neighbour))
         return result
@@ -200,19 +216,44 @@ class S5(Analysis):
             nic = _summary([r.nic_rx for r in rs if r.nic_rx is not None])
             rows.append([g, str(len(rs)), rate_cell(si), rate_cell(sc), pct_cell(conv), ratio,
                          f"{100 * STUDY[g]:.0f} %", rate_cell(netrx), rate_cell(nic)])
+        rows.append(self._growth_row(by))
         note = ("Per round (one trial of the web workload) the whole machine's interrupts/s and context switches/s over "
                 "the trial, as vmstat's `in` and `cs` (both read /proc/stat); mean over rounds with its 95 % CI "
                 "(Student t). Conversion rate = context switches / interrupts: computed per round, then averaged (the "
                 "column with the CI, used for the findings); 'ratio of means' divides the two means instead. "
                 "In this emulation packets between namespaces raise no hardware interrupt: their per-packet work is the "
                 "NET_RX soft interrupt (shown), so the hardware interrupts are mostly timer and inter-processor ones "
-                "and the conversion rate can exceed 100 %. Every count is the whole machine's, including any other "
-                "load on it. Control rounds all run before the attack rounds (one scenario each), so a drift of the "
-                "machine's background load between the two phases is not randomised away.")
+                "and the conversion rate can exceed 100 %. Growth: the attack rounds' mean relative to the control "
+                "rounds' (the conversion rate's in percentage points, as the study's 53 % -> 68 % is +15 points), "
+                "'significant' by stats.compare over per-round values. Every count is the whole machine's, including any other "
+                "load on it. " + _order_note(by))
         return TableData("S5 — interrupts and context switches without and with the attack",
                          ["round type", "rounds", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
                           "conversion rate, mean of rounds (95 % CI)", "conversion rate, ratio of means",
                           "study's conversion rate", "NET_RX softirqs/s", "victim host NIC rx packets/s"], rows, note)
+
+    def _growth_row(self, by: dict[str, list[Round]]) -> list[str]:
+        """The study's growth percentages: attack vs control for each column, with whether the rounds show it."""
+        def values(fn) -> dict[str, list[float]]:
+            return {g: [v for r in by[g] if (v := fn(r)) is not None and math.isfinite(v)] for g in GROUPS}
+
+        def cell(vals: dict[str, list[float]], points: bool = False) -> str:
+            a, b = vals["control"], vals["attack"]
+            if not a or not b:
+                return "-"
+            ma, mb = float(np.mean(a)), float(np.mean(b))
+            text = f"{100 * (mb - ma):+.1f} points" if points else change(ma, mb)
+            if min(len(a), len(b)) < MIN_ROUNDS:
+                return f"{text}, not tested ({len(a)} + {len(b)} rounds)"
+            return f"{text}, {'significant' if compare(a, b).significant else 'within noise'}"
+
+        conv = values(lambda r: r.conversion)
+        ratio = "-"
+        if conv["control"] and conv["attack"]:
+            ratio = f"{100 * (STUDY['attack'] - STUDY['control']):+.0f} points in the study"
+        return ["growth, attack vs control", "", cell(values(lambda r: r.machine.get("interrupts_per_s"))),
+                cell(values(lambda r: r.machine.get("context_switches_per_s"))), cell(conv, points=True), "-", ratio,
+                cell(values(lambda r: r.machine.get("net_rx_softirqs_per_s"))), cell(values(lambda r: r.nic_rx))]
 
     # ---- what the attack did to the tenants ---------------------------------------------------------------------
     def _tenant_table(self, by: dict[str, list[Round]], victim: int, neighbour: int | None) -> TableData:
@@ -281,6 +322,56 @@ class S5(Analysis):
         return out
 
     # ---- figures ------------------------------------------------------------------------------------------------
+    def _fig3(self, by: dict[str, list[Round]]) -> FigureData:
+        """The study's Fig. 3: mean interrupts and context switches per second without and with the attack, the
+        growth of each written over its bars; beside it the conversion rate against the study's 53 % and 68 %."""
+        fig = Figure(figsize=(11.0, 4.2), layout="constrained")
+        counts, conv = fig.subplots(1, 2, width_ratios=[2, 1])
+        metrics = (("interrupts_per_s", "interrupts"), ("context_switches_per_s", "context switches"))
+        sums = {(m, g): _summary([r.machine.get(m) for r in by[g]]) for m, _ in metrics for g in GROUPS}
+        mult, ulabel = figures.axis_unit("1/s", [x.mean for x in sums.values() if x])
+        width = 0.38
+        for j, g in enumerate(GROUPS):
+            got = [(i, sums[(m, g)]) for i, (m, _) in enumerate(metrics) if sums[(m, g)]]
+            means = [x.mean * mult for _, x in got]
+            err = figures.error_bars(means, [x.ci_mean[0] * mult for _, x in got], [x.ci_mean[1] * mult for _, x in got])
+            counts.bar([i + (j - 0.5) * width for i, _ in got], means, width, yerr=err, capsize=4, color=f"C{j}",
+                       label=g)
+        highest = 0.0
+        for i, (m, _) in enumerate(metrics):
+            a, b = sums[(m, "control")], sums[(m, "attack")]
+            highest = max([highest] + [x.mean if not math.isfinite(x.ci_mean[1]) else max(x.mean, x.ci_mean[1])
+                                       for x in (a, b) if x])
+            if a and b:
+                top = max(b.mean, b.ci_mean[1] if math.isfinite(b.ci_mean[1]) else b.mean) * mult
+                counts.annotate(change(a.mean, b.mean), (i + 0.5 * width, top), ha="center", va="bottom",
+                                xytext=(0, 3), textcoords="offset points", fontsize=9, fontweight="bold")
+        counts.set_xticks(range(len(metrics)), [name for _, name in metrics])
+        counts.set_ylabel(f"per second ({ulabel})" if ulabel not in ("", "/s") else "per second")
+        counts.set_ylim(0, 1.15 * highest * mult or 1)
+        counts.legend(fontsize=8)
+        counts.set_title("whole machine, mean over rounds (whiskers: 95 % CI)", fontsize=9)
+        rates = [_summary([r.conversion for r in by[g]]) for g in GROUPS]
+        for j, (g, x) in enumerate(zip(GROUPS, rates)):
+            if x:
+                err = figures.error_bars([100 * x.mean], [100 * x.ci_mean[0]], [100 * x.ci_mean[1]])
+                conv.bar(j, 100 * x.mean, 0.6, yerr=err, capsize=4, color=f"C{j}")
+            conv.plot([j - 0.3, j + 0.3], [100 * STUDY[g]] * 2, color="black", ls="--", lw=1.2,
+                      label="the study" if j == 0 else None)
+        conv.set_xticks(range(len(GROUPS)), list(GROUPS))
+        conv.set_ylabel("context switches / interrupts (%)")
+        conv.set_ylim(bottom=0)
+        conv.legend(fontsize=8)
+        conv.set_title("conversion rate", fontsize=9)
+        for ax in (counts, conv):
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.set_axisbelow(True)
+        title = "Fig. 3 — interrupts and context switches without and with the attack"
+        fig.suptitle(title, fontsize=11)
+        return FigureData("s5-fig3", title, fig, "As the study's Fig. 3: the mean of the per-round rates of each group, "
+                          "with the attack's growth over control written above; right: the conversion rate per group "
+                          "(mean of rounds, 95 % CI) against the study's 53 % and 68 % (dashed).")
+
     def _series_figure(self, by: dict[str, list[Round]]) -> FigureData:
         fig = Figure(figsize=(11.0, 4.2), layout="constrained")
         axes = fig.subplots(1, 2, squeeze=False)[0]
