@@ -352,7 +352,7 @@ def stream(values, metric="throughput_bps"):
 
 
 def test_s3_analysis_on_known_inputs(tmp_path):
-    b = Book(tmp_path / "s3.db")
+    b = Book(tmp_path / "s3.db", env={"cpu_count": 2, "kernel": "Linux 6.1.0-test #1 SMP"})
     tcp = {"type": "netperf", "test": "TCP_STREAM", "message_size": 1024}
     rr = {"type": "netperf", "test": "TCP_RR", "message_size": 1024}
     none4 = b.scenario(s3_labels("none"), {"encryption": "none"})
@@ -383,22 +383,26 @@ def test_s3_analysis_on_known_inputs(tmp_path):
     rows = {row[0]: row for row in variants.rows}
     esp_name, ah_name = "ESP (3DES-CBC, HMAC-SHA1) transport/manual", "AH (HMAC-SHA1) transport/manual"
     assert list(rows) == ["no IPsec", esp_name, ah_name, "AH+ESP (3DES-CBC, HMAC-SHA1) transport/manual"]
-    assert rows["no IPsec"][-1] == "ran in 3 scenario(s)"
+    assert rows["no IPsec"][-1] == "ran in 3 scenario(s) in the host kernel 6.1.0-test"
     assert rows[esp_name] == [esp_name, "ESP", "3des-cbc", "hmac-sha1", "transport", "manual",
-                              "ran in 1 scenario(s) with kernel-xfrm manual keys"]
+                              "ran in 1 scenario(s) with kernel-xfrm manual keys in the host kernel 6.1.0-test"]
     assert rows["AH+ESP (3DES-CBC, HMAC-SHA1) transport/manual"][-1] == \
         "skipped in 1 scenario(s): encryption ipsec(...): AH needs the kernel's xfrm AH transform"
 
     tcp_t = t["S3 — TCP stream throughput (netperf TCP_STREAM, at the receiver)"]
-    assert tcp_t.columns == ["message size (B)", "IP", "routers", "other load", "no IPsec", esp_name,
-                             f"{esp_name} vs no IPsec", ah_name, f"{ah_name} vs no IPsec"]
+    assert tcp_t.columns == ["message size (B)", "IP", "routers", "other load", "ran in", "IPsec implementation",
+                             "no IPsec", esp_name, f"{esp_name} vs no IPsec", ah_name, f"{ah_name} vs no IPsec"]
     # mean ± t(0.975, 1) * s / sqrt(2): [1.0, 1.2] Gbit/s -> 1.1 ± 12.706 * 0.1414 / 1.414 = 1.27 Gbit/s
+    kernel = "host kernel 6.1.0-test"
     assert tcp_t.rows == [
-        ["1024", "IPv4", "0", "none", "1.1 Gbit/s ± 1.27 Gbit/s", "550 Mbit/s ± 635 Mbit/s", "-50 %",
-         "1.1 Gbit/s ± 1.27 Gbit/s", "+0 %"],
-        ["1024", "IPv6", "0", "none", "1.15 Gbit/s ± 1.27 Gbit/s", "—", "—", "—", "—"]]
+        ["1024", "IPv4", "0", "none", kernel, f"{ah_name}: kernel-xfrm manual keys; {esp_name}: kernel-xfrm manual keys",
+         "1.1 Gbit/s ± 1.27 Gbit/s", "550 Mbit/s ± 635 Mbit/s", "-50 %", "1.1 Gbit/s ± 1.27 Gbit/s", "+0 %"],
+        ["1024", "IPv6", "0", "none", kernel, "—", "1.15 Gbit/s ± 1.27 Gbit/s", "—", "—", "—", "—"]]
+    assert tcp_t.note.endswith("Not in this table, skipped: AH+ESP (3DES-CBC, HMAC-SHA1) transport/manual (skipped: "
+                               "encryption ipsec(...): AH needs the kernel's xfrm AH transform).")
     rr_t = t["S3 — TCP request/response rate (netperf TCP_RR)"]
-    assert rr_t.rows == [["1024", "IPv4", "0", "none", "11 k/s ± 12.7 k/s", "11 k/s ± 12.7 k/s", "+0 %"]]
+    assert rr_t.rows == [["1024", "IPv4", "0", "none", kernel, f"{esp_name}: kernel-xfrm manual keys",
+                          "11 k/s ± 12.7 k/s", "11 k/s ± 12.7 k/s", "+0 %"]]
     video_t = t["S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)"]
     assert video_t.rows == [["IPv4", "0", "none", "29.5 Mbit/s ± 6.35 Mbit/s", "0.5 %", "15 µs"]]
     effects = t["S3 — effect of IPv6, routers and CPU load"]
@@ -424,7 +428,8 @@ def test_s3_analysis_says_what_cannot_be_checked(tmp_path):
     assert r.findings[0].startswith("'IPsec lowers throughput': cannot be checked on this machine: none of the 1 "
                                     "IPsec variant(s) ran") and "no AH here" in r.findings[0]
     assert "cannot be checked" in r.findings[1] and "cannot be checked" in r.findings[2]
-    assert r.tables[1].rows == [["64", "IPv4", "0", "none", "1 Gbit/s (n=1)"]]
+    assert r.tables[1].rows == [["64", "IPv4", "0", "none", "host kernel", "—", "1 Gbit/s (n=1)"]]
+    assert "Not in this table, skipped: AH (HMAC-SHA1) transport/manual (skipped: no AH here)." in r.tables[1].note
 
 
 def s4_labels(attach="host", enc="none", switch="linuxbridge", overlay="none", mtu="1500", measure="tcp1"):

@@ -70,6 +70,11 @@ class S3(Analysis):
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
         scenarios, trials = load(store, campaign)
+        env = (store.campaign(campaign).environment or {})
+        self.kernel = {s["idx"]: ran_in(s, env) for s in scenarios}
+        self.impl = {s["idx"]: (s.get("implementation") or {}).get("encryption", "") for s in scenarios}
+        self.where: dict[tuple, set[tuple[str, str, str]]] = defaultdict(set)  # row -> (variant, impl, kernel)
+        self.skipped = skipped_variants(scenarios)
         modes = list(dict.fromkeys(variant_name(s["levels"].get("encryption", "none")) for s in scenarios))
         if NONE in modes:
             modes.remove(NONE)
@@ -83,6 +88,8 @@ class S3(Analysis):
                 value = t.total(TESTS[test][1])
                 if value is not None:
                     cells[(test, size_of(t), *conditions(t), mode)].append(value)
+                    self.where[(test, size_of(t), *conditions(t))].add(
+                        (mode, self.impl.get(t.scenario, ""), self.kernel.get(t.scenario, "")))
             elif test == VIDEO:
                 for metric, fn in (("throughput_bps", t.total), ("udp_loss_ratio", t.mean), ("jitter_s", t.mean)):
                     if (v := fn(metric)) is not None:
@@ -116,7 +123,9 @@ class S3(Analysis):
             outcome = []
             if done:
                 impl = sorted({s["implementation"].get("encryption", "") for s in done} - {"", "none"})
-                outcome.append(f"ran in {len(done)} scenario(s)" + (f" with {', '.join(impl)}" if impl else ""))
+                kernels = sorted({self.kernel.get(s["idx"], "") for s in done} - {""})
+                outcome.append(f"ran in {len(done)} scenario(s)" + (f" with {', '.join(impl)}" if impl else "")
+                               + (f" in the {', '.join(kernels)}" if kernels else ""))
             for status in ("skipped", "failed", "pending", "running"):
                 reasons = sorted({s["reason"] or "" for s in group if s["status"] == status})
                 n = sum(s["status"] == status for s in group)
@@ -136,12 +145,15 @@ class S3(Analysis):
         title, metric, unit = TESTS[test]
         keys = sorted({k[1:5] for k in cells if k[0] == test}, key=_order)
         present = [m for m in modes if any(k[0] == test and k[-1] == m for k in cells)]
-        cols = list(KEY_COLUMNS)
+        cols = list(KEY_COLUMNS) + ["ran in", "IPsec implementation"]
         for m in present:
             cols += [m] if m == NONE else [m, f"{m} vs {NONE}"]
         rows = []
         for size, ip, hops, load_ in keys:
-            row = [str(size), f"IPv{ip}", hops, load_]
+            where = self.where.get((test, size, ip, hops, load_), set())
+            impls = sorted({f"{m}: {i}" for m, i, _ in where if m != NONE and i and i != "none"})
+            row = [str(size), f"IPv{ip}", hops, load_, ", ".join(sorted({k for *_, k in where if k})) or DASH,
+                   "; ".join(impls) or DASH]
             base = cells.get((test, size, ip, hops, load_, NONE), [])
             for m in present:
                 vals = cells.get((test, size, ip, hops, load_, m), [])
@@ -151,7 +163,11 @@ class S3(Analysis):
             rows.append(row)
         note = (f"Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
                 f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly (Mann-Whitney "
-                f"and disjoint CIs). Columns appear only for variants that ran.")
+                f"and disjoint CIs). Columns appear only for variants that ran. 'ran in': the kernel that carried the "
+                f"row's packets; 'IPsec implementation': what ran each variant.")
+        gone = [f"{m} ({why})" for m, why in self.skipped.items() if m not in present]
+        if gone:
+            note += " Not in this table, skipped: " + "; ".join(gone) + "."
         if test == "UDP_STREAM":
             note += (" netperf UDP_STREAM cannot be rate-bounded, so iperf3 offers the datagrams at a bounded rate "
                      "and the receiver counts what arrived.")
@@ -322,6 +338,29 @@ class S3(Analysis):
             out.append(f"Other CPU load (stress-ng on both hosts) changes the results by {spread(ch)}: the emulated hosts "
                        f"share this machine's CPUs, so the load competes with the traffic directly.")
         return out
+
+
+def ran_in(scenario: dict, env: dict) -> str:
+    """The kernel a scenario's packets crossed: a guest's when the scenario ran in guests, else this host's."""
+    impl = scenario.get("implementation") or {}
+    for key in ("kernel", "guest"):
+        if impl.get(key) and impl[key] != "none":
+            return str(impl[key])
+    release = str(env.get("kernel", "")).split()
+    return f"host kernel {release[1] if len(release) > 1 else release[0]}" if release else "host kernel"
+
+
+def skipped_variants(scenarios: list[dict]) -> dict[str, str]:
+    """Variant -> why it did not run, for the variants none of whose scenarios ran."""
+    out: dict[str, str] = {}
+    for s in scenarios:
+        name = variant_name(s["levels"].get("encryption", "none"))
+        if any(x["status"] == "done" and variant_name(x["levels"].get("encryption", "none")) == name
+               for x in scenarios):
+            continue
+        if s["status"] in ("skipped", "failed") and name not in out:
+            out[name] = f"{s['status']}: {s['reason'] or 'no reason recorded'}"
+    return out
 
 
 def _verdict(changes: list[float]) -> str:
