@@ -299,6 +299,9 @@ def test_s1_smoke_report_shows_the_study_first(tmp_path, state_dir):
     assert first.group(0) == '<p class="scope">' and "leaves out of the study" in study  # the profile's omissions
     assert study.index("<caption>Table I") < study.index("<caption>Table II") < study.index("<figure")
     assert "<details>" not in study
+    from vnetbench import document
+    for f in document.build(Store(db), 1).figures():
+        assert not readable_axes(f.figure), (f.name, readable_axes(f.figure))
     screenshot(page, tmp_path / "first-screen.png", 1400, 900)  # kept for a person to look at
     marked = tmp_path / "marked.html"
     marked.write_text(text.replace("</style>", MAGENTA_CSS, 1))
@@ -342,3 +345,48 @@ def test_error_bars_stay_in_the_physical_range():
     assert bounds("process_cpu_ratio", "ratio")[1] == float("inf")  # 1.0 = one core: a process may use several
     below, above = error_bars([0.2, 0.9, 5.0], [-0.3, 0.7, float("nan")], [0.5, 1.4, 6.0], 0.0, 1.0)
     assert below == [0.2, pytest.approx(0.2), 0.0] and above == [pytest.approx(0.3), pytest.approx(0.1), 0.0]
+
+
+def readable_axes(fig) -> list[str]:
+    """What a person would find unreadable on a figure: an exponent or offset on an axis."""
+    from vnetbench.figures import encode
+    encode(fig, "png")  # draws it, as the report does
+    bad = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_offset_text().get_text():
+                bad.append(f"offset {axis.get_offset_text().get_text()!r} on {ax.get_title()!r}")
+            bad += [f"tick {t.get_text()!r}" for t in axis.get_ticklabels() if re.search(r"\de[+-]?\d", t.get_text())]
+    return bad
+
+
+def test_every_report_figure_reads_in_units(campaign_db):
+    from vnetbench import document
+    doc = document.build(Store(campaign_db), 1)
+    assert doc.figures()
+    for f in doc.figures():
+        assert not readable_axes(f.figure), (f.name, readable_axes(f.figure))
+
+
+def test_s2_figures_in_gbit_and_clipped(tmp_path):
+    """S2's per-metric figures: throughput in Gbit/s (not a 1e10 axis), loss whiskers never below 0 %."""
+    store = Store(tmp_path / "s2.db")
+    cid = store.new_campaign("s2", "s2.yaml", "name: s2\nanalysis: s2\n", "12" * 32, {})
+    idx = 0
+    for switch, overlay in (("ovs", "vxlan"), ("linuxbridge", "vxlan")):
+        idx += 1
+        lab = {"switch": switch, "overlay": overlay, "placement": "cross-host", "protocol": "tcp", "direction": "uni",
+               "interference": "none", "pairs": "1", "udp_rate": "100M"}
+        store.put_scenario(cid, idx, f"s{idx}", lab | {"pairs": 1}, lab, "done", None, {}, [])
+        for rep, (tput, loss) in enumerate(((9.1e9, 0.0), (9.5e9, 0.0), (8.9e9, 0.02)), 1):
+            store.save_trial(cid, idx, rep, 0, "iperf3", {"protocol": "tcp"}, "ok", None, 0.0, 1.0,
+                             [Sample.of("aggregate_throughput_bps", tput, pair="all", direction="forward"),
+                              Sample.of("ping_loss_ratio", loss, pair=1), Sample.of("rtt_loaded_s", 1e-4, pair=1)])
+    figs = {f.name: f.figure for f in REGISTRY["s2"]().run(store, cid).figures}
+    tput = figs["s2-aggregate_throughput_bps-tcp"]
+    assert tput.axes[0].get_ylabel() == "aggregate_throughput_bps (Gbit/s)" and not readable_axes(tput)
+    assert all(9 < b.get_height() < 9.5 for b in tput.axes[0].patches)
+    loss = figs["s2-ping_loss_ratio-tcp"].axes[0]
+    assert loss.get_ylabel() == "ping_loss_ratio (%)"
+    lows = [seg[:, 1].min() for c in loss.collections for seg in c.get_segments()]  # the whiskers
+    assert lows and min(lows) == 0.0  # the 95 % CI reaches below 0 %; the whisker stops at 0

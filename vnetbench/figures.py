@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, ScalarFormatter  # noqa: E402
 
 from .analyses.base import FigureData  # noqa: E402
 from .stats import Summary  # noqa: E402
@@ -67,7 +67,19 @@ def error_bars(centres: Sequence[float], lows: Sequence[float], highs: Sequence[
     return [below, above]
 
 
+def plain_axes(fig: Figure) -> None:
+    """No axis of a report figure reads '1e10' or '+3e4': linear number axes print plain numbers (each builder
+    scales values into a readable unit first; this is the safety net)."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            fmt = axis.get_major_formatter()
+            if isinstance(fmt, ScalarFormatter):
+                fmt.set_scientific(False)
+                fmt.set_useOffset(False)
+
+
 def encode(fig: Figure, fmt: str) -> bytes:
+    plain_axes(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
     return buf.getvalue()
