@@ -381,8 +381,9 @@ def streams_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | Non
             if r.workload in kinds and not r.tag:
                 labels = d.scenarios[r.scenario]["labels"]
                 streams = _number(labels.get("streams"))
-                if streams is not None:
-                    groups[" · ".join(str(labels.get(k)) for k in others) or "all"][streams] = r.summary
+                if streams is not None:  # one line per workload entry too: never two workloads on one line
+                    name = " · ".join(str(labels.get(k)) for k in others) or "all"
+                    groups[name + (f" ({r.workload})" if len(kinds) > 1 else "")][streams] = r.summary
         if groups:
             panels[(ylabel, unit)] = dict(groups)
     if not panels:

@@ -172,7 +172,9 @@ def _md(b: Block, links: dict[str, str], level: int) -> str:
     if isinstance(b, Para):
         if "\n" in b.text:
             return "```\n" + b.text.rstrip() + "\n```"
-        return f"> **Warning:** {_esc(b.text)}" if b.kind == "warn" else _esc(b.text)
+        if b.kind == "warn":
+            return f"> **Warning:** {_esc(b.text)}"
+        return f"> {_esc(b.text)}" if b.kind == "scope" else _esc(b.text)
     if isinstance(b, Bullets):
         return "\n".join(f"- {_esc(i)}" for i in b.items)
     if isinstance(b, TableData):
