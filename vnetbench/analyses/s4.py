@@ -182,14 +182,14 @@ class S4(Analysis):
                 ts = self._stream_trials(name, s)
                 tp = [v for t in ts if (v := t.total("throughput_bps", direction="forward")) is not None]
                 cpu = [v for t in ts if (v := t.machine("cpu_busy_ratio")) is not None]
-                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {mean_cell(cpu, 'ratio')}" if tp else DASH)
+                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {mean_min_max(cpu)}" if tp else DASH)
             procs = {_processes(t) for name in names for t in self._stream_trials(name, s)}
             row.append(", ".join(str(p) for p in sorted(procs)) or DASH)
             rows.append(row)
         return TableData("S4 — parallel streams: aggregate throughput and whole-machine CPU",
                          ["streams", *names, "generator processes"], rows,
                          "Mean over runs of the receiver throughput summed over all streams, and of the machine's CPU "
-                         "busy share. Past 128 streams iperf3 runs several generator processes (at most 128 streams "
+                         "busy share (min .. max over runs). Past 128 streams iperf3 runs several generator processes (at most 128 streams "
                          "each); 1 stream is the single-stream test.")
 
     def _mtu(self, ifaces: list[str]) -> TableData:
