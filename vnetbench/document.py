@@ -141,14 +141,19 @@ def _kv(title: str, pairs: list[tuple[str, str]]) -> TableData:
     return TableData(title, ["", ""], [[k, str(v)] for k, v in pairs])
 
 
-def header(d: Data) -> Section:
-    """One paragraph (what ran, how it ended, where to look), the full record folded: the study's tables come next."""
-    c, sc = d.camp, list(d.scenarios.values())
-    counts = {st: sum(s["status"] == st for s in sc) for st in ("done", "skipped", "failed", "pending")}
-    took = f"{c.finished - c.created:.0f} s" if c.finished else "-"
+def _tally(d: Data) -> tuple[dict[str, int], int, str, str, str]:
+    """(scenario counts by status, ok trials, scenarios text, trials text, duration text)."""
+    c = d.camp
+    counts = {st: sum(s["status"] == st for s in d.scenarios.values()) for st in ("done", "skipped", "failed", "pending")}
     ok = sum(t["status"] == "ok" for t in d.trials)
-    trials = f"{ok} ok, {len(d.trials) - ok} failed"
-    scen = ", ".join(f"{n} {st}" for st, n in counts.items() if n) or "none"
+    return (counts, ok, ", ".join(f"{n} {st}" for st, n in counts.items() if n) or "none",
+            f"{ok} ok, {len(d.trials) - ok} failed", f"{c.finished - c.created:.0f} s" if c.finished else "-")
+
+
+def header(d: Data) -> Section:
+    """One paragraph: what ran, how it ended, where to look. The study's tables come right after it."""
+    c = d.camp
+    counts, ok, scen, trials, took = _tally(d)
     profile = f", profile {d.spec['profile']}" if d.spec.get("profile") else ""
     line = (f"Campaign {c.id} ({c.name}{profile}) is {c.status}: scenarios {scen}; trials {trials}; started "
             f"{_when(c.created)}, took {took}.")
@@ -156,18 +161,26 @@ def header(d: Data) -> Section:
         line += " Why scenarios or trials are missing: see 'Skipped and failed'."
     if warnings(d).blocks:
         line += " Read the 'Warnings' (noisy or shared machine) before comparing numbers."
+    return Section("campaign", "Campaign", [Para(line)])
+
+
+def record(d: Data) -> Fold:
+    c = d.camp
+    _, _, scen, trials, took = _tally(d)
     pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description") or "-"),
              ("spec source", c.source or "-"), ("spec sha256", c.spec_sha256), ("profile", d.spec.get("profile") or "-"),
              ("analysis", d.spec.get("analysis") or "-"), ("started", _when(c.created)), ("finished", _when(c.finished)),
              ("duration", took), ("repetitions", str(d.spec.get("repetitions", "-"))), ("scenarios", scen),
              ("trials", trials)]
-    return Section("campaign", "Campaign", [Para(line), Fold("Campaign record: spec, times, counts", [_kv("", pairs)])])
+    return Fold("Campaign record: spec, times, counts", [_kv("", pairs)])
 
 
 def environment(d: Data) -> Section:
+    """Where and from what the campaign ran: its record and the machine, both folded, at the end."""
     e = d.camp.environment
+    title = "Campaign record and environment"
     if not e:
-        return Section("environment", "Environment", [Para("No environment was recorded.", "note")])
+        return Section("environment", title, [record(d), Para("No environment was recorded.", "note")])
     mem = e.get("memory_bytes")
     pairs = [("host", e.get("hostname", "-")), ("kernel", e.get("kernel", "-")), ("machine", e.get("machine", "-")),
              ("CPU", e.get("cpu_model", "-")), ("cores", e.get("cpu_count", "-")),
@@ -181,7 +194,7 @@ def environment(d: Data) -> Section:
                                    ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
     summary = (f"{e.get('hostname', '-')}: {e.get('kernel', '-')}, {e.get('cpu_count', '?')} cores "
                f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, tool versions and kernel features")
-    return Section("environment", "Environment", [Fold(summary, [_kv("Machine", pairs), tools, kern])])
+    return Section("environment", title, [record(d), Fold(summary, [_kv("Machine", pairs), tools, kern])])
 
 
 def _pct(v) -> str:
