@@ -58,6 +58,7 @@ class Section:
     id: str
     title: str
     blocks: list[Block] = field(default_factory=list)
+    nav: str = ""                # a short name for the navigation bar ('' = the title)
 
 
 @dataclass
@@ -434,7 +435,7 @@ def study(store: Store, d: Data) -> Section:
         blocks += [Para("The study's findings, checked on this campaign:"), Bullets(list(result.findings))]
     if not result.tables and not result.figures and not result.findings:
         blocks.append(Para("The analysis produced nothing for this campaign.", "note"))
-    return Section("analysis", cls.title, blocks)
+    return Section("analysis", cls.title, blocks, cls.title.split(":")[0])
 
 
 def omitted(d: Data) -> Para | None:

@@ -101,7 +101,7 @@ def _close(doc: Document) -> None:
 def to_html(doc: Document, images: Images | None = None) -> str:
     images = images or Images()
     e = html.escape
-    nav = "".join(f'<a href="#{s.id}">{e(s.title)}</a>' for s in doc.sections)
+    nav = "".join(f'<a href="#{s.id}">{e(s.nav or s.title)}</a>' for s in doc.sections)
     body = "".join(f'<section id="{s.id}"><h2>{e(s.title)}</h2>{_blocks(s.blocks, images)}</section>'
                    for s in doc.sections)
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
