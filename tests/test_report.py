@@ -390,3 +390,14 @@ def test_s2_figures_in_gbit_and_clipped(tmp_path):
     assert loss.get_ylabel() == "ping_loss_ratio (%)"
     lows = [seg[:, 1].min() for c in loss.collections for seg in c.get_segments()]  # the whiskers
     assert lows and min(lows) == 0.0  # the 95 % CI reaches below 0 %; the whisker stops at 0
+
+
+@pytest.mark.parametrize("suite", ["s1", "s2", "s3", "s4", "s5"])
+def test_every_profile_says_what_it_leaves_out(suite):
+    """smoke and quick cut the study down; each says how (the report shows it), and the longer list of a shorter
+    profile still names what even `full` leaves out."""
+    from vnetbench.spec import load, suite_path
+    omits = {p: load(suite_path(suite), p).experiment.omits for p in ("smoke", "quick", "full")}
+    assert all(omits.values()), omits
+    assert set(omits["full"]) <= set(omits["smoke"]) and set(omits["full"]) <= set(omits["quick"])
+    assert len(omits["smoke"]) > len(omits["full"]) and len(omits["quick"]) > len(omits["full"])
