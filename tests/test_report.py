@@ -401,3 +401,16 @@ def test_every_profile_says_what_it_leaves_out(suite):
     assert all(omits.values()), omits
     assert set(omits["full"]) <= set(omits["smoke"]) and set(omits["full"]) <= set(omits["quick"])
     assert len(omits["smoke"]) > len(omits["full"]) and len(omits["quick"]) > len(omits["full"])
+
+
+def test_without_a_study_the_statistics_lead_unfolded(tmp_path):
+    from vnetbench import document
+    db = tmp_path / "plain.db"
+    store = Store(db)
+    cid = store.new_campaign("plain", "p.yaml", "name: plain\n", "ab" * 32, {"hostname": "h", "kernel": "Linux 6.1"})
+    store.put_scenario(cid, 1, "a", labels("none", 1), labels("none", 1), "done", None, {}, [])
+    store.save_trial(cid, 1, 1, 0, "ping", {}, "ok", None, 0.0, 1.0, ping_samples(40e-6))
+    doc = document.build(store, cid)
+    assert [s.id for s in doc.sections] == ["campaign", "scenarios", "statistics", "figures", "environment"]
+    stats = next(s for s in doc.sections if s.id == "statistics")
+    assert not any(isinstance(b, document.Fold) for b in stats.blocks[:2])  # the tables are the content here
