@@ -410,6 +410,7 @@ def test_without_a_study_the_statistics_lead_unfolded(tmp_path):
     cid = store.new_campaign("plain", "p.yaml", "name: plain\n", "ab" * 32, {"hostname": "h", "kernel": "Linux 6.1"})
     store.put_scenario(cid, 1, "a", labels("none", 1), labels("none", 1), "done", None, {}, [])
     store.save_trial(cid, 1, 1, 0, "ping", {}, "ok", None, 0.0, 1.0, ping_samples(40e-6))
+    store.set_campaign(cid, status="done", finished=store.campaign(cid).created + 5)
     doc = document.build(store, cid)
     assert [s.id for s in doc.sections] == ["campaign", "scenarios", "statistics", "figures", "environment"]
     stats = next(s for s in doc.sections if s.id == "statistics")
