@@ -144,7 +144,7 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
-    return f"{'yes' if c.significant else 'no'} (p = {c.mannwhitney_p:.2g})"
+    return f"{'yes' if c.significant else 'no'} (p = {c.p:.2g})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
@@ -241,7 +241,7 @@ class S5(Analysis):
                      change(a, b), verdict(_compare(busy["control"], busy["attack"]))])
         note = ("Response times: every request of every round pooled for the median and p95 shown; the significance "
                 "test compares the per-round medians (or p95s) of the two groups, so that rounds, not requests, are the "
-                "independent samples (Mann-Whitney p < 0.05 and disjoint 95 % CIs of the mean, stats.compare). "
+                "independent samples (Welch t-test p < 0.05, stats.compare). "
                 "Change = attack vs control. CPU work is what the tenant's constant stress-ng load got done per second "
                 "of wall time: it falls when the tenant gets less CPU.")
         return TableData("S5 — the tenants during the attack", ["tenant", "measure", "control", "attack", "change",
@@ -257,7 +257,7 @@ class S5(Analysis):
         else:
             out.append(f"Conversion rate (context switches / interrupts) higher under attack: {_answer(c, 'higher')} — "
                        f"{100 * c.a.mean:.1f} % without vs {100 * c.b.mean:.1f} % with the attack (mean of "
-                       f"{c.a.n} and {c.b.n} rounds, Mann-Whitney p = {c.mannwhitney_p:.2g}); the study: 53 % vs 68 %.")
+                       f"{c.a.n} and {c.b.n} rounds, Welch p = {c.p:.2g}); the study: 53 % vs 68 %.")
         for metric, what in (("context_switches_per_s", "Context switches"), ("interrupts_per_s", "Interrupts")):
             vals = {g: [r.machine[metric] for r in by[g] if metric in r.machine] for g in GROUPS}
             if (c := _compare(vals["control"], vals["attack"])) is not None:
