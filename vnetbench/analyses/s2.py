@@ -84,7 +84,7 @@ def _best_cell(groups: dict[str, list[float]], better: str) -> str:
     if len(groups) == 1:
         return f"{next(iter(groups))} (only one ran)"
     b = best_of(groups, better)
-    return f"tie: {b.label} / {b.runner_up}" if b.tie else b.label
+    return f"tie: {' / '.join([b.label, *b.ties])}" if b.tie else b.label
 
 
 def metric_figures(data: CampaignData) -> list[FigureData]:
