@@ -17,6 +17,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from ..dataset import load
 from ..stats import Comparison, Summary, compare, summarize
 from ..store import Store
 from . import register
@@ -64,19 +65,20 @@ def roles(spec_text: str) -> tuple[int, int | None]:
 
 
 def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[str]]:
-    camp = store.campaign(cid)
+    data = load(store, cid)
+    camp = data.campaign
     victim, neighbour = roles(camp.spec_text if camp else "")
-    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
+    scenarios = data.scenarios
     problems = []
     if scenarios and not any("attack" in s["labels"] for s in scenarios.values()):
         problems.append("this campaign has no `attack` factor: every round counts as control")
-    trials = {t["id"]: t for t in store.trials(cid) if t["status"] == "ok" and t["kind"] == "http"}
+    trials = {t["id"]: t for t in data.trials.values() if t["status"] == "ok" and t["kind"] == "http"}
     rounds: dict[int, Round] = {}
     for t in trials.values():
         level = scenarios[t["scenario"]]["labels"].get("attack", "off")
         rounds[t["id"]] = Round(t["id"], group_of(level))
     nic = {tid: _nic_name(t["metadata"], victim) for tid, t in trials.items()}
-    for s in store.samples(cid):
+    for s in data.samples:
         r = rounds.get(s["trial"])
         if r is None:
             continue
