@@ -17,7 +17,7 @@ def data(tmp_path):
         store.save_trial(cid, 1, rep, 0, "ping", {}, "ok", None, 0, 1, [Sample.of("rtt_s", v, pair=1) for v in rtts])
         store.save_trial(cid, 1, rep, 1, "iperf3", {}, "ok", None, 0, 1, [
             Sample.of("throughput_bps", 1e9 * rep, pair=1), Sample.of("throughput_bps", 3e9 * rep, pair=2),
-            Sample.of("throughput_bps", 5e9, pair=1, role="background"),
+            Sample.of("throughput_bps", 5e9, pair=1, role="background", background_workload=3),
             Sample.of("throughput_interval_bps", 7e9, t=0.5, pair=1, series=True),
             Sample.of("cpu_busy_ratio", 0.5, scope="machine"), Sample.of("cpu_busy_ratio", 0.9, scope="machine", cpu=0)])
     store.save_trial(cid, 2, 1, 0, "ping", {}, "failed", "boom", 0, 1, [Sample.of("rtt_s", 9.0, pair=1)])
@@ -51,3 +51,19 @@ def test_reductions():
     assert reduce_values(list(range(101)), "p99") == pytest.approx(99)
     with pytest.raises(ValueError):
         reduce_values([1.0], "mode")
+
+
+def test_show_counts_trials(tmp_path, data):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from vnetbench import report
+    store = Store(tmp_path / "d.db")
+    rows = {(r.metric, r.tag): r.summary for r in report.rows(store, 1)}
+    assert rows[("rtt_s", "")].n == 3 and rows[("rtt_s", "")].median == pytest.approx(4e-3)   # not 15 echoes
+    assert rows[("throughput_bps", "")].n == 3
+    assert rows[("throughput_bps", "background 3")].n == 3
+    buf = StringIO()
+    report.show(store, 1, Console(file=buf, width=250))
+    assert "n counts trials" in buf.getvalue()

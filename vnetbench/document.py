@@ -27,7 +27,7 @@ NOISE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "sender_throughpu
                  "cpu_busy_ratio", "rtt_s", "rtt_loaded_s", "latency_s")
 CDF_METRICS = ("rtt_s", "rtt_loaded_s", "latency_s")
 SERIES_METRIC = "throughput_interval_bps"
-STAT_NOTE = ("n = samples; IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
+STAT_NOTE = (report.N_COUNTS + ". IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
              "the exact order-statistic method (* = too few samples for 95 %: the range min .. max is shown).")
 
 
