@@ -30,18 +30,38 @@ def test_s1_decomposition_on_known_medians(tmp_path):
     for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
         labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
         store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
-        _trial(store, cid, idx, 1, 0, "ping", {"type": "ping", "ping_size": 56},
-               [Sample.of("rtt_s", v, pair=1) for v in jitter(tr)])
-        _trial(store, cid, idx, 1, 1, "ping", {"type": "ping", "ping_size": 65507},
-               [Sample.of("rtt_s", v, pair=1) for v in jitter(10 * tr)])
+        for rep, f in enumerate(jitter(1.0, 7, 1e-3), 1):          # 7 trials, medians within +-1 %
+            _trial(store, cid, idx, rep, 0, "ping", {"type": "ping", "ping_size": 56},
+                   [Sample.of("rtt_s", v * f, pair=1) for v in jitter(tr)])
+            _trial(store, cid, idx, rep, 1, "ping", {"type": "ping", "ping_size": 65507},
+                   [Sample.of("rtt_s", v * f, pair=1) for v in jitter(10 * tr)])
+            # TT: 64-byte datagrams offered at 200 Mbit/s, the sender gets out 50 Mbit/s; TTS: 1 Gbit/s of TCP
+            _trial(store, cid, idx, rep, 2, "iperf3", {"type": "iperf3", "protocol": "udp", "message_size": 56,
+                                                       "udp_rate": 200_000_000},
+                   [Sample.of("throughput_bps", 44.8e6 * f, pair=1), Sample.of("sender_throughput_bps", 50e6, pair=1),
+                    Sample.of("udp_loss_ratio", 0.1, pair=1)])
+            _trial(store, cid, idx, rep, 3, "iperf3", {"type": "iperf3", "protocol": "tcp", "message_size": 65507},
+                   [Sample.of("throughput_bps", 1e9 * f, pair=1)])
     result = load_all()["s1"]().run(store, cid)
-    table5 = next(t for t in result.tables if t.title.startswith("Table V"))
-    cells = {row[0]: row[1:] for row in table5.rows}
+    tables = {t.title.split(" —")[0]: t for t in result.tables}
+    assert list(tables) == ["Table I", "Table II", "Table III", "Table IV", "Table V"]
+    tp = {row[0]: [c.split(" [")[0] for c in row[1:]] for row in tables["Table IV"].rows}
     # OvS: (0.30 - 0.10) / 2 = 0.1 ms -> 10 packets/ms; saturated: (3.0 - 1.0) / 2 = 1 ms -> 1 packet/ms
-    assert cells["OvS (virtual switch)"] == ["10.0", "1.00"]
-    assert cells["SR-IOV (direct NIC path)"] == ["20.0", "2.00"]      # (0.20 - 0.10) / 2 = 0.05 ms
-    assert cells["IPsec"] == ["5.00", "0.5"]                          # (0.70 - 0.30) / 2 = 0.2 ms
-    assert cells["IPsec on SR-IOV"] == ["6.67", "0.667"]              # (0.50 - 0.20) / 2 = 0.15 ms
+    assert tp["OvS (virtual switch)"] == ["10.0", "1.00"]
+    assert tp["SR-IOV (direct NIC path)"] == ["20.0", "2.00"]      # (0.20 - 0.10) / 2 = 0.05 ms
+    assert tp["IPsec"] == ["5.00", "0.5"]                          # (0.70 - 0.30) / 2 = 0.2 ms
+    assert tp["IPsec on SR-IOV"] == ["6.67", "0.667"]              # (0.50 - 0.20) / 2 = 0.15 ms
+    ovs = tables["Table IV"].rows[0][1]                            # '10.0 [lo – hi]': a CI around the estimate
+    lo, hi = (float(v) for v in ovs.split("[")[1].rstrip("]").split(" – "))
+    assert lo < 10.0 < hi and "n.s." not in ovs
+    assert "Holm" in tables["Table III"].note and "8 comparisons" in tables["Table III"].note
+    cs = tables["Table II"].rows[0]
+    assert cs[1].startswith("0.100 [") and cs[5] == "7 / 7"        # median of 7 trial medians; n counts trials
+    # Table V: the study's conversion of one bandwidth (1 Gbit/s), beside the two measured transfers
+    v = {row[0]: row[1:] for row in tables["Table V"].rows}
+    assert v["CS"][:3] == ["1,000.0", "1,953,125", "1,908"]        # 1e9 / (8 x 64), 1e9 / (8 x 65515)
+    assert v["CS"][3].startswith("100,000 [") and v["CS"][4] == "50.0 of 200"
+    assert "The sender never reached that rate" in tables["Table V"].note
 
 
 def _s2_scenario(store, cid, idx, env, interference="none"):
