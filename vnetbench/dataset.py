@@ -99,6 +99,7 @@ class Dataset:
     trials: dict[int, dict]                    # trial id -> trial row, every status
     ok: list[Trial]                            # trials that finished ok, with their samples, in run order
     samples: list[dict]                        # every sample of the ok trials, joined with trial and scenario
+    _by_metric: dict[str, list[tuple[Trial, dict]]] | None = field(default=None, repr=False)
 
     @property
     def scenario_list(self) -> list[dict]:
@@ -110,18 +111,22 @@ class Dataset:
                where: Callable[[dict], bool] | None = None, **meta: Any) -> Iterator[tuple[Trial, dict]]:
         """(trial, sample) of `metric`: foreground samples only by default (background=True: only a background
         load's; None: both), window totals only (window=False: series and per-CPU too), matching meta and where."""
-        for t in self.ok:
+        if self._by_metric is None:
+            self._by_metric = defaultdict(list)
+            for t in self.ok:
+                for s in t.samples:
+                    self._by_metric[s["metric"]].append((t, s))
+        for t, s in self._by_metric.get(metric, ()):
             if (scenario is not None and t.scenario != scenario) or (workload is not None and t.workload != workload) \
                     or (kind is not None and t.kind != kind):
                 continue
-            for s in t.samples:
-                m = s["metadata"]
-                if s["metric"] != metric or (window and not is_window(m)):
-                    continue
-                if background is not None and (m.get("role") == "background") != background:
-                    continue
-                if all(m.get(k) == v for k, v in meta.items()) and (where is None or where(m)):
-                    yield t, s
+            m = s["metadata"]
+            if window and not is_window(m):
+                continue
+            if background is not None and (m.get("role") == "background") != background:
+                continue
+            if all(m.get(k) == v for k, v in meta.items()) and (where is None or where(m)):
+                yield t, s
 
     def trial_values(self, metric: str, reduce: str | None = None,
                      key: Callable[[Trial, dict], Hashable] | None = None, **filters: Any) -> dict[Hashable, list[float]]:
