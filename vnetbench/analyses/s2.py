@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from ..dataset import Dataset, load  # noqa: E402
 from ..stats import best_of, compare, holm, summarize, verdict  # noqa: E402
 from ..store import Store  # noqa: E402
-from ..units import human  # noqa: E402
+from ..units import human, parse_rate  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
 
@@ -46,8 +46,11 @@ def env(labels: dict) -> str | None:
 
 
 def _rate(s: dict) -> int:
-    r = str(s["levels"].get("udp_rate", ""))
-    return int(r) if r.isdigit() else 0
+    """The scenario's UDP rate in bit/s ('100M' -> 100000000); 0 when it has none."""
+    try:
+        return parse_rate(s["levels"].get("udp_rate"))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _main_scenarios(data: Dataset, protocol: str) -> dict[tuple[str, int, str], dict[str, int]]:
@@ -57,7 +60,7 @@ def _main_scenarios(data: Dataset, protocol: str) -> dict[tuple[str, int, str], 
             and s["labels"]["protocol"] == protocol and env(s["labels"])]
     if protocol == "udp" and rows:
         top = max(_rate(s) for s in rows)
-        rows = [s for s in rows if _rate(s) in (0, top)]
+        rows = [s for s in rows if _rate(s) == top]
     out: dict[tuple[str, int, str], dict[str, int]] = defaultdict(dict)
     for s in rows:
         key = (s["labels"]["placement"], 2 * int(s["levels"]["pairs"]), s["labels"].get("direction", "uni"))
