@@ -107,7 +107,7 @@ def test_s2_best_and_tie(tmp_path):
     assert uni[3] == "LB+VXLAN"                         # 10 vs 1 Gbit/s: a clear winner
     assert uni[4] == "N.A. (fixed rate)"                # the study's semantics for a fixed-rate UDP test
     assert bidir[3] == "LB+VXLAN" and bidir[2].startswith("n/a (no UDP test")
-    assert "Holm" in best.note and "userspace" in best.note and "200 Mbit/s per connection" in best.note
+    assert "Holm" in best.note and "userspace" in best.note and "per connection: 200 Mbit/s (cross-host)" in best.note
 
 
 @pytest.mark.net

@@ -53,19 +53,32 @@ def _rate(s: dict) -> int:
         return 0
 
 
+def _key(s: dict) -> tuple[str, int, str]:
+    return s["labels"]["placement"], 2 * int(s["levels"]["pairs"]), s["labels"].get("direction", "uni")
+
+
 def _main_scenarios(data: Dataset, protocol: str) -> dict[tuple[str, int, str], dict[str, int]]:
     """(placement, VMs, direction) -> environment -> scenario, for the given protocol. For UDP the highest controlled
-    rate of the campaign is used, the study's most demanding level."""
+    rate that row ran is used, the study's most demanding level."""
     rows = [s for s in data.scenarios.values() if s["labels"].get("interference", "none") == "none"
             and s["labels"]["protocol"] == protocol and env(s["labels"])]
-    if protocol == "udp" and rows:
-        top = max(_rate(s) for s in rows)
-        rows = [s for s in rows if _rate(s) == top]
+    top: dict[tuple[str, int, str], int] = defaultdict(int)
+    for s in rows:
+        top[_key(s)] = max(top[_key(s)], _rate(s) if protocol == "udp" else 0)
     out: dict[tuple[str, int, str], dict[str, int]] = defaultdict(dict)
     for s in rows:
-        key = (s["labels"]["placement"], 2 * int(s["levels"]["pairs"]), s["labels"].get("direction", "uni"))
-        out[key][env(s["labels"])] = s["idx"]
+        if protocol != "udp" or _rate(s) == top[_key(s)]:
+            out[_key(s)][env(s["labels"])] = s["idx"]
     return out
+
+
+def _udp_rates(data: Dataset) -> str:
+    """The UDP rate each row's loss column is taken at, e.g. '200 Mbit/s (cross-host), 100 Mbit/s (same-host)'."""
+    by: dict[int, set[str]] = defaultdict(set)
+    for key, cell in _main_scenarios(data, "udp").items():
+        for sc in cell.values():
+            by[_rate(data.scenarios[sc])].add(key[0])
+    return ", ".join(f"{r / 1e6:.0f} Mbit/s ({' and '.join(sorted(p))})" for r, p in sorted(by.items(), reverse=True))
 
 
 def best_table(data: Dataset) -> TableData:
@@ -86,7 +99,7 @@ def best_table(data: Dataset) -> TableData:
                       "all" if metric == "aggregate_throughput_bps" else None, how))}
             row.append(_best_cell(groups, better))
         rows.append(row)
-    rate = max((_rate(s) for s in data.scenarios.values() if s["labels"].get("protocol") == "udp"), default=0)
+    rates = _udp_rates(data)
     return TableData("Best technology per metric, placement, VM count and direction",
                      ["placement", "VMs", "direction", *[b[0] for b in BEST]], rows,
                      "Best = the best mean over trials (one value per trial). 'tie: A / B' lists every technology "
@@ -94,8 +107,7 @@ def best_table(data: Dataset) -> TableData:
                      "on the per-trial values, and the p-values of a cell are Holm-corrected (alpha 0.05). Latency "
                      "(each trial's median ping) and jitter come from pings sent during the TCP test, as in the "
                      "study; loss is UDP datagram loss at the receiver in the UDP tests"
-                     + (f" ({rate / 1e6:.0f} Mbit/s per connection, the campaign's highest controlled rate)"
-                        if rate else "")
+                     + (f" at the highest controlled rate each row ran, per connection: {rates}" if rates else "")
                      + ". TCP throughput is the trial's aggregate goodput at the receivers (both directions summed in "
                      "bidirectional runs). UDP throughput is N.A., as in the study: the UDP tests send at a fixed, "
                      "controlled rate, so what they carry is set by the rate, not by the technology; the loss column "
