@@ -211,6 +211,10 @@ def DIFF_OF_MEANS(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
     return rb.mean(axis=1) - ra.mean(axis=1)
 
 
+def DIFF_OF_MEDIANS(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
+    return np.median(rb, axis=1) - np.median(ra, axis=1)
+
+
 # ---- the test ----------------------------------------------------------------------------------------------------
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Welch t-test. Two constant samples: p = 1 if equal, 0 if not (the test's limit); nan if n < 2."""

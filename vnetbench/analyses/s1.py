@@ -23,7 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..dataset import Dataset, load  # noqa: E402
-from ..stats import Summary, bootstrap_ci, bootstrap_ci2, compare, holm, summarize  # noqa: E402
+from ..stats import DIFF_OF_MEDIANS, Summary, bootstrap_ci, bootstrap_ci2, compare, holm, summarize  # noqa: E402
 from ..store import Store  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
@@ -93,7 +93,7 @@ class Measure:
     @property
     def ci(self) -> tuple[float, float]:
         """95 % CI of the median over trials (bootstrap over trials); nan with one trial."""
-        return bootstrap_ci(self.values, np.median) if len(self.values) > 1 else (math.nan, math.nan)
+        return bootstrap_ci(self.values) if len(self.values) > 1 else (math.nan, math.nan)
 
 
 def _measure(values: list[float], missing: str, pooled: list[float] | None = None) -> Measure:
@@ -110,7 +110,7 @@ def _tp_ci(t_ci: tuple[float, float]) -> tuple[float, float]:
 
 def _median_diff_half(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
     """t = (median B+M - median B) / 2 for every bootstrap resample."""
-    return (np.median(rb, axis=1) - np.median(ra, axis=1)) / 2
+    return DIFF_OF_MEDIANS(ra, rb) / 2
 
 
 @dataclass
