@@ -12,7 +12,7 @@ from typing import Union
 
 import yaml
 
-from . import analyses, figures, report
+from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
 from .sample import METRICS
 from .store import Campaign, Store
@@ -93,10 +93,11 @@ class Data:
 def load(store: Store, cid: int) -> Data:
     camp = store.campaign(cid)
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
-    groups = report.group_values(store, cid)
+    data = dataset.load(store, cid)
+    groups = report.group_values(store, cid, data)
     series: dict[tuple[int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
-    for s in store.samples(cid):
+    for s in data.samples:
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
             series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 1)].append(s["value"])
         elif s["t"] is not None and not s["metadata"].get("series") and "cpu" not in s["metadata"]:

@@ -101,11 +101,17 @@ def _checked(values: Sequence[float]) -> np.ndarray:
     return x
 
 
+@lru_cache(maxsize=1024)
+def t_quantile(confidence: float, df: int) -> float:
+    """Student's t quantile of a two-sided `confidence` interval."""
+    from scipy import stats as sps
+    return float(sps.t.ppf((1 + confidence) / 2, df=df))
+
+
 def _ci_mean(x: np.ndarray, mean: float, std: float, confidence: float) -> tuple[float, float]:
     if x.size < 2:
         return NAN_PAIR
-    from scipy import stats as sps
-    half = float(sps.t.ppf((1 + confidence) / 2, df=x.size - 1)) * std / math.sqrt(x.size)
+    half = t_quantile(confidence, x.size - 1) * std / math.sqrt(x.size)
     return (mean - half, mean + half)
 
 
@@ -167,8 +173,7 @@ def expanded_levels(size: int, confidence: float) -> tuple[float, float]:
     interval is too narrow for small samples (a 95 % interval of the mean covers about 90 % at n = 20), so the tail
     area is taken at z = sqrt(n / (n - 1)) * t(n - 1) instead of the normal quantile."""
     from scipy import stats as sps
-    t = float(sps.t.ppf((1 + confidence) / 2, df=size - 1))
-    tail = float(sps.norm.sf(math.sqrt(size / (size - 1)) * t))
+    tail = float(sps.norm.sf(math.sqrt(size / (size - 1)) * t_quantile(confidence, size - 1)))
     return 100 * tail, 100 * (1 - tail)
 
 
