@@ -182,6 +182,42 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
     report.show(store, camp.id, out, chosen)
 
 
+@app.command("compare")
+def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or 'last'"),
+             b: Optional[str] = typer.Argument(None, help="campaign B (default: A, with --a-where/--b-where)"),
+             db: str = DB, b_db: Optional[str] = typer.Option(None, "--b-db", help="B's results file (default: --db)"),
+             a_where: list[str] = typer.Option([], "--a-where", help="select A's scenarios: FACTOR=LEVEL (repeatable)"),
+             b_where: list[str] = typer.Option([], "--b-where", help="select B's scenarios: FACTOR=LEVEL (repeatable)"),
+             metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
+             alpha: float = typer.Option(0.05, "--alpha", help="significance level, after Holm's correction"),
+             fail_on_regression: Optional[str] = typer.Option(
+                 None, "--fail-on-regression", help="exit 1 if a metric is significantly worse by more than this, e.g. 5%"),
+             fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
+    """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
+    from . import compare as cmp
+    if fmt not in ("table", "json"):
+        fail(f"--format {fmt}: use table or json")
+    if not 0 < alpha < 1:
+        fail(f"--alpha {alpha}: use a level between 0 and 1, e.g. 0.05")
+    store_a, camp_a = open_campaign(db, a)
+    store_b, camp_b = open_campaign(b_db or db, b if b is not None else str(camp_a.id))
+    try:
+        threshold = cmp.parse_threshold(fail_on_regression) if fail_on_regression is not None else None
+        side_a = cmp.Side(store_a, camp_a, cmp.parse_where(a_where, "--a-where"))
+        side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
+        if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
+            fail("--a-where and --b-where select the same scenarios; give B a different selection")
+        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold)
+    except cmp.CompareError as exc:
+        fail(str(exc))
+    if fmt == "json":
+        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold) + "\n")
+    else:
+        out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
+    if any(r.regression for r in rows):
+        raise typer.Exit(1)
+
+
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
             fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),

@@ -12,7 +12,7 @@ from typing import Union
 
 import yaml
 
-from . import analyses, figures, report
+from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
 from .sample import METRICS
 from .store import Campaign, Store
@@ -27,7 +27,7 @@ NOISE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "sender_throughpu
                  "cpu_busy_ratio", "rtt_s", "rtt_loaded_s", "latency_s")
 CDF_METRICS = ("rtt_s", "rtt_loaded_s", "latency_s")
 SERIES_METRIC = "throughput_interval_bps"
-STAT_NOTE = ("n = samples; IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
+STAT_NOTE = (report.N_COUNTS + ". IQR = q3 - q1; CV = std / |mean|; 95 % CI of the mean by Student's t; of the median by "
              "the exact order-statistic method (* = too few samples for 95 %: the range min .. max is shown).")
 
 
@@ -94,12 +94,13 @@ class Data:
 def load(store: Store, cid: int) -> Data:
     camp = store.campaign(cid)
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
-    groups = report.group_values(store, cid)
+    data = dataset.load(store, cid)
+    groups = report.group_values(store, cid, data)
     trials = store.trials(cid)
     names = _workload_names(store, cid, trials)
     series: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
-    for s in store.samples(cid):
+    for s in data.samples:
         meta = s["metadata"]
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
             key = (s["scenario"], names.get(s["workload_index"], s["workload"]), meta.get("direction", ""),

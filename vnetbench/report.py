@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from . import dataset
 from .sample import METRICS
 from .stats import Summary, summarize
 from .store import Store
@@ -35,24 +36,41 @@ def varying(scenarios: list[dict]) -> list[str]:
     return [k for k in keys if len({s["labels"][k] for s in scenarios}) > 1]
 
 
-def group_values(store: Store, cid: int) -> dict[tuple[int, str, str, str], list[float]]:
-    """(scenario, metric, workload, process-or-'') -> values. Machine-wide probes are kept apart per workload
-    (CPU during iperf3 is not CPU during ping); series and per-CPU samples are left to the figures."""
-    groups: dict[tuple[int, str, str, str], list[float]] = defaultdict(list)
-    label = workload_labels(store, cid)
-    for s in store.samples(cid):
-        meta = s["metadata"]
-        if meta.get("series") or "cpu" in meta or s["metric"] == "throughput_interval_bps":
-            continue
-        who = meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background" else "")
-        groups[(s["scenario"], s["metric"], label[s["workload_index"]], who)].append(s["value"])
+N_COUNTS = ("n counts trials: every statistic is over one value per trial (a trial's median for per-echo and "
+            "per-request metrics such as rtt_s, its mean over pairs for the others), never over the echoes inside a trial")
+
+
+def trial_value(metric: str) -> str:
+    """What one trial contributes to `metric`'s statistics, said in words (for a table title or caption)."""
+    if dataset.default_reduce(metric) == "median":
+        return "one value per trial: the median of its samples"
+    return "one value per trial" + ("" if metric.startswith(("cpu_", "interrupts", "context", "net_")) else
+                                    " (the mean over pairs when there are several)")
+
+
+def group_values(store: Store, cid: int, data: dataset.Dataset | None = None
+                 ) -> dict[tuple[int, str, str, str], list[float]]:
+    """(scenario, metric, workload, process-or-'') -> ONE VALUE PER TRIAL (dataset.trial_values). Machine-wide probes
+    are kept apart per workload (CPU during iperf3 is not CPU during ping); series and per-CPU samples are left to the
+    figures."""
+    data = data or dataset.load(store, cid)
+    label = workload_labels(store, cid, data)
+    groups: dict[tuple[int, str, str, str], list[float]] = {}
+    for metric in sorted({s["metric"] for s in data.samples} - {"throughput_interval_bps"}):
+        groups.update(data.trial_values(metric, background=None, key=lambda t, s, m=metric: (
+            t.scenario, m, label[t.workload], _who(s["metadata"]))))
     return groups
 
 
-def workload_labels(store: Store, cid: int) -> dict[int, str]:
+def _who(meta: dict) -> str:
+    return meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background"
+                                   else "")
+
+
+def workload_labels(store: Store, cid: int, data: dataset.Dataset | None = None) -> dict[int, str]:
     """Spec position -> name shown: the tool, numbered by its place in the spec when a tool is listed twice
     (S1's 64-byte and 65515-byte pings are two workloads and must not be pooled)."""
-    kinds = {t["workload"]: t["kind"] for t in store.trials(cid)}
+    kinds = {t["workload"]: t["kind"] for t in (data.trials.values() if data else store.trials(cid))}
     repeated = {k for k in kinds.values() if list(kinds.values()).count(k) > 1}
     return {i: f"{k} #{i + 1}" if k in repeated else k for i, k in kinds.items()}
 
@@ -88,6 +106,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     for r in rows(store, cid, metrics):
         by_metric[r.metric].append(r)
     order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
+    console.print(N_COUNTS + ".", soft_wrap=True)
     for metric in order:
         console.print(_table(metric, by_metric[metric]))
     cols = varying(scenarios)
@@ -104,7 +123,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
 def _table(metric: str, rows_: list[Row]) -> Table:
     unit = rows_[0].unit
     desc = METRICS[metric].description if metric in METRICS else ""
-    table = Table(title=f"{metric} ({unit}) — {desc}", title_justify="left", header_style="bold")
+    table = Table(title=f"{metric} ({unit}) — {desc}; n = trials, {trial_value(metric)}", title_justify="left",
+                  header_style="bold")
     several = len({r.workload for r in rows_}) > 1
     for col in ("scenario", *(("workload",) if several else ()), "implementation", *STAT_COLUMNS):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")

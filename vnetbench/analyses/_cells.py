@@ -1,77 +1,20 @@
-"""Helpers the S3 and S4 analyses share: a campaign's trials with their samples, table cells, and
-matplotlib figures built with the object API (no pyplot state, Agg only)."""
+"""Helpers the S3 and S4 analyses share: table cells, and matplotlib figures built with the object API (no pyplot
+state, Agg only). Data comes from vnetbench.dataset (the one loader), statistics from vnetbench.stats."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
+from .. import stats  # noqa: E402
 from ..stats import Summary, summarize  # noqa: E402
-from ..store import Store  # noqa: E402
 from ..units import human  # noqa: E402
 
 DASH = "—"
-
-
-@dataclass
-class Trial:
-    """One successful trial: its scenario's labels and levels, the workload's parameters, and its samples."""
-    id: int
-    scenario: int
-    repetition: int
-    kind: str
-    params: dict
-    labels: dict
-    levels: dict
-    metadata: dict
-    samples: list[dict] = field(default_factory=list)
-
-    def values(self, metric: str, **meta: Any) -> list[float]:
-        """The workload's own samples of `metric` (not the probes', not a background load's), matching meta."""
-        return [s["value"] for s in self.samples if s["metric"] == metric and _own(s["metadata"])
-                and all(s["metadata"].get(k) == v for k, v in meta.items())]
-
-    def total(self, metric: str, **meta: Any) -> float | None:
-        """Sum over the pairs of a trial (None when the trial has no such sample)."""
-        vs = self.values(metric, **meta)
-        return sum(vs) if vs else None
-
-    def mean(self, metric: str, **meta: Any) -> float | None:
-        vs = self.values(metric, **meta)
-        return sum(vs) / len(vs) if vs else None
-
-    def machine(self, metric: str) -> float | None:
-        """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
-        vs = [s["value"] for s in self.samples if s["metric"] == metric and s["metadata"].get("scope") == "machine"
-              and not s["metadata"].get("series") and "cpu" not in s["metadata"]]
-        return vs[0] if vs else None
-
-    def processes(self) -> dict[str, float]:
-        """process_cpu_ratio per datapath process (ovs-vswitchd, wireguard-go, charon ...)."""
-        return {s["metadata"]["process"]: s["value"] for s in self.samples
-                if s["metric"] == "process_cpu_ratio" and "process" in s["metadata"]}
-
-
-def _own(meta: dict) -> bool:
-    return meta.get("role") != "background" and meta.get("scope") != "machine" and "process" not in meta
-
-
-def load(store: Store, cid: int) -> tuple[list[dict], list[Trial]]:
-    """(scenarios, successful trials with their samples) of a campaign."""
-    scenarios = store.scenarios(cid)
-    by_idx = {s["idx"]: s for s in scenarios}
-    trials = {t["id"]: Trial(t["id"], t["scenario"], t["repetition"], t["kind"], t["params"],
-                             by_idx[t["scenario"]]["labels"], by_idx[t["scenario"]]["levels"], t["metadata"])
-              for t in store.trials(cid) if t["status"] == "ok"}
-    for s in store.samples(cid):
-        if s["trial"] in trials:
-            trials[s["trial"]].samples.append(s)
-    return scenarios, list(trials.values())
 
 
 def summary(values: Sequence[float]) -> Summary | None:
@@ -110,17 +53,15 @@ def spread(changes: Sequence[float]) -> str:
     xs = sorted(c for c in changes if c is not None)
     if not xs:
         return DASH
-    med = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    med = stats.median(xs)
     if len(xs) == 1:
         return f"{med * 100:+.0f} % (1 cell)"
     return f"{med * 100:+.0f} % ({xs[0] * 100:+.0f} .. {xs[-1] * 100:+.0f} %, {len(xs)} cells)"
 
 
 def median(xs: Iterable[float]) -> float | None:
-    v = sorted(xs)
-    if not v:
-        return None
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    v = list(xs)
+    return stats.median(v) if v else None
 
 
 

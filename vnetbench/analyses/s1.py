@@ -13,18 +13,20 @@ mean, over the individual echoes); otherwise its cells carry "(n.s.)".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from ..stats import Summary, compare, summarize  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ..dataset import Dataset, load  # noqa: E402
+from ..stats import DIFF_OF_MEDIANS, Summary, bootstrap_ci, bootstrap_ci2, compare, holm, summarize  # noqa: E402
 from ..store import Store  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
-from .campaign_data import CampaignData, load, missing_text  # noqa: E402
 
 # role, attach level, encrypted?, what it is, what it adds over which scenario
 ROLES = (
@@ -78,18 +80,37 @@ def pps(x: float) -> str:
 
 @dataclass
 class Measure:
-    """One study metric (TR, TRS, TT or TTS) of one scenario."""
-    values: list[float]          # SI: seconds for TR/TRS, packets/s for TT/TTS
+    """One study metric (TR, TRS, TT or TTS) of one scenario: one value per trial."""
+    values: list[float]          # SI: seconds (each trial's median echo) for TR/TRS, packets/s for TT/TTS
     summary: Summary | None
     missing: str = ""            # "n/a (...)" when there are no values
+    pooled: list[float] = field(default_factory=list)  # every echo of every trial: the study's IQR only
 
     @property
     def ok(self) -> bool:
         return self.summary is not None
 
+    @property
+    def ci(self) -> tuple[float, float]:
+        """95 % CI of the median over trials (bootstrap over trials); nan with one trial."""
+        return bootstrap_ci(self.values) if len(self.values) > 1 else (math.nan, math.nan)
 
-def _measure(values: list[float], missing: str) -> Measure:
-    return Measure(values, summarize(values)) if values else Measure([], None, missing)
+
+def _measure(values: list[float], missing: str, pooled: list[float] | None = None) -> Measure:
+    return Measure(values, summarize(values), pooled=pooled or []) if values else Measure([], None, missing)
+
+
+def _tp_ci(t_ci: tuple[float, float]) -> tuple[float, float]:
+    """TP = 1 / t (t in s -> packets per ms) over the CI of t; (lo, inf) when t's CI reaches zero."""
+    lo, hi = t_ci
+    if math.isnan(lo) or hi <= 0:
+        return (math.nan, math.nan)
+    return (1 / (hi * 1e3), 1 / (lo * 1e3) if lo > 0 else math.inf)
+
+
+def _median_diff_half(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
+    """t = (median B+M - median B) / 2 for every bootstrap resample."""
+    return DIFF_OF_MEDIANS(ra, rb) / 2
 
 
 @dataclass
@@ -106,7 +127,7 @@ class Entries:
     tts_proto: str = "tcp"
 
 
-def _entries(data: CampaignData) -> Entries:
+def _entries(data: Dataset) -> Entries:
     pings = sorted(data.entries("ping").items(), key=lambda kv: kv[1].get("ping_size", 56))
     perfs = sorted(data.entries("iperf3").items(), key=lambda kv: kv[1].get("message_size") or 131072)
     e = Entries(None, None, None, None)
@@ -125,7 +146,7 @@ def _entries(data: CampaignData) -> Entries:
     return e
 
 
-def _find(data: CampaignData, attach: str, encrypted: bool) -> dict | None:
+def _find(data: Dataset, attach: str, encrypted: bool) -> dict | None:
     for sc in data.scenarios.values():
         labels = sc["labels"]
         if labels.get("attach") == attach and (labels.get("encryption", "none") != "none") == encrypted:
@@ -153,17 +174,28 @@ class S1(Analysis):
                 if metric == "throughput_bps" and not size:
                     m[(role, key)] = Measure([], None, f"n/a (the {key} workload sets no message_size: no packet size)")
                     continue
-                vals = data.values(sc["idx"], entry, metric) if sc else []
+                vals = data.values(sc["idx"], entry, metric) if sc else []   # one per trial
+                pooled = data.pooled(metric, scenario=sc["idx"], workload=entry).get(sc["idx"], []) \
+                    if sc and not size else []
                 if size:
                     vals = [v / (8 * size) for v in vals]  # goodput bit/s -> messages (packets) per second
-                m[(role, key)] = _measure(vals, missing_text(sc, data, entry))
+                m[(role, key)] = _measure(vals, data.missing_text(sc, entry), pooled)
         loss = {role: (data.values(sc["idx"], e.tt, "udp_loss_ratio") if sc and e.tt is not None else [])
                 for role, sc in scen.items()}
+        sent = {role: (data.values(sc["idx"], e.tt, "sender_throughput_bps") if sc and e.tt is not None else [])
+                for role, sc in scen.items()}
+        bandwidth = {role: (data.values(sc["idx"], e.tts, "throughput_bps") if sc and e.tts is not None else [])
+                     for role, sc in scen.items()}
         mech = {(name, key): self._mechanism(m[(with_, key)], m[(base, key)], with_, base)
                 for name, with_, base in MECHANISMS for key in ("TR", "TRS")}
+        tested = [k for k, x in mech.items() if x["ok"] and math.isfinite(x["p"])]
+        for k, p in zip(tested, holm([mech[k]["p"] for k in tested])):
+            mech[k]["p_holm"], mech[k]["significant"] = p, p < 0.05
+        offered = data.entries("iperf3").get(e.tt, {}).get("udp_rate") if e.tt is not None else None
         result = AnalysisResult()
-        result.tables = [self._table1(data, scen), self._table2(m, e), self._table3(m, loss, e),
-                         self._table4(mech, e), self._table5(mech, e)]
+        result.tables = [self._table1(data, scen), self._table2(m, e), self._table3(mech, e, len(tested)),
+                         self._table4(mech, e, len(tested)),
+                         self._table5(m, loss, sent, bandwidth, e, offered)]
         result.figures = [self._figure_rt(m, e), self._figure_tt(m, e)]
         result.findings = self._findings(m, mech, scen, loss)
         return result
@@ -177,11 +209,14 @@ class S1(Analysis):
             return {"ok": False, "missing": f"n/a ({name}: {x.missing.removeprefix('n/a (').removesuffix(')')})"}
         diff = with_.summary.median - base.summary.median
         t = diff / 2
-        sig = compare(with_.values, base.values).significant if min(len(with_.values), len(base.values)) > 1 else False
-        return {"ok": True, "diff": diff, "t": t, "tp": 1 / (t * 1e3) if t > 0 else math.inf, "significant": sig}
+        testable = min(len(with_.values), len(base.values)) > 1
+        p = compare(base.values, with_.values).p if testable else math.nan
+        t_ci = bootstrap_ci2(base.values, with_.values, _median_diff_half) if testable else (math.nan, math.nan)
+        return {"ok": True, "diff": diff, "t": t, "t_ci": t_ci, "tp": 1 / (t * 1e3) if t > 0 else math.inf,
+                "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False}
 
     # ---- tables ------------------------------------------------------------------------------------------
-    def _table1(self, data: CampaignData, scen: dict) -> TableData:
+    def _table1(self, data: Dataset, scen: dict) -> TableData:
         rows, userspace = [], []
         for role, attach, enc, what, adds in ROLES:
             sc = scen[role]
@@ -192,10 +227,10 @@ class S1(Analysis):
             if "libipsec" in impl or "userspace" in impl or "netdev" in impl:
                 userspace.append(role)
             if sc and sc["status"] == "done":
-                reps = len({t["repetition"] for t in data.trials.values() if t["scenario"] == sc["idx"]})
+                reps = data.repetitions(sc["idx"])
                 status = f"measured ({reps} repetition{'s' if reps != 1 else ''})"
             else:
-                status = missing_text(sc, data)
+                status = data.missing_text(sc)
             rows.append([role, text, adds, impl or "-", status])
         note = ("Every scenario runs between VM1 on host A and VM3 on host B (placement cross-host). The SR-IOV virtual "
                 "function is emulated by a macvlan of the host NIC: like a VF it bypasses the host's virtual switch.")
@@ -206,84 +241,145 @@ class S1(Analysis):
                                                                    "status"], rows, note)
 
     @staticmethod
-    def _cells(x: Measure, fmt) -> list[str]:
-        return [fmt(x.summary.median), fmt(x.summary.iqr)] if x.ok else [x.missing, "n/a"]
+    def _with_ci(x: Measure, fmt) -> str:
+        lo, hi = x.ci
+        return fmt(x.summary.median) + ("" if math.isnan(lo) else f" [{fmt(lo)} – {fmt(hi)}]")
 
     def _table2(self, m: dict, e: Entries) -> TableData:
         rows = []
         for role, *_ in ROLES:
             tr, trs = m[(role, "TR")], m[(role, "TRS")]
+            cells = []
+            for x in (tr, trs):
+                iqr = summarize(x.pooled).iqr if x.pooled else math.nan
+                cells += [self._with_ci(x, ms), ms(iqr) if math.isfinite(iqr) else "n/a"] if x.ok else [x.missing, "n/a"]
             n = f"{len(tr.values)} / {len(trs.values)}"
-            cv = " / ".join(f"{x.summary.cv * 100:.1f} %" if x.ok and x.summary.n > 1 else "-" for x in (tr, trs))
-            rows.append(_dedupe([role, *self._cells(tr, ms), *self._cells(trs, ms), n, cv]))
+            cv = " / ".join(f"{summarize(x.pooled).cv * 100:.1f} %" if x.ok and len(x.pooled) > 1 else "-"
+                            for x in (tr, trs))
+            rows.append(_dedupe([role, *cells, n, cv]))
         return TableData(
-            "Table II — Response times: median and inter-quartile range of the ICMP echoes (ms)",
-            ["scenario", f"TR median ({e.tr_size + 8} B)", "TR IQR", f"TRS median ({e.trs_size + 8} B)", "TRS IQR",
-             "echoes (TR / TRS)", "CV (TR / TRS)"], rows,
+            "Table II — Response times TR and TRS (ms): median over trials [95 % CI], IQR of the echoes",
+            ["scenario", f"TR median [95% CI] ({e.tr_size + 8} B)", "TR IQR (echoes)",
+             f"TRS median [95% CI] ({e.trs_size + 8} B)", "TRS IQR (echoes)", "trials (TR / TRS)",
+             "CV of the echoes (TR / TRS)"], rows,
             f"TR: ping with a {e.tr_size}-byte payload ({e.tr_size + 8}-byte ICMP message), unsaturated; TRS: "
             f"{e.trs_size}-byte payload ({e.trs_size + 8}-byte ICMP message, the largest ping allows), saturated. "
-            "Medians and IQRs over every echo of every repetition, as the study reports them (its standard deviation "
-            "was over 2 % of the mean everywhere, and more samples did not reduce it: CV is shown for comparison).")
-
-    def _table3(self, m: dict, loss: dict, e: Entries) -> TableData:
-        rows = []
-        for role, *_ in ROLES:
-            tt, tts = m[(role, "TT")], m[(role, "TTS")]
-            lost = f"{sorted(loss[role])[len(loss[role]) // 2] * 100:.1f} %" if loss[role] and tt.ok else "n/a"
-            rows.append(_dedupe([role, *self._cells(tt, pps), lost, *self._cells(tts, pps)]))
-        tt_what = (f"UDP datagrams of {e.tt_size + 8} bytes ({e.tt_size}-byte payload + 8-byte header, IP packet "
-                   f"{e.tt_size + 28} bytes) offered at a bounded rate above what the paths carry, counted at the "
-                   f"receiver: TT = receiver goodput / ({e.tt_size} bytes x 8)") if e.tt_proto == "udp" else \
-            f"{e.tt_proto.upper()} goodput at the receiver / ({e.tt_size} bytes x 8)"
-        tts_what = (f"{e.tts_proto.upper()} goodput at the receiver, written in {e.tts_size}-byte messages, expressed "
-                    f"in {e.tts_size + 8}-byte packets: TTS = goodput / ({e.tts_size} bytes x 8). "
-                    + ("TCP rather than UDP because a datagram of that size leaves as dozens of IP fragments and, above "
-                       "the path's capacity, one lost fragment loses it: the UDP receiver count collapses with the "
-                       "offered rate instead of measuring the path." if e.tts_proto == "tcp" else ""))
-        return TableData(
-            "Table III — Transfer rates converted to packets per second",
-            ["scenario", f"TT median ({e.tt_size + 8} B packets/s)", "TT IQR", "TT datagram loss (median)",
-             f"TTS median ({e.tts_size + 8} B packets/s)", "TTS IQR"], rows,
-            f"TT: {tt_what}. TTS: {tts_what} One value per transfer test (repetition); median and IQR over them.")
+            "Each trial's value is the median of its echoes; the table gives the median of those over the trials "
+            "with a 95 % CI by bootstrapping the trials (the trial, not the echo, is the replication). The IQR and "
+            "CV are over the pooled echoes of all trials, the study's dispersion (its standard deviation was over "
+            "2 % of the mean everywhere, and more samples did not reduce it).")
 
     @staticmethod
     def _mech_cells(x: dict) -> list[str]:
         if not x["ok"]:
             return [x["missing"], "n/a"]
         ns = "" if x["significant"] else " (n.s.)"
-        return [ms(x["diff"]) + ns, ms(x["t"]) + ns]
+        lo, hi = x["t_ci"]
+        ci = "" if math.isnan(lo) else f" [{ms(lo)} – {ms(hi)}]"
+        return [ms(x["diff"]) + ns, ms(x["t"]) + ci + ns]
 
-    def _table4(self, mech: dict, e: Entries) -> TableData:
+    def _table3(self, mech: dict, e: Entries, tests: int) -> TableData:
         rows = []
         for name, with_, base in MECHANISMS:
             tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
             rows.append(_dedupe([name, f"{with_} − {base}", *self._mech_cells(tr), *self._mech_cells(trs)]))
         return TableData(
-            "Table IV — Cost of each mechanism: difference of median response times and one-way cost t = diff / 2 (ms)",
-            ["mechanism", "measured as", "diff TR", "t TR (unsaturated)", "diff TRS", "t TRS (saturated)"], rows,
-            "diff = median response time of the scenario with the mechanism minus that of the scenario without it; "
-            "a round trip crosses the mechanism twice, so its one-way cost is t = diff / 2. '(n.s.)': the two "
-            "scenarios' echoes do not differ significantly (Mann-Whitney p >= 0.05 or overlapping 95% CIs of the mean).")
+            "Table III — Cost of each mechanism: difference of response times and one-way cost t = diff / 2 (ms)",
+            ["mechanism", "measured as", "diff TR", "t TR [95% CI] (unsaturated)", "diff TRS",
+             "t TRS [95% CI] (saturated)"], rows,
+            "diff = TR (TRS) of the scenario with the mechanism minus that of the scenario without it, each the "
+            "median over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
+            "cost is t = diff / 2. The CI of t bootstraps the trials of both scenarios. '(n.s.)': Welch's t-test on "
+            f"the per-trial medians gives p >= 0.05 after Holm's correction over the {tests} comparisons of this "
+            "table (or a scenario has a single trial).")
 
     @staticmethod
     def _tp_cell(x: dict) -> str:
         if not x["ok"]:
             return x["missing"]
+        ns = "" if x["significant"] else " (n.s.)"
         if x["t"] <= 0:
-            return "no cost measured (t ≤ 0)" + ("" if x["significant"] else " (n.s.)")
-        return rate(x["tp"]) + ("" if x["significant"] else " (n.s.)")
+            return "no cost measured (t ≤ 0)" + ns
+        lo, hi = x["tp_ci"]
+        ci = "" if math.isnan(lo) else (f" [{rate(lo)} – {rate(hi)}]" if math.isfinite(hi) else f" [≥ {rate(lo)}]")
+        return rate(x["tp"]) + ci + ns
 
-    def _table5(self, mech: dict, e: Entries) -> TableData:
+    def _table4(self, mech: dict, e: Entries, tests: int) -> TableData:
         rows = []
         for name, with_, base in MECHANISMS:
             tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
             rows.append(_dedupe([name, self._tp_cell(tr), self._tp_cell(trs)]))
         return TableData(
-            "Table V — Processing rate of each mechanism TP = 1 / t (packets per ms)",
-            ["mechanism", f"TP unsaturated ({e.tr_size + 8} B, from TR)", f"TP saturated ({e.trs_size + 8} B, from TRS)"],
-            rows, "TP = 1 / t with t in ms: how many packets per millisecond the mechanism alone could process. The "
-                  "lowest TP in a column is that regime's bottleneck. A mechanism whose t is zero or negative showed no "
-                  "cost at this resolution.")
+            "Table IV — Processing rate of each mechanism TP = 1 / t (packets per ms)",
+            ["mechanism", f"TP unsaturated [95% CI] ({e.tr_size + 8} B, from TR)",
+             f"TP saturated [95% CI] ({e.trs_size + 8} B, from TRS)"],
+            rows, "TP = 1 / t with t in ms (Table III): how many packets per millisecond the mechanism alone could "
+                  "process. The CI is 1 / (the CI of t), by bootstrapping the trials; '≥ x' when the CI of t reaches "
+                  "zero (no upper bound). The lowest TP in a column is that regime's bottleneck. A mechanism whose t "
+                  f"is zero or negative showed no cost at this resolution. '(n.s.)' as in Table III (Holm over {tests}).")
+
+    def _table5(self, m: dict, loss: dict, sent: dict, bandwidth: dict, e: Entries,
+                offered: float | None) -> TableData:
+        rows = []
+        achieved = []
+        for role, *_ in ROLES:
+            tt, tts, bw = m[(role, "TT")], m[(role, "TTS")], bandwidth[role]
+            if bw:
+                b = summarize(bw).median
+                study = [f"{b / 1e6:,.1f}", pps(b / (8 * 64)), pps(b / (8 * 65515))]
+            else:
+                study = [tts.missing or "n/a", "n/a", "n/a"]
+            lost = f"{summarize(loss[role]).median * 100:.1f} %" if loss[role] and tt.ok else "n/a"
+            if sent[role]:
+                s_med = summarize(sent[role]).median
+                achieved.append(s_med / offered if offered else math.nan)
+                sent_cell = f"{s_med / 1e6:,.1f}" + (f" of {offered / 1e6:,.0f}" if offered else "")
+            else:
+                sent_cell = "n/a"
+            own = [self._with_ci(tt, pps) if tt.ok else tt.missing, sent_cell, lost,
+                   self._with_ci(tts, pps) if tts.ok else tts.missing]
+            rows.append(_dedupe([role, *study, *own]))
+        return TableData(
+            "Table V — Transfer rates: the study's conversion of one bandwidth, beside vnetbench's two transfers",
+            ["scenario", "as the study: bandwidth (Mbit/s)", "as the study: TT (64 B packets/s)",
+             "as the study: TTS (65515 B packets/s)",
+             f"measured: TT [95% CI] ({e.tt_size + 8} B datagrams/s at the receiver)",
+             "measured: TT sender achieved (Mbit/s)", "measured: TT datagram loss",
+             f"measured: TTS [95% CI] ({e.tts_size + 8} B packets/s)"], rows,
+            "As the study: one bandwidth measured with iperf (here the TTS transfer's "
+            f"{e.tts_proto.upper()} goodput at the receiver, median over trials), converted to packets per second at "
+            "64 bytes (TT = bandwidth / (64 x 8)) and at 65515 bytes (TTS = bandwidth / (65515 x 8)): the same "
+            "bandwidth, so the two columns differ only by the packet size. Measured by vnetbench: two transfers. "
+            + self._tt_note(e, offered, achieved) + " " + self._tts_note(e)
+            + " Medians over trials with a 95 % CI by bootstrapping the trials.")
+
+    @staticmethod
+    def _tt_note(e: Entries, offered: float | None, achieved: list[float]) -> str:
+        if e.tt_proto != "udp":
+            return f"TT: {e.tt_proto.upper()} goodput at the receiver / ({e.tt_size} bytes x 8)."
+        text = (f"TT: UDP datagrams of {e.tt_size + 8} bytes ({e.tt_size}-byte payload + 8-byte header, IP packet "
+                f"{e.tt_size + 28} bytes), counted at the receiver: TT = receiver goodput / ({e.tt_size} bytes x 8)")
+        ok = [a for a in achieved if math.isfinite(a)]
+        if not offered or not ok:
+            return text + "."
+        text += f", offered at {offered / 1e6:,.0f} Mbit/s of payload. "
+        if max(ok) < 0.9:
+            return text + (f"The sender never reached that rate (it sent {min(ok):.0%} to {max(ok):.0%} of it): "
+                           "iperf3's sender, writing one small datagram per system call, was the limit, so TT measures "
+                           "the sender and the path together, not the path alone.")
+        if min(ok) >= 0.9:
+            return text + ("The sender reached the offered rate in every scenario, so what the receiver lacks was lost "
+                           "on the path (the loss column).")
+        return text + (f"The sender reached {min(ok):.0%} to {max(ok):.0%} of it: where it fell short, the sender, not "
+                       "the path, was the limit.")
+
+    @staticmethod
+    def _tts_note(e: Entries) -> str:
+        return (f"TTS: {e.tts_proto.upper()} goodput at the receiver, written in {e.tts_size}-byte messages, expressed "
+                f"in {e.tts_size + 8}-byte packets: TTS = goodput / ({e.tts_size} bytes x 8)."
+                + (" TCP rather than UDP because a datagram of that size leaves as dozens of IP fragments and, above "
+                   "the path's capacity, one lost fragment loses it: the UDP receiver count collapses with the "
+                   "offered rate instead of measuring the path." if e.tts_proto == "tcp" else ""))
 
     # ---- figures -----------------------------------------------------------------------------------------
     @staticmethod
@@ -292,10 +388,12 @@ class S1(Analysis):
         for i, role in enumerate(names):
             x = m[(role, key)]
             if x.ok:
-                s = x.summary
-                ax.bar(i, s.median * scale, color=f"C{i}", alpha=0.85)
-                ax.errorbar(i, s.median * scale, yerr=[[(s.median - s.q1) * scale], [(s.q3 - s.median) * scale]],
-                            color="black", capsize=4, lw=1)
+                med = x.summary.median
+                ax.bar(i, med * scale, color=f"C{i}", alpha=0.85)
+                lo, hi = x.ci
+                if not math.isnan(lo):  # the CI of a non-negative median: never below zero
+                    ax.errorbar(i, med * scale, yerr=[[(med - max(lo, 0.0)) * scale], [(hi - med) * scale]],
+                                color="black", capsize=4, lw=1)
             else:
                 ax.text(i, 0, "n/a", ha="center", va="bottom", color="grey", fontsize=9)
         ax.set_xticks(range(len(names)), names, rotation=20)
@@ -310,8 +408,8 @@ class S1(Analysis):
         self._bars(a, m, "TR", 1e3, "ms", f"TR: {e.tr_size + 8}-byte echoes (unsaturated)")
         self._bars(b, m, "TRS", 1e3, "ms", f"TRS: {e.trs_size + 8}-byte echoes (saturated)")
         return FigureData("s1-response-times", "Response times TR and TRS per scenario", fig,
-                          "Bars: median of the echoes; whiskers: first to third quartile (the IQR). n/a: scenario "
-                          "skipped or without data (Table I says why).")
+                          "Bars: median over trials of each trial's median echo; whiskers: its 95 % CI (bootstrap over "
+                          "trials). n/a: scenario skipped or without data (Table I says why).")
 
     def _figure_tt(self, m: dict, e: Entries) -> FigureData:
         fig = Figure(figsize=(11, 4), layout="constrained")
@@ -319,8 +417,8 @@ class S1(Analysis):
         self._bars(a, m, "TT", 1, "packets/s", f"TT: {e.tt_size + 8}-byte packets")
         self._bars(b, m, "TTS", 1, "packets/s", f"TTS: {e.tts_size + 8}-byte packets")
         return FigureData("s1-transfer-rates", "Transfer rates TT and TTS per scenario, in packets per second", fig,
-                          "Bars: median over the transfer tests; whiskers: IQR. Table III says how bandwidth was "
-                          "converted to packets.")
+                          "Bars: median over the transfer tests (one value per trial); whiskers: its 95 % CI (bootstrap "
+                          "over trials). Table V says how each was measured.")
 
     # ---- findings ----------------------------------------------------------------------------------------
     def _findings(self, m: dict, mech: dict, scen: dict, loss: dict) -> list[str]:
@@ -392,9 +490,10 @@ class S1(Analysis):
             out.append(text + ".")
         # 5. the dispersion that made the study use medians
         groups = [(role, key) for role, *_ in ROLES for key in ("TR", "TRS") if m[(role, key)].ok
-                  and m[(role, key)].summary.n > 1]
-        over = [g for g in groups if m[g].summary.cv > CV_LIMIT]
+                  and len(m[(role, key)].pooled) > 1]
+        over = [g for g in groups if summarize(m[g].pooled).cv > CV_LIMIT]
         if groups:
             out.append(f"Dispersion: the standard deviation exceeds {CV_LIMIT:.0%} of the mean in {len(over)} of "
-                       f"{len(groups)} response-time groups (the study saw it everywhere, hence medians and IQRs).")
+                       f"{len(groups)} response-time groups, over the pooled echoes (the study saw it everywhere, hence "
+                       f"medians and IQRs).")
         return out

@@ -1,10 +1,14 @@
 """S2: VXLAN vs GRE with Linux bridge vs Open vSwitch — per-metric figures with 95% confidence intervals, the
-table naming the best technology per metric for each placement and VM count (a tie where the best is not
-significantly better than the runner-up), and tenant B alone vs under tenant A's flood."""
+table naming the best technology per metric for each placement, VM count and direction (with every technology that
+cannot be told from the best), and tenant B alone vs under tenant A's flood.
+
+The trial is the unit: every statistic is over one value per trial (a trial's median ping under load, its aggregate
+throughput, its mean UDP loss over pairs). The best per metric is stats.best_of: the leader by mean is compared with
+every other technology by Welch's t-test, Holm-corrected within the cell; those it cannot be told from tie with it.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import mean
 
 import matplotlib
 
@@ -12,71 +16,103 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from .. import figures  # noqa: E402
-from ..stats import best_of, compare, summarize  # noqa: E402
+from ..dataset import Dataset, load  # noqa: E402
+from ..stats import best_of, compare, holm, summarize, verdict  # noqa: E402
 from ..store import Store  # noqa: E402
-from ..units import human  # noqa: E402
+from ..units import human, parse_rate  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
-from .campaign_data import CampaignData, load  # noqa: E402
 
 ENVIRONMENTS = {("ovs", "vxlan"): "OVS+VXLAN", ("ovs", "gre"): "OVS+GRE", ("linuxbridge", "vxlan"): "LB+VXLAN"}
-# (column, metric, protocol of the load, better, unit)
-BEST = [("lowest latency", "rtt_loaded_s", "tcp", "lower", "s"),
-        ("lowest jitter", "ping_jitter_s", "tcp", "lower", "s"),
-        ("lowest loss", "ping_loss_ratio", "tcp", "lower", "ratio"),
-        ("highest TCP throughput", "aggregate_throughput_bps", "tcp", "higher", "bit/s"),
-        ("highest UDP throughput", "aggregate_throughput_bps", "udp", "higher", "bit/s")]
+NA_FIXED = "N.A. (fixed rate)"
+# (column, metric, protocol of the test, better, unit, reduce: a trial's samples -> its value)
+BEST = [("lowest latency", "rtt_loaded_s", "tcp", "lower", "s", "median"),
+        ("lowest jitter", "ping_jitter_s", "tcp", "lower", "s", "mean"),
+        ("lowest loss", "udp_loss_ratio", "udp", "lower", "ratio", "mean"),
+        ("highest TCP throughput", "aggregate_throughput_bps", "tcp", "higher", "bit/s", "sum"),
+        ("highest UDP throughput", "aggregate_throughput_bps", "udp", "higher", "bit/s", "sum")]
 VICTIM = [("latency", "rtt_loaded_s", "s", "lower"), ("ping loss", "ping_loss_ratio", "ratio", "lower"),
           ("throughput", "throughput_bps", "bit/s", "higher"), ("TCP retransmits", "tcp_retransmits", "1", "lower")]
 
 
-def trial_means(data: CampaignData, scenario: int, metric: str, pair: int | None = None) -> list[float]:
-    """One value per trial (the mean of that trial's samples): trials, not echoes, are the replications."""
-    per_trial: dict[int, list[float]] = defaultdict(list)
-    for (sc, _, m, background), points in data.points.items():
-        if sc == scenario and m == metric and not background:
-            for p in points:
-                if pair is None or p.meta.get("pair") == pair:
-                    per_trial[p.trial].append(p.value)
-    return [mean(v) for v in per_trial.values()]
+def trial_values(data: Dataset, scenario: int, metric: str, pair: int | str | None = None,
+                 reduce: str | None = None) -> list[float]:
+    """One value per trial of the scenario's foreground workload (a background flood is never mixed in)."""
+    meta = {} if pair is None else {"pair": pair}
+    return data.trial_values(metric, reduce, scenario=scenario, **meta).get(scenario, [])
 
 
 def env(labels: dict) -> str | None:
     return ENVIRONMENTS.get((labels["switch"], labels["overlay"]))
 
 
-def _main_scenarios(data: CampaignData, protocol: str) -> dict[tuple[str, int], dict[str, int]]:
-    """(placement, VMs) -> environment -> scenario, for one-way load of the given protocol. For UDP the
-    highest controlled rate of the campaign is used, the study's most demanding level."""
+def _rate(s: dict) -> int:
+    """The scenario's UDP rate in bit/s ('100M' -> 100000000); 0 when it has none."""
+    try:
+        return parse_rate(s["levels"].get("udp_rate"))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _key(s: dict) -> tuple[str, int, str]:
+    return s["labels"]["placement"], 2 * int(s["levels"]["pairs"]), s["labels"].get("direction", "uni")
+
+
+def _main_scenarios(data: Dataset, protocol: str) -> dict[tuple[str, int, str], dict[str, int]]:
+    """(placement, VMs, direction) -> environment -> scenario, for the given protocol. For UDP the highest controlled
+    rate that row ran is used, the study's most demanding level."""
     rows = [s for s in data.scenarios.values() if s["labels"].get("interference", "none") == "none"
-            and s["labels"]["protocol"] == protocol and s["labels"]["direction"] == "uni" and env(s["labels"])]
-    if protocol == "udp" and rows:
-        top = max(int(s["levels"]["udp_rate"]) if str(s["levels"]["udp_rate"]).isdigit() else 0 for s in rows)
-        rows = [s for s in rows if not str(s["levels"]["udp_rate"]).isdigit() or int(s["levels"]["udp_rate"]) == top]
-    out: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
+            and s["labels"]["protocol"] == protocol and env(s["labels"])]
+    top: dict[tuple[str, int, str], int] = defaultdict(int)
     for s in rows:
-        out[(s["labels"]["placement"], 2 * int(s["levels"]["pairs"]))][env(s["labels"])] = s["idx"]
+        top[_key(s)] = max(top[_key(s)], _rate(s) if protocol == "udp" else 0)
+    out: dict[tuple[str, int, str], dict[str, int]] = defaultdict(dict)
+    for s in rows:
+        if protocol != "udp" or _rate(s) == top[_key(s)]:
+            out[_key(s)][env(s["labels"])] = s["idx"]
     return out
 
 
-def best_table(data: CampaignData) -> TableData:
-    keys = sorted({k for proto in ("tcp", "udp") for k in _main_scenarios(data, proto)})
+def _udp_rates(data: Dataset) -> str:
+    """The UDP rate each row's loss column is taken at, e.g. '200 Mbit/s (cross-host), 100 Mbit/s (same-host)'."""
+    by: dict[int, set[str]] = defaultdict(set)
+    for key, cell in _main_scenarios(data, "udp").items():
+        for sc in cell.values():
+            by[_rate(data.scenarios[sc])].add(key[0])
+    return ", ".join(f"{r / 1e6:.0f} Mbit/s ({' and '.join(sorted(p))})" for r, p in sorted(by.items(), reverse=True))
+
+
+def best_table(data: Dataset) -> TableData:
+    keys = sorted({k for proto in ("tcp", "udp") for k in _main_scenarios(data, proto)},
+                  key=lambda k: (k[0], k[1], k[2] != "uni", k[2]))
     rows = []
-    for placement, vms in keys:
-        row = [placement, str(vms)]
-        for _, metric, proto, better, _ in BEST:
-            groups = {e: v for e, sc in _main_scenarios(data, proto).get((placement, vms), {}).items()
-                      if (v := trial_means(data, sc, metric))}
+    for placement, vms, direction in keys:
+        row = [placement, str(vms), direction]
+        for title, metric, proto, better, _, how in BEST:
+            cell = _main_scenarios(data, proto).get((placement, vms, direction), {})
+            if title == "highest UDP throughput":
+                row.append(NA_FIXED if cell else "n/a (no UDP test)")
+                continue
+            if not cell:
+                row.append(f"n/a (no {proto.upper()} test{' in this direction' if direction != 'uni' else ''})")
+                continue
+            groups = {e: v for e, sc in cell.items() if (v := trial_values(data, sc, metric,
+                      "all" if metric == "aggregate_throughput_bps" else None, how))}
             row.append(_best_cell(groups, better))
         rows.append(row)
-    return TableData("Best technology per metric, placement and VM count",
-                     ["placement", "VMs", *[b[0] for b in BEST]], rows,
-                     "Best = best mean over trials (one value per trial: the trial's mean). 'tie: A / B' where the best "
-                     "is not significantly better than the runner-up: their 95% CIs of the mean overlap or a "
-                     "Mann-Whitney test gives p >= 0.05 (stats.best_of). Latency, jitter and loss are from pings "
-                     "sent during one-way TCP load; UDP throughput is counted at the receiver at the highest "
-                     "controlled rate of the campaign. With fewer than 4 trials per technology no difference can reach "
-                     "significance (Mann-Whitney's smallest p is then 0.1 or more), so every cell is a tie.")
+    rates = _udp_rates(data)
+    return TableData("Best technology per metric, placement, VM count and direction",
+                     ["placement", "VMs", "direction", *[b[0] for b in BEST]], rows,
+                     "Best = the best mean over trials (one value per trial). 'tie: A / B' lists every technology "
+                     "that cannot be told from the best: the best is compared with each other one by Welch's t-test "
+                     "on the per-trial values, and the p-values of a cell are Holm-corrected (alpha 0.05). Latency "
+                     "(each trial's median ping) and jitter come from pings sent during the TCP test, as in the "
+                     "study; loss is UDP datagram loss at the receiver in the UDP tests"
+                     + (f" at the highest controlled rate each row ran, per connection: {rates}" if rates else "")
+                     + ". TCP throughput is the trial's aggregate goodput at the receivers (both directions summed in "
+                     "bidirectional runs). UDP throughput is N.A., as in the study: the UDP tests send at a fixed, "
+                     "controlled rate, so what they carry is set by the rate, not by the technology; the loss column "
+                     "shows what the technology lost of it. UDP runs one way only.")
 
 
 def _best_cell(groups: dict[str, list[float]], better: str) -> str:
@@ -85,13 +121,39 @@ def _best_cell(groups: dict[str, list[float]], better: str) -> str:
     if len(groups) == 1:
         return f"{next(iter(groups))} (only one ran)"
     b = best_of(groups, better)
-    return f"tie: {b.label} / {b.runner_up}" if b.tie else b.label
+    return f"tie: {' / '.join([b.label, *b.ties])}" if b.tie else b.label
 
 
-def metric_figures(data: CampaignData) -> list[FigureData]:
+def implementations(data: Dataset) -> dict[str, str]:
+    """Environment -> what carried its packets in this campaign, e.g. 'ovs-netdev + ovs-vxlan'."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for s in data.scenarios.values():
+        if s["status"] == "done" and (e := env(s["labels"])):
+            impl = s.get("implementation") or {}
+            out[e].add(" + ".join(v for k, v in impl.items() if k in ("switch", "overlay") and v and v != "none"))
+    return {e: " / ".join(sorted(v)) for e, v in out.items()}
+
+
+def implementation_note(data: Dataset) -> str:
+    impl = implementations(data)
+    if not impl:
+        return ""
+    text = "Implementations that ran: " + "; ".join(f"{e}: {v or 'not recorded'}" for e, v in sorted(impl.items()))
+    ovs = " ".join(v for e, v in impl.items() if e.startswith("OVS"))
+    if "netdev" in ovs or "userspace" in ovs:
+        text += (". Open vSwitch ran here in userspace (datapath netdev): every packet goes up to ovs-vswitchd and "
+                 "back, on the same 2 cores as the traffic, where the study's OpenStack OVS ran in the kernel. The "
+                 "OVS vs Linux bridge verdicts here therefore compare userspace OVS with the kernel bridge; they do "
+                 "not tell how kernel OVS would fare, and OVS+VXLAN vs OVS+GRE compares two userspace tunnels.")
+    elif ovs:
+        text += ". Open vSwitch ran in the kernel, as in the study."
+    return text
+
+
+def metric_figures(data: Dataset) -> list[FigureData]:
     figs = []
-    for title, metric, proto, _, unit in BEST:
-        table = _main_scenarios(data, proto)
+    for title, metric, proto, _, unit, how in BEST:
+        table = {k: v for k, v in _main_scenarios(data, proto).items() if k[2] == "uni"}
         if not table:
             continue
         fig = Figure(figsize=(10, 4), layout="constrained")
@@ -100,7 +162,8 @@ def metric_figures(data: CampaignData) -> list[FigureData]:
         envs = [e for e in ENVIRONMENTS.values() if any(e in table[k] for k in keys)]
         width = 0.8 / max(len(envs), 1)
         cells = {(k, e): summarize(v) for k in keys for e in envs
-                 if e in table[k] and (v := trial_means(data, table[k][e], metric))}
+                 if e in table[k] and (v := trial_values(data, table[k][e], metric,
+                                                         "all" if metric == "aggregate_throughput_bps" else None, how))}
         mult, ulabel = figures.axis_unit(unit, [s.mean for s in cells.values()])
         lo_b, hi_b = figures.bounds(metric, unit)
         for j, e in enumerate(envs):
@@ -109,17 +172,17 @@ def metric_figures(data: CampaignData) -> list[FigureData]:
             err = figures.error_bars(means, [s.ci_mean[0] * mult for _, s in got],
                                      [s.ci_mean[1] * mult for _, s in got], lo_b * mult, hi_b * mult)
             ax.bar([i + (j - (len(envs) - 1) / 2) * width for i, _ in got], means, width, yerr=err, capsize=3, label=e)
-        ax.set_xticks(range(len(keys)), [f"{p}\n{v} VMs" for p, v in keys])
+        ax.set_xticks(range(len(keys)), [f"{p}\n{v} VMs" for p, v, _ in keys])
         ax.set_ylabel(f"{metric} ({ulabel})" if ulabel else metric)
-        ax.set_title(f"{title.split(' ', 1)[1]} ({proto.upper()} load): mean with 95% CI")
+        ax.set_title(f"{title.split(' ', 1)[1]} ({proto.upper()} test, one way): mean over trials with 95% CI")
         ax.legend()
         figs.append(FigureData(f"s2-{metric}-{proto}", f"S2 {metric} under {proto.upper()} load", fig,
-                               "Bars: mean over trials; whiskers: 95% confidence interval of the mean, clipped to the "
-                               "physically possible range."))
+                               "Bars: mean over trials (one value per trial); whiskers: 95% confidence interval of "
+                               "the mean, clipped to the physically possible range."))
     return figs
 
 
-def interference_table(data: CampaignData) -> TableData | None:
+def interference_table(data: Dataset) -> TableData | None:
     by_env: dict[str, dict[str, int]] = defaultdict(dict)
     for s in data.scenarios.values():
         level = s["labels"].get("interference", "none")
@@ -127,32 +190,38 @@ def interference_table(data: CampaignData) -> TableData | None:
             by_env[env(s["labels"])][level] = s["idx"]
     if not by_env:
         return None
-    rows = []
+    rows, tests = [], []
     for e, levels in sorted(by_env.items()):
         for name, metric, unit, better in VICTIM:
-            alone = trial_means(data, levels["victim-alone"], metric, 2) if "victim-alone" in levels else []
-            flooded = trial_means(data, levels["victim-flooded"], metric, 2) if "victim-flooded" in levels else []
-            rows.append([e, name, _mean(alone, unit), _mean(flooded, unit), *_change(alone, flooded, better)])
+            alone = trial_values(data, levels["victim-alone"], metric, 2) if "victim-alone" in levels else []
+            flooded = trial_values(data, levels["victim-flooded"], metric, 2) if "victim-flooded" in levels else []
+            rows.append([e, name, _mean(alone, unit), _mean(flooded, unit), _change(alone, flooded), "n/a"])
+            if not alone or not flooded:
+                continue
+            if len(alone) < 2 or len(flooded) < 2:
+                rows[-1][-1] = "cannot tell (fewer than 2 trials)"
+            else:
+                tests.append((rows[-1], compare(alone, flooded, better=better)))
+    for (row, c), p in zip(tests, holm([c.p for _, c in tests])):
+        v = verdict(p < 0.05, c.diff, c.better)
+        row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, "no") + f" (p = {p:.2g})"
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
-                     "is measured; 'significant': Mann-Whitney p < 0.05 and non-overlapping 95% CIs over trial means.")
+                     "is measured. Means over trials, one value per trial (its median ping, its goodput ...); "
+                     "'significant': Welch's t-test on the per-trial values, p < 0.05 after Holm's correction over "
+                     f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted).")
 
 
 def _mean(values: list[float], unit: str) -> str:
-    return human(mean(values), unit) if values else "n/a"
+    return human(summarize(values).mean, unit) if values else "n/a"
 
 
-def _change(alone: list[float], flooded: list[float], better: str) -> list[str]:
+def _change(alone: list[float], flooded: list[float]) -> str:
     if not alone or not flooded:
-        return ["n/a", "n/a"]
-    a, f = mean(alone), mean(flooded)
-    change = "n/a" if a == 0 else f"{(f - a) / abs(a) * 100:+.0f} %"
-    if len(alone) < 2 or len(flooded) < 2:
-        return [change, "cannot tell (fewer than 2 trials)"]
-    c = compare(alone, flooded)
-    worse = (f > a) == (better == "lower")
-    return [change, ("yes, worse" if worse else "yes, better") if c.significant else "no"]
+        return "n/a"
+    a, f = summarize(alone).mean, summarize(flooded).mean
+    return "n/a" if a == 0 else f"{(f - a) / abs(a) * 100:+.0f} %"
 
 
 @register
@@ -163,19 +232,24 @@ class S2(Analysis):
     def run(self, store: Store, campaign: int) -> AnalysisResult:
         data = load(store, campaign)
         tables = [best_table(data)]
+        note = implementation_note(data)
+        if note:
+            tables[0].note += " " + note
         interference = interference_table(data)
         if interference:
             tables.append(interference)
-        return AnalysisResult(tables, metric_figures(data), _findings(tables[0]))
+        return AnalysisResult(tables, metric_figures(data), _findings(tables[0], note))
 
 
-def _findings(best: TableData) -> list[str]:
+def _findings(best: TableData, implementation: str) -> list[str]:
     """The study found OVS+VXLAN or LB+VXLAN best depending on the metric; say what this campaign found."""
     out = []
-    for col, (title, *_rest) in enumerate(BEST, start=2):
-        winners = [r[col] for r in best.rows if r[col] != "n/a"]
+    for col, (title, *_rest) in enumerate(BEST, start=3):
+        winners = [r[col] for r in best.rows if not r[col].startswith(("n/a", "N.A."))]
         if winners:
             clear = [w for w in winners if not w.startswith("tie")]
             out.append(f"{title}: {len(clear)} of {len(winners)} cells have a significant winner "
-                       f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties.")
+                       f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties (Welch, Holm within each cell).")
+    if implementation:
+        out.append(implementation)
     return out

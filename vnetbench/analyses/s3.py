@@ -11,7 +11,8 @@ from ..store import Store
 from ..units import human
 from ..workloads.netperf import DEFAULT_SIZE
 from . import register
-from ._cells import DASH, Trial, figure, load, mean_ci, mean_cell, median, pct, relative, scale, spread, style
+from ..dataset import Trial, load
+from ._cells import DASH, figure, mean_ci, mean_cell, median, pct, relative, scale, spread, style
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 NONE = "no IPsec"
@@ -69,7 +70,8 @@ class S3(Analysis):
     title = "S3 — IPsec AH and ESP performance"
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
-        scenarios, trials = load(store, campaign)
+        data = load(store, campaign)
+        scenarios, trials = data.scenario_list, data.ok
         env = (store.campaign(campaign).environment or {})
         self.kernel = {s["idx"]: ran_in(s, env) for s in scenarios}
         self.impl = {s["idx"]: (s.get("implementation") or {}).get("encryption", "") for s in scenarios}

@@ -15,7 +15,8 @@ from ..stats import compare
 from ..store import Store
 from ..units import human, parse_rate
 from . import register
-from ._cells import (DASH, Trial, figure, load, mean_ci, mean_cell, median, pct, relative, scale, style, summary)
+from ..dataset import Trial, load
+from ._cells import (DASH, figure, mean_ci, mean_cell, median, pct, relative, scale, style, summary)
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 ORDER = ["native", "VXLAN", "Geneve", "GRE", "OVS+VXLAN", "OVS+Geneve", "OVS+GRE", "WireGuard", "IPsec"]
@@ -66,7 +67,8 @@ class S4(Analysis):
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
         camp = store.campaign(campaign)
-        scenarios, trials = load(store, campaign)
+        data = load(store, campaign)
+        scenarios, trials = data.scenario_list, data.ok
         self.cpus = int((camp.environment or {}).get("cpu_count") or 0) or None
         self.line_rate = _line_rate(camp.spec_text)
         by: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)  # (interface, measure, mtu) -> trials

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from .. import figures
+from ..dataset import load
 from ..stats import Comparison, Summary, compare, summarize
 from ..store import Store
 from . import register
@@ -79,19 +80,20 @@ def roles(spec_text: str) -> tuple[int, int | None]:
 
 
 def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[str]]:
-    camp = store.campaign(cid)
+    data = load(store, cid)
+    camp = data.campaign
     victim, neighbour = roles(camp.spec_text if camp else "")
-    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
+    scenarios = data.scenarios
     problems = []
     if scenarios and not any("attack" in s["labels"] for s in scenarios.values()):
         problems.append("this campaign has no `attack` factor: every round counts as control")
-    trials = {t["id"]: t for t in store.trials(cid) if t["status"] == "ok" and t["kind"] == "http"}
+    trials = {t["id"]: t for t in data.trials.values() if t["status"] == "ok" and t["kind"] == "http"}
     rounds: dict[int, Round] = {}
     for t in trials.values():
         level = scenarios[t["scenario"]]["labels"].get("attack", "off")
         rounds[t["id"]] = Round(t["id"], group_of(level), t["started"] or 0.0)
     nic = {tid: _nic_name(t["metadata"], victim) for tid, t in trials.items()}
-    for s in store.samples(cid):
+    for s in data.samples:
         r = rounds.get(s["trial"])
         if r is None:
             continue
@@ -159,7 +161,7 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
-    return f"{'yes' if c.significant else 'no'} (p = {c.mannwhitney_p:.2g})"
+    return f"{'yes' if c.significant else 'no'} (p = {c.p:.2g})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
@@ -282,7 +284,7 @@ class S5(Analysis):
                      change(a, b), verdict(_compare(busy["control"], busy["attack"]))])
         note = ("Response times: every request of every round pooled for the median and p95 shown; the significance "
                 "test compares the per-round medians (or p95s) of the two groups, so that rounds, not requests, are the "
-                "independent samples (Mann-Whitney p < 0.05 and disjoint 95 % CIs of the mean, stats.compare). "
+                "independent samples (Welch t-test p < 0.05, stats.compare). "
                 "Change = attack vs control. CPU work is what the tenant's constant stress-ng load got done per second "
                 "of wall time: it falls when the tenant gets less CPU.")
         return TableData("S5 — the tenants during the attack", ["tenant", "measure", "control", "attack", "change",
@@ -298,7 +300,7 @@ class S5(Analysis):
         else:
             out.append(f"Conversion rate (context switches / interrupts) higher under attack: {_answer(c, 'higher')} — "
                        f"{100 * c.a.mean:.1f} % without vs {100 * c.b.mean:.1f} % with the attack (mean of "
-                       f"{c.a.n} and {c.b.n} rounds, Mann-Whitney p = {c.mannwhitney_p:.2g}); the study: 53 % vs 68 %.")
+                       f"{c.a.n} and {c.b.n} rounds, Welch p = {c.p:.2g}); the study: 53 % vs 68 %.")
         for metric, what in (("context_switches_per_s", "Context switches"), ("interrupts_per_s", "Interrupts")):
             vals = {g: [r.machine[metric] for r in by[g] if metric in r.machine] for g in GROUPS}
             if (c := _compare(vals["control"], vals["attack"])) is not None:

@@ -1,0 +1,128 @@
+"""`vnetbench compare`: B against A per scenario and metric, Holm over the table, a CI gate on regressions."""
+import json
+
+import pytest
+
+from conftest import vnetbench
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+
+def _campaign(store, name, tput, rtt, reps=4):
+    """Two scenarios (overlay none / vxlan); tput and rtt per overlay; trial k varies by +-1 % around them."""
+    cid = store.new_campaign(name, "test", f"name: {name}\n", "0" * 64, {})
+    for idx, overlay in enumerate(("none", "vxlan"), 1):
+        labels = {"overlay": overlay, "attach": "switch"}
+        store.put_scenario(cid, idx, overlay, labels, labels, "done", None, {"switch": "linux-bridge"}, [])
+        for rep in range(1, reps + 1):
+            f = 1 + 0.01 * (rep - (reps + 1) / 2)
+            store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0, 1, [
+                Sample.of("throughput_bps", tput[overlay] * f, pair=1),
+                *[Sample.of("rtt_loaded_s", rtt[overlay] * f * (1 + 0.1 * k), pair=1) for k in range(-2, 3)]])
+    return cid
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "c.db"
+    store = Store(path)
+    base = {"none": 9e9, "vxlan": 3e9}
+    _campaign(store, "base", base, {"none": 50e-6, "vxlan": 80e-6})
+    _campaign(store, "slower", {"none": 9e9, "vxlan": 2.7e9}, {"none": 50e-6, "vxlan": 80e-6})   # vxlan -10 %
+    _campaign(store, "faster", {"none": 9e9 * 1.06, "vxlan": 3e9}, {"none": 50e-6, "vxlan": 80e-6})  # none +6 %
+    store.close()
+    return path
+
+
+def rows(proc):
+    return {(r["scenario"].get("overlay"), r["metric"]): r for r in json.loads(proc.stdout)["rows"]}
+
+
+def test_campaign_against_itself_is_same(db):
+    proc = vnetbench("compare", "1", "1", "--db", db, "--fail-on-regression", "5%", "--format", "json")
+    got = rows(proc)
+    assert len(got) == 4 and all(r["verdict"] == "same" for r in got.values())
+    assert all(r["ratio"] == 1 and r["a"]["n"] == 4 for r in got.values())
+    table = vnetbench("compare", "1", "1", "--db", db).stdout
+    assert "Holm" in table and "n = trials" in table and "worse" not in table
+
+
+def test_regression_gate(db):
+    proc = vnetbench("compare", "1", "2", "--db", db, "--fail-on-regression", "5%", "--format", "json", check=False)
+    assert proc.returncode == 1
+    got = rows(proc)
+    r = got[("vxlan", "throughput_bps")]
+    assert r["verdict"] == "worse" and r["regression"] and r["ratio"] == pytest.approx(0.9)
+    assert r["ratio_ci"][0] < 0.9 < r["ratio_ci"][1] and r["p_holm"] < 0.05
+    assert got[("none", "throughput_bps")]["verdict"] == "same"
+    assert got[("vxlan", "rtt_loaded_s")]["verdict"] == "same"
+    # worse by 10 %: a 15 % threshold lets it pass, and without a threshold nothing fails
+    assert vnetbench("compare", "1", "2", "--db", db, "--fail-on-regression", "15%", check=False).returncode == 0
+    assert vnetbench("compare", "1", "2", "--db", db, check=False).returncode == 0
+
+
+def test_improvement_is_better_not_a_regression(db):
+    proc = vnetbench("compare", "1", "3", "--db", db, "--fail-on-regression", "1%", "--format", "json")
+    assert rows(proc)[("none", "throughput_bps")]["verdict"] == "better"
+
+
+def test_two_selections_of_one_campaign(db):
+    proc = vnetbench("compare", "1", "--a-where", "overlay=none", "--b-where", "overlay=vxlan", "--db", db,
+                     "-m", "throughput_bps", "--format", "json", "--fail-on-regression", "5%", check=False)
+    assert proc.returncode == 1
+    (r,) = json.loads(proc.stdout)["rows"]
+    assert r["scenario"] == {"attach": "switch"} and r["verdict"] == "worse"
+    assert r["ratio"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["1", "--a-where", "colour=red"], "has no factor 'colour'"),
+    (["1", "--a-where", "overlay"], "write FACTOR=LEVEL"),
+    (["1", "--a-where", "overlay=gre", "--b-where", "overlay=none"], "no scenario of campaign 1"),
+    (["1", "2", "--fail-on-regression", "lots"], "percentage like 5%"),
+    (["1", "2", "-m", "speed"], "'speed' is not a metric"),
+    (["1", "9"], "no campaign '9'"),
+    (["1", "--a-where", "overlay=none"], "several scenarios"),
+    (["1", "1", "--a-where", "overlay=none", "--b-where", "overlay=none"], "select the same scenarios"),
+])
+def test_bad_input_is_one_line_exit_2(db, args, message):
+    proc = vnetbench("compare", *args, "--db", db, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+SPEC = """name: {name}
+repetitions: 4
+{underlay}factors:
+  overlay: none
+  attach: switch
+  placement: cross-host
+workloads:
+  - type: iperf3
+    duration: 2
+"""
+
+
+@pytest.mark.net
+def test_rate_limited_underlays_end_to_end(tmp_path, state_dir):
+    """Real traffic: a 100 Mbit/s underlay cap is a regression (exit 1); 300 vs 200 Mbit/s ranked with p < 0.05 at 4
+    repetitions each."""
+    from vnetbench.dataset import load
+    from vnetbench.stats import best_of
+    db = tmp_path / "r.db"
+    for name, rate in (("free", None), ("cap100", "100mbit"), ("cap300", "300mbit"), ("cap200", "200mbit")):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(SPEC.format(name=name, underlay=f"underlay: {{rate: {rate}}}\n" if rate else ""))
+        vnetbench("run", spec, "--db", db, "--no-progress")
+    gate = vnetbench("compare", "1", "2", "--db", db, "--fail-on-regression", "5%", "--format", "json", check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    r = rows(gate)[("none", "throughput_bps")]
+    assert r["verdict"] == "worse" and r["regression"] and r["b"]["median"] < 101e6
+    ranked = rows(vnetbench("compare", "3", "4", "--db", db, "-m", "throughput_bps", "--format", "json"))
+    r = ranked[("none", "throughput_bps")]
+    assert r["verdict"] == "worse" and r["p_holm"] < 0.05 and r["a"]["n"] == r["b"]["n"] == 4
+    assert 0.55 < r["ratio"] < 0.75 and r["ratio_ci"][1] < 0.8           # 200 / 300, with TCP/IP overhead alike
+    store = Store(db)
+    groups = {rate: load(store, cid).trial_values("throughput_bps")[1] for rate, cid in (("300", 3), ("200", 4))}
+    best = best_of(groups, "higher")
+    assert best.label == "300" and not best.tie and best.p_adjusted["200"] < 0.05

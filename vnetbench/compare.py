@@ -1,0 +1,211 @@
+"""`vnetbench compare A B`: is B better, worse or the same as A, per scenario and metric, and by how much?
+
+A and B are two campaigns, or two scenario selections (`--a-where overlay=vxlan --b-where overlay=none`) of one or
+two campaigns. Scenarios are matched by their factor levels, leaving out the factors a selection names. Per matched
+scenario, workload and metric: the median of each side's trial values, the ratio of the means B/A with its bootstrap
+95 % CI, Welch's p on the per-trial values, Holm-corrected over the whole table, and a verdict (better / worse /
+same, by the metric's direction in sample.METRICS). With a regression threshold, a metric that is significantly
+worse (after Holm) by more than the threshold is a regression, and the command exits 1: a CI gate, the way pyperf's
+`compare_to` is used.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import dataset, report, stats
+from .sample import METRICS
+from .store import Campaign, Store
+from .units import human
+
+
+class CompareError(Exception):
+    """Bad input: one line, exit 2."""
+
+
+@dataclass
+class Side:
+    store: Store
+    campaign: Campaign
+    where: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        sel = f" where {', '.join(f'{k}={v}' for k, v in self.where.items())}" if self.where else ""
+        return f"campaign {self.campaign.id} ({self.campaign.name}){sel}"
+
+
+@dataclass
+class Row:
+    scenario: dict[str, str]           # the matched levels
+    workload: str
+    who: str                           # a process or background workload, '' for the workload itself
+    metric: str
+    unit: str
+    better: str
+    a: stats.Summary
+    b: stats.Summary
+    comparison: stats.Comparison
+    p_holm: float = math.nan
+    verdict: str = "same"
+    regression: bool = False
+
+    @property
+    def change(self) -> float:
+        """Relative change of the mean, B against A (ratio - 1)."""
+        return self.comparison.ratio - 1
+
+
+def parse_where(items: list[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip():
+                raise CompareError(f"{option} {part!r}: write FACTOR=LEVEL, e.g. {option} overlay=vxlan")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_threshold(text: str) -> float:
+    """'5%', '5 %', '0.05' -> 0.05."""
+    t = text.strip()
+    try:
+        value = float(t.rstrip("%").strip()) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise CompareError(f"--fail-on-regression {text!r}: write a percentage like 5% (or a fraction like 0.05)")
+    if not 0 <= value < 10:
+        raise CompareError(f"--fail-on-regression {text!r}: the threshold must be between 0% and 1000%")
+    return value
+
+
+def _selected(side: Side, option: str) -> dict[tuple, dict]:
+    """Match key -> scenario row of the scenarios that ran and satisfy the selection."""
+    scenarios = [s for s in side.store.scenarios(side.campaign.id) if s["status"] == "done"]
+    factors = {k for s in scenarios for k in s["labels"]}
+    for k in side.where:
+        if k not in factors:
+            raise CompareError(f"{option} {k}=...: campaign {side.campaign.id} has no factor {k!r}; its factors: "
+                               f"{', '.join(sorted(factors)) or 'none'}")
+    return {tuple(sorted(s["labels"].items())): s for s in scenarios
+            if all(str(s["labels"].get(k)) == v for k, v in side.where.items())}
+
+
+def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
+    drop = set(a.where) | set(b.where)
+    keyed = []
+    for side, option in ((a, "--a-where"), (b, "--b-where")):
+        sel = _selected(side, option)
+        if not sel:
+            raise CompareError(f"{option}: no scenario of {side.describe()} ran with those levels")
+        out: dict[tuple, int] = {}
+        for labels, s in sel.items():
+            key = tuple((k, v) for k, v in labels if k not in drop)
+            if key in out:
+                raise CompareError(f"{option}: several scenarios of {side.describe()} have the levels "
+                                   f"{dict(key) or '(none)'}; name more factors so each side has one per match")
+            out[key] = s["idx"]
+        keyed.append(out)
+    both = [k for k in keyed[0] if k in keyed[1]]
+    if not both:
+        raise CompareError(f"no scenario of {a.describe()} has the same levels as one of {b.describe()}")
+    return [(dict(k), keyed[0][k], keyed[1][k]) for k in both]
+
+
+def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
+            threshold: float | None = None) -> list[Row]:
+    matched = _match(a, b)
+    groups = [report.group_values(s.store, s.campaign.id, dataset.load(s.store, s.campaign.id)) for s in (a, b)]
+    wanted = set(metrics or report.DEFAULT_METRICS)
+    unknown = wanted - set(METRICS)
+    if unknown:
+        raise CompareError(f"--metric {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
+    rows: list[Row] = []
+    for levels, ia, ib in matched:
+        for (sc, metric, workload, who), va in sorted(groups[0].items()):
+            m = METRICS.get(metric)
+            if sc != ia or metric not in wanted or m is None or m.better not in ("higher", "lower"):
+                continue
+            vb = groups[1].get((ib, metric, workload, who))
+            if not vb:
+                continue
+            c = stats.compare(va, vb, alpha, m.better)
+            rows.append(Row(levels, workload, who, metric, m.unit, m.better, c.a, c.b, c))
+    for row, p in zip(rows, stats.holm([r.comparison.p for r in rows])):
+        row.p_holm = p
+        if math.isnan(p):
+            row.verdict = "too few trials"
+            continue
+        row.verdict = stats.verdict(p < alpha, row.comparison.diff, row.better)
+        row.regression = bool(threshold is not None and row.verdict == "worse" and abs(row.change) > threshold)
+    return rows
+
+
+# ---- output ------------------------------------------------------------------------------------------------------
+def _varying(rows: list[Row]) -> list[str]:
+    keys = list(dict.fromkeys(k for r in rows for k in r.scenario))
+    return [k for k in keys if len({r.scenario.get(k) for r in rows}) > 1]
+
+
+def _ratio(r: Row) -> str:
+    c = r.comparison
+    if math.isnan(c.ratio):
+        return "-"
+    ci = "" if math.isnan(c.ratio_ci[0]) else f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
+    return f"{c.ratio:.3f}{ci}"
+
+
+def _p(p: float) -> str:
+    return "-" if math.isnan(p) else (f"{p:.2g}" if p >= 0.001 else "<0.001")
+
+
+def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> list[str]:
+    lines = [f"A: {a.describe()}", f"B: {b.describe()}",
+             f"n = trials per side (one value per trial). Medians of the trial values; B/A = ratio of the means with "
+             f"its bootstrap 95 % CI; p = {stats.TEST}, Holm-corrected over the {len(rows)} comparisons of this "
+             f"table; verdict at alpha = {alpha:g}."]
+    if threshold is not None:
+        bad = sum(r.regression for r in rows)
+        lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}).")
+    return lines
+
+
+def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None):
+    from rich.table import Table
+    cols = _varying(rows)
+    several = len({(r.workload, r.who) for r in rows}) > 1
+    t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold")
+    for col in ("scenario", "metric", "n A/B", "A median", "B median", "B/A [95% CI]", "p (Holm)", "verdict"):
+        t.add_column(col, justify="left" if col in ("scenario", "metric", "verdict") else "right",
+                     overflow="fold")
+    for r in rows:
+        scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols) or "all"
+        what = r.metric + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
+        style = {"worse": "red", "better": "green"}.get(r.verdict, "")
+        verdict = r.verdict + (" REGRESSION" if r.regression else "")
+        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.median, r.unit), human(r.b.median, r.unit), _ratio(r),
+                  _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
+    return t
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> str:
+    def side(s: Side) -> dict[str, Any]:
+        return {"campaign": s.campaign.id, "name": s.campaign.name, "db": str(s.store.path), "where": s.where}
+
+    def summ(s: stats.Summary) -> dict[str, Any]:
+        return {k: _num(v) for k, v in asdict(s).items() if k in ("n", "median", "mean", "std", "min", "max")}
+
+    out = {"a": side(a), "b": side(b), "test": stats.TEST, "correction": stats.CORRECTION, "alpha": alpha,
+           "threshold": threshold, "n_counts": "trials", "regressions": sum(r.regression for r in rows),
+           "rows": [{"scenario": r.scenario, "workload": r.workload, "process": r.who or None, "metric": r.metric,
+                     "unit": r.unit, "better": r.better, "a": summ(r.a), "b": summ(r.b),
+                     "ratio": _num(r.comparison.ratio), "ratio_ci": [_num(v) for v in r.comparison.ratio_ci],
+                     "diff": _num(r.comparison.diff), "diff_ci": [_num(v) for v in r.comparison.diff_ci],
+                     "p": _num(r.comparison.p), "p_holm": _num(r.p_holm), "verdict": r.verdict,
+                     "regression": r.regression} for r in rows]}
+    return json.dumps(out, indent=2)
