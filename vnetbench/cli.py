@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from . import datapaths, export, ledger, report, spec as specmod
 from .matrix import expand
-from .store import DEFAULT_DB, Store
+from .store import DEFAULT_DB, Store, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
@@ -48,9 +49,7 @@ def load_spec(path: Path | str, profile: str | None = None) -> specmod.LoadedSpe
 
 
 def open_campaign(db: str, ref: str):
-    if not Path(db).exists():
-        fail(f"no results file {db}; run an experiment first or pass --db")
-    store = Store(db)
+    store = Store(db, readonly=True)
     camp = store.campaign(ref)
     if camp is None:
         fail(f"no campaign '{ref}' in {db}; `vnetbench list --db {db}` shows them")
@@ -141,27 +140,52 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
     """Build, measure, store and tear down every scenario of an experiment."""
     need_root()
-    from .runner import Runner
+    from .runner import CampaignBusy, Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
     loaded = load_spec(spec, profile) if spec else None
     store = Store(db)
     if resume is not None and store.campaign(resume) is None:
         fail(f"no campaign {resume} in {db}")
-    outcome = Runner(store, err, progress).run(loaded, resume)
+    try:
+        outcome = Runner(store, err, progress).run(loaded, resume)
+    except CampaignBusy as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        cid = store_campaign_hint(store, resume)
+        fail(f"{exc}" + (f"; finished trials are kept: continue with vnetbench run --resume {cid} --db {db}"
+                         if cid else ""))
+    if outcome.status != "done":
+        raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
     report.show(store, outcome.campaign, out)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed (results in {db})")
-    if outcome.status != "done":
-        raise typer.Exit(130)
+    problems = []
+    if outcome.trials_failed:
+        problems.append(f"{outcome.trials_failed} of {outcome.trials_ok + outcome.trials_failed} trials failed")
+    if outcome.scenarios_failed:
+        problems.append(f"{outcome.scenarios_failed} of {outcome.scenarios_runnable} runnable scenarios failed to build")
+    if not outcome.scenarios_runnable:
+        problems.append("nothing ran: every scenario was skipped (reasons above)")
+    if problems:
+        fail("; ".join(problems), 1)
+
+
+def store_campaign_hint(store: Store, resume: int | None) -> int | None:
+    """The campaign a failed run was writing, for the --resume hint (the newest one, if it cannot be read)."""
+    if resume is not None:
+        return resume
+    try:
+        camp = store.campaign("last")
+    except StoreError:
+        return None
+    return camp.id if camp else None
 
 
 @app.command("list")
 def list_(db: str = DB) -> None:
     """Campaigns in the results file."""
-    if not Path(db).exists():
-        fail(f"no results file {db}")
-    store = Store(db)
+    store = Store(db, readonly=True)
     table = Table()
     for col in ("id", "name", "status", "created", "scenarios", "trials", "spec"):
         table.add_column(col)
@@ -268,4 +292,8 @@ def schema() -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except StoreError as exc:  # any results-file fault: one line, exit 2
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
