@@ -119,6 +119,11 @@ class Store:
             raise StoreError(f"no results file {path}; run an experiment first or pass --db")
         if not readonly and not self.path.parent.is_dir():
             raise StoreError(f"cannot create results file {path}: directory {self.path.parent} does not exist")
+        if not readonly and not (os.access(self.path.parent, os.W_OK) and
+                                 (not self.path.exists() or os.access(self.path, os.W_OK))):
+            raise StoreError(f"results file {path} is read-only (or its directory is): `run` needs a writable file "
+                             f"and directory (SQLite writes its journal beside the file); list, show, export and "
+                             f"report can read it")
         try:
             self.db = self._open_readonly() if readonly else self._open()
         except (sqlite3.Error, OSError) as exc:
