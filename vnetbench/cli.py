@@ -157,7 +157,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
                          if cid else ""))
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
-    report.show(store, outcome.campaign, out)
+    report.show(store, outcome.campaign, narrow())
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed (results in {db})")
     problems = []
@@ -199,11 +199,19 @@ def list_(db: str = DB) -> None:
 @app.command()
 def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
          metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
-         all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones")) -> None:
-    """Statistics per metric and scenario: n, median, IQR, mean, std, CV, min, max, 95% CIs."""
+         all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones"),
+         wide: bool = typer.Option(False, "--wide", help="every statistic: n, median, IQR, mean, std, CV, min, max, "
+                                                         "95% CIs of the mean and the median")) -> None:
+    """Per metric and scenario: median [95% CI], n and what ran, one line each (--wide: every statistic)."""
     store, camp = open_campaign(db, campaign)
     chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS)
-    report.show(store, camp.id, out, chosen)
+    report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide)
+
+
+def narrow() -> Console:
+    """The console of the short summary: at most 100 columns, whatever the terminal or pipe."""
+    return Console(width=min(out.width, report.COMPACT_WIDTH)) if sys.stdout.isatty() else \
+        Console(width=report.COMPACT_WIDTH)
 
 
 @app.command("export")

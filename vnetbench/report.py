@@ -1,16 +1,20 @@
-"""Per-metric statistics tables for `show` and the end of `run`."""
+"""Per-metric statistics tables for `show` and the end of `run`: by default one line per scenario and metric
+(median, its 95% CI, n, what ran) that fits a 100-column terminal; `wide` gives every statistic."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .sample import METRICS
 from .stats import Summary, summarize
 from .store import Store
-from .units import human
+from .units import human, human_interval
+
+COMPACT_WIDTH = 100
 
 DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
@@ -27,6 +31,7 @@ class Row:
     unit: str
     summary: Summary
     tag: str = ""                  # the process or background workload the row is about, '' for the workload itself
+    impl_parts: dict | None = None  # the scenario's implementation, element -> what ran
 
 
 def varying(scenarios: list[dict]) -> list[str]:
@@ -68,7 +73,8 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         sc = scenarios[idx]
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
         out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
-                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc))
+                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc,
+                       sc["implementation"] or {}))
     return out
 
 
@@ -77,19 +83,33 @@ def implementation(impl: dict | None) -> str:
     return " + ".join(v for v in (impl or {}).values() if v and v != "none")
 
 
-def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS) -> None:
+def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS,
+         wide: bool = False) -> None:
     camp = store.campaign(cid)
     scenarios = store.scenarios(cid)
     console.print(f"[bold]Campaign {camp.id}[/] {camp.name} ({camp.status}); "
                   f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
                   f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
-                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed", soft_wrap=True)
     by_metric: dict[str, list[Row]] = defaultdict(list)
     for r in rows(store, cid, metrics):
         by_metric[r.metric].append(r)
     order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
-    for metric in order:
-        console.print(_table(metric, by_metric[metric]))
+    if wide:
+        for metric in order:
+            console.print(_table(metric, by_metric[metric]))
+    else:
+        shown = [s for s in scenarios if s["status"] != "skipped"]
+        common, differs = split_implementation([s["implementation"] for s in shown])
+        if common:
+            console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
+        console.print("median [95% CI of the median] and n per scenario; every statistic: vnetbench show --wide",
+                      style="dim", soft_wrap=True)
+        for metric in order:
+            console.print(_compact_table(metric, by_metric[metric], differs))
+        if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
+            console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
+                          style="dim", soft_wrap=True)
     cols = varying(scenarios)
     for s in scenarios:
         if s["status"] in ("skipped", "failed"):
@@ -101,6 +121,45 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
                       soft_wrap=True)
 
 
+def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
+    """What ran in every scenario (said once), and the parts that differ between scenarios (a column)."""
+    keys = list(dict.fromkeys(k for i in impls for k in (i or {})))
+    differs = [k for k in keys if len({(i or {}).get(k) for i in impls}) > 1]
+    first = impls[0] if impls else {}
+    return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
+
+
+def _compact_table(metric: str, rows_: list[Row], differs: list[str]) -> Table:
+    """One line per scenario: scenario, median [95% CI], n and the part of the implementation that differs."""
+    unit = rows_[0].unit
+    table = Table(title=f"{metric} ({unit})", title_justify="left", title_style="bold", box=None,
+                  header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
+    several = len({r.workload for r in rows_}) > 1
+    lines = []
+    for r in rows_:
+        s = r.summary
+        lines.append([escape(r.label), *((r.workload,) if several else ()),
+                      human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
+                      *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
+    # The numbers are never cut; the scenario and the implementation share what is left of the line.
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    first_fixed, last_fixed = 1, len(widths) - (2 if differs else 1)
+    rest = COMPACT_WIDTH - 1 - sum(widths[first_fixed:last_fixed + 1]) - 2 * len(widths)
+    impl_need = widths[-1] if differs else 0
+    widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
+    if differs:
+        widths[-1] = max(rest - widths[0], 8)
+    names = ["scenario", *(("workload",) if several else ()), "median [95% CI]", "n",
+             *(("implementation",) if differs else ())]
+    for name, width in zip(names, widths):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=max(width, len(name) if name != "scenario"
+                                                                            and name != "implementation" else 1),
+                         justify="right" if name in ("median [95% CI]", "n") else "left")
+    for line in lines:
+        table.add_row(*line)
+    return table
+
+
 def _table(metric: str, rows_: list[Row]) -> Table:
     unit = rows_[0].unit
     desc = METRICS[metric].description if metric in METRICS else ""
@@ -109,7 +168,8 @@ def _table(metric: str, rows_: list[Row]) -> Table:
     for col in ("scenario", *(("workload",) if several else ()), "implementation", *STAT_COLUMNS):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")
     for r in rows_:
-        table.add_row(r.label, *((r.workload,) if several else ()), r.implementation, *stat_cells(r.summary, unit))
+        table.add_row(escape(r.label), *((r.workload,) if several else ()), r.implementation,
+                      *stat_cells(r.summary, unit))
     return table
 
 

@@ -1,0 +1,51 @@
+"""`show`: by default one line per scenario and metric (median [95% CI], n, what ran) within 100 columns; `--wide`
+gives every statistic."""
+import re
+
+from conftest import vnetbench
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+LABELS = [{"switch": "linuxbridge", "overlay": "vxlan", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8},
+          {"switch": "ovs", "overlay": "geneve", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8}]
+IMPLS = [{"switch": "linux-bridge", "overlay": "kernel-vxlan", "encryption": "strongswan-5.9.8 kernel-libipsec",
+          "attach": "veth"},
+         {"switch": "ovs-netdev", "overlay": "ovs-geneve (underlay in the OVS bridge, a long explanation)",
+          "encryption": "strongswan-5.9.8 kernel-libipsec", "attach": "veth"}]
+
+
+def campaign(path) -> None:
+    store = Store(path)
+    cid = store.new_campaign("wide", "w.yaml", "name: w\nworkloads: [{type: ping}]\n", "sha", {})
+    for idx, (labels, impl) in enumerate(zip(LABELS, IMPLS), 1):
+        store.put_scenario(cid, idx, str(labels), labels, labels, "done", None, impl, [])
+        for rep in range(1, 6):
+            samples = [Sample("throughput_bps", 9.1e9 + 1e7 * rep * idx, "bit/s"),
+                       Sample("rtt_s", 4.1e-5 * rep, "s"),
+                       Sample("process_cpu_ratio", 0.2, "ratio", {"process": "ovs-vswitchd@h1-with-a-long-name"})]
+            store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0, samples)
+    store.close()
+
+
+def test_show_fits_100_columns_one_line_per_scenario_and_metric(tmp_path):
+    db = tmp_path / "r.db"
+    campaign(db)
+    out = vnetbench("show", "--db", db).stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert "implementation of every scenario: strongswan-5.9.8 kernel-libipsec + veth" in out
+    rows = [line for line in lines if line.startswith(("switch=", "overlay="))]
+    assert len(rows) == 2 * 3, out  # two scenarios x three metrics, one line each
+    tput = [line for line in rows if "Gbit/s" in line]
+    assert len(tput) == 2 and all(re.search(r"9\.1\d \[9\.\d+ \.\. 9\.\d+\] Gbit/s\*?\s+5\b", line) for line in tput), tput
+    assert any("linux-bridge + kernel-vxlan" in line for line in rows)  # what ran, where scenarios differ
+    assert "IQR" not in out and "std" not in out
+
+
+def test_show_wide_gives_every_statistic(tmp_path):
+    db = tmp_path / "r.db"
+    campaign(db)
+    out = vnetbench("show", "--db", db, "--wide").stdout
+    for col in ("IQR", "mean", "std", "CV", "min", "max", "95% CI mean", "95% CI median"):
+        assert col in out, col
+    assert "[ovs-vswitchd@h1-with-a-long-name]" in out  # a label in brackets is text, not console markup
