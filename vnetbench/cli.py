@@ -1,6 +1,7 @@
 """The `vnetbench` command."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
@@ -13,9 +14,26 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import datapaths, export, ledger, report, spec as specmod
-from .matrix import expand
 from .store import DEFAULT_DB, Store, StoreError
+
+
+class _Lazy:
+    """A module imported on first use: `vnetbench --help` must not pay for pydantic, numpy and scipy."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+datapaths, export, ledger, report, specmod = (_Lazy(f".{m}") for m in ("datapaths", "export", "ledger", "report",
+                                                                        "spec"))
+
+
+def expand(*args, **kwargs):
+    from .matrix import expand as expand_
+    return expand_(*args, **kwargs)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
