@@ -55,7 +55,14 @@ case "$what" in
   demo)
     mkdir -p results
     .venv/bin/vnetbench clean >/dev/null
-    .venv/bin/vnetbench run examples/quick.yaml --db results/quick.db ;;
+    # The run prints the short summary; the full report goes next to the results file.
+    rc=0
+    .venv/bin/vnetbench run examples/quick.yaml --db results/quick.db || rc=$?
+    if [ "$rc" -le 1 ]; then  # done (some trials may have failed): report what was measured
+      .venv/bin/vnetbench report last --db results/quick.db -o results/quick.html 2>/dev/null &&
+        echo "install.sh: the full report (tables, figures, environment) is $(pwd)/results/quick.html"
+    fi
+    exit "$rc" ;;
   test)
     .venv/bin/vnetbench clean >/dev/null
     .venv/bin/python -m pytest -q -p no:cacheprovider tests ;;

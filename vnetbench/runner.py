@@ -180,6 +180,7 @@ class Runner:
                 self.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
                 bar.advance(task, BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() for _, w in trials))
                 return
+            self.store.set_scenario_environment(cid, sc.index, environment.scenario_interfaces(topo))
             bar.advance(task, BUILD_OVERHEAD_S)
             for n, (rep, w) in enumerate(trials, 1):
                 wl = sc.workloads[w]

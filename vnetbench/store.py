@@ -23,7 +23,8 @@ DEFAULT_DB = "vnetbench.db"
 SCHEMA_VERSION = 2
 # version -> statements bringing a file of the version before it up to it (1: the first, unversioned schema)
 MIGRATIONS: dict[int, list[str]] = {
-    2: ["ALTER TABLE campaigns ADD COLUMN pid INTEGER", "ALTER TABLE campaigns ADD COLUMN pid_start INTEGER"],
+    2: ["ALTER TABLE campaigns ADD COLUMN pid INTEGER", "ALTER TABLE campaigns ADD COLUMN pid_start INTEGER",
+        "ALTER TABLE scenarios ADD COLUMN environment TEXT"],
 }
 LOCK_TIMEOUT_S = float(os.environ.get("VNETBENCH_DB_TIMEOUT", "30"))
 
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS campaigns (
 CREATE TABLE IF NOT EXISTS scenarios (
     campaign INTEGER NOT NULL REFERENCES campaigns(id), idx INTEGER NOT NULL, key TEXT NOT NULL,
     levels TEXT NOT NULL, labels TEXT NOT NULL, status TEXT NOT NULL, reason TEXT,
-    implementation TEXT, notes TEXT, PRIMARY KEY (campaign, idx));
+    implementation TEXT, notes TEXT, environment TEXT, PRIMARY KEY (campaign, idx));
 CREATE TABLE IF NOT EXISTS trials (
     id INTEGER PRIMARY KEY, campaign INTEGER NOT NULL, scenario INTEGER NOT NULL, repetition INTEGER NOT NULL,
     workload INTEGER NOT NULL, kind TEXT NOT NULL, params TEXT, status TEXT NOT NULL, error TEXT,
@@ -235,7 +236,8 @@ class Store:
                      reason: str | None, implementation: dict, notes: list[str]) -> None:
         with self.db:
             self.db.execute(
-                "INSERT INTO scenarios VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (campaign, idx) DO UPDATE SET "
+                "INSERT INTO scenarios (campaign, idx, key, levels, labels, status, reason, implementation, notes) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (campaign, idx) DO UPDATE SET "
                 "status = excluded.status, reason = excluded.reason, implementation = excluded.implementation, "
                 "notes = excluded.notes",
                 (cid, idx, key, json.dumps(levels), json.dumps(labels), status, reason,
@@ -246,13 +248,19 @@ class Store:
             self.db.execute("UPDATE scenarios SET status = ?, reason = ? WHERE campaign = ? AND idx = ?",
                             (status, reason, cid, idx))
 
+    def set_scenario_environment(self, cid: int, idx: int, environment: dict) -> None:
+        """What the built scenario's interfaces looked like (MTU, qdiscs, offloads per node)."""
+        with self.db:
+            self.db.execute("UPDATE scenarios SET environment = ? WHERE campaign = ? AND idx = ?",
+                            (json.dumps(environment), cid, idx))
+
     def scenarios(self, cid: int) -> list[dict]:
         rows = self.db.execute("SELECT * FROM scenarios WHERE campaign = ? ORDER BY idx", (cid,))
         out = []
         for r in rows:
             d = dict(r)
-            for k in ("levels", "labels", "implementation", "notes"):
-                d[k] = json.loads(d[k] or "null")
+            for k in ("levels", "labels", "implementation", "notes", "environment"):
+                d[k] = json.loads(d.get(k) or "null")
             out.append(d)
         return out
 
