@@ -98,6 +98,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
+    swan = caps.strongswan()
+    out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
+              else f"strongSwan: {swan.error}", highlight=False, soft_wrap=True)
 
 
 def datapath_report(caps) -> list[dict]:
@@ -106,14 +109,20 @@ def datapath_report(caps) -> list[dict]:
     probes = [("switch+overlay", {"switch": s, "overlay": o}) for s in reg["switch"] for o in reg["overlay"]]
     probes += [("attach", {"attach": a}) for a in reg["attach"] if a != "switch"]
     probes += [("encryption", {"encryption": e}) for e in reg["encryption"] if e != "none"]
+    from .datapaths.ipsec import CIPHERS  # every IPsec cipher: each is checked against what charon really loaded
+    probes += [("encryption", {"encryption": {"type": "ipsec", "cipher": c}}) for c in CIPHERS
+               if c != IPSEC_DEFAULT_CIPHER]
     result = []
     for factor, levels in probes:
         exp = specmod.Experiment(name="doctor", workloads=[{"type": "ping"}], factors=levels)
         sc = expand(exp, caps)[0]
         impl = " + ".join(v for v in sc.implementation.values() if v)
-        result.append({"factor": factor, "level": "+".join(levels.values()), "ok": sc.skip is None,
+        result.append({"factor": factor, "level": "+".join(sc.labels[f] for f in levels), "ok": sc.skip is None,
                        "implementation": impl, "reason": sc.skip or ""})
     return result
+
+
+IPSEC_DEFAULT_CIPHER = "aes-128-gcm"  # the plain `ipsec` level above
 
 
 @app.command()
