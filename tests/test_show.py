@@ -21,6 +21,7 @@ def campaign(path) -> None:
         store.put_scenario(cid, idx, str(labels), labels, labels, "done", None, impl, [])
         for rep in range(1, 6):
             samples = [Sample("throughput_bps", 9.1e9 + 1e7 * rep * idx, "bit/s"),
+                       Sample("interrupts_per_s", 3e4, "1/s"),
                        Sample("rtt_s", 4.1e-5 * rep, "s"),
                        Sample("process_cpu_ratio", 0.2, "ratio", {"process": "ovs-vswitchd@h1-with-a-long-name"})]
             store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0, samples)
@@ -34,12 +35,15 @@ def test_show_fits_100_columns_one_line_per_scenario_and_metric(tmp_path):
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
     assert "implementation of every scenario: strongswan-5.9.8 kernel-libipsec + veth" in out
-    rows = [line for line in lines if line.startswith(("switch=", "overlay="))]
+    assert "switch/overlay" in out  # the factors that vary, named once per table
+    rows = [line for line in lines if line.startswith(("linuxbridge/vxlan", "ovs/geneve"))]
     assert len(rows) == 2 * 3, out  # two scenarios x three metrics, one line each
     tput = [line for line in rows if "Gbit/s" in line]
     assert len(tput) == 2 and all(re.search(r"9\.1\d \[9\.\d+ \.\. 9\.\d+\] Gbit/s\*?\s+5\b", line) for line in tput), tput
     assert any("linux-bridge + kernel-vxlan" in line for line in rows)  # what ran, where scenarios differ
     assert "IQR" not in out and "std" not in out
+    assert "process_cpu_ratio" not in out  # each daemon's CPU: --wide, --all or -m
+    assert "process_cpu_ratio" in vnetbench("show", "--db", db, "--all").stdout
 
 
 def test_show_wide_gives_every_statistic(tmp_path):
@@ -49,6 +53,7 @@ def test_show_wide_gives_every_statistic(tmp_path):
     for col in ("IQR", "mean", "std", "CV", "min", "max", "95% CI mean", "95% CI median"):
         assert col in out, col
     assert "[ovs-vswitchd@h1-with-a-long-name]" in out  # a label in brackets is text, not console markup
+    assert "interrupts_per_s" in out and "process_cpu_ratio" in out
 
 
 def test_help_imports_nothing_heavy_and_answers_quickly():

@@ -184,7 +184,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
                          if cid else ""))
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
-    report.show(store, outcome.campaign, narrow())
+    report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed (results in {db})")
     problems = []
@@ -231,7 +231,8 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
                                                          "95% CIs of the mean and the median")) -> None:
     """Per metric and scenario: median [95% CI], n and what ran, one line each (--wide: every statistic)."""
     store, camp = open_campaign(db, campaign)
-    chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS)
+    chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS if wide
+                                           else report.SHORT_METRICS)
     report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide)
 
 

@@ -19,6 +19,7 @@ COMPACT_WIDTH = 100
 DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
                    "context_switches_per_s", "process_cpu_ratio")
+SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m != "process_cpu_ratio")  # each daemon: --wide, --all, -m
 
 
 @dataclass
@@ -103,10 +104,14 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         common, differs = split_implementation([s["implementation"] for s in shown])
         if common:
             console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
-        console.print("median [95% CI of the median] and n per scenario; every statistic: vnetbench show --wide",
+        console.print("median [95% CI of the median] and n per scenario; every metric: --all; every statistic: --wide",
                       style="dim", soft_wrap=True)
+        cols = varying(shown) or ["switch"]
+        labels = {sc["idx"]: sc["labels"] for sc in scenarios}
+        if all(sc["levels"].get("pairs", 1) == 1 for sc in shown):
+            order = [m for m in order if m != "aggregate_throughput_bps"]  # the same numbers as throughput_bps
         for metric in order:
-            console.print(_compact_table(metric, by_metric[metric], differs))
+            console.print(_compact_table(metric, by_metric[metric], differs, cols, labels))
         if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim", soft_wrap=True)
@@ -129,8 +134,10 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
     return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
 
 
-def _compact_table(metric: str, rows_: list[Row], differs: list[str]) -> Table:
-    """One line per scenario: scenario, median [95% CI], n and the part of the implementation that differs."""
+def _compact_table(metric: str, rows_: list[Row], differs: list[str], cols: list[str],
+                   labels: dict[int, dict]) -> Table:
+    """One line per scenario: its levels of the factors that vary (named once, in the header), median [95% CI],
+    n and the part of the implementation that differs between scenarios."""
     unit = rows_[0].unit
     table = Table(title=f"{metric} ({unit})", title_justify="left", title_style="bold", box=None,
                   header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
@@ -138,22 +145,24 @@ def _compact_table(metric: str, rows_: list[Row], differs: list[str]) -> Table:
     lines = []
     for r in rows_:
         s = r.summary
-        lines.append([escape(r.label), *((r.workload,) if several else ()),
+        label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
+        lines.append([escape(label), *((r.workload,) if several else ()),
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    widths[0] = max(widths[0], len("/".join(cols)))
     first_fixed, last_fixed = 1, len(widths) - (2 if differs else 1)
     rest = COMPACT_WIDTH - 1 - sum(widths[first_fixed:last_fixed + 1]) - 2 * len(widths)
     impl_need = widths[-1] if differs else 0
     widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
     if differs:
         widths[-1] = max(rest - widths[0], 8)
-    names = ["scenario", *(("workload",) if several else ()), "median [95% CI]", "n",
+    names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
              *(("implementation",) if differs else ())]
     for name, width in zip(names, widths):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", width=max(width, len(name) if name != "scenario"
-                                                                            and name != "implementation" else 1),
+        flexible = name in (names[0], "implementation")
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=max(width, 1 if flexible else len(name)),
                          justify="right" if name in ("median [95% CI]", "n") else "left")
     for line in lines:
         table.add_row(*line)
