@@ -191,9 +191,10 @@ def test_a_failed_final_status_write_still_removes_the_run(tmp_path, state_dir, 
             raise StoreError("the disk holding r.db is full")
         return real(cid, **fields)
     monkeypatch.setattr(store, "set_campaign", disk_full_at_the_end)
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError) as info:
         Runner(store, progress=False).run(loads(SKIPPED_ONLY, "s.yaml"))
     assert not list(state_dir.glob("vb*")), "the ledger directory was left behind"
+    assert info.value.campaign == 1  # what `run` names in its --resume hint
 
 
 @pytest.mark.net
@@ -216,3 +217,23 @@ def test_a_signal_during_the_capability_probe_leaks_nothing(tmp_path, state_dir,
     assert "Traceback" not in err
     assert not [n for n in netns_names() if n.startswith(probing[0] + "-")], "a namespace was left behind"
     assert not list(state_dir.glob("vb*")), "a ledger directory was left behind"
+
+
+@pytest.mark.net
+def test_a_full_disk_during_a_run_is_one_line_with_the_resume_hint(tmp_path, state_dir, monkeypatch):
+    from typer.testing import CliRunner
+    from vnetbench import cli, runner
+
+    db = tmp_path / "r.db"
+    small_db(db)
+
+    def disk_full(self, spec=None, resume=None):  # as Runner.run reports it once its campaign exists
+        exc = StoreError(f"the disk holding {db} is full (database or disk is full); free some space")
+        exc.campaign = 1
+        raise exc
+    monkeypatch.setattr(runner.Runner, "run", disk_full)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SKIPPED_ONLY)
+    res = CliRunner().invoke(cli.app, ["run", str(spec), "--db", str(db), "--no-progress"])
+    assert res.exit_code == 2 and "is full" in res.output and f"vnetbench run --resume 1 --db {db}" in res.output, \
+        res.output

@@ -179,7 +179,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     except CampaignBusy as exc:
         fail(str(exc))
     except StoreError as exc:
-        cid = store_campaign_hint(store, resume)
+        cid = getattr(exc, "campaign", None)
         fail(f"{exc}" + (f"; finished trials are kept: continue with vnetbench run --resume {cid} --db {db}"
                          if cid else ""))
     if outcome.status != "done":
@@ -196,17 +196,6 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         problems.append("nothing ran: every scenario was skipped (reasons above)")
     if problems:
         fail("; ".join(problems), 1)
-
-
-def store_campaign_hint(store: Store, resume: int | None) -> int | None:
-    """The campaign a failed run was writing, for the --resume hint (the newest one, if it cannot be read)."""
-    if resume is not None:
-        return resume
-    try:
-        camp = store.campaign("last")
-    except StoreError:
-        return None
-    return camp.id if camp else None
 
 
 @app.command("list")

@@ -22,7 +22,7 @@ from .probes.procstat import SystemProbe
 from .executor import LocalExecutor
 from .spec import LoadedSpec, loads
 from .sample import Sample
-from .store import Store
+from .store import Store, StoreError
 from .topology import BuildError, Topology
 from .workloads.base import WorkloadError
 
@@ -106,6 +106,9 @@ class Runner:
         try:
             with _signals_as_interrupt(outcome):
                 self._run(spec, resume, outcome)
+        except StoreError as exc:
+            exc.campaign = outcome.campaign or None  # for the --resume hint: finished trials are kept
+            raise
         except KeyboardInterrupt:
             outcome.signal = outcome.signal or signal.SIGINT
             hint = f" Continue with: vnetbench run --resume {outcome.campaign}" if outcome.campaign else ""
