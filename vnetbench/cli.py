@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 from rich.table import Table
 
 from .store import DEFAULT_DB, Store, StoreError
@@ -35,7 +36,18 @@ def expand(*args, **kwargs):
     from .matrix import expand as expand_
     return expand_(*args, **kwargs)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+class _Commands(TyperGroup):
+    """Every command: a results-file fault is one line and exit 2, wherever it happens."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
 # Wide tables stay readable when piped to a file or another program.
 out = Console() if sys.stdout.isatty() else Console(width=250)
@@ -317,8 +329,4 @@ def schema() -> None:
 
 
 def main() -> None:
-    try:
-        app()
-    except StoreError as exc:  # any results-file fault: one line, exit 2
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+    app()
