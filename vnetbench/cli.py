@@ -45,6 +45,8 @@ class _Commands(TyperGroup):
         except StoreError as exc:
             err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
+        except KeyboardInterrupt:  # Ctrl-C before a run has anything to clean up
+            raise typer.Exit(128 + signal.SIGINT)
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

@@ -142,8 +142,9 @@ class Runner:
                 for sc in scenarios if sc.skip is None]
         todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
-        ledger = Ledger.create()
+        ledger = None
         try:
+            ledger = Ledger.create()
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
                 total = sum(BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S
@@ -157,7 +158,8 @@ class Runner:
                 try:  # a full disk failing the status write must not keep the run's namespaces and files
                     self.store.set_campaign(cid, status=outcome.status, finished=time.time())
                 finally:
-                    ledger.remove_all()
+                    if ledger is not None:
+                        ledger.remove_all()
 
     def _put(self, cid: int, sc: Scenario) -> None:
         self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
