@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 from rich.table import Table
+from typer.core import TyperGroup
 
 from .store import DEFAULT_DB, Store, StoreError
 
@@ -36,6 +36,7 @@ def expand(*args, **kwargs):
     from .matrix import expand as expand_
     return expand_(*args, **kwargs)
 
+
 class _Commands(TyperGroup):
     """Every command: a results-file fault is one line and exit 2, wherever it happens."""
 
@@ -44,9 +45,9 @@ class _Commands(TyperGroup):
             return super().invoke(ctx)
         except StoreError as exc:
             err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:  # Ctrl-C before a run has anything to clean up
-            raise typer.Exit(128 + signal.SIGINT)
+            raise typer.Exit(128 + signal.SIGINT) from None
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
