@@ -436,3 +436,13 @@ def test_mtu_arithmetic():
     assert ipsec.outer_size(1406) == 1492 and ipsec.outer_size(1407) > 1500
     assert ipsec.tunnel_mtu(1500) == 1400 and ipsec.tunnel_mtu(1450) == 1358  # libipsec's TUN stops at 1400
     assert by[("ipsec(aes-256-cbc,hmac-sha512)", "host-to-host")].vm_mtu == 1400 - 50
+
+
+def test_transport_mode_protects_the_address_family_of_the_run():
+    caps = fake_caps({"xfrm-esp": True, "xfrm-ah": True})
+    for ip_version, prefix in ((4, 32), (6, 128)):
+        (sc,) = expand(loads(spec({"encryption": {"type": "ipsec", "mode": "transport"},
+                                   "ip_version": ip_version})).experiment, caps)
+        topo = Topology(sc, None)
+        outer, selectors = sc.elements["encryption"].addrs(topo, topo.pairs[0].meta["client"])
+        assert selectors == [f"{outer}/{prefix}"] and (":" in outer) == (ip_version == 6)
