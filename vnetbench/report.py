@@ -150,19 +150,17 @@ def _compact_table(metric: str, rows_: list[Row], differs: list[str], cols: list
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    widths[0] = max(widths[0], len("/".join(cols)))
-    first_fixed, last_fixed = 1, len(widths) - (2 if differs else 1)
-    rest = COMPACT_WIDTH - 1 - sum(widths[first_fixed:last_fixed + 1]) - 2 * len(widths)
+    names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
+             *(("implementation",) if differs else ())]
+    widths = [max(len(name), *(len(line[i]) for line in lines)) for i, name in enumerate(names)]
+    fixed = widths[1:-1] if differs else widths[1:]
+    rest = COMPACT_WIDTH - 1 - sum(fixed) - 2 * (len(widths) - 1)
     impl_need = widths[-1] if differs else 0
     widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
     if differs:
         widths[-1] = max(rest - widths[0], 8)
-    names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
-             *(("implementation",) if differs else ())]
     for name, width in zip(names, widths):
-        flexible = name in (names[0], "implementation")
-        table.add_column(name, no_wrap=True, overflow="ellipsis", width=max(width, 1 if flexible else len(name)),
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=width,
                          justify="right" if name in ("median [95% CI]", "n") else "left")
     for line in lines:
         table.add_row(*line)
