@@ -8,9 +8,12 @@ cd "$(dirname "$0")"
 what="${1:-install}"
 [ "$(id -u)" = 0 ] || { echo "install.sh: run as root (vnetbench creates network namespaces)" >&2; exit 1; }
 
+# strongSwan's AES-GCM (the default IPsec cipher) and OpenSSL plugins are in libstrongswan-standard-plugins, a
+# recommendation that --no-install-recommends skips: name it.
 PACKAGES=(iproute2 iputils-ping procps iperf3 sockperf netperf sysstat ethtool tcpdump
           openvswitch-switch strongswan-charon strongswan-swanctl libcharon-extra-plugins
-          libstrongswan-extra-plugins wireguard-go wireguard-tools nginx stress-ng python3 python3-venv)
+          libstrongswan-standard-plugins libstrongswan-extra-plugins wireguard-go wireguard-tools nginx stress-ng
+          python3 python3-venv)
 # Only for `./install.sh test`: the report test renders the HTML report in headless Chromium.
 TEST_PACKAGES=(chromium fonts-dejavu-core)
 if [ "$what" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
@@ -52,7 +55,14 @@ case "$what" in
   demo)
     mkdir -p results
     .venv/bin/vnetbench clean >/dev/null
-    .venv/bin/vnetbench run examples/quick.yaml --db results/quick.db ;;
+    # The run prints the short summary; the full report goes next to the results file.
+    rc=0
+    .venv/bin/vnetbench run examples/quick.yaml --db results/quick.db || rc=$?
+    if [ "$rc" -le 1 ]; then  # done (some trials may have failed): report what was measured
+      .venv/bin/vnetbench report last --db results/quick.db -o results/quick.html 2>/dev/null &&
+        echo "install.sh: the full report (tables, figures, environment) is $(pwd)/results/quick.html"
+    fi
+    exit "$rc" ;;
   test)
     .venv/bin/vnetbench clean >/dev/null
     .venv/bin/python -m pytest -q -p no:cacheprovider tests ;;

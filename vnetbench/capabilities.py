@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
@@ -68,11 +70,63 @@ XFRM_PROBES = {
 GENL_FAMILIES = {"ovs-kernel-datapath": "ovs_datapath"}
 TUN_DEVICE = "/dev/net/tun"
 
+# strongSwan: the plugins every charon of a run loads (datapaths/ipsec.py), the ones that can provide each
+# algorithm, and the Debian package of each plugin (what a user installs when one is missing).
+STRONGSWAN_PLUGINS = ("random nonce openssl gcrypt aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf "
+                      "{kernel} socket-default vici")
+STRONGSWAN_PROBE_TIMEOUT_S = 10.0
+ALGORITHM_PLUGINS: dict[str, tuple[str, ...]] = {
+    "AES_GCM_16": ("gcm", "openssl"), "CHACHA20_POLY1305": ("chapoly", "openssl"),
+    "AES_CBC": ("aes", "openssl", "gcrypt"), "3DES_CBC": ("openssl", "gcrypt"),
+    "BLOWFISH_CBC": ("openssl", "gcrypt"), "NULL": ("openssl",),
+    "CURVE_25519": ("curve25519", "openssl"),
+}
+PLUGIN_PACKAGES = {"gcm": "libstrongswan-standard-plugins", "openssl": "libstrongswan-standard-plugins",
+                   "gcrypt": "libstrongswan-extra-plugins", "chapoly": "libstrongswan-extra-plugins",
+                   "curve25519": "libstrongswan-extra-plugins"}
+
+
+@dataclass(frozen=True)
+class Strongswan:
+    """What a charon started as a run starts it really loaded: its plugins and the algorithms they provide
+    (`swanctl --list-algs`: type -> names such as AES_GCM_16). `error` says why nothing could be read."""
+    plugins: tuple[str, ...] = ()
+    algorithms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    error: str = ""
+
+    def has(self, algorithm: str) -> bool:
+        return any(algorithm in names for names in self.algorithms.values())
+
+    def missing(self, algorithm: str, use: str) -> str | None:
+        """Why charon cannot do `algorithm` (for `use`, e.g. "ESP aes128gcm16"), naming the plugins that would
+        provide it and their Debian package; None if it can."""
+        if self.error:
+            return f"strongSwan's algorithms could not be read: {self.error}"
+        if self.has(algorithm):
+            return None
+        plugins = ALGORITHM_PLUGINS.get(algorithm, ())
+        packages = sorted({PLUGIN_PACKAGES.get(p, "libstrongswan") for p in plugins})
+        return (f"strongSwan's charon here has no {algorithm} ({use})"
+                + (f": it needs its plugin {' or '.join(plugins)} (Debian package {' or '.join(packages)}), "
+                   f"which is not loaded" if plugins else ""))
+
+    def as_dict(self) -> dict:
+        return {"plugins": list(self.plugins), "algorithms": {k: list(v) for k, v in self.algorithms.items()},
+                "error": self.error}
+
 
 @dataclass
 class Capabilities:
     tools: dict[str, Feature] = field(default_factory=dict)
     kernel: dict[str, Feature] = field(default_factory=dict)
+    swan: Strongswan | None = None  # probed on first use: only a spec with IPsec pays for starting a charon
+
+    def strongswan(self) -> Strongswan:
+        if self.swan is None:
+            self.swan = probe_strongswan() if self.tool("charon") and self.tool("swanctl") else \
+                Strongswan(error="charon or swanctl is not installed (Debian packages strongswan-charon, "
+                                 "strongswan-swanctl)")
+        return self.swan
 
     def tool(self, name: str) -> bool:
         return self.tools.get(name, Feature(False)).ok
@@ -89,7 +143,8 @@ class Capabilities:
 
     def as_dict(self) -> dict:
         return {"tools": {k: asdict(v) for k, v in self.tools.items()},
-                "kernel": {k: asdict(v) for k, v in self.kernel.items()}}
+                "kernel": {k: asdict(v) for k, v in self.kernel.items()},
+                "strongswan": self.strongswan().as_dict()}
 
 
 @lru_cache(maxsize=1)
@@ -152,3 +207,66 @@ def _batch_probe(node: NetnsExecutor, tool: str, probes: dict[str, str]) -> dict
 
 def _first_error(stderr: str) -> str:
     return next((ln.strip().removeprefix("Error: ") for ln in stderr.splitlines() if ln.strip()), "failed")
+
+
+def probe_strongswan(load: str | None = None) -> Strongswan:
+    """Start a charon the way a run starts one (same plugin list, own /run, in a scratch namespace) and read
+    what it really loaded. `load` replaces the plugin list (a test simulates a missing plugin with it)."""
+    load = load or STRONGSWAN_PLUGINS.format(kernel="kernel-netlink")
+    ledger = Ledger.create()
+    ns = f"{ledger.prefix}-swan"
+    ledger.record("netns", ns)
+    try:
+        LocalExecutor().ip_batch([f"netns add {ns}"])
+        node = NetnsExecutor(ns, ledger)
+        run_dir = ledger.work / "swan"
+        run_dir.mkdir(mode=0o700)
+        vici = "unix:///run/charon.vici"
+        (run_dir / "strongswan.conf").write_text(
+            f"charon {{\n  load_modular = no\n  load = {load}\n"
+            f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
+        priv = [sys.executable, "-m", "vnetbench.privrun", str(run_dir), "--"]
+        charon = node.spawn([*priv, "env", "STRONGSWAN_CONF=/run/strongswan.conf", TOOLS["charon"][1][0]],
+                            label="charon-probe", stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + STRONGSWAN_PROBE_TIMEOUT_S
+            while not (run_dir / "charon.vici").exists():
+                if charon.poll() is not None:
+                    return Strongswan(error=f"charon exited {charon.returncode} at start: "
+                                            f"{charon.stderr.read().strip()[-300:]}")
+                if time.monotonic() > deadline:
+                    return Strongswan(error=f"charon did not open its socket in {STRONGSWAN_PROBE_TIMEOUT_S:.0f} s")
+                time.sleep(0.01)
+            while True:  # the socket file appears at bind(), a moment before charon listens on it
+                algs = node.run([*priv, "swanctl", "--list-algs", "--uri", vici], timeout=10, check=False)
+                if algs.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            stats = node.run([*priv, "swanctl", "--stats", "--uri", vici], timeout=10, check=False)
+        finally:
+            charon.terminate()
+            try:
+                charon.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                charon.kill()
+                charon.wait()
+        if algs.returncode != 0:
+            return Strongswan(error=f"swanctl --list-algs exited {algs.returncode}: {_first_error(algs.stderr)}")
+        m = re.search(r"^loaded plugins: (.*)$", stats.stdout, re.M)
+        plugins = tuple(p for p in (m.group(1).split() if m else ()) if p != "charon")
+        return Strongswan(plugins, parse_list_algs(algs.stdout))
+    finally:
+        ledger.remove_all()
+
+
+def parse_list_algs(text: str) -> dict[str, tuple[str, ...]]:
+    """`swanctl --list-algs`: "type:" lines, then "  NAME[plugin]" lines."""
+    out: dict[str, list[str]] = {}
+    kind = None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith(":"):
+            kind = line.strip()[:-1]
+            out[kind] = []
+        elif kind and line.strip():
+            out[kind].append(line.strip().split("[", 1)[0])
+    return {k: tuple(v) for k, v in out.items()}

@@ -1,9 +1,11 @@
 """The `vnetbench` command."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,12 +13,44 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
-from . import datapaths, export, ledger, report, spec as specmod
-from .matrix import expand
-from .store import DEFAULT_DB, Store
+from .store import DEFAULT_DB, Store, StoreError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _Lazy:
+    """A module imported on first use: `vnetbench --help` must not pay for pydantic, numpy and scipy."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+datapaths, export, ledger, report, specmod = (_Lazy(f".{m}") for m in ("datapaths", "export", "ledger", "report",
+                                                                        "spec"))
+
+
+def expand(*args, **kwargs):
+    from .matrix import expand as expand_
+    return expand_(*args, **kwargs)
+
+
+class _Commands(TyperGroup):
+    """Every command: a results-file fault is one line and exit 2, wherever it happens."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C before a run has anything to clean up
+            raise typer.Exit(128 + signal.SIGINT) from None
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
 # Wide tables stay readable when piped to a file or another program.
 out = Console() if sys.stdout.isatty() else Console(width=250)
@@ -48,9 +82,7 @@ def load_spec(path: Path | str, profile: str | None = None) -> specmod.LoadedSpe
 
 
 def open_campaign(db: str, ref: str):
-    if not Path(db).exists():
-        fail(f"no results file {db}; run an experiment first or pass --db")
-    store = Store(db)
+    store = Store(db, readonly=True)
     camp = store.campaign(ref)
     if camp is None:
         fail(f"no campaign '{ref}' in {db}; `vnetbench list --db {db}` shows them")
@@ -81,6 +113,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
+    swan = caps.strongswan()
+    out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
+              else f"strongSwan: {swan.error}", highlight=False, soft_wrap=True)
 
 
 def datapath_report(caps) -> list[dict]:
@@ -89,14 +124,20 @@ def datapath_report(caps) -> list[dict]:
     probes = [("switch+overlay", {"switch": s, "overlay": o}) for s in reg["switch"] for o in reg["overlay"]]
     probes += [("attach", {"attach": a}) for a in reg["attach"] if a != "switch"]
     probes += [("encryption", {"encryption": e}) for e in reg["encryption"] if e != "none"]
+    from .datapaths.ipsec import CIPHERS  # every IPsec cipher: each is checked against what charon really loaded
+    probes += [("encryption", {"encryption": {"type": "ipsec", "cipher": c}}) for c in CIPHERS
+               if c != IPSEC_DEFAULT_CIPHER]
     result = []
     for factor, levels in probes:
         exp = specmod.Experiment(name="doctor", workloads=[{"type": "ping"}], factors=levels)
         sc = expand(exp, caps)[0]
         impl = " + ".join(v for v in sc.implementation.values() if v)
-        result.append({"factor": factor, "level": "+".join(levels.values()), "ok": sc.skip is None,
+        result.append({"factor": factor, "level": "+".join(sc.labels[f] for f in levels), "ok": sc.skip is None,
                        "implementation": impl, "reason": sc.skip or ""})
     return result
+
+
+IPSEC_DEFAULT_CIPHER = "aes-128-gcm"  # the plain `ipsec` level above
 
 
 @app.command()
@@ -141,27 +182,41 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
     """Build, measure, store and tear down every scenario of an experiment."""
     need_root()
-    from .runner import Runner
+    from .runner import CampaignBusy, Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
     loaded = load_spec(spec, profile) if spec else None
     store = Store(db)
     if resume is not None and store.campaign(resume) is None:
         fail(f"no campaign {resume} in {db}")
-    outcome = Runner(store, err, progress).run(loaded, resume)
-    report.show(store, outcome.campaign, out)
+    try:
+        outcome = Runner(store, err, progress).run(loaded, resume)
+    except CampaignBusy as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        cid = getattr(exc, "campaign", None)
+        fail(f"{exc}" + (f"; finished trials are kept: continue with vnetbench run --resume {cid} --db {db}"
+                         if cid else ""))
+    if outcome.status != "done":
+        raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
+    report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed (results in {db})")
-    if outcome.status != "done":
-        raise typer.Exit(130)
+    problems = []
+    if outcome.trials_failed:
+        problems.append(f"{outcome.trials_failed} of {outcome.trials_ok + outcome.trials_failed} trials failed")
+    if outcome.scenarios_failed:
+        problems.append(f"{outcome.scenarios_failed} of {outcome.scenarios_runnable} runnable scenarios failed to build")
+    if not outcome.scenarios_runnable:
+        problems.append("nothing ran: every scenario was skipped (reasons above)")
+    if problems:
+        fail("; ".join(problems), 1)
 
 
 @app.command("list")
 def list_(db: str = DB) -> None:
     """Campaigns in the results file."""
-    if not Path(db).exists():
-        fail(f"no results file {db}")
-    store = Store(db)
+    store = Store(db, readonly=True)
     table = Table()
     for col in ("id", "name", "status", "created", "scenarios", "trials", "spec"):
         table.add_column(col)
@@ -175,11 +230,20 @@ def list_(db: str = DB) -> None:
 @app.command()
 def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
          metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
-         all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones")) -> None:
-    """Statistics per metric and scenario: n, median, IQR, mean, std, CV, min, max, 95% CIs."""
+         all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones"),
+         wide: bool = typer.Option(False, "--wide", help="every statistic: n, median, IQR, mean, std, CV, min, max, "
+                                                         "95% CIs of the mean and the median")) -> None:
+    """Per metric and scenario: median [95% CI], n and what ran, one line each (--wide: every statistic)."""
     store, camp = open_campaign(db, campaign)
-    chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS)
-    report.show(store, camp.id, out, chosen)
+    chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS if wide
+                                           else report.SHORT_METRICS)
+    report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide)
+
+
+def narrow() -> Console:
+    """The console of the short summary: at most 100 columns, whatever the terminal or pipe."""
+    return Console(width=min(out.width, report.COMPACT_WIDTH)) if sys.stdout.isatty() else \
+        Console(width=report.COMPACT_WIDTH)
 
 
 @app.command("compare")

@@ -1,21 +1,26 @@
-"""Per-metric statistics tables for `show` and the end of `run`."""
+"""Per-metric statistics tables for `show` and the end of `run`: by default one line per scenario and metric
+(median, its 95% CI, n, what ran) that fits a 100-column terminal; `wide` gives every statistic."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import dataset
 from .sample import METRICS
 from .stats import Summary, summarize
 from .store import Store
-from .units import human
+from .units import human, human_interval
+
+COMPACT_WIDTH = 100
 
 DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
                    "context_switches_per_s", "process_cpu_ratio")
+SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m != "process_cpu_ratio")  # each daemon: --wide, --all, -m
 
 
 @dataclass
@@ -28,6 +33,7 @@ class Row:
     unit: str
     summary: Summary
     tag: str = ""                  # the process or background workload the row is about, '' for the workload itself
+    impl_parts: dict | None = None  # the scenario's implementation, element -> what ran
 
 
 def varying(scenarios: list[dict]) -> list[str]:
@@ -86,7 +92,8 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         sc = scenarios[idx]
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
         out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
-                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc))
+                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc,
+                       sc["implementation"] or {}))
     return out
 
 
@@ -95,20 +102,38 @@ def implementation(impl: dict | None) -> str:
     return " + ".join(v for v in (impl or {}).values() if v and v != "none")
 
 
-def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS) -> None:
+def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS,
+         wide: bool = False) -> None:
     camp = store.campaign(cid)
     scenarios = store.scenarios(cid)
     console.print(f"[bold]Campaign {camp.id}[/] {camp.name} ({camp.status}); "
                   f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
                   f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
-                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed", soft_wrap=True)
     by_metric: dict[str, list[Row]] = defaultdict(list)
     for r in rows(store, cid, metrics):
         by_metric[r.metric].append(r)
     order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
-    console.print(N_COUNTS + ".", soft_wrap=True)
-    for metric in order:
-        console.print(_table(metric, by_metric[metric]))
+    console.print(N_COUNTS + ".", style="dim", soft_wrap=True)
+    if wide:
+        for metric in order:
+            console.print(_table(metric, by_metric[metric]))
+    else:
+        shown = [s for s in scenarios if s["status"] != "skipped"]
+        common, differs = split_implementation([s["implementation"] for s in shown])
+        if common:
+            console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
+        console.print("median [95% CI of the median] and n per scenario; every metric: --all; every statistic: --wide",
+                      style="dim", soft_wrap=True)
+        cols = varying(shown) or ["switch"]
+        labels = {sc["idx"]: sc["labels"] for sc in scenarios}
+        if all(sc["levels"].get("pairs", 1) == 1 for sc in shown):
+            order = [m for m in order if m != "aggregate_throughput_bps"]  # the same numbers as throughput_bps
+        for metric in order:
+            console.print(_compact_table(metric, by_metric[metric], differs, cols, labels))
+        if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
+            console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
+                          style="dim", soft_wrap=True)
     cols = varying(scenarios)
     for s in scenarios:
         if s["status"] in ("skipped", "failed"):
@@ -120,6 +145,47 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
                       soft_wrap=True)
 
 
+def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
+    """What ran in every scenario (said once), and the parts that differ between scenarios (a column)."""
+    keys = list(dict.fromkeys(k for i in impls for k in (i or {})))
+    differs = [k for k in keys if len({(i or {}).get(k) for i in impls}) > 1]
+    first = impls[0] if impls else {}
+    return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
+
+
+def _compact_table(metric: str, rows_: list[Row], differs: list[str], cols: list[str],
+                   labels: dict[int, dict]) -> Table:
+    """One line per scenario: its levels of the factors that vary (named once, in the header), median [95% CI],
+    n and the part of the implementation that differs between scenarios."""
+    unit = rows_[0].unit
+    table = Table(title=f"{metric} ({unit})", title_justify="left", title_style="bold", box=None,
+                  header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
+    several = len({r.workload for r in rows_}) > 1
+    lines = []
+    for r in rows_:
+        s = r.summary
+        label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
+        lines.append([escape(label), *((r.workload,) if several else ()),
+                      human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
+                      *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
+    # The numbers are never cut; the scenario and the implementation share what is left of the line.
+    names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
+             *(("implementation",) if differs else ())]
+    widths = [max(len(name), *(len(line[i]) for line in lines)) for i, name in enumerate(names)]
+    fixed = widths[1:-1] if differs else widths[1:]
+    rest = COMPACT_WIDTH - 1 - sum(fixed) - 2 * (len(widths) - 1)
+    impl_need = widths[-1] if differs else 0
+    widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
+    if differs:
+        widths[-1] = max(rest - widths[0], 8)
+    for name, width in zip(names, widths):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=width,
+                         justify="right" if name in ("median [95% CI]", "n") else "left")
+    for line in lines:
+        table.add_row(*line)
+    return table
+
+
 def _table(metric: str, rows_: list[Row]) -> Table:
     unit = rows_[0].unit
     desc = METRICS[metric].description if metric in METRICS else ""
@@ -129,7 +195,8 @@ def _table(metric: str, rows_: list[Row]) -> Table:
     for col in ("scenario", *(("workload",) if several else ()), "implementation", *STAT_COLUMNS):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")
     for r in rows_:
-        table.add_row(r.label, *((r.workload,) if several else ()), r.implementation, *stat_cells(r.summary, unit))
+        table.add_row(escape(r.label), *((r.workload,) if several else ()), r.implementation,
+                      *stat_cells(r.summary, unit))
     return table
 
 

@@ -2,6 +2,7 @@
 watch, commit each trial as it finishes, tear down. Ctrl-C or SIGTERM stops cleanly and can be resumed."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from . import environment
 from .capabilities import detect
-from .ledger import Ledger
+from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
@@ -21,7 +22,7 @@ from .probes.procstat import SystemProbe
 from .executor import LocalExecutor
 from .spec import LoadedSpec, loads
 from .sample import Sample
-from .store import Store
+from .store import Store, StoreError
 from .topology import BuildError, Topology
 from .workloads.base import WorkloadError
 
@@ -57,18 +58,39 @@ class Outcome:
     status: str          # done | interrupted
     trials_ok: int = 0
     trials_failed: int = 0
+    scenarios_failed: int = 0       # failed to build: none of their trials ran
+    scenarios_runnable: int = 0
+    signal: int | None = None       # what interrupted the run: SIGINT or SIGTERM
+
+
+class CampaignBusy(Exception):
+    """`run --resume` of a campaign whose process is still running."""
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM takes the same clean path as Ctrl-C: topology removed, finished trials kept."""
+def _signals_as_interrupt(outcome: Outcome):
+    """SIGTERM takes the same clean path as Ctrl-C: topology removed, finished trials kept. The signal is noted
+    for the exit code (SIGINT 130, SIGTERM 143)."""
     def handler(signum, frame):
+        outcome.signal = signum
         raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _uninterruptible():
+    """Cleanup that a second Ctrl-C must not cut short; a signal arriving meanwhile is delivered after."""
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Runner:
@@ -78,6 +100,28 @@ class Runner:
         self.progress = progress
 
     def run(self, spec: LoadedSpec | None = None, resume: int | None = None) -> Outcome:
+        """The handlers go in before anything is created: a SIGTERM during the capability probe, which builds a
+        scratch namespace, takes the probe's own clean-up path instead of killing the process."""
+        outcome = Outcome(resume or 0, "interrupted")
+        try:
+            with _signals_as_interrupt(outcome):
+                self._run(spec, resume, outcome)
+        except StoreError as exc:
+            exc.campaign = outcome.campaign or None  # for the --resume hint: finished trials are kept
+            raise
+        except KeyboardInterrupt:
+            outcome.signal = outcome.signal or signal.SIGINT
+            hint = f" Continue with: vnetbench run --resume {outcome.campaign}" if outcome.campaign else ""
+            self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept.{hint}[/]")
+        return outcome
+
+    def _run(self, spec: LoadedSpec | None, resume: int | None, outcome: Outcome) -> None:
+        me = (os.getpid(), process_start_time(os.getpid()))
+        if resume is not None:
+            holder = self.store.claim(resume, me, _alive)
+            if holder is not None:
+                raise CampaignBusy(f"campaign {resume} is still being run by process {holder}; wait for it to "
+                                   f"finish, or stop it (kill {holder}) and resume again")
         caps = detect()
         if resume is not None:
             camp = self.store.campaign(resume)
@@ -85,35 +129,37 @@ class Runner:
             cid = camp.id
         else:
             cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256,
-                                          environment.capture(caps))
+                                          environment.capture(caps), owner=me)
+        outcome.campaign = cid
         scenarios = expand(spec.experiment, caps)
         if resume is None:
             for sc in scenarios:
                 self._put(cid, sc)
+        outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
         done = self.store.done_trials(cid)
         todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
                       if not sc.workloads[w].background and (sc.index, r, sc.workload_ids[w]) not in done])
                 for sc in scenarios if sc.skip is None]
         todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
-        ledger = Ledger.create()
-        self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
-        outcome = Outcome(cid, "interrupted")
+        ledger = None
         try:
-            with _sigterm_as_interrupt(), self._progress() as bar:
+            ledger = Ledger.create()
+            self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
+            with self._progress() as bar:
                 total = sum(BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S
                                                    for _, w in trials) for sc, trials in todo)
                 task = bar.add_task("starting", total=max(total, 1e-9))
                 for k, (sc, trials) in enumerate(todo, 1):
                     self._scenario(cid, sc, trials, ledger, spec.experiment, bar, task, f"{k}/{len(todo)}", outcome)
                 outcome.status = "done"
-        except KeyboardInterrupt:
-            self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept. "
-                               f"Continue with: vnetbench run --resume {cid}[/]")
         finally:
-            self.store.set_campaign(cid, status=outcome.status, finished=time.time())
-            ledger.remove_all()
-        return outcome
+            with _uninterruptible():
+                try:  # a full disk failing the status write must not keep the run's namespaces and files
+                    self.store.set_campaign(cid, status=outcome.status, finished=time.time())
+                finally:
+                    if ledger is not None:
+                        ledger.remove_all()
 
     def _put(self, cid: int, sc: Scenario) -> None:
         self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
@@ -135,9 +181,11 @@ class Runner:
                 topo.build()
             except BuildError as exc:
                 self.store.set_scenario(cid, sc.index, "failed", f"build failed: {exc}")
+                outcome.scenarios_failed += 1
                 self.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
                 bar.advance(task, BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() for _, w in trials))
                 return
+            self.store.set_scenario_environment(cid, sc.index, environment.scenario_interfaces(topo))
             bar.advance(task, BUILD_OVERHEAD_S)
             for n, (rep, w) in enumerate(trials, 1):
                 wl = sc.workloads[w]

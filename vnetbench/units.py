@@ -24,19 +24,34 @@ def parse_rate(value: object) -> int:
     return int(rate)
 
 
+def scale(value: float, unit: str) -> tuple[float, str]:
+    """(divisor, unit name) a person reads `value` in: 1e9 and 'Gbit/s' for 9.41e9 bit/s, 1e-6 and 'µs' ..."""
+    if unit == "ratio":
+        return 0.01, "%"
+    if unit == "s":
+        for div, name in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+            if abs(value) >= div or div == 1e-9:
+                return div, name
+    if unit in ("bit/s", "1/s"):
+        suffix = "bit/s" if unit == "bit/s" else "/s"
+        for div, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
+            if abs(value) >= div or div == 1:
+                return div, prefix + suffix
+    return 1, "" if unit == "1" else unit
+
+
 def human(value: float, unit: str) -> str:
     """A value in its SI unit as a person reads it: 9.41 Gbit/s, 45.2 µs, 3.1 %."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if unit == "ratio":
-        return f"{value * 100:.3g} %"
-    if unit == "s":
-        for scale, name in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-            if abs(value) >= scale or scale == 1e-9:
-                return f"{value / scale:.3g} {name}"
-    if unit in ("bit/s", "1/s"):
-        suffix = "bit/s" if unit == "bit/s" else "/s"
-        for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
-            if abs(value) >= scale or scale == 1:
-                return f"{value / scale:.3g} {prefix}{suffix}"
-    return f"{value:.4g}" + ("" if unit == "1" else f" {unit}")
+    div, name = scale(value, unit)
+    digits = ".4g" if div == 1 and unit not in ("s", "bit/s", "1/s") else ".3g"
+    return f"{value / div:{digits}}" + (f" {name}" if name else "")
+
+
+def human_interval(value: float, lo: float, hi: float, unit: str) -> str:
+    """'431 [374 .. 490] µs': a value and its interval in the value's own scale, the unit once."""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (value, lo, hi)):
+        return human(value, unit) + " [-]"
+    div, name = scale(value, unit)
+    return f"{value / div:.3g} [{lo / div:.3g} .. {hi / div:.3g}]" + (f" {name}" if name else "")

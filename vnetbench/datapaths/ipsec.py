@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +24,7 @@ from typing import Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from ..capabilities import TOOLS
+from ..capabilities import STRONGSWAN_PLUGINS, TOOLS
 from . import register
 from .base import Availability, Options
 from .encrypted import EncryptedTunnel, write_private
@@ -35,8 +36,9 @@ OSSL_LEGACY = ("/usr/lib/x86_64-linux-gnu/ossl-modules/legacy.so", "/usr/lib/aar
 IKE_PROPOSAL = "aes256-sha256-x25519"
 VICI = "unix:///run/charon.vici"  # as charon and swanctl see it: the node's directory is their /run
 LIBIPSEC_TUN_MTU = 1400  # strongSwan 5.9.8 creates ipsec0 at 1400 and reads it with a buffer of that size
-PLUGINS = ("random nonce openssl gcrypt aes sha1 sha2 md5 hmac gcm chapoly curve25519 kdf "
-           "{kernel} socket-default vici")
+PLUGINS = STRONGSWAN_PLUGINS  # the capability probe starts its charon with the same list
+IKE_ALGORITHMS = (("AES_CBC", "encryption"), ("HMAC_SHA2_256_128", "integrity"), ("PRF_HMAC_SHA2_256", "PRF"),
+                  ("CURVE_25519", "key exchange"))  # what IKE_PROPOSAL needs from charon's plugins
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ class IpsecOptions(Options):
             raise ValueError(f"ESP with {cipher} needs an integrity algorithm (strongSwan refuses ESP without one): "
                              f"choose one of {', '.join(INTEGRITY)}")
         return v
+
+
+def _algorithm(ike: str) -> str:
+    """The name `swanctl --list-algs` gives a cipher: without its key size (AES_GCM_16_128 -> AES_GCM_16)."""
+    return re.sub(r"_(128|192|256)$", "", ike)
 
 
 @lru_cache(maxsize=1)
@@ -222,6 +229,9 @@ class Ipsec(EncryptedTunnel):
         if o.cipher == "blowfish-cbc" and not _blowfish():
             return Availability.no("strongSwan has no Blowfish here: it needs its gcrypt plugin or OpenSSL's "
                                    "legacy provider")
+        problem = self.charon_problem(caps, esp=True)
+        if problem:
+            return Availability.no(problem)
         self.impl = "libipsec"
         version = caps.tools["charon"].detail
         link = self.link_mtu(scenario)
@@ -251,6 +261,9 @@ class Ipsec(EncryptedTunnel):
             for tool in ("charon", "swanctl"):
                 if not caps.tool(tool):
                     return Availability.no(caps.missing_tool(tool))
+            problem = self.charon_problem(caps, esp=False)
+            if problem:
+                return Availability.no(problem)
         self.impl = "kernel"
         keys = ("IKEv2 " + IKE_PROPOSAL + " with a 256-bit pre-shared key generated per run" if o.keying == "ike"
                 else "manual keys generated per run (ip xfrm state)")
@@ -263,11 +276,28 @@ class Ipsec(EncryptedTunnel):
                 else "kernel-xfrm manual keys")
         return Availability(True, impl, notes=tuple(notes))
 
+    def charon_problem(self, caps, esp: bool) -> str | None:
+        """Why charon cannot negotiate this proposal, from the algorithms a probe charon really loaded: IKE's
+        always, ESP's too when charon itself encrypts (kernel-libipsec)."""
+        swan = caps.strongswan()
+        needs = [(alg, f"IKE proposal {IKE_PROPOSAL}, {what}") for alg, what in IKE_ALGORITHMS]
+        if esp:
+            c, i = self.cipher, self.integrity
+            needs.append((_algorithm(c.ike), f"ESP proposal {self.esp_proposal()}"))
+            if i is not None and not c.aead:
+                needs.append((i.ike, f"ESP proposal {self.esp_proposal()}"))
+        for alg, use in needs:
+            problem = swan.missing(alg, use)
+            if problem:
+                return problem
+        return None
+
     # ---- build -------------------------------------------------------------------------------------------
     def addrs(self, topo, label: str) -> tuple[str, list[str]]:
         """(IKE/outer address, traffic selectors) of a node."""
         node = topo.nodes[label]
-        outer = node.v6 if self.options.mode == "transport" and topo.sc["ip_version"] == 6 else node.v4
+        six = topo.sc["ip_version"] == 6
+        outer = node.v6 if self.options.mode == "transport" and six else node.v4
         if self.options.mode == "transport":
             return outer, [f"{outer}/{128 if six else 32}"]
         v4, v6 = self.tunnel_addrs(label) if node.role == "host" else (node.v4, node.v6)

@@ -1,0 +1,75 @@
+"""`show`: by default one line per scenario and metric (median [95% CI], n, what ran) within 100 columns; `--wide`
+gives every statistic."""
+import re
+
+from conftest import vnetbench
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+LABELS = [{"switch": "linuxbridge", "overlay": "vxlan", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8},
+          {"switch": "ovs", "overlay": "geneve", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8}]
+IMPLS = [{"switch": "linux-bridge", "overlay": "kernel-vxlan", "encryption": "strongswan-5.9.8 kernel-libipsec",
+          "attach": "veth"},
+         {"switch": "ovs-netdev", "overlay": "ovs-geneve (underlay in the OVS bridge, a long explanation)",
+          "encryption": "strongswan-5.9.8 kernel-libipsec", "attach": "veth"}]
+
+
+def campaign(path) -> None:
+    store = Store(path)
+    cid = store.new_campaign("wide", "w.yaml", "name: w\nworkloads: [{type: ping}]\n", "sha", {})
+    for idx, (labels, impl) in enumerate(zip(LABELS, IMPLS), 1):
+        store.put_scenario(cid, idx, str(labels), labels, labels, "done", None, impl, [])
+        for rep in range(1, 6):
+            samples = [Sample("throughput_bps", 9.1e9 + 1e7 * rep * idx, "bit/s"),
+                       Sample("interrupts_per_s", 3e4, "1/s"),
+                       Sample("rtt_s", 4.1e-5 * rep, "s"),
+                       Sample("process_cpu_ratio", 0.2, "ratio", {"process": "ovs-vswitchd@h1-with-a-long-name"})]
+            store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0, samples)
+    store.close()
+
+
+def test_show_fits_100_columns_one_line_per_scenario_and_metric(tmp_path):
+    db = tmp_path / "r.db"
+    campaign(db)
+    out = vnetbench("show", "--db", db).stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert "implementation of every scenario: strongswan-5.9.8 kernel-libipsec + veth" in out
+    assert "switch/overlay" in out  # the factors that vary, named once per table
+    rows = [line for line in lines if line.startswith(("linuxbridge/vxlan", "ovs/geneve"))]
+    assert len(rows) == 2 * 3, out  # two scenarios x three metrics, one line each
+    tput = [line for line in rows if "Gbit/s" in line]
+    assert len(tput) == 2 and all(re.search(r"9\.1\d \[9\.\d+ \.\. 9\.\d+\] Gbit/s\*?\s+5\b", line) for line in tput), tput
+    assert any("linux-bridge + kernel-vxlan" in line for line in rows)  # what ran, where scenarios differ
+    assert "IQR" not in out and "std" not in out
+    assert "process_cpu_ratio" not in out  # each daemon's CPU: --wide, --all or -m
+    assert "process_cpu_ratio" in vnetbench("show", "--db", db, "--all").stdout
+
+
+def test_show_wide_gives_every_statistic(tmp_path):
+    db = tmp_path / "r.db"
+    campaign(db)
+    out = vnetbench("show", "--db", db, "--wide").stdout
+    for col in ("IQR", "mean", "std", "CV", "min", "max", "95% CI mean", "95% CI median"):
+        assert col in out, col
+    assert "[ovs-vswitchd@h1-with-a-long-name]" in out  # a label in brackets is text, not console markup
+    assert "interrupts_per_s" in out and "process_cpu_ratio" in out
+
+
+def test_help_imports_nothing_heavy_and_answers_quickly():
+    """`vnetbench --help` (and every command that needs no statistics) must not import scipy, numpy, matplotlib
+    or pydantic: importing scipy.stats alone took 0.54 s of a 0.88 s --help."""
+    import resource
+    import subprocess
+    import sys
+    code = ("import sys\nsys.argv = ['vnetbench', '--help']\nfrom vnetbench.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'numpy', 'matplotlib', 'pydantic'})\n"
+            "print('HEAVY', heavy, file=sys.stderr)\n")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert "HEAVY []" in proc.stderr, proc.stderr
+    assert "run" in proc.stdout and "show" in proc.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 0.6, f"--help used {cpu:.2f} s of CPU (about 0.15 s expected)"
