@@ -55,7 +55,7 @@ def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -184,6 +184,7 @@ def loads(text: str, source: str = "<spec>", profile: str | None = None) -> Load
     if not isinstance(data, dict):
         raise SpecError([f"{source}:{lines.get((), 1)}: the file must be a mapping with at least `name` and "
                          f"`workloads`, not a {_kind(data)}"])
+    declared = _declared_levels(data)
     if profile is not None:
         data, text, lines = _apply_profile(data, profile, source, lines)
     problems: list[Problem] = []
@@ -195,10 +196,22 @@ def loads(text: str, source: str = "<spec>", profile: str | None = None) -> Load
     if exp is not None:
         from .matrix import check  # the factor and workload checks need the datapath and workload registries
         seen = {p.loc[:1] for p in problems}
-        problems += [p for p in check(exp) if p.loc[:1] not in seen]
+        problems += [p for p in check(exp, declared, complete=not problems) if p.loc[:1] not in seen]
     if problems:
         raise SpecError([p.render(source, lines) for p in problems])
     return LoadedSpec(exp, text, source)
+
+
+def _declared_levels(data: dict) -> dict[str, list]:
+    """Every level the file gives each factor, in its own `factors` and in every profile's."""
+    profiles = data.get("profiles")
+    sections = [data, *(p for p in profiles.values() if isinstance(p, dict))] if isinstance(profiles, dict) else [data]
+    out: dict[str, list] = {}
+    for section in sections:
+        factors = section.get("factors")
+        for f, v in (factors.items() if isinstance(factors, dict) else ()):
+            out.setdefault(f, []).extend(v if isinstance(v, list) else [v])
+    return out
 
 
 def _where(source: str, line: int | None) -> str:
