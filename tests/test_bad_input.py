@@ -320,7 +320,7 @@ def test_fuzzed_specs_give_spec_errors_only():
     rng = random.Random(8)
     bases = [yaml.safe_load(p.read_text()) for p in sorted(SUITES_DIR.glob("*.yaml"))]
     ok = refused = 0
-    for _ in range(400):
+    for _ in range(150):
         data = yaml.safe_load(yaml.safe_dump(rng.choice(bases)))
         data.pop("profiles", None)
         paths = [p for p in _paths(data) if p]
@@ -339,7 +339,7 @@ def test_fuzzed_specs_give_spec_errors_only():
         for sc in expand(spec.experiment, None)[:3]:
             Topology(sc, None).script()
         ok += 1
-    assert refused > 100 and ok > 20, (refused, ok)
+    assert refused > 40 and ok > 10, (refused, ok)
 
 
 # ---- the command line, for real ---------------------------------------------------------------------------------
