@@ -130,7 +130,7 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
     if complete and not problems:
         problems += _check_size(exp)
     if complete and not problems:
-        problems += _check_ports(exp)
+        problems += _check_pairs(exp) or _check_ports(exp)
     return problems
 
 
@@ -261,6 +261,18 @@ def _check_size(exp: Experiment) -> list[Problem]:
         return [Problem(("factors",), f"the factors' levels make {n} combinations; at most {MAX_SCENARIOS} can be "
                                       "planned: use fewer levels")]
     return []
+
+
+def _check_pairs(exp: Experiment) -> list[Problem]:
+    """A workload on (or to) a pair that no scenario has would never run: every scenario would skip it."""
+    most = max(_known_levels(exp, {})["pairs"])
+    problems = []
+    for i, wl in enumerate(exp.workloads):
+        for key, asked in (("pairs", max(wl.get("pairs") or [0])), ("target_pair", wl.get("target_pair") or 0)):
+            if asked > most:
+                problems.append(Problem(("workloads", i, key), f"pair {asked} does not exist: this experiment has at "
+                                                               f"most {most} pairs (factor `pairs`)"))
+    return problems
 
 
 def _check_ports(exp: Experiment) -> list[Problem]:
