@@ -130,7 +130,10 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
     if complete and not problems:
         problems += _check_size(exp)
     if complete and not problems:
-        problems += _check_pairs(exp) or _check_ports(exp)
+        problems += _check_pairs(exp)
+    if complete and not problems:
+        scenarios = expand(exp, None)
+        problems += _check_ports(exp, scenarios) or _check_runnable(exp, scenarios)
     return problems
 
 
@@ -275,11 +278,21 @@ def _check_pairs(exp: Experiment) -> list[Problem]:
     return problems
 
 
-def _check_ports(exp: Experiment) -> list[Problem]:
+def _check_runnable(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
+    """A spec whose every scenario is skipped whatever the machine offers is a mistake, not an empty run."""
+    factor_levels = _factor_levels(exp)
+    reasons = [_structural(sc, factor_levels) or _workload_fit(sc) for sc in scenarios]
+    if scenarios and all(reasons):
+        return [Problem(("factors",), f"no scenario can run: all {len(scenarios)} are skipped, e.g. "
+                                      f"{scenarios[0].key}: {reasons[0]}")]
+    return []
+
+
+def _check_ports(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
     """Servers that would listen on the same port of the same machine at the same time (a background workload
     runs alongside every other one), or on a port past 65535; one problem per pair of workloads."""
     found: dict[tuple, Problem] = {}
-    for sc in expand(exp, None):
+    for sc in scenarios:
         listening: dict[tuple, tuple[int, Workload]] = {}
         for wid, wl in zip(sc.workload_ids, sc.workloads):
             entry = exp.workloads[wid]
@@ -355,8 +368,7 @@ def _matches(rule: dict[str, Any], labels: dict[str, str], levels: dict[str, Any
 
 def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
     """All scenarios in run order; with caps=None availability is not checked (used by unit tests)."""
-    factor_levels = {f: _levels(exp.factors.get(f, DEFAULT_LEVELS[f])) for f in TOPOLOGY_FACTORS}
-    factor_levels |= {f: _levels(v) for f, v in exp.factors.items() if f not in TOPOLOGY_FACTORS}
+    factor_levels = _factor_levels(exp)
     names = list(factor_levels)
     combos = [dict(zip(names, values)) for values in itertools.product(*factor_levels.values())]
     combos = [c for c in combos if not any(_matches(r, {k: _label(v) for k, v in c.items()}, c) for r in exp.exclude)]
@@ -374,6 +386,11 @@ def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
             _decide(sc, factor_levels, caps)
         scenarios.append(sc)
     return scenarios
+
+
+def _factor_levels(exp: Experiment) -> dict[str, list]:
+    levels = {f: _levels(exp.factors.get(f, DEFAULT_LEVELS[f])) for f in TOPOLOGY_FACTORS}
+    return levels | {f: _levels(v) for f, v in exp.factors.items() if f not in TOPOLOGY_FACTORS}
 
 
 def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels: dict[str, list]) -> Scenario:
