@@ -222,10 +222,13 @@ def test_a_when_for_a_default_level_and_a_rule_with_one_good_option():
 
 
 @pytest.mark.parametrize("path", sorted(SUITES_DIR.glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml")))
-def test_every_shipped_spec_and_profile_is_valid(path):
+def test_every_shipped_spec_and_profile_is_valid_and_so_is_the_text_stored_for_resume(path):
     profiles = yaml.safe_load(path.read_text()).get("profiles") or {}
     for profile in [None, *profiles]:
-        assert expand(load(path, profile).experiment, None)
+        spec = load(path, profile)
+        assert expand(spec.experiment, None)
+        again = loads(spec.text, spec.source)  # what `run --resume` reads: the merged spec, without the profiles
+        assert again.experiment == spec.experiment
 
 
 # ---- profiles -----------------------------------------------------------------------------------------------------

@@ -124,9 +124,10 @@ def _check_level(factor: str, level: Any) -> str | None:
 
 def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bool = True) -> list[Problem]:
     """Every problem of the factors, rules and workloads, each with its location. `declared`: levels the spec
-    gives a factor elsewhere (in a profile not chosen), so a `when` for them is not a typo. The checks that
-    expand the matrix run only on a `complete` experiment (every field valid) without other problems."""
-    problems = _check_workloads(exp) + _check_factors(exp) + _check_rules(exp, declared or {})
+    gives a factor elsewhere (in a profile not chosen), so a `when` for them is not a typo; None: do not look for
+    levels that match nothing. The checks that expand the matrix run only on a `complete` experiment (every field
+    valid) without other problems."""
+    problems = _check_workloads(exp) + _check_factors(exp) + _check_rules(exp, declared)
     if complete and not problems:
         problems += _check_size(exp)
     if complete and not problems:
@@ -218,12 +219,12 @@ def _has_level(levels: list, want: Any) -> bool:
                for lv in levels)
 
 
-def _check_rules(exp: Experiment, declared: dict[str, list]) -> list[Problem]:
+def _check_rules(exp: Experiment, declared: dict[str, list] | None) -> list[Problem]:
     """A `when` or `exclude` level that no factor has matches nothing: a typo that would silently drop (or keep)
     scenarios. An `include` level must be a valid level (it may be one the factor does not list)."""
     problems: list[Problem] = []
     wfields, selectors = _workload_fields(exp), _selector_factors(exp)
-    known = _known_levels(exp, declared)
+    known = _known_levels(exp, declared or {})
     for rules in ("exclude", "include"):
         for i, rule in enumerate(getattr(exp, rules)):
             for factor, want in rule.items():
@@ -235,9 +236,9 @@ def _check_rules(exp: Experiment, declared: dict[str, list]) -> list[Problem]:
                 elif rules == "include":
                     problems += [Problem((rules, i, factor), msg) for level in _levels(want)
                                  if (msg := _check_any_level(exp, wfields, factor, level))]
-                else:
+                elif declared is not None:
                     problems += _unknown_levels((rules, i, factor), factor, want, known)
-    for i, wl in enumerate(exp.workloads):
+    for i, wl in enumerate(exp.workloads if declared is not None else ()):
         when = wl.get("when", {})
         for factor, want in (when.items() if isinstance(when, dict) else ()):
             if factor in known:

@@ -184,7 +184,9 @@ def loads(text: str, source: str = "<spec>", profile: str | None = None) -> Load
     if not isinstance(data, dict):
         raise SpecError([f"{source}:{lines.get((), 1)}: the file must be a mapping with at least `name` and "
                          f"`workloads`, not a {_kind(data)}"])
-    declared = _declared_levels(data)
+    # A spec vnetbench expanded with a profile (stored with its campaign, read again by --resume) no longer lists
+    # the other profiles' levels, so its `when`/`exclude` levels were checked when it was expanded.
+    declared = _declared_levels(data) if profile is not None or not data.get("profile") else None
     if profile is not None:
         data, text, lines = _apply_profile(data, profile, source, lines)
     problems: list[Problem] = []
