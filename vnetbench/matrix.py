@@ -133,8 +133,7 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
     if complete and not problems:
         problems += _check_pairs(exp)
     if complete and not problems:
-        scenarios = expand(exp, None)
-        problems += _check_ports(exp, scenarios) or _check_runnable(exp, scenarios)
+        problems += _check_ports(exp, expand(exp, None))
     return problems
 
 
@@ -277,16 +276,6 @@ def _check_pairs(exp: Experiment) -> list[Problem]:
                 problems.append(Problem(("workloads", i, key), f"pair {asked} does not exist: this experiment has at "
                                                                f"most {most} pairs (factor `pairs`)"))
     return problems
-
-
-def _check_runnable(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
-    """A spec whose every scenario is skipped whatever the machine offers is a mistake, not an empty run."""
-    factor_levels = _factor_levels(exp)
-    reasons = [_structural(sc, factor_levels) or _workload_fit(sc) for sc in scenarios]
-    if scenarios and all(reasons):
-        return [Problem(("factors",), f"no scenario can run: all {len(scenarios)} are skipped, e.g. "
-                                      f"{scenarios[0].key}: {reasons[0]}")]
-    return []
 
 
 def _check_ports(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
