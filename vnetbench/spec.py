@@ -104,7 +104,7 @@ class Problem:
     message: str
 
     def render(self, source: str, lines: dict[tuple, int]) -> str:
-        field = _dotted(self.loc) or "(top level)"
+        field = yamlread.dotted(self.loc) or "(top level)"
         line = _nearest_line(self.loc, lines)
         where = f"{source}:{line}" if line else source
         return f"{where}: {field}: {self.message}"
@@ -121,7 +121,7 @@ def one_line(text: str) -> str:
 class SpecError(Exception):
     def __init__(self, lines: list[str]):
         self.lines = [one_line(line) for line in lines]
-        super().__init__("\n".join(lines))
+        super().__init__("\n".join(self.lines))
 
 
 @dataclass
@@ -300,13 +300,6 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
             break
         model = inner
     return model
-
-
-def _dotted(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _nearest_line(loc: tuple, lines: dict[tuple, int]) -> int | None:

@@ -7,7 +7,6 @@ so deleting the namespaces removes them; nothing is created in the root namespac
 """
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import time
@@ -17,6 +16,7 @@ from typing import Callable
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .matrix import Scenario
+from .spec import one_line
 from .workloads.base import Endpoint, Pair
 
 ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
@@ -408,7 +408,7 @@ class Topology:
 
 def comment(text: str) -> str:
     """A shell comment that stays one line whatever the text holds (a newline in it would start a command)."""
-    return "# " + re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: repr(m.group())[1:-1], text)
+    return "# " + one_line(text)
 
 
 def heredoc(command: str, lines: list[str]) -> str:

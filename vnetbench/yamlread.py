@@ -95,7 +95,7 @@ class _Loader(yaml.SafeLoader):
                 where = self.paths.get(id(node), ()) + (key,)
                 self.duplicates.append(YamlProblem(
                     key_node.start_mark.line + 1,
-                    f"{_dotted(where)}: given twice, on lines {first.start_mark.line + 1} and "
+                    f"{dotted(where)}: given twice, on lines {first.start_mark.line + 1} and "
                     f"{key_node.start_mark.line + 1}; YAML would silently keep the last one: keep one"))
 
 
@@ -112,7 +112,8 @@ def _short(node: yaml.Node) -> str:
     return repr(text if len(text) <= 30 else text[:30] + "...")
 
 
-def _dotted(loc: tuple) -> str:
+def dotted(loc: tuple) -> str:
+    """A key path as a user writes it: workloads[0].duration."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
