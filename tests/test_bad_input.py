@@ -202,7 +202,8 @@ def test_a_huge_matrix_is_refused_before_it_is_built():
 ])
 def test_a_level_no_factor_has_is_an_error(rule, where):
     line = one_error("name: d\nfactors: {overlay: [none, vxlan]}\n" + rule + "\n")
-    assert where in line and "matches nothing; its levels: none, vxlan" in line, line
+    assert where in line and "a level of overlay in this experiment, so this matches nothing; its levels: " \
+        "none, vxlan" in line, line
 
 
 def test_unquoted_on_is_true_and_the_error_says_so():

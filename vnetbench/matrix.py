@@ -246,12 +246,15 @@ def _check_rules(exp: Experiment, declared: dict[str, list] | None) -> list[Prob
 
 
 def _unknown_levels(loc: tuple, factor: str, want: Any, known: dict[str, list]) -> list[Problem]:
-    levels = known[factor]
-    hint = " (YAML reads on, off, yes and no as true/false: quote the level)"
-    # A list of options is dead only when none of them is a level (a rule may list levels other profiles use).
-    return [Problem(loc, f"{w!r} is not a level of {factor} in this experiment, so this matches nothing; its levels: "
-                         f"{', '.join(dict.fromkeys(_label(lv) for lv in levels))}" + (hint if isinstance(w, bool) else ""))
-            for w in _levels(want) if not any(_has_level(levels, x) for x in _levels(want))][:1]
+    """A rule's value for one factor matches nothing when none of its options is a level (a list may name levels
+    that only other profiles use)."""
+    levels, options = known[factor], _levels(want)
+    if any(_has_level(levels, w) for w in options):
+        return []
+    what = f"{options[0]!r} is not a level" if len(options) == 1 else f"none of {', '.join(map(repr, options))} is a level"
+    hint = " (YAML reads on, off, yes and no as true/false: quote the level)" if any(isinstance(w, bool) for w in options) else ""
+    return [Problem(loc, f"{what} of {factor} in this experiment, so this matches nothing; its levels: "
+                         f"{', '.join(dict.fromkeys(_label(lv) for lv in levels))}{hint}")]
 
 
 def _check_size(exp: Experiment) -> list[Problem]:
@@ -287,7 +290,9 @@ def _check_ports(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
         for wid, wl in zip(sc.workload_ids, sc.workloads):
             entry = exp.workloads[wid]
             loc = ("workloads", wid, "port") if "port" in entry else ("workloads", wid)
-            chosen = wl.only_pairs or range(1, sc.levels["pairs"] + 1)
+            if (wl.target_pair or 0) > sc.levels["pairs"]:
+                continue  # the scenario skips this workload's pairs (_workload_fit)
+            chosen = [k for k in (wl.only_pairs or range(1, sc.levels["pairs"] + 1)) if k <= sc.levels["pairs"]]
             ports = [p for k in chosen for p in wl.listen_ports(k)]
             if ports and max(ports) > MAX_PORT:
                 found.setdefault((wid,), Problem(loc, (
