@@ -1,6 +1,5 @@
 """Bad input (issue 8 §2): each mistake is one clear line with file:line, exit 2, nothing built; never a hang, a
 traceback or a script line that runs the user's text."""
-import os
 import random
 import re
 import resource
@@ -408,9 +407,10 @@ def test_plan_script_never_runs_text_from_the_spec(tmp_path, state_dir):
     work = tmp_path / "sandbox"
     work.mkdir()
     (work / "plan.sh").write_text(script)
-    logger = 'command_not_found_handle() { printf "%s\\n" "$1" >> ran.log; return 0; }; PATH=/nonexistent; . ./plan.sh'
+    logger = 'command_not_found_handle() { printf "%s\\n" "$1" >> ran.log; return 0; }; PATH=/nonexistent; . ./plan.sh; wait'
     run = subprocess.run(["bash", "--norc", "--noprofile", "-c", logger], cwd=work, capture_output=True, text=True,
                          timeout=60, env={"HOME": str(work)})
+    assert run.returncode == 0, run.stderr[-2000:]
     ran = set((work / "ran.log").read_text().split())
     assert ran and ran <= {"ip", "tc", "bridge", "ping", "iperf3", "sysctl"}, ran
     assert not [p.name for p in work.iterdir() if "PWNED" in p.name]
