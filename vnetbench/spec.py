@@ -43,13 +43,14 @@ CHOICES = {
 }
 
 
-def takes_bool(annotation: Any) -> bool:
-    return annotation is bool or annotation is Any or any(takes_bool(a) for a in get_args(annotation))
+def _takes(annotation: Any, kinds: tuple) -> bool:
+    return any(annotation is k for k in kinds) or any(_takes(a, kinds) for a in get_args(annotation))
 
 
 def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
     """Python counts true as 1: `pairs: true` or `duration: yes` must be an error, not one pair or one second."""
-    if isinstance(value, bool) and not takes_bool(model.model_fields[info.field_name].annotation):
+    annotation = model.model_fields[info.field_name].annotation
+    if isinstance(value, bool) and _takes(annotation, (int, float)) and not _takes(annotation, (bool, Any)):
         raise ValueError("write a number here, not true/false")
     return value
 
