@@ -159,6 +159,9 @@ def test_suite_names_cannot_leave_the_suites_directory():
     ("name: d\nfactors: {pairs: [1, 2]}\nworkloads: [{type: ping, pairs: [3]}]\n", "x.yaml:3: workloads[0].pairs:",
      "pair 3 does not exist: this experiment has at most 2 pairs"),
     ("name: d\nworkloads: [{type: ping, target_pair: 2}]\n", "workloads[0].target_pair:", "at most 1 pairs"),
+    ("name: d\nexclude: [{}]\nworkloads: [{type: ping}]\n", "x.yaml:2: exclude[0]:", "an empty rule matches every"),
+    ("name: d\nfactors: {overlay: [none, vxlan]}\nexclude:\n  - {overlay: none}\n  - {overlay: vxlan}\n"
+     "workloads: [{type: ping}]\n", "x.yaml:3: exclude:", "exclude every combination"),
     ("name: d\nworkloads: [{type: [ping]}]\n", "workloads[0].type:", "write the workload's type; allowed:"),
     ("name: d\nworkloads: [{count: 3}]\n", "workloads[0].type:", "allowed: cpuload"),
     ("name: d\nfactors: {overlay: []}\nworkloads: [{type: ping}]\n", "x.yaml:2: factors.overlay:", "no levels"),

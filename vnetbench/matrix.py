@@ -133,7 +133,10 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
     if complete and not problems:
         problems += _check_pairs(exp)
     if complete and not problems:
-        problems += _check_ports(exp, expand(exp, None))
+        scenarios = expand(exp, None)
+        if not scenarios:
+            return [Problem(("exclude",), "these rules exclude every combination of the factors: nothing would run")]
+        problems += _check_ports(exp, scenarios)
     return problems
 
 
@@ -226,6 +229,8 @@ def _check_rules(exp: Experiment, declared: dict[str, list] | None) -> list[Prob
     known = _known_levels(exp, declared or {})
     for rules in ("exclude", "include"):
         for i, rule in enumerate(getattr(exp, rules)):
+            if not rule and rules == "exclude":
+                problems.append(Problem((rules, i), "an empty rule matches every scenario: name the levels to leave out"))
             for factor, want in rule.items():
                 if factor not in TOPOLOGY_FACTORS and factor not in wfields and factor not in selectors:
                     problems.append(Problem((rules, i, factor), "not a factor of this experiment"))
