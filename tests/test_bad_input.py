@@ -351,6 +351,34 @@ def test_fuzzed_specs_give_spec_errors_only():
     assert refused > 40 and ok > 10, (refused, ok)
 
 
+def test_fuzzed_yaml_text_gives_spec_errors_only():
+    """Typing mistakes in the text itself: a character lost, one too many, a line repeated or cut short."""
+    rng = random.Random(88)
+    texts = [p.read_text() for p in sorted(SUITES_DIR.glob("*.yaml"))]
+    refused = 0
+    for _ in range(150):
+        text = rng.choice(texts)
+        for _ in range(rng.choice((1, 2, 3))):
+            at = rng.randrange(len(text) or 1)
+            edit = rng.randrange(4)
+            if edit == 0:
+                text = text[:at] + text[at + 1:]
+            elif edit == 1:
+                text = text[:at] + rng.choice(":-[]{}&*!|>'\"#,?%@`\n\t\x00\u00e9 ") + text[at:]
+            elif edit == 2:
+                end = text.find("\n", at) + 1 or len(text)
+                start = text.rfind("\n", 0, at) + 1
+                text = text[:end] + text[start:end] + text[end:]
+            else:
+                text = text[:at]
+        try:
+            loads(text, "fuzz.yaml", rng.choice([None, "smoke", "quick", "full"]))
+        except SpecError as exc:
+            assert all("\n" not in ln and "Value error" not in ln for ln in exc.lines), exc.lines
+            refused += 1
+    assert refused > 30, refused
+
+
 # ---- the command line, for real ---------------------------------------------------------------------------------
 
 BAD_FILES = {
