@@ -79,8 +79,11 @@ def test_selector_factor_needs_levels_and_pairs_must_exist():
     with pytest.raises(SpecError) as exc:
         loads("name: m\nworkloads: [{type: ping, when: {attack: on}}]\n")
     assert "list its levels under `factors`" in exc.value.lines[0]
-    (sc,) = scen("name: m\nworkloads: [{type: ping, pairs: [3]}]\n", caps_without())
-    assert "runs on pair 3 but the scenario has 1 pairs" in sc.skip
+    with pytest.raises(SpecError) as exc:
+        loads("name: m\nworkloads: [{type: ping, pairs: [3]}]\n")
+    assert "pair 3 does not exist: this experiment has at most 1 pairs" in exc.value.lines[0]
+    one, three = scen("name: m\nfactors: {pairs: [1, 3]}\nworkloads: [{type: ping, pairs: [3]}]\n", caps_without())
+    assert "runs on pair 3 but the scenario has 1 pairs" in one.skip and three.skip is None
 
 
 def test_a_parameter_set_in_an_entry_is_pinned_for_that_entry():

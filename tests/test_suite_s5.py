@@ -219,7 +219,10 @@ def test_target_pair_must_be_one_pair_number(value):
 
 
 def test_target_pair_beyond_the_pairs_or_across_tenants_skips_with_the_reason():
-    (sc,) = expand(loads(SPEC % "target_pair: 4").experiment, None)
+    with pytest.raises(SpecError) as exc:  # no scenario has pair 4: a mistake, refused before anything runs
+        loads(SPEC % "target_pair: 4")
+    assert "pair 4 does not exist: this experiment has at most 3 pairs" in exc.value.lines[0]
+    sc, _ = expand(loads(SPEC.replace("pairs: 3}", "pairs: [3, 4]}") % "target_pair: 4").experiment, None)
     assert sc.skip is None  # caps=None: availability is not checked, structure neither
     from vnetbench.matrix import _workload_fit
     assert _workload_fit(sc) == "workload ping targets pair 4 but the scenario has 3 pairs"

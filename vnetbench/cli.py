@@ -145,34 +145,37 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
     from .capabilities import detect
-    from .topology import Topology
+    from .topology import Topology, comment, heredoc
     loaded = load_spec(spec, profile)
     scenarios = expand(loaded.experiment, detect())
     runnable = [s for s in scenarios if not s.skip]
-    out.print(f"#!/bin/sh\n# vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
-              f"{len(scenarios) - len(runnable)} skipped; x{loaded.experiment.repetitions} repetitions.\n"
-              f"# A run uses its own prefix instead of vb0000.", highlight=False, markup=False)
+    # Plain text, never wrapped: a wrapped comment would put the rest of the comment on a line of its own.
+    sys.stdout.write("#!/bin/sh\n" + comment(
+        f"vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
+        f"{len(scenarios) - len(runnable)} skipped; x{loaded.experiment.repetitions} repetitions.") +
+        "\n" + comment("A run uses its own prefix instead of vb0000.") + "\n")
     for sc in scenarios:
-        out.print(f"\n# ---- scenario {sc.index}: {sc.key}", highlight=False, markup=False)
+        lines = ["", comment(f"---- scenario {sc.index}: {sc.key}")]
         if sc.skip:
-            out.print(f"# SKIPPED: {sc.skip}", highlight=False, markup=False)
+            sys.stdout.write("\n".join(lines + [comment(f"SKIPPED: {sc.skip}")]) + "\n")
             continue
-        out.print(f"# implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"
-                  + "".join(f"\n# note: {n}" for n in sc.notes), highlight=False, markup=False)
+        lines.append(comment(f"implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"))
+        lines += [comment(f"note: {n}") for n in sc.notes]
         topo = Topology(sc, None)
-        out.print(topo.script(), highlight=False, markup=False)
+        lines.append(topo.script())
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []
-            out.print(f"# workload {wl.kind}" + (f" ({'; '.join(where)})" if where else ""), highlight=False, markup=False)
+            lines.append(comment(f"workload {wl.kind}" + (f" ({'; '.join(where)})" if where else "")))
             for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
-                out.print(line + (" &" if cmd.background else ""), highlight=False, markup=False)
-        out.print("# teardown\nip -force -batch - <<'EOF'\n" +
-                  "\n".join(f"netns del {n.exec.name}" for n in topo.nodes.values()) + "\nEOF",
-                  highlight=False, markup=False)
+                lines.append(line + (" &" if cmd.background else ""))
+        lines.append(comment("teardown"))
+        lines.append(heredoc("ip -force -batch -", [f"netns del {n.exec.name}" for n in topo.nodes.values()]))
+        sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
 
 
 @app.command()

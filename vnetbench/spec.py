@@ -5,11 +5,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from . import yamlread
 from .units import parse_rate
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -42,8 +43,25 @@ CHOICES = {
 }
 
 
+def _takes(annotation: Any, kinds: tuple) -> bool:
+    return any(annotation is k for k in kinds) or any(_takes(a, kinds) for a in get_args(annotation))
+
+
+def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """Python counts true as 1: `pairs: true` or `duration: yes` must be an error, not one pair or one second."""
+    annotation = model.model_fields[info.field_name].annotation
+    if isinstance(value, bool) and _takes(annotation, (int, float)) and not _takes(annotation, (bool, Any)):
+        raise ValueError("write a number here, not true/false")
+    return value
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_bool(cls, v: Any, info: ValidationInfo) -> Any:
+        return not_a_bool(cls, v, info)
 
 
 class Underlay(Strict):
@@ -78,7 +96,7 @@ class Experiment(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError("use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit")
         return v
 
@@ -89,16 +107,24 @@ class Problem:
     message: str
 
     def render(self, source: str, lines: dict[tuple, int]) -> str:
-        field = _dotted(self.loc) or "(top level)"
+        field = yamlread.dotted(self.loc) or "(top level)"
         line = _nearest_line(self.loc, lines)
         where = f"{source}:{line}" if line else source
         return f"{where}: {field}: {self.message}"
 
 
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """A message as one printable line: a newline or a terminal escape in the user's text is shown, not obeyed."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 class SpecError(Exception):
     def __init__(self, lines: list[str]):
-        self.lines = lines
-        super().__init__("\n".join(lines))
+        self.lines = [one_line(line) for line in lines]
+        super().__init__("\n".join(self.lines))
 
 
 @dataclass
@@ -123,15 +149,21 @@ def load(path: str | Path, profile: str | None = None) -> LoadedSpec:
     """A spec file, or a built-in suite written `suite:NAME`."""
     if str(path).startswith("suite:"):
         name = str(path)[len("suite:"):]
-        if not suite_path(name).exists():
+        if not NAME_RE.fullmatch(name) or not suite_path(name).is_file():
             known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
             raise SpecError([f"{path}: no such suite; built-in suites: {known}"])
         path = suite_path(name)
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.is_dir():
+            raise SpecError([f"{path}: is a directory; give the experiment file (a .yaml file)"])
+        with path.open("rb") as fh:
+            raw = fh.read(yamlread.MAX_BYTES + 1)  # bounded: /dev/zero or a huge file must not eat the memory
+        text = yamlread.decode(raw)
     except OSError as exc:
-        raise SpecError([f"{path}: cannot read the file: {exc.strerror}"]) from None
+        raise SpecError([f"{path}: cannot read the file: {exc.strerror or exc}"]) from None
+    except yamlread.YamlProblem as exc:
+        raise SpecError([_where(str(path), exc.line) + f": {exc.message}"]) from None
     return loads(text, str(path), profile)
 
 
@@ -144,16 +176,22 @@ def merge(base: Any, over: Any) -> Any:
 
 def loads(text: str, source: str = "<spec>", profile: str | None = None) -> LoadedSpec:
     try:
-        data = yaml.safe_load(text)
-        lines = _line_index(yaml.compose(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise SpecError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        doc = yamlread.read(text)
+    except yamlread.YamlProblem as exc:
+        raise SpecError([_where(source, exc.line) + f": {exc.message}"]) from None
+    except yamlread.DuplicateKeys as exc:
+        raise SpecError([_where(source, p.line) + f": {p.message}" for p in exc.problems]) from None
+    data, lines = doc.data, doc.lines
+    if data is None:
+        raise SpecError([f"{source}: the file is empty; a spec is a mapping with at least `name` and `workloads`"])
     if not isinstance(data, dict):
-        raise SpecError([f"{source}: the file must be a mapping with at least `name` and `workloads`"])
+        raise SpecError([f"{source}:{lines.get((), 1)}: the file must be a mapping with at least `name` and "
+                         f"`workloads`, not a {_kind(data)}"])
+    # A spec vnetbench expanded with a profile (stored with its campaign, read again by --resume) no longer lists
+    # the other profiles' levels, so its `when`/`exclude` levels were checked when it was expanded.
+    declared = _declared_levels(data) if profile is not None or not data.get("profile") else None
     if profile is not None:
-        data, text = _apply_profile(data, profile, source)
+        data, text, lines = _apply_profile(data, profile, source, lines)
     problems: list[Problem] = []
     try:
         exp = Experiment.model_validate(data)
@@ -163,22 +201,67 @@ def loads(text: str, source: str = "<spec>", profile: str | None = None) -> Load
     if exp is not None:
         from .matrix import check  # the factor and workload checks need the datapath and workload registries
         seen = {p.loc[:1] for p in problems}
-        problems += [p for p in check(exp) if p.loc[:1] not in seen]
+        problems += [p for p in check(exp, declared, complete=not problems) if p.loc[:1] not in seen]
     if problems:
         raise SpecError([p.render(source, lines) for p in problems])
     return LoadedSpec(exp, text, source)
 
 
-def _apply_profile(data: dict, profile: str, source: str) -> tuple[dict, str]:
+def _declared_levels(data: dict) -> dict[str, list]:
+    """Every level the file gives each factor, in its own `factors` and in every profile's."""
+    profiles = data.get("profiles")
+    sections = [data, *(p for p in profiles.values() if isinstance(p, dict))] if isinstance(profiles, dict) else [data]
+    out: dict[str, list] = {}
+    for section in sections:
+        factors = section.get("factors")
+        for f, v in (factors.items() if isinstance(factors, dict) else ()):
+            out.setdefault(f, []).extend(v if isinstance(v, list) else [v])
+    return out
+
+
+def _where(source: str, line: int | None) -> str:
+    return f"{source}:{line}" if line else source
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "text", int: "number", float: "number", bool: "true/false"}.get(type(value), "value")
+
+
+def _apply_profile(data: dict, profile: str, source: str, lines: dict[tuple, int]) -> tuple[dict, str, dict]:
     """The spec with one profile merged in; the text stored with the campaign is the merged spec, so a
-    resume or a re-run repeats exactly what ran."""
+    resume or a re-run repeats exactly what ran. Errors point at the profile's own lines where it set the value."""
     profiles = data.get("profiles") or {}
+    at = _where(source, lines.get(("profiles",)))
     if not isinstance(profiles, dict) or profile not in profiles:
-        names = ", ".join(profiles) if isinstance(profiles, dict) and profiles else "none defined"
-        raise SpecError([f"{source}: profiles: no profile '{profile}'; this file has: {names}"])
-    merged = merge({k: v for k, v in data.items() if k != "profiles"}, profiles[profile] or {})
+        names = ", ".join(map(str, profiles)) if isinstance(profiles, dict) and profiles else "none defined"
+        raise SpecError([f"{at}: profiles: no profile '{profile}'; this file has: {names}"])
+    over = profiles[profile] or {}
+    if not isinstance(over, dict):
+        raise SpecError([f"{_where(source, lines.get(('profiles', profile)))}: profiles.{profile}: write a mapping of "
+                         f"the fields this profile changes, not a {_kind(over)}"])
+    base = {k: v for k, v in data.items() if k != "profiles"}
+    merged = merge(base, over)
     merged["profile"] = profile
-    return merged, yaml.safe_dump(merged, sort_keys=False)
+    return merged, yaml.safe_dump(merged, sort_keys=False), _profile_lines(base, over, profile, lines)
+
+
+def _profile_lines(base: dict, over: dict, profile: str, lines: dict[tuple, int]) -> dict[tuple, int]:
+    """The line index of the merged spec: the profile's lines where it sets a value, the base file's elsewhere
+    (a value the profile replaces keeps none of the base's lines below it)."""
+    replaced = list(_replaced(base, over, ()))
+    own = {p: n for p, n in lines.items() if p[:1] != ("profiles",)
+           and not any(p[:len(r)] == r for r in replaced)}
+    prefix = ("profiles", profile)
+    own |= {p[2:]: n for p, n in lines.items() if p[:2] == prefix and len(p) > 2}
+    return own
+
+
+def _replaced(base: Any, over: Any, path: tuple):
+    if isinstance(base, dict) and isinstance(over, dict):
+        for k, v in over.items():
+            yield from _replaced(base.get(k), v, path + (k,))
+    else:
+        yield path
 
 
 def _lenient(data: dict) -> Experiment | None:
@@ -195,36 +278,31 @@ def _lenient(data: dict) -> Experiment | None:
 def _message(err: dict) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        allowed = ", ".join(Experiment.model_fields)
+        allowed = ", ".join(_model_at(Experiment, tuple(err["loc"])[:-1]).model_fields)
         return f"unknown field; allowed here: {allowed}"
     if kind == "missing":
         return "required field is missing"
+    return pydantic_message(err)
+
+
+def pydantic_message(err: dict) -> str:
+    """pydantic's message without its "Value error, " prefix (the one place every validation message goes through)."""
     msg = err["msg"]
-    return msg.removeprefix("Value error, ")
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg
 
 
-def _dotted(loc: tuple) -> str:
-    out = ""
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The model a location falls in, e.g. ("underlay",) -> Underlay; the nearest one above when loc goes deeper."""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _line_index(node: yaml.Node | None, path: tuple = ()) -> dict[tuple, int]:
-    """Map every key path of the YAML document to its line number, so errors can point at the line."""
-    index: dict[tuple, int] = {}
-    if node is None:
-        return index
-    index[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = path + (key.value,)
-            index.update(_line_index(value, sub))
-            index[sub] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            index.update(_line_index(item, path + (i,)))
-    return index
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        inner = field and next((a for a in (field.annotation, *get_args(field.annotation))
+                                if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if inner is None:
+            break
+        model = inner
+    return model
 
 
 def _nearest_line(loc: tuple, lines: dict[tuple, int]) -> int | None:

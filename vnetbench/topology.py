@@ -16,6 +16,7 @@ from typing import Callable
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .matrix import Scenario
+from .spec import one_line
 from .workloads.base import Endpoint, Pair
 
 ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
@@ -390,17 +391,31 @@ class Topology:
 
     # ---- plan --------------------------------------------------------------------------------------------
     def script(self) -> str:
-        """The steps as a shell script a person can read or replay."""
+        """The steps as a shell script a person can read or replay: every value is quoted, escaped in a comment,
+        or inside a quoted here-document whose end marker no line of it can be."""
         self.emit()
         out: list[str] = []
         for step in (st for wave in self.waves() for st in wave):
             where = self.executor(step.node)
             if step.tool in BATCH_TOOLS:
-                opts = " ".join(where.ip()[1:])
-                out.append(f"{step.tool} {opts + ' ' if opts else ''}-batch - <<'EOF'")
-                out += step.lines + ["EOF"]
+                out.append(heredoc(shlex.join([step.tool, *where.ip()[1:], "-batch", "-"]), step.lines))
             elif step.tool == "call":
-                out.append(f"# {step.name}")
+                out.append(comment(step.name))
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
+
+
+def comment(text: str) -> str:
+    """A shell comment that stays one line whatever the text holds (a newline in it would start a command)."""
+    return "# " + one_line(text)
+
+
+def heredoc(command: str, lines: list[str]) -> str:
+    """command <<'MARK' ... MARK, quoted so nothing in it expands, with a marker that is none of its lines."""
+    body = "\n".join(lines).split("\n")  # lines as the shell reads them
+    mark, n = "EOF", 0
+    while mark in body:
+        n += 1
+        mark = f"EOF{n}"
+    return "\n".join([f"{command} <<'{mark}'", *body, mark])

@@ -9,12 +9,13 @@ import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from ..executor import Executor
 from ..sample import Sample
+from ..spec import not_a_bool
 
 
 class WorkloadError(RuntimeError):
@@ -23,8 +24,13 @@ class WorkloadError(RuntimeError):
 
 class Params(BaseModel):
     """Base of every workload's parameters; unknown fields are errors so typos are caught."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     type: str
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_bool(cls, v: Any, info: ValidationInfo) -> Any:
+        return not_a_bool(cls, v, info)
 
 
 @dataclass
@@ -71,6 +77,10 @@ class Workload(ABC):
         target = next(p for p in pairs if p.index == self.target_pair)  # the matrix skips scenarios without it
         return [Pair(p.index, p.client, target.server, p.meta | {"server": target.server.label, "target_pair": target.index})
                 for p in chosen]
+
+    def listen_ports(self, index: int) -> list[int]:
+        """The ports this workload's server(s) for pair `index` listen on (checked for clashes before a run)."""
+        return []
 
     @abstractmethod
     def expected_duration(self) -> float:

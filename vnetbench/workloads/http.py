@@ -109,8 +109,11 @@ class Http(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + 1.0
 
+    def listen_ports(self, index: int) -> list[int]:
+        return [self.params.port + index - 1]
+
     def _port(self, pair: Pair) -> int:
-        return self.params.port + pair.index - 1
+        return self.listen_ports(pair.index)[0]
 
     def _dir(self, pair: Pair) -> Path:
         ledger = pair.server.node.ledger

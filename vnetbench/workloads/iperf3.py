@@ -233,9 +233,13 @@ class Iperf3(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + self.params.omit + 1
 
-    def _port(self, pair: Pair, k: int = 0) -> int:
+    def listen_ports(self, index: int) -> list[int]:
         """Process k of pair i listens on port + (i - 1) * processes + k: one process, port + i - 1."""
-        return self.params.port + (pair.index - 1) * self.params.n_processes + k
+        n = self.params.n_processes
+        return [self.params.port + (index - 1) * n + k for k in range(n)]
+
+    def _port(self, pair: Pair, k: int = 0) -> int:
+        return self.listen_ports(pair.index)[k]
 
     def _server(self, pair: Pair, k: int = 0) -> list[str]:
         # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself.

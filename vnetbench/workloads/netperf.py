@@ -78,8 +78,11 @@ class Netperf(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + 1
 
+    def listen_ports(self, index: int) -> list[int]:
+        return [self.params.port + index - 1]
+
     def _port(self, pair: Pair) -> int:
-        return self.params.port + pair.index - 1
+        return self.listen_ports(pair.index)[0]
 
     def _server(self, pair: Pair) -> list[str]:
         return ["netserver", "-D", "-p", str(self._port(pair))]

@@ -108,8 +108,11 @@ class Sockperf(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + WARMUP_STAGE_S + 1
 
+    def listen_ports(self, index: int) -> list[int]:
+        return [self.params.port + index - 1]
+
     def _port(self, pair: Pair) -> int:
-        return self.params.port + pair.index - 1
+        return self.listen_ports(pair.index)[0]
 
     def _common(self, pair: Pair) -> list[str]:
         tcp = ["--tcp"] if self.params.protocol == "tcp" else []
