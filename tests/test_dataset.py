@@ -66,4 +66,7 @@ def test_show_counts_trials(tmp_path, data):
     assert rows[("throughput_bps", "background 3")].n == 3
     buf = StringIO()
     report.show(store, 1, Console(file=buf, width=250))
+    assert "n = trials" in buf.getvalue()
+    buf = StringIO()
+    report.show(store, 1, Console(file=buf, width=250), wide=True)
     assert "n counts trials" in buf.getvalue()

@@ -114,8 +114,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     for r in rows(store, cid, metrics):
         by_metric[r.metric].append(r)
     order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
-    console.print(N_COUNTS + ".", style="dim", soft_wrap=True)
     if wide:
+        console.print(N_COUNTS + ".", style="dim", soft_wrap=True)
         for metric in order:
             console.print(_table(metric, by_metric[metric]))
     else:
@@ -123,7 +123,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         common, differs = split_implementation([s["implementation"] for s in shown])
         if common:
             console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
-        console.print("median [95% CI of the median] and n per scenario; every metric: --all; every statistic: --wide",
+        console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: --wide",
                       style="dim", soft_wrap=True)
         cols = varying(shown) or ["switch"]
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
