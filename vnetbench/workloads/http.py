@@ -174,6 +174,7 @@ class Http(Workload):
                 for k in range(p.clients):
                     clients.append((pair, k, pair.client.node.spawn(self._client(pair, k),
                                                                     label=f"http client {k + 1} pair {pair.index}")))
+            self.signal_running([proc for *_, proc in clients])
             end = time.monotonic() + p.duration + p.timeout + CLIENT_SLACK_S
             per_pair: dict[int, list[tuple[int, int]]] = {}
             samples: list[Sample] = []

@@ -105,6 +105,7 @@ class Netperf(Workload):
                 wait_listening(pair.server.node, self._port(pair))
             for pair in pairs:
                 clients.append(pair.client.node.spawn(self._client(pair), label=f"netperf pair {pair.index}"))
+            self.signal_running(clients)
             end = time.monotonic() + self.params.duration + 10
             outs = [finish(c, max(end - time.monotonic(), 1), f"netperf pair {pair.index}")[0]
                     for pair, c in zip(pairs, clients)]

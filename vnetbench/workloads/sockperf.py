@@ -139,6 +139,7 @@ class Sockperf(Workload):
                 wait_listening(pair.server.node, self._port(pair), self.params.protocol)
             for pair in pairs:
                 clients.append(pair.client.node.spawn(self._client(pair), label=f"sockperf client pair {pair.index}"))
+            self.signal_running(clients)
             end = time.monotonic() + self.params.duration + WARMUP_STAGE_S + 10
             outs = [_collect(c, max(end - time.monotonic(), 1), f"sockperf pair {pair.index}")
                     for pair, c in zip(pairs, clients)]
