@@ -14,7 +14,7 @@ import yaml
 
 from . import analyses, figures, report
 from .analyses.base import FigureData, TableData
-from .sample import METRICS
+from .sample import METRICS, elapsed
 from .store import Campaign, Store
 from .units import human
 
@@ -98,7 +98,8 @@ def load(store: Store, cid: int) -> Data:
     events = set()
     for s in store.samples(cid):
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
-            series[(s["scenario"], s["metadata"].get("direction", ""))][round(s["t"], 1)].append(s["value"])
+            series[(s["scenario"], s["metadata"].get("direction", ""))][
+                round(elapsed(s["t"], s["metadata"], s["started"]), 1)].append(s["value"])
         elif s["t"] is not None and not s["metadata"].get("series") and "cpu" not in s["metadata"]:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
     try:

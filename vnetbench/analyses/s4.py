@@ -10,6 +10,7 @@ from collections import defaultdict
 import yaml
 from matplotlib.ticker import FuncFormatter
 
+from ..sample import elapsed
 from ..stats import compare
 from ..store import Store
 from ..units import human, parse_rate
@@ -213,7 +214,7 @@ class S4(Analysis):
             for t in self._trials(name, SINGLE):
                 for s in t.samples:
                     if s["metric"] == "throughput_interval_bps" and s["metadata"].get("direction") == "forward":
-                        pts[round(s["t"], 1)].append(s["value"])
+                        pts[round(elapsed(s["t"], s["metadata"], s.get("started")), 1)].append(s["value"])
             if pts:
                 lines[name] = pts
         if not lines:

@@ -17,6 +17,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from ..sample import elapsed
 from ..stats import Comparison, Summary, compare, summarize
 from ..store import Store
 from . import register
@@ -84,7 +85,7 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
         background = meta.get("role") == "background"
         if metric in MACHINE and meta.get("scope") == "machine" and "cpu" not in meta and not background:
             if meta.get("series"):
-                r.series[metric].append((s["t"], value))
+                r.series[metric].append((elapsed(s["t"], meta, s.get("started")), value))
             else:
                 r.machine[metric] = value
         elif metric == "http_response_time_s" and not background:
