@@ -388,7 +388,8 @@ def measure(sc: Scenario, topo: Topology, wl) -> tuple[list[Sample], dict]:
 
 def tool_window(samples: list[Sample]) -> tuple[float, float] | None:
     """The foreground tool's measurement window: from the earliest start to the latest end of its pairs' windows."""
-    windows = [s.metadata["window"] for s in samples if s.metadata.get("window") and s.metadata.get("role") != "background"]
+    windows = [s.metadata["window"] for s in samples if s.metadata.get("window") and s.metadata.get("role") != "background"
+               and not s.metadata.get("baseline")]  # the idle RTTs before the load are not part of its window
     if not windows:
         return None
     return min(w[0] for w in windows), max(w[1] for w in windows)

@@ -416,7 +416,7 @@ class Iperf3(Workload):
         end = time.monotonic() + 10
         return [s for pair, proc in zip(pairs, procs)
                 for s in parse_rtts(collect_ping(proc, _left(end), f"idle ping pair {pair.index}"), "rtt_idle_s",
-                                    pair=pair.index)]
+                                    pair=pair.index, baseline=True)]
 
 
 def _left(end: float) -> float:
