@@ -109,6 +109,8 @@ class Outcome:
     trials_failed: int = 0
     trials_invalid: int = 0
     stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
+    builds: int = 0                                         # topologies built, and the seconds their builds and
+    topology_s: float = 0.0                                 # teardowns took (what the random order costs)
 
 
 @contextmanager
@@ -287,6 +289,7 @@ class Campaign:
             self.store.set_scenario(self.cid, sc.index, "running")
             self.ran.add(sc.index)
         topo = Topology(sc, self.ledger)
+        began = time.monotonic()
         try:
             topo.build()
         except BuildError as exc:
@@ -298,6 +301,8 @@ class Campaign:
         except BaseException:
             topo.teardown()
             raise
+        self.outcome.builds += 1
+        self.outcome.topology_s += time.monotonic() - began
         self.bar.advance(self.task, BUILD_OVERHEAD_S)
         self.topo = (sc.index, topo)
         return topo
@@ -305,7 +310,9 @@ class Campaign:
     def _teardown(self) -> None:
         if self.topo is not None:
             _, topo, self.topo = *self.topo, None
+            began = time.monotonic()
             topo.teardown()
+            self.outcome.topology_s += time.monotonic() - began
 
     # ---- one trial ---------------------------------------------------------------------------------------
     def _trial(self, sc: Scenario, topo: Topology, rep: int, w: int) -> tuple[str, float | None]:
