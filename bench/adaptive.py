@@ -50,7 +50,7 @@ def per_cell(store: Store, cid: int) -> dict[str, list[float]]:
     values = adaptive.stored_values(store, cid, scenarios, spec.experiment.repetitions
                                     if not isinstance(spec.experiment.repetitions, int) else _AnyRule())
     keys = {sc.index: sc.key for sc in scenarios}
-    return {keys[idx]: [v for w in sorted(ws) for v in ws[w]] for idx, ws in values.items()}
+    return {keys[idx]: [v for w in sorted(ws) for _, v in ws[w]] for idx, ws in values.items()}
 
 
 class _AnyRule:

@@ -63,8 +63,8 @@ def decide(sc, values: dict[int, list[float]], rule, rep: int) -> str | None:
     return None
 
 
-def stored_values(store, cid: int, scenarios, rule) -> dict[int, dict[int, list[float]]]:
-    """scenario index -> workload index -> the values of its trials already stored ok (for a resume)."""
+def stored_values(store, cid: int, scenarios, rule) -> dict[int, dict[int, list[tuple[int, float]]]]:
+    """scenario index -> workload index -> (repetition, value) of its trials already stored ok (for a resume)."""
     if rule is None:
         return {}
     by_index = {sc.index: sc for sc in scenarios}
@@ -81,5 +81,5 @@ def stored_values(store, cid: int, scenarios, rule) -> dict[int, dict[int, list[
         w = sc.workload_ids.index(t["workload"])
         value = trial_value(samples[tid], sc.workloads[w], rule)
         if value is not None:
-            out[sc.index][w].append(value)
+            out[sc.index][w].append((t["repetition"], value))
     return {k: dict(v) for k, v in out.items()}

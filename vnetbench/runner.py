@@ -235,17 +235,21 @@ class Campaign:
             return True
         if self.rule is None:
             return rep >= self.max_reps
-        why = adaptive.decide(sc, self.values.get(sc.index, {}), self.rule, rep)
+        why = adaptive.decide(sc, self._values(sc, rep), self.rule, rep)
         if why:
             self.outcome.stopped[sc.index] = why
         return why is not None
+
+    def _values(self, sc: Scenario, rep: int) -> dict[int, list[float]]:
+        """Each workload's trial values up to repetition `rep`: a resume decides as the first run did."""
+        return {w: [v for r, v in got if r <= rep] for w, got in self.values.get(sc.index, {}).items()}
 
     def _finish(self, sc: Scenario) -> None:
         if sc.index in self.failed_builds:
             return
         why = self.outcome.stopped.get(sc.index)
         if self.rule is not None and why is None:
-            why = adaptive.decide(sc, self.values.get(sc.index, {}), self.rule, self.max_reps) or ""
+            why = adaptive.decide(sc, self._values(sc, self.max_reps), self.rule, self.max_reps) or ""
         self.store.set_scenario(self.cid, sc.index, "done", why or None)
 
     # ---- one repetition of a scenario ----------------------------------------------------------------------
@@ -275,7 +279,7 @@ class Campaign:
             self.outcome.trials_failed += status == "failed"
             self.outcome.trials_invalid += status == "invalid"
             if value is not None:
-                self.values.setdefault(sc.index, {}).setdefault(w, []).append(value)
+                self.values.setdefault(sc.index, {}).setdefault(w, []).append((rep, value))
             self.bar.advance(self.task, wl.expected_duration() + TRIAL_OVERHEAD_S)
             if self.exp.cooldown:
                 time.sleep(self.exp.cooldown)
