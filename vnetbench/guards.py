@@ -89,6 +89,18 @@ def check_ceiling(samples: Sequence[Sample], ceiling: float, crossing: set[int])
     return problems
 
 
+def check_interval_ceiling(samples: Sequence[Sample], ceiling: float, crossing: set[int]) -> list[str]:
+    """Intervals above the ceiling make a trial noisy, not invalid: over one interval the receiving application can
+    read faster than the wire for a while, draining what its socket buffers held from before."""
+    over = [s for s in samples if s.metric == "throughput_interval_bps" and s.metadata.get("pair") in crossing
+            and s.metadata.get("role") != "background" and s.value > ceiling * (1 + TOLERANCE)]
+    if not over:
+        return []
+    top = max(s.value for s in over)
+    return [f"{len(over)} throughput intervals above the payload ceiling {ceiling / 1e9:.3f} Gbit/s (highest "
+            f"{top / 1e9:.3f}): the receiver read data buffered before the interval"]
+
+
 def check_series(samples: Sequence[Sample]) -> list[str]:
     """The time-weighted mean of a pair's interval series must match its total over the same window."""
     totals = {(s.metadata.get("pair"), s.metadata.get("direction"), s.metadata.get("role")): s.value
@@ -129,4 +141,5 @@ def judge(samples: Sequence[Sample], *, ceiling: float | None = None, crossing: 
     if ceiling:
         invalid += check_ceiling(keep, ceiling, crossing)
     invalid += check_series(keep)
-    return Verdict(keep, invalid, check_noise(keep, foreign_busy))
+    noisy = check_noise(keep, foreign_busy) + (check_interval_ceiling(keep, ceiling, crossing) if ceiling else [])
+    return Verdict(keep, invalid, noisy)
