@@ -202,3 +202,29 @@ def test_s4_512_streams_on_a_10g_underlay_never_report_goodput_above_the_ceiling
             assert json.loads(meta)["processes"] == 4
         else:
             assert status == "invalid" and "ceiling" in error
+
+
+@pytest.mark.net
+def test_a_parser_bug_fails_its_trial_not_the_campaign(tmp_path, state_dir, monkeypatch):
+    """An exception that is not a tool failure (here a parser raising on its first call) fails that one trial,
+    with the exception's last line as the reason, and the campaign goes on."""
+    from vnetbench.runner import Runner
+    from vnetbench.spec import loads
+    from vnetbench.store import Store
+    from vnetbench.workloads import ping
+
+    real, calls = ping.parse_ping, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("icmp_seq")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ping, "parse_ping", flaky)
+    spec = loads("name: bug\nrepetitions: 3\nworkloads:\n  - {type: ping, count: 3, interval: 0.02}\n")
+    store = Store(tmp_path / "r.db")
+    outcome = Runner(store, progress=False).run(spec)
+    assert (outcome.status, outcome.trials_ok, outcome.trials_failed) == ("done", 2, 1)
+    trials = store.trials(outcome.campaign)
+    failed = [t for t in trials if t["status"] == "failed"]
+    assert len(trials) == 3 and len(failed) == 1 and failed[0]["error"].startswith("KeyError: 'icmp_seq'")
