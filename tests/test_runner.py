@@ -228,3 +228,37 @@ def test_a_parser_bug_fails_its_trial_not_the_campaign(tmp_path, state_dir, monk
     trials = store.trials(outcome.campaign)
     failed = [t for t in trials if t["status"] == "failed"]
     assert len(trials) == 3 and len(failed) == 1 and failed[0]["error"].startswith("KeyError: 'icmp_seq'")
+
+
+@pytest.mark.net
+def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, state_dir):
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    spec = tmp_path / "a.yaml"
+    spec.write_text(ADAPTIVE.format(target=0.0001).replace("count: 4", "count: 25"))
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def trials():
+        try:
+            with sqlite3.connect(db) as c:
+                return c.execute("SELECT id, scenario, repetition, workload, started FROM trials").fetchall()
+        except sqlite3.OperationalError:
+            return []
+    deadline = time.monotonic() + 60
+    while len(trials()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(15)
+    proc.communicate(timeout=60)
+    first = trials()
+    assert 3 <= len(first) < 8
+    vnetbench("run", "--resume", "1", "--db", db, "--no-progress")
+    final = trials()
+    assert len(final) == 2 * 4 and len({t[1:4] for t in final}) == len(final) and set(first) <= set(final)
+    with sqlite3.connect(db) as c:
+        reasons = [r for (r,) in c.execute("SELECT reason FROM scenarios")]
+    assert all(r.startswith("reached max 4") for r in reasons), reasons
