@@ -86,6 +86,8 @@ def test_adaptive_stops_when_the_ci_is_narrow_or_at_max():
     assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0]}, rule, 3) is None
     assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0, 90, 140, 70]}, rule, 6).startswith("reached max 6")
     assert "no iperf3 trial finished ok" in adaptive.decide(_Sc(), {}, rule, 3)
+    # Repetition 3 with only two ok trials (one invalid): not enough values yet, however narrow.
+    assert adaptive.decide(_Sc(), {0: [100.0, 100.1]}, rule, 3) is None
 
 
 def test_trial_value_is_one_value_per_trial():

@@ -56,7 +56,8 @@ def decide(sc, values: dict[int, list[float]], rule, rep: int) -> str | None:
             return f"stopped after {rep} repetitions: no {wl.kind} trial finished ok"
         widths[f"{main_metric(wl, rule)} ({wl.kind})"] = (half_width(got), len(got))
     text = ", ".join(f"{name} +-{width:.1%} (n={n})" for name, (width, n) in widths.items())
-    if all(width <= rule.target for width, _ in widths.values()):
+    # At least `min` trial values each: a failed or invalid trial does not count towards the minimum.
+    if all(width <= rule.target and n >= rule.min for width, n in widths.values()):
         return f"converged after {rep} repetitions: 95% CI of the mean within +-{rule.target:.0%}: {text}"
     if rep >= rule.max:
         return f"reached max {rule.max} repetitions before the 95% CI was within +-{rule.target:.0%}: {text}"
