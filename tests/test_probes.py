@@ -193,16 +193,20 @@ def test_process_probe_live():
         time.sleep(0.3)
         probe = ProcessProbe(LocalExecutor(), {"spin": spin.pid, "reaped": reaped.pid, "zombie": zombie.pid,
                                                "ghost": 2 ** 22 + 1})  # above the largest possible pid
+        ticks = lambda: parse_pid_stat(Path(f"/proc/{spin.pid}/stat").read_text()).cpu_ticks / os.sysconf("SC_CLK_TCK")
+        before, t0 = ticks(), time.time()
         probe.start()
         time.sleep(0.5)
         reaped.wait()
         time.sleep(0.5)
         samples = probe.stop()
+        by_hand = (ticks() - before) / (time.time() - t0)  # the same counter read around the probe's window
     finally:
         for p in (spin, reaped, zombie):
             p.wait()
     assert [s.metadata["process"] for s in samples] == ["spin"]
-    assert 0.5 <= samples[0].value <= 1.1
+    # On a shared machine the spinner gets what it gets: the probe must agree with its own counter read by hand.
+    assert 0.02 < samples[0].value <= 1.1 and samples[0].value == pytest.approx(by_hand, abs=0.15)
     assert samples[0].unit == "ratio" and samples[0].metadata["pid"] == spin.pid
 
 
