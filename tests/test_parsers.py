@@ -68,21 +68,27 @@ def test_iperf3_throughput_is_the_receivers(name):
 def test_iperf3_interval_series_adds_up_to_the_total(name):
     raw = text("iperf3", name)
     doc, samples = json.loads(raw), parse_iperf3(raw, pair=1)
-    omit = doc["start"]["test_start"]["omit"]
+    start = doc["start"]["timestamp"]["timesecs"] + doc["start"]["test_start"]["omit"]
     for direction, recv in receiver_sums(doc).items():
         series = sorted(by(samples, "throughput_interval_bps", direction=direction), key=lambda s: s.t)
         assert len(series) >= 2
-        ts = [omit] + [s.t for s in series]
+        ts = [start] + [s.t for s in series]  # absolute times, one interval after the other
         assert all(b > a for a, b in zip(ts, ts[1:]))
-        carried = sum(s.value * (b - a) / 8 for s, a, b in zip(series, ts, ts[1:]))
+        assert all(s.t - s.metadata["seconds"] == pytest.approx(a) for s, a in zip(series, ts))
+        carried = sum(s.value * s.metadata["seconds"] / 8 for s in series)
         assert carried == pytest.approx(recv["bytes"], rel=0.01)
+        (total,) = by(samples, "throughput_bps", direction=direction)
+        assert total.metadata["window"] == pytest.approx([start, start + recv["seconds"]], abs=0.01)
 
 
 def test_iperf3_omit_shifts_the_series_and_is_left_out():
     doc = json.loads(text("iperf3", "tcp_omit.json"))
     assert doc["start"]["test_start"]["omit"] == 1
-    series = by(parse_iperf3(text("iperf3", "tcp_omit.json")), "throughput_interval_bps")
-    assert len(series) == 2 and min(s.t for s in series) > 1.5
+    series = by(parse_iperf3(text("iperf3", "tcp_omit.json"), began=doc["start"]["timestamp"]["timesecs"] + 0.3),
+                "throughput_interval_bps")
+    t0 = doc["start"]["timestamp"]["timesecs"] + 0.3  # spawned after the whole second iperf3 stamps: ours counts
+    assert len(series) == 2 and min(s.t for s in series) - t0 > 1.5
+    assert series[0].metadata["window"][0] == pytest.approx(t0 + 1)
 
 
 def test_iperf3_udp_loss_counted_at_the_receiver():
@@ -156,7 +162,9 @@ def test_ping_one_rtt_per_reply(name):
     assert len(rtts) == rx == len(re.findall(r"bytes from", raw))
     assert [s.value for s in rtts] == [float(ms) / 1000 for ms in re.findall(r"time=([\d.]+) ms", raw)]
     assert len({s.metadata["icmp_seq"] for s in rtts}) == rx
-    assert rtts[0].t == 0 and all(b.t >= a.t for a, b in zip(rtts, rtts[1:]))
+    first = float(re.search(r"^\[([\d.]+)\]", raw, re.M)[1]) - rtts[0].value  # -D stamps the reply (UNIX time)
+    assert rtts[0].t == pytest.approx(first) and all(b.t >= a.t for a, b in zip(rtts, rtts[1:]))
+    assert rtts[0].metadata["window"][0] == rtts[0].t
     assert one(samples, "ping_loss_ratio") == pytest.approx(1 - rx / tx)
     diffs = [abs(b.value - a.value) for a, b in zip(rtts, rtts[1:])]
     assert one(samples, "ping_jitter_s") == pytest.approx(sum(diffs) / len(diffs))
@@ -267,3 +275,17 @@ def test_netperf_refused_and_udp_stream_refused():
         parse_netperf(text("netperf", "refused.txt"), "TCP_STREAM")
     with pytest.raises(ValidationError, match="rate-limited"):
         load_all()["netperf"].Params.model_validate({"type": "netperf", "test": "UDP_STREAM"})
+
+
+def test_ping_under_load_keeps_only_echoes_inside_the_window():
+    raw = text("ping", "v4.txt")
+    every = parse_rtts(raw, "rtt_loaded_s", pair=1)
+    ts = [s.t for s in every]
+    window = [ts[2] - 1e-6, ts[-3] + 1e-6]
+    inside = parse_rtts(raw, "rtt_loaded_s", window, pair=1)
+    assert [s.t for s in inside] == ts[2:-2]
+    assert all(s.metadata["window"] == window for s in inside)
+    samples = parse_ping(raw, "rtt_loaded_s", window, pair=1)
+    values = [s.value for s in inside]
+    jitter = sum(abs(b - a) for a, b in zip(values, values[1:])) / (len(values) - 1)
+    assert one(samples, "ping_jitter_s") == pytest.approx(jitter)

@@ -212,7 +212,7 @@ def test_markdown_same_tables_and_svg_figures(campaign_db, html_report):
     # every table with a header row in the HTML is a Markdown table: one separator row each
     assert len(re.findall(r"^\|(?:-{3}:?\|)+$", md, re.M)) == html_text.count("<thead>")
     for caption in re.findall(r"<caption>([^<]+)</caption>", html_text):
-        assert caption.replace("*", "\\*") in md, caption
+        assert html.unescape(caption).replace("*", "\\*") in md, caption
     assert "| overlay | cost vs none |" in md and "| vxlan | +12.5 % |" in md
     for fact in (SKIP_REASON, FAILED_SCENARIO, TRIAL_ERROR, "- VXLAN costs 12.5 % of throughput (test finding)"):
         assert fact in md, fact

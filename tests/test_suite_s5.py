@@ -315,3 +315,10 @@ def test_s5_findings_answer_yes_with_enough_rounds(tmp_path):
                                   "53.1 % without vs 68.1 % with")
     assert any(f.startswith("Neighbour degraded: yes — ") for f in findings)
     assert any(f.startswith("Interrupts per second higher under attack: not shown (within noise)") for f in findings)
+
+
+def test_http_client_output_with_its_start_time_is_absolute():
+    text = "0.000100 0.001500 200\n0.200000 0.002500 200\n# duration 0.31\n# t0 1795316400.5\n"
+    samples, *_ = parse_client(text, pair=1, client=1)
+    assert [s.t for s in samples] == pytest.approx([1795316400.5001, 1795316400.7])
+    assert samples[0].metadata["window"] == pytest.approx([1795316400.5, 1795316400.81])

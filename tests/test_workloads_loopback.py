@@ -4,6 +4,8 @@ import socket
 import subprocess
 import threading
 
+import time
+
 import pytest
 
 from vnetbench.executor import LocalExecutor
@@ -57,6 +59,15 @@ def test_iperf3_tcp_with_ping_under_load():
     assert len(values(samples, "throughput_interval_bps")) >= 1
     rtts = values(samples, "rtt_loaded_s", pair=1)
     assert len(rtts) >= 3 and all(0 < v < 0.01 for v in rtts)
+    # One timebase: the loaded echoes were sent inside iperf3's measurement window, the idle ones before it.
+    [total] = [s for s in samples if s.metric == "throughput_bps"]
+    start, end = total.metadata["window"]
+    assert 0.9 < end - start < 1.2 and abs(start - time.time()) < 30
+    assert all(start <= s.t <= end for s in samples if s.metric == "rtt_loaded_s")
+    idle = [s for s in samples if s.metric == "rtt_idle_s"]
+    assert len(idle) >= 3 and all(s.t < start and 0 < s.value < 0.01 for s in idle)
+    series = [s for s in samples if s.metric == "throughput_interval_bps"]
+    assert all(start < s.t <= end + 1e-6 for s in series)
 
 
 def test_iperf3_udp_is_sent_at_the_bounded_rate():

@@ -182,18 +182,22 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
 def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or suite:NAME"), db: str = DB,
         profile: Optional[str] = PROFILE,
         resume: Optional[int] = typer.Option(None, "--resume", help="continue this campaign id"),
-        progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+        order: Optional[str] = typer.Option(None, "--order", help="random (default: shuffled blocks, seeded) or "
+                                                                   "sequential; overrides the spec's `order`")) -> None:
     """Build, measure, store and tear down every scenario of an experiment."""
     need_root()
     from .runner import CampaignBusy, Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
+    if order not in (None, "random", "sequential"):
+        fail(f"--order: '{order}' is not an order; use random or sequential")
     loaded = load_spec(spec, profile) if spec else None
     store = Store(db)
     if resume is not None and store.campaign(resume) is None:
         fail(f"no campaign {resume} in {db}")
     try:
-        outcome = Runner(store, err, progress).run(loaded, resume)
+        outcome = Runner(store, err, progress).run(loaded, resume, order)
     except CampaignBusy as exc:
         fail(str(exc))
     except StoreError as exc:
@@ -204,10 +208,13 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
     report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
-              f"{outcome.trials_failed} failed (results in {db})")
+              f"{outcome.trials_failed} failed" + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
+              + f" (results in {db})")
     problems = []
     if outcome.trials_failed:
         problems.append(f"{outcome.trials_failed} of {outcome.trials_ok + outcome.trials_failed} trials failed")
+    if outcome.trials_invalid:
+        problems.append(f"{outcome.trials_invalid} trials invalid (impossible values; reasons above)")
     if outcome.scenarios_failed:
         problems.append(f"{outcome.scenarios_failed} of {outcome.scenarios_runnable} runnable scenarios failed to build")
     if not outcome.scenarios_runnable:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 from typing import IO
 
+from .sample import absolute
 from .store import Store
 
 FIELDS = ("campaign", "trial", "repetition", "scenario", "workload", "metric", "value", "unit", "t",
@@ -14,7 +15,7 @@ FIELDS = ("campaign", "trial", "repetition", "scenario", "workload", "metric", "
 
 def records(store: Store, cid: int):
     for s in store.samples(cid):
-        ts = s["started"] + (s["t"] or 0.0)
+        ts = absolute(s["t"], s["started"]) or s["started"]
         yield {"campaign": cid, "trial": s["trial"], "repetition": s["repetition"], "scenario": s["labels"],
                "scenario_index": s["scenario"], "workload": s["workload"], "metric": s["metric"],
                "value": s["value"], "unit": s["unit"], "t": s["t"], "implementation": s["implementation"],

@@ -42,11 +42,10 @@ def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
 
 def since_start(sample: dict) -> float:
     """A series point's time on the figure's axis: seconds from the start of its tool's measurement window (the
-    sample's `window` metadata), else from the trial's start when `t` is a clock time, else `t` as stored."""
-    t, window = sample["t"], sample["metadata"].get("window")
-    if isinstance(window, (list, tuple)) and window and isinstance(window[0], (int, float)):
-        return t - window[0]
-    return t - sample["started"] if t > 1e6 and sample.get("started") else t
+    sample's `window` metadata), else from the trial's start; sample.elapsed is the one rule."""
+    from .sample import elapsed
+    got = elapsed(sample["t"], sample["metadata"], sample.get("started"))
+    return sample["t"] if got is None else got
 
 
 def bounds(metric: str, unit: str) -> tuple[float, float]:

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("rate, duration and timeout must be positive and bounded (rate <= 10000/s, duration <= 3600 s)")
     interval, lines = 1.0 / a.rate, []
     conn = None
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     n, shift = 0, 0.0  # the n-th request is due at phase + n / rate + shift (shift grows when late)
     due = a.phase
     while True:
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if conn is not None:
         conn.close()
     lines.append(f"# duration {time.perf_counter() - t0:.6f}\n")
+    lines.append(f"# t0 {wall0:.6f}\n")  # when the client's clock started, UNIX time: makes every start absolute
     sys.stdout.write("".join(lines))
     return 0
 

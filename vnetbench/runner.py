@@ -1,26 +1,34 @@
 """A campaign: build each scenario's topology, run every workload for every repetition while the probes
-watch, commit each trial as it finishes, tear down. Ctrl-C or SIGTERM stops cleanly and can be resumed."""
+watch, commit each trial as it finishes, tear down. Ctrl-C or SIGTERM stops cleanly and can be resumed.
+
+Order: by default trials run in blocks, one repetition of every scenario per block, the scenarios of a block
+shuffled with a seed recorded in the campaign, so drift over time spreads over all scenarios instead of landing on
+whole ones. Scenarios cannot share the machine (their namespaces have the same names), so a topology is rebuilt for
+each of its repetitions; `order: sequential` builds it once and runs all its repetitions in a row.
+"""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
+import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import environment
+from . import adaptive, environment, guards
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import SystemProbe
+from .probes.procstat import SystemProbe, busy_ratio_now
 from .executor import LocalExecutor
-from .spec import LoadedSpec, loads
+from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
 from .store import Store, StoreError
 from .topology import BuildError, Topology
@@ -28,28 +36,70 @@ from .workloads.base import WorkloadError
 
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
 BUILD_OVERHEAD_S = 1.0
+READY_TIMEOUT_S = 15.0   # a background load must be running by then, or the trial fails
+FOREIGN_SAMPLE_S = 0.2   # the machine's busy share just before a trial: load that is not ours
+
+
+class TrialFailure(Exception):
+    """Something that fails one trial (not the campaign), with the reason to store."""
 
 
 class Background(threading.Thread):
-    """A workload that runs alongside a trial (a CPU load, a flood); its samples are kept with role=background."""
+    """A workload that runs alongside a trial (a CPU load, a flood); its samples are kept with role=background.
+
+    It must be running before the foreground starts (`wait_ready`), must not fail, and must not end before it
+    has run its course (`finish`): each of those fails the trial with what the tool said."""
 
     def __init__(self, workload, pairs):
         super().__init__(daemon=True)
         self.workload, self.pairs = workload, pairs
         self.samples: list[Sample] = []
         self.error: str | None = None
+        self.began = self.ended = 0.0
+        self.ready = threading.Event()
 
     def run(self) -> None:
+        self.began = time.time()
+        self.workload.ready = self.ready
         try:
             got = self.workload.run(self.pairs)
             self.samples = [Sample(s.metric, s.value, s.unit, s.metadata | {"role": "background",
                                    "background_workload": self.workload.kind}, s.t) for s in got]
         except WorkloadError as exc:
             self.error = f"background {self.workload.kind}: {exc}"
+        except Exception as exc:  # a parser bug must not end the thread without a word
+            self.error = f"background {self.workload.kind}: {_last_line(exc)}"
+        finally:
+            self.workload.ready = None
+            self.ended = time.time()
 
-    def join(self, timeout: float | None = None) -> list[Sample]:
-        super().join(self.workload.expected_duration() + 30 if timeout is None else timeout)
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.05):
+            if not self.is_alive():
+                raise TrialFailure(self.error or f"background {self.workload.kind} ended before it was running")
+            if time.monotonic() > deadline:
+                raise TrialFailure(f"background {self.workload.kind} was not running {timeout:.0f} s after it started")
+
+    def finish(self) -> list[Sample]:
+        """Wait for the load to end; raises TrialFailure if it failed, hung or ended early."""
+        planned = self.workload.expected_duration()
+        super().join(planned + 30)
+        if self.is_alive():
+            raise TrialFailure(f"background {self.workload.kind} did not finish within {planned + 30:.0f} s")
+        if self.error:
+            raise TrialFailure(self.error)
+        ran = self.ended - self.began
+        if ran < 0.8 * planned - 1:
+            raise TrialFailure(f"background {self.workload.kind} ended after {ran:.1f} s of its planned "
+                               f"{planned:.1f} s")
         return self.samples
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in traceback.format_exception(exc) if line.strip()]
+    where = next((line.strip().splitlines()[0] for line in reversed(lines[:-1]) if line.strip().startswith("File")), "")
+    return f"{type(exc).__name__}: {exc}" + (f" ({where})" if where else "")
 
 
 @dataclass
@@ -58,9 +108,13 @@ class Outcome:
     status: str          # done | interrupted
     trials_ok: int = 0
     trials_failed: int = 0
+    trials_invalid: int = 0
     scenarios_failed: int = 0       # failed to build: none of their trials ran
     scenarios_runnable: int = 0
     signal: int | None = None       # what interrupted the run: SIGINT or SIGTERM
+    stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
+    builds: int = 0                                         # topologies built, and the seconds their builds and
+    topology_s: float = 0.0                                 # teardowns took (what the random order costs)
 
 
 class CampaignBusy(Exception):
@@ -99,13 +153,13 @@ class Runner:
         self.console = console or Console(stderr=True)
         self.progress = progress
 
-    def run(self, spec: LoadedSpec | None = None, resume: int | None = None) -> Outcome:
+    def run(self, spec: LoadedSpec | None = None, resume: int | None = None, order: str | None = None) -> Outcome:
         """The handlers go in before anything is created: a SIGTERM during the capability probe, which builds a
         scratch namespace, takes the probe's own clean-up path instead of killing the process."""
         outcome = Outcome(resume or 0, "interrupted")
         try:
             with _signals_as_interrupt(outcome):
-                self._run(spec, resume, outcome)
+                self._run(spec, resume, order, outcome)
         except StoreError as exc:
             exc.campaign = outcome.campaign or None  # for the --resume hint: finished trials are kept
             raise
@@ -115,7 +169,7 @@ class Runner:
             self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept.{hint}[/]")
         return outcome
 
-    def _run(self, spec: LoadedSpec | None, resume: int | None, outcome: Outcome) -> None:
+    def _run(self, spec: LoadedSpec | None, resume: int | None, order: str | None, outcome: Outcome) -> None:
         me = (os.getpid(), process_start_time(os.getpid()))
         if resume is not None:
             holder = self.store.claim(resume, me, _alive)
@@ -127,31 +181,26 @@ class Runner:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
             cid = camp.id
+            plan = camp.environment.get("order") or {"order": "sequential", "seed": None}
         else:
+            plan = {"order": order or spec.experiment.order,
+                    "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
             cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256,
-                                          environment.capture(caps), owner=me)
+                                          environment.capture(caps) | {"order": plan}, owner=me)
         outcome.campaign = cid
         scenarios = expand(spec.experiment, caps)
         if resume is None:
             for sc in scenarios:
                 self._put(cid, sc)
         outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
-        done = self.store.done_trials(cid)
-        todo = [(sc, [(r, w) for r in range(1, spec.experiment.repetitions + 1) for w in range(len(sc.workloads))
-                      if not sc.workloads[w].background and (sc.index, r, sc.workload_ids[w]) not in done])
-                for sc in scenarios if sc.skip is None]
-        todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
         ledger = None
         try:
             ledger = Ledger.create()
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
-                total = sum(BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S
-                                                   for _, w in trials) for sc, trials in todo)
-                task = bar.add_task("starting", total=max(total, 1e-9))
-                for k, (sc, trials) in enumerate(todo, 1):
-                    self._scenario(cid, sc, trials, ledger, spec.experiment, bar, task, f"{k}/{len(todo)}", outcome)
+                Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
+                         bar, outcome).run()
                 outcome.status = "done"
         finally:
             with _uninterruptible():
@@ -173,56 +222,249 @@ class Runner:
     def _short(self, sc: Scenario) -> str:
         return ", ".join(f"{f}={sc.labels[f]}" for f in self.varying) or sc.labels["switch"]
 
-    def _scenario(self, cid, sc, trials, ledger, exp, bar, task, position, outcome) -> None:
-        bar.update(task, description=f"scenario {position} building: {self._short(sc)}")
-        topo = Topology(sc, ledger)
-        try:
-            try:
-                topo.build()
-            except BuildError as exc:
-                self.store.set_scenario(cid, sc.index, "failed", f"build failed: {exc}")
-                outcome.scenarios_failed += 1
-                self.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
-                bar.advance(task, BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() for _, w in trials))
-                return
-            self.store.set_scenario_environment(cid, sc.index, environment.scenario_interfaces(topo))
-            bar.advance(task, BUILD_OVERHEAD_S)
-            for n, (rep, w) in enumerate(trials, 1):
-                wl = sc.workloads[w]
-                bar.update(task, description=f"scenario {position} rep {rep}/{exp.repetitions} {wl.kind}: "
-                                             f"{self._short(sc)}")
-                ok = self._trial(cid, sc, topo, rep, w)
-                outcome.trials_ok += ok
-                outcome.trials_failed += not ok
-                bar.advance(task, wl.expected_duration() + TRIAL_OVERHEAD_S)
-                if exp.cooldown:
-                    time.sleep(exp.cooldown)
-            self.store.set_scenario(cid, sc.index, "done")
-        finally:
-            topo.teardown()
 
-    def _trial(self, cid: int, sc: Scenario, topo: Topology, rep: int, w: int) -> bool:
-        wl = sc.workloads[w]
-        probes = [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
-                  *[InterfaceProbe(h.exec) for h in topo.hosts]]
-        started = time.time()
-        for p in probes:
-            p.start()
-        error, samples = None, []
-        background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
+class Campaign:
+    """The trial loop of one campaign: which scenario runs when, how often, and each trial's measurement."""
+
+    def __init__(self, runner: Runner, cid: int, exp, scenarios: list[Scenario], plan: dict, ledger: Ledger,
+                 bar: Progress, outcome: Outcome):
+        self.r, self.store, self.cid, self.exp = runner, runner.store, cid, exp
+        self.scenarios, self.plan, self.ledger, self.bar, self.outcome = scenarios, plan, ledger, bar, outcome
+        reps = exp.repetitions
+        self.rule = reps if isinstance(reps, Repetitions) else None
+        self.max_reps = exp.max_repetitions
+        self.done = self.store.done_trials(cid)
+        self.values = adaptive.stored_values(self.store, cid, scenarios, self.rule)
+        self.topo: tuple[int, Topology] | None = None  # the topology standing now, kept while its scenario runs on
+        self.failed_builds: set[int] = set()
+        self.ran: set[int] = set()
+        self.described: set[int] = set()
+
+    # ---- order -------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        runnable = [sc for sc in self.scenarios if self._todo_any(sc)]
+        total = sum(BUILD_OVERHEAD_S * (self.max_reps if self.plan["order"] == "random" else 1)
+                    + sum(self._todo_seconds(sc, rep) for rep in range(1, self.max_reps + 1)) for sc in runnable)
+        self.task = self.bar.add_task("starting", total=max(total, 1e-9))
         try:
-            for b in background:
-                b.start()
-            samples = wl.run(wl.select(topo.pairs))
-        except WorkloadError as exc:
-            error = str(exc)
+            if self.plan["order"] == "random":
+                self._random()
+            else:
+                self._sequential()
         finally:
-            probe_samples = [s for p in probes for s in p.stop()]
-            for b in background:
-                samples += b.join()
-                error = error or b.error
-        meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix,
+            self._teardown()
+
+    def _random(self) -> None:
+        rng = random.Random(self.plan["seed"])
+        active = list(self.scenarios)
+        for rep in range(1, self.max_reps + 1):
+            block = list(active)
+            rng.shuffle(block)  # shuffled even when nothing in it is left to do, so a resume repeats the order
+            for k, sc in enumerate(block, 1):
+                self._repetition(sc, rep, f"block {rep}, {k}/{len(block)}")
+            active = [sc for sc in active if not self._stopped(sc, rep)]
+            if not active:
+                break
+        for sc in self.scenarios:
+            self._finish(sc)
+
+    def _sequential(self) -> None:
+        for k, sc in enumerate(self.scenarios, 1):
+            for rep in range(1, self.max_reps + 1):
+                self._repetition(sc, rep, f"scenario {k}/{len(self.scenarios)}")
+                if self._stopped(sc, rep):
+                    break
+            self._finish(sc)
+            self._teardown()
+
+    def _stopped(self, sc: Scenario, rep: int) -> bool:
+        if sc.index in self.failed_builds:
+            return True
+        if self.rule is None:
+            return rep >= self.max_reps
+        why = adaptive.decide(sc, self._values(sc, rep), self.rule, rep)
+        if why:
+            self.outcome.stopped[sc.index] = why
+        return why is not None
+
+    def _values(self, sc: Scenario, rep: int) -> dict[int, list[float]]:
+        """Each workload's trial values up to repetition `rep`: a resume decides as the first run did."""
+        return {w: [v for r, v in got if r <= rep] for w, got in self.values.get(sc.index, {}).items()}
+
+    def _finish(self, sc: Scenario) -> None:
+        if sc.index in self.failed_builds:
+            return
+        why = self.outcome.stopped.get(sc.index)
+        if self.rule is not None and why is None:
+            why = adaptive.decide(sc, self._values(sc, self.max_reps), self.rule, self.max_reps) or ""
+        self.store.set_scenario(self.cid, sc.index, "done", why or None)
+
+    # ---- one repetition of a scenario ----------------------------------------------------------------------
+    def _todo(self, sc: Scenario, rep: int) -> list[int]:
+        return [w for w in range(len(sc.workloads))
+                if not sc.workloads[w].background and (sc.index, rep, sc.workload_ids[w]) not in self.done]
+
+    def _todo_any(self, sc: Scenario) -> bool:
+        return any(self._todo(sc, rep) for rep in range(1, self.max_reps + 1))
+
+    def _todo_seconds(self, sc: Scenario, rep: int) -> float:
+        return sum(sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S for w in self._todo(sc, rep))
+
+    def _repetition(self, sc: Scenario, rep: int, position: str) -> None:
+        todo = self._todo(sc, rep)
+        if not todo or sc.index in self.failed_builds:
+            return
+        topo = self._topology(sc, position)
+        if topo is None:
+            self.bar.advance(self.task, self._todo_seconds(sc, rep))
+            return
+        for w in todo:
+            wl = sc.workloads[w]
+            self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}")
+            status, value = self._trial(sc, topo, rep, w)
+            self.outcome.trials_ok += status == "ok"
+            self.outcome.trials_failed += status == "failed"
+            self.outcome.trials_invalid += status == "invalid"
+            if value is not None:
+                self.values.setdefault(sc.index, {}).setdefault(w, []).append((rep, value))
+            self.bar.advance(self.task, wl.expected_duration() + TRIAL_OVERHEAD_S)
+            if self.exp.cooldown:
+                time.sleep(self.exp.cooldown)
+
+    def _topology(self, sc: Scenario, position: str) -> Topology | None:
+        if self.topo is not None and self.topo[0] == sc.index:
+            return self.topo[1]
+        self._teardown()
+        self.bar.update(self.task, description=f"{position} building: {self.r._short(sc)}")
+        if sc.index not in self.ran:
+            self.store.set_scenario(self.cid, sc.index, "running")
+            self.ran.add(sc.index)
+        topo = Topology(sc, self.ledger)
+        began = time.monotonic()
+        try:
+            topo.build()
+        except BuildError as exc:
+            topo.teardown()
+            self.failed_builds.add(sc.index)
+            self.outcome.scenarios_failed += 1
+            self.store.set_scenario(self.cid, sc.index, "failed", f"build failed: {exc}")
+            self.r.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
+            return None
+        except BaseException:
+            topo.teardown()
+            raise
+        self.outcome.builds += 1
+        self.outcome.topology_s += time.monotonic() - began
+        if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
+            self.store.set_scenario_environment(self.cid, sc.index, environment.scenario_interfaces(topo))
+            self.described.add(sc.index)
+        self.bar.advance(self.task, BUILD_OVERHEAD_S)
+        self.topo = (sc.index, topo)
+        return topo
+
+    def _teardown(self) -> None:
+        if self.topo is not None:
+            _, topo, self.topo = *self.topo, None
+            began = time.monotonic()
+            topo.teardown()
+            self.outcome.topology_s += time.monotonic() - began
+
+    # ---- one trial ---------------------------------------------------------------------------------------
+    def _trial(self, sc: Scenario, topo: Topology, rep: int, w: int) -> tuple[str, float | None]:
+        """Run, judge and store one trial; returns its status and its main metric's value (None unless ok)."""
+        wl = sc.workloads[w]
+        started = time.time()
+        meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
-        self.store.save_trial(cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(), "failed" if error else "ok",
-                              error, started, time.time(), samples + (probe_samples if not error else []), meta)
-        return error is None
+        status, error, samples = "ok", None, []
+        try:
+            samples, extra = measure(sc, topo, wl)
+            meta |= extra
+            verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
+                                   foreign_busy=extra.get("foreign_busy_ratio"))
+            samples = verdict.samples
+            if verdict.noisy:
+                meta["noisy"] = verdict.noisy
+            if verdict.invalid:
+                status, error = "invalid", "; ".join(verdict.invalid)
+        except TrialFailure as exc:
+            status, error = "failed", str(exc)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # a parser or probe bug fails this trial, not the campaign
+            status, error, samples = "failed", _last_line(exc), []
+        if status == "failed":
+            samples = []
+        try:
+            self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
+                                  status, error, started, time.time(), samples, meta)
+        except Exception as exc:  # a store error fails this trial: try to record that much, then go on
+            status, error = "failed", f"store: {_last_line(exc)}"
+            try:
+                self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
+                                      status, error, started, time.time(), [], {})
+            except Exception:
+                pass
+        self.done.add((sc.index, rep, sc.workload_ids[w]))
+        if status != "ok":
+            self.r.console.print(f"[{'red' if status == 'failed' else 'yellow'}]trial {status}[/] "
+                                 f"(scenario {sc.index}, rep {rep}, {wl.kind}): {error}", highlight=False)
+        return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
+
+
+def measure(sc: Scenario, topo: Topology, wl) -> tuple[list[Sample], dict]:
+    """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
+    Raises TrialFailure when the tool or a background load failed."""
+    foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
+    probes = [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
+              *[InterfaceProbe(h.exec) for h in topo.hosts]]
+    for p in probes:
+        p.start()
+    background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
+    error, samples, window = None, [], None
+    try:
+        for b in background:
+            b.start()
+        for b in background:
+            b.wait_ready()
+        samples = wl.run(wl.select(topo.pairs))
+    except WorkloadError as exc:
+        error = str(exc)
+    except TrialFailure as exc:
+        error = str(exc)
+    finally:
+        window = tool_window(samples)
+        probe_samples = [s for p in probes for s in p.stop(window)]
+        for b in background:
+            try:
+                samples += b.finish()
+            except TrialFailure as exc:
+                error = error or str(exc)
+    if error:
+        raise TrialFailure(error)
+    meta = {"foreign_busy_ratio": foreign}
+    if window:
+        meta["window"] = list(window)
+    return samples + probe_samples, meta
+
+
+def tool_window(samples: list[Sample]) -> tuple[float, float] | None:
+    """The foreground tool's measurement window: from the earliest start to the latest end of its pairs' windows."""
+    windows = [s.metadata["window"] for s in samples if s.metadata.get("window") and s.metadata.get("role") != "background"
+               and not s.metadata.get("baseline")]  # the idle RTTs before the load are not part of its window
+    if not windows:
+        return None
+    return min(w[0] for w in windows), max(w[1] for w in windows)
+
+
+def ceiling(sc: Scenario, wl) -> float | None:
+    """The payload ceiling of the scenario's rate-limited underlay for this workload's protocol (None: no limit)."""
+    if not sc.underlay_rate:
+        return None
+    proto = getattr(wl.params, "protocol", None) or ("udp" if str(getattr(wl.params, "test", "")).startswith("UDP")
+                                                     else "tcp")
+    return guards.payload_ceiling(sc.underlay_rate, sc.vm_mtu, sc.overhead, proto, int(sc.levels.get("ip_version", 4)))
+
+
+def _crossing(topo: Topology, wl) -> set[int]:
+    return {p.index for p in wl.select(topo.pairs) if guards.crosses(p.meta)}

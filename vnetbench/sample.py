@@ -23,7 +23,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("udp_loss_ratio", "ratio", "lower", "UDP datagrams lost, counted at the receiver"),
     Metric("jitter_s", "s", "lower", "UDP inter-arrival jitter at the receiver (RFC 3550)"),
     Metric("rtt_s", "s", "lower", "ICMP echo round-trip time, one sample per echo"),
-    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time measured during a throughput test"),
+    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time during a throughput test's measurement window"),
+    Metric("rtt_idle_s", "s", "lower", "ICMP echo round-trip time just before a throughput test starts (its baseline)"),
     Metric("ping_loss_ratio", "ratio", "lower", "ICMP echoes without reply"),
     Metric("ping_jitter_s", "s", "lower", "mean absolute difference of consecutive RTTs"),
     Metric("latency_s", "s", "lower", "request/response round-trip latency (sockperf ping-pong)"),
@@ -67,9 +68,31 @@ class Sample:
     value: float
     unit: str
     metadata: dict[str, Any] = field(default_factory=dict)
-    t: float | None = None  # seconds since the trial started, for series
+    t: float | None = None  # absolute UNIX time (s) on the machine's clock: when an event happened or a series
+                            # interval ended; metadata["window"] = [start, end] is the tool's measurement window
 
     @classmethod
     def of(cls, metric: str, value: float, t: float | None = None, **metadata: Any) -> "Sample":
         """A sample of a registered metric; the unit comes from the registry so it cannot drift."""
         return cls(metric, float(value), METRICS[metric].unit, metadata, t)
+
+
+# Before timestamps were absolute, t counted seconds from the trial's start: anything below this is such a t.
+_ABSOLUTE_AFTER = 1e9
+
+
+def elapsed(t: float | None, metadata: dict, origin: float | None = None) -> float | None:
+    """Seconds from the start of the sample's measurement window (or `origin`) to t, for plotting series of
+    several trials on one axis. Campaigns stored before absolute timestamps already hold that offset."""
+    if t is None or t < _ABSOLUTE_AFTER:
+        return t
+    window = metadata.get("window")
+    start = window[0] if window else origin
+    return t - start if start is not None else None
+
+
+def absolute(t: float | None, started: float) -> float | None:
+    """The UNIX time of t: t itself, or (old campaigns) the trial's start plus t."""
+    if t is None:
+        return None
+    return t if t >= _ABSOLUTE_AFTER else started + t

@@ -5,10 +5,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from . import yamlread
 from .units import parse_rate
@@ -73,11 +73,31 @@ class Underlay(Strict):
         return None if v is None else parse_rate(v)
 
 
+class Repetitions(Strict):
+    """Adaptive repetitions: a scenario stops once the 95 % CI of its main metric's mean (one value per trial) is
+    within +-target of the mean, after at least `min` and at most `max` repetitions."""
+    min: int = Field(3, ge=2, le=1000, description="repetitions every scenario runs")
+    max: int = Field(30, ge=2, le=1000, description="repetitions no scenario goes past")
+    target: float = Field(0.05, gt=0, lt=1, description="relative half-width of the 95 % CI of the mean to reach")
+    metric: str | None = Field(None, description="the metric judged (default: each workload's main metric)")
+
+    @model_validator(mode="after")
+    def _order(self) -> "Repetitions":
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        return self
+
+
 class Experiment(Strict):
     """An experiment file. Every factor may be one level or a list of levels; the matrix is their product."""
     name: str = Field(description="campaign name: letters, digits, '-', '_', '.'")
     description: str = ""
-    repetitions: int = Field(3, ge=1, le=1000, description="how many times each scenario's workloads run")
+    repetitions: int | Repetitions = Field(3, description="how many times each scenario's workloads "
+                                           "run, or {min, max, target, metric} to stop once the CI is narrow enough")
+    order: Literal["random", "sequential"] = Field(
+        "random", description="random: blocks of one repetition of every scenario, shuffled (seeded); sequential: "
+                              "all repetitions of a scenario, then the next")
+    seed: int | None = Field(None, ge=0, description="seed of the random order (default: drawn and recorded)")
     hosts: int | None = Field(None, ge=1, le=16, description="emulated physical hosts; default 2 if any pair is cross-host, else 1")
     tenants: int = Field(1, ge=1, le=8, description="tenant networks sharing the hosts; pairs are spread over them")
     underlay: Underlay = Underlay()
@@ -92,6 +112,31 @@ class Experiment(Strict):
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                 description="named overrides merged over this file, chosen with --profile")
     profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")
+
+    @property
+    def max_repetitions(self) -> int:
+        r = self.repetitions
+        return r if isinstance(r, int) else r.max
+
+    @field_validator("repetitions", mode="before")
+    @classmethod
+    def _repetitions(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            try:
+                return Repetitions.model_validate(v)
+            except ValidationError as exc:
+                raise ValueError("; ".join(_repetitions_message(e) for e in exc.errors())) from None
+        if isinstance(v, bool):
+            raise ValueError("write a whole number, not true/false (or {min: 3, max: 30, target: 0.05})")
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int):
+            raise ValueError("Input should be a valid integer: a whole number from 1 to 1000, "
+                             "or {min: 3, max: 30, target: 0.05}")
+        if not 1 <= v <= 1000:
+            raise ValueError("Input should be greater than or equal to 1" if v < 1 else
+                             "Input should be less than or equal to 1000")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -291,6 +336,13 @@ def pydantic_message(err: dict) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
     return msg
+
+
+def _repetitions_message(err: dict) -> str:
+    where = ".".join(map(str, err["loc"]))
+    msg = f"unknown field; allowed here: {', '.join(Repetitions.model_fields)}" \
+        if err["type"] == "extra_forbidden" else _message(err)
+    return f"{where}: {msg}" if where else msg
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 from ..executor import CommandError, Executor
 from ..sample import Sample
 from . import register
-from .base import Probe
+from .base import Probe, Sampler, span, value_at
 
 
 @dataclass(frozen=True)
@@ -31,41 +30,54 @@ def parse_ip_link_json(text: str) -> dict[str, IfCounters]:
     return out
 
 
+FIELDS = ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped")
+
+
 @register
 class InterfaceProbe(Probe):
-    """Per-interface packet rates and drops over the window in the executor's namespace (lo skipped)."""
+    """Per-interface packet rates and drops over the window in the executor's namespace (lo skipped), from
+    readings every `interval` s interpolated at the window's edges."""
 
     kind = "interfaces"
 
-    def __init__(self, executor: Executor):
+    def __init__(self, executor: Executor, interval: float | None = 1.0):
         self.executor = executor
         self.elapsed: float | None = None
-        self._first: tuple[float, dict[str, IfCounters]] | None = None
+        self._sampler = Sampler(self._read, interval, f"interface-probe-{executor.name}")
+        self._started = False
 
-    def _read(self) -> tuple[float, dict[str, IfCounters]]:
-        t = time.monotonic()
-        return t, parse_ip_link_json(self.executor.run(["ip", "-s", "-j", "link", "show"]).stdout)
+    def _read(self) -> dict[str, float]:
+        links = parse_ip_link_json(self.executor.run(["ip", "-s", "-j", "link", "show"]).stdout)
+        # The ifindex is in the key: an interface recreated under the same name restarts its counters from zero.
+        return {f"{name}/{c.ifindex}/{f}": getattr(c, f) for name, c in links.items() if name != "lo" for f in FIELDS}
 
     def start(self) -> None:
-        self._first = self._read()
+        self._sampler.start()
+        self._started = True
 
-    def stop(self) -> list[Sample]:
-        if self._first is None:
+    def stop(self, window=None) -> list[Sample]:
+        if not self._started:
             raise RuntimeError("InterfaceProbe.stop() before start()")
         try:
-            t1, last = self._read()
+            points = self._sampler.stop()
         except CommandError:  # the namespace is gone: nothing to report
             return []
-        t0, first = self._first
-        self.elapsed = dt = t1 - t0
+        start, end = span(points, window)
+        self.elapsed = dt = end - start
+        if dt <= 0:
+            return []
         out = []
-        for name, a in first.items():
-            b = last.get(name)
-            # A different ifindex means the interface was recreated: its counters restarted from zero.
-            if name == "lo" or b is None or b.ifindex != a.ifindex:
+        for key in sorted({k.rsplit("/", 1)[0] for k in points[0][1]}):
+            d = {f: _delta(points, f"{key}/{f}", start, end) for f in FIELDS}
+            if any(v is None for v in d.values()):
                 continue
-            meta = {"interface": name, "node": self.executor.name}
-            out += [Sample.of("if_rx_packets_per_s", (b.rx_packets - a.rx_packets) / dt, **meta),
-                    Sample.of("if_tx_packets_per_s", (b.tx_packets - a.tx_packets) / dt, **meta),
-                    Sample.of("if_drops", (b.rx_dropped + b.tx_dropped) - (a.rx_dropped + a.tx_dropped), **meta)]
+            meta = {"interface": key.split("/")[0], "node": self.executor.name, "window": [start, end]}
+            out += [Sample.of("if_rx_packets_per_s", d["rx_packets"] / dt, **meta),
+                    Sample.of("if_tx_packets_per_s", d["tx_packets"] / dt, **meta),
+                    Sample.of("if_drops", round(d["rx_dropped"] + d["tx_dropped"]), **meta)]
         return out
+
+
+def _delta(points, key: str, start: float, end: float) -> float | None:
+    a, b = value_at(points, key, start), value_at(points, key, end)
+    return None if a is None or b is None or key not in points[-1][1] else b - a

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Mapping
 
 from ..executor import CommandError, Executor
 from ..sample import Sample
 from . import register
-from .base import Probe
+from .base import Probe, Sampler, span, value_at
 
 
 @dataclass(frozen=True)
@@ -27,32 +26,45 @@ def parse_pid_stat(text: str) -> PidStat:
 
 @register
 class ProcessProbe(Probe):
-    """process_cpu_ratio per named pid (1.0 = one full core). A process gone by the end gives no sample."""
+    """process_cpu_ratio per named pid over the window (1.0 = one full core), from readings every `interval` s
+    interpolated at the window's edges. A process not there at both edges of the window gives no sample."""
 
     kind = "process"
 
-    def __init__(self, executor: Executor, pids: Mapping[str, int]):
+    def __init__(self, executor: Executor, pids: Mapping[str, int], interval: float | None = 0.5):
         self.executor, self.pids = executor, dict(pids)
         self.clk_tck = os.sysconf("SC_CLK_TCK")
-        self._first: dict[str, tuple[float, PidStat]] = {}
+        self._starts: dict[str, int] = {}
+        self._sampler = Sampler(self._read_all, interval, "process-probe")
 
-    def _read(self, pid: int) -> tuple[float, PidStat] | None:
-        t = time.monotonic()
+    def _read(self, pid: int) -> PidStat | None:
         try:
             st = parse_pid_stat(self.executor.read_text(f"/proc/{pid}/stat"))
         except (OSError, CommandError):
             return None
-        return None if st.state in ("Z", "X") else (t, st)  # a zombie has exited: its window is incomplete
+        return None if st.state in ("Z", "X") else st  # a zombie has exited: its window is incomplete
+
+    def _read_all(self) -> dict[str, float]:
+        out = {}
+        for name, pid in self.pids.items():
+            st = self._read(pid)
+            # A different start time means the pid was reused by another process: not the one we watch.
+            if st is not None and self._starts.setdefault(name, st.start) == st.start:
+                out[name] = st.cpu_ticks / self.clk_tck
+        return out
 
     def start(self) -> None:
-        self._first = {name: snap for name, pid in self.pids.items() if (snap := self._read(pid))}
+        self._starts = {}
+        self._sampler.start()
 
-    def stop(self) -> list[Sample]:
+    def stop(self, window=None) -> list[Sample]:
+        points = self._sampler.stop()
+        start, end = span(points, window)
         out = []
-        for name, (t0, a) in self._first.items():
-            last = self._read(self.pids[name])
-            if last is None or last[1].start != a.start or last[0] <= t0:
+        for name in self.pids:
+            a, b = value_at(points, name, start), value_at(points, name, end)
+            if a is None or b is None or end <= start or name not in points[-1][1]:
                 continue
-            ratio = (last[1].cpu_ticks - a.cpu_ticks) / self.clk_tck / (last[0] - t0)
-            out.append(Sample.of("process_cpu_ratio", ratio, process=name, pid=self.pids[name]))
+            out.append(Sample.of("process_cpu_ratio", (b - a) / (end - start), process=name, pid=self.pids[name],
+                                 window=[start, end]))
         return out

@@ -2,6 +2,10 @@
 
 /proc/stat counts CPU time in clock ticks (USER_HZ, usually 10 ms): shares are ratios of tick deltas, so they
 are exact fractions of the time the kernel accounted, while event rates divide by wall-clock time.
+
+The counters are read every 0.25 s with absolute times; a measurement window's figures are the differences of the
+counters interpolated linearly at the window's edges, and the series is a 1-s grid starting at the window's start.
+Busy time excludes steal (time the hypervisor gave to someone else is not work done here); steal is its own share.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ log = logging.getLogger(__name__)
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SERIES_METRICS = ("cpu_busy_ratio", "interrupts_per_s", "context_switches_per_s")
 SCOPE = "machine"
+SERIES_S = 1.0      # step of the series
+READ_S = 0.25       # how often the counters are read
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,7 @@ class ProcStat:
 
 @dataclass(frozen=True)
 class Snapshot:
-    t: float                          # time.monotonic() when read
+    t: float                          # time.time() when read
     stat: ProcStat
     softirqs: dict[str, int]          # NET_RX, NET_TX...: totals over all CPUs
 
@@ -71,7 +77,7 @@ def cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float] | Non
 
 
 def busy(shares: dict[str, float]) -> float:
-    return 1.0 - shares["idle"] - shares["iowait"]
+    return 1.0 - shares["idle"] - shares["iowait"] - shares["steal"]
 
 
 def _counters(s: Snapshot) -> dict[str, int]:
@@ -86,41 +92,70 @@ def rates(a: Snapshot, b: Snapshot) -> dict[str, float]:
     return {k: (cb[k] - ca[k]) / dt for k in ca if k in cb} if dt > 0 else {}
 
 
-def window_samples(a: Snapshot, b: Snapshot) -> list[Sample]:
+def window_samples(a: Snapshot, b: Snapshot, **meta) -> list[Sample]:
     """Samples over the whole window a..b: time shares (all CPUs, then per CPU) and event rates."""
     out: list[Sample] = []
+    meta = {"scope": SCOPE} | meta
     shares = cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"])
     if shares:
-        out.append(Sample.of("cpu_busy_ratio", busy(shares), scope=SCOPE))
-        out.append(Sample.of("cpu_user_ratio", shares["user"] + shares["nice"], scope=SCOPE))
-        out += [Sample.of(f"cpu_{f}_ratio", shares[f], scope=SCOPE) for f in ("system", "irq", "softirq", "steal")]
+        out.append(Sample.of("cpu_busy_ratio", busy(shares), **meta))
+        out.append(Sample.of("cpu_user_ratio", shares["user"] + shares["nice"], **meta))
+        out += [Sample.of(f"cpu_{f}_ratio", shares[f], **meta) for f in ("system", "irq", "softirq", "steal")]
     for key in sorted(k for k in a.stat.cpus if k != "cpu" and k in b.stat.cpus):
         if per_cpu := cpu_shares(a.stat.cpus[key], b.stat.cpus[key]):
-            out.append(Sample.of("cpu_busy_ratio", busy(per_cpu), scope=SCOPE, cpu=int(key[3:])))
-    out += [Sample.of(metric, value, scope=SCOPE) for metric, value in rates(a, b).items()]
+            out.append(Sample.of("cpu_busy_ratio", busy(per_cpu), cpu=int(key[3:]), **meta))
+    out += [Sample.of(metric, value, **meta) for metric, value in rates(a, b).items()]
     return out
 
 
-def series_samples(snaps: list[Snapshot], min_gap: float) -> list[Sample]:
-    """One point per consecutive pair of snapshots, t = end of the interval in seconds since the first.
+def series_samples(snaps: list[Snapshot], min_gap: float, **meta) -> list[Sample]:
+    """One point per consecutive pair of snapshots, t = the (absolute) end of the interval.
 
     Intervals shorter than min_gap are dropped: a few milliseconds hold too few ticks to mean anything."""
     out: list[Sample] = []
     for a, b in zip(snaps, snaps[1:]):
         if b.t - a.t < min_gap:
             continue
-        t = b.t - snaps[0].t
         values = {k: v for k, v in rates(a, b).items() if k in SERIES_METRICS}
         if shares := cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"]):
             values["cpu_busy_ratio"] = busy(shares)
-        out += [Sample.of(m, values[m], t=t, scope=SCOPE, series=True) for m in SERIES_METRICS if m in values]
+        out += [Sample.of(m, values[m], t=b.t, scope=SCOPE, series=True, seconds=b.t - a.t, **meta)
+                for m in SERIES_METRICS if m in values]
     return out
 
 
+def _lerp(x, y, f: float):
+    if isinstance(x, tuple):
+        return tuple(p + (q - p) * f for p, q in zip(x, y))
+    return x + (y - x) * f
+
+
+def interpolate(snaps: list[Snapshot], t: float) -> Snapshot:
+    """The counters at time t, linear between the two readings around it (clamped to the first and last)."""
+    if t <= snaps[0].t:
+        return snaps[0]
+    for a, b in zip(snaps, snaps[1:]):
+        if t <= b.t:
+            f = (t - a.t) / (b.t - a.t) if b.t > a.t else 1.0
+            cpus = {k: _lerp(v, b.stat.cpus[k], f) for k, v in a.stat.cpus.items() if k in b.stat.cpus}
+            soft = {k: _lerp(v, b.softirqs[k], f) for k, v in a.softirqs.items() if k in b.softirqs}
+            return Snapshot(t, ProcStat(cpus, _lerp(a.stat.intr, b.stat.intr, f), _lerp(a.stat.ctxt, b.stat.ctxt, f)),
+                            soft)
+    return snaps[-1]
+
+
 def read_snapshot(executor: Executor) -> Snapshot:
-    t = time.monotonic()
-    return Snapshot(t, parse_proc_stat(executor.read_text("/proc/stat")),
-                    parse_softirqs(executor.read_text("/proc/softirqs")))
+    t0 = time.time()
+    stat, soft = executor.read_text("/proc/stat"), executor.read_text("/proc/softirqs")
+    return Snapshot((t0 + time.time()) / 2, parse_proc_stat(stat), parse_softirqs(soft))
+
+
+def busy_ratio_now(executor: Executor, seconds: float) -> float | None:
+    """The machine's busy share (all CPUs, steal excluded) over the next `seconds` (None if no tick elapsed)."""
+    a = parse_proc_stat(executor.read_text("/proc/stat"))
+    time.sleep(seconds)
+    shares = cpu_shares(a.cpus["cpu"], parse_proc_stat(executor.read_text("/proc/stat")).cpus["cpu"])
+    return busy(shares) if shares else None
 
 
 def steal_ratio_now(executor: Executor, seconds: float = 0.5) -> float:
@@ -133,13 +168,13 @@ def steal_ratio_now(executor: Executor, seconds: float = 0.5) -> float:
 
 @register
 class SystemProbe(Probe):
-    """Whole-machine CPU shares and interrupt/context-switch/softirq rates; series every `interval` s
-    (interval=None: window totals only)."""
+    """Whole-machine CPU shares and interrupt/context-switch/softirq rates over the window, and as a series every
+    `series` s; counters read every `interval` s (interval=None: window totals only, from the two end readings)."""
 
     kind = "system"
 
-    def __init__(self, executor: Executor, interval: float | None = 1.0):
-        self.executor, self.interval = executor, interval
+    def __init__(self, executor: Executor, interval: float | None = READ_S, series: float = SERIES_S):
+        self.executor, self.interval, self.series = executor, interval, series
         self.elapsed: float | None = None
         self._snaps: list[Snapshot] = []
         self._halt = threading.Event()
@@ -153,8 +188,8 @@ class SystemProbe(Probe):
             self._thread.start()
 
     def _sample(self) -> None:
-        t0, k = self._snaps[0].t, 1
-        # Deadlines from t0 rather than sleep(interval): points stay on a 1 s grid instead of drifting.
+        t0, k = time.monotonic(), 1
+        # Deadlines from t0 rather than sleep(interval): points stay on a grid instead of drifting.
         while not self._halt.wait(max(0.0, t0 + k * self.interval - time.monotonic())):
             try:
                 self._snaps.append(read_snapshot(self.executor))
@@ -163,13 +198,20 @@ class SystemProbe(Probe):
                 return
             k += 1
 
-    def stop(self) -> list[Sample]:
+    def stop(self, window=None) -> list[Sample]:
         if not self._snaps:
             raise RuntimeError("SystemProbe.stop() before start()")
         self._halt.set()
         if self._thread is not None:
             self._thread.join()
         snaps = [*self._snaps, read_snapshot(self.executor)]
-        self.elapsed = snaps[-1].t - snaps[0].t
-        series = series_samples(snaps, self.interval / 2) if self.interval else []
-        return window_samples(snaps[0], snaps[-1]) + series
+        start = snaps[0].t if window is None else max(snaps[0].t, min(window[0], snaps[-1].t))
+        end = snaps[-1].t if window is None else min(snaps[-1].t, max(window[1], start))
+        self.elapsed = end - start
+        meta = {"window": [start, end]}
+        out = window_samples(interpolate(snaps, start), interpolate(snaps, end), **meta)
+        if self.interval:
+            n = int(self.elapsed / self.series + 0.5)  # a last step shorter than half a step is left out
+            grid = [start + k * self.series for k in range(n)] + [end]
+            out += series_samples([interpolate(snaps, t) for t in grid], self.series / 2, **meta)
+        return out

@@ -6,6 +6,7 @@ bounded in time, and returns Samples. Parsing of the tool's output lives in the 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -67,6 +68,20 @@ class Workload(ABC):
         self.only_pairs = only_pairs  # run on these pair indices only (None: all pairs)
         self.background = background  # runs alongside every foreground trial (a load, a flood), no trial of its own
         self.target_pair = target_pair  # send to this pair's server instead of each pair's own (None: own server)
+        self.ready: threading.Event | None = None  # set by a background runner; run() sets it once its load runs
+
+    def signal_ready(self) -> None:
+        """The load is running (servers listen, clients started): a background workload lets the foreground start."""
+        if self.ready is not None:
+            self.ready.set()
+
+    def signal_running(self, procs: Sequence[subprocess.Popen], settle: float = 0.1) -> None:
+        """signal_ready once every started tool has survived `settle` seconds (only when someone waits for it)."""
+        if self.ready is None:
+            return
+        time.sleep(settle)
+        if all(p.poll() is None for p in procs):
+            self.ready.set()
 
     def select(self, pairs: Sequence[Pair]) -> list[Pair]:
         """The pairs this workload runs on. With target_pair, each keeps its index (so per-pair ports stay apart)

@@ -82,6 +82,7 @@ class CpuLoad(Workload):
         try:
             for pair, side, end in self.places(pairs):
                 procs.append((pair, side, end, end.node.spawn(self.argv(), label=f"stress-ng {side} pair {pair.index}")))
+            self.signal_running([proc for *_, proc in procs])
             deadline = time.monotonic() + self.params.duration + START_SLACK_S
             samples = []
             for pair, side, end, proc in procs:

@@ -40,10 +40,13 @@ CLIENT_SLACK_S = 15  # client start and stop on a loaded machine, beyond duratio
 def parse_client(text: str, **meta) -> tuple[list[Sample], int, int, float]:
     """One client's output -> (response-time samples of the successful requests, successes, failures, seconds
     it ran). Raises WorkloadError if the output is not the client's."""
-    samples, ok, failed, duration = [], 0, 0, None
+    samples, ok, failed, duration, t0 = [], 0, 0, None, 0.0
     for line in text.splitlines():
         if line.startswith("# duration "):
             duration = float(line.split()[2])
+            continue
+        if line.startswith("# t0 "):
+            t0 = float(line.split()[2])
             continue
         parts = line.split()
         if len(parts) != 3:
@@ -56,6 +59,9 @@ def parse_client(text: str, **meta) -> tuple[list[Sample], int, int, float]:
             failed += 1
     if duration is None or duration <= 0:
         raise WorkloadError(f"http client printed no duration: {text.strip()[-300:]}")
+    if t0:  # the client's clock started at t0 (UNIX time): every start becomes absolute
+        samples = [Sample(s.metric, s.value, s.unit, s.metadata | {"window": [t0, t0 + duration]}, t0 + s.t)
+                   for s in samples]
     return samples, ok, failed, duration
 
 
@@ -177,6 +183,7 @@ class Http(Workload):
                 for k in range(p.clients):
                     clients.append((pair, k, pair.client.node.spawn(self._client(pair, k),
                                                                     label=f"http client {k + 1} pair {pair.index}")))
+            self.signal_running([proc for *_, proc in clients])
             end = time.monotonic() + p.duration + p.timeout + CLIENT_SLACK_S
             per_pair: dict[int, list[tuple[int, int]]] = {}
             samples: list[Sample] = []

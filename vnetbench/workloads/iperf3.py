@@ -15,8 +15,12 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
   the server's (100 = one core; iperf3 3.12 is single-threaded). The client sends unless -R: sender_cpu_ratio and
   receiver_cpu_ratio follow the direction. With --bidir both processes send and receive: no CPU samples.
 - One iperf3 process takes at most 128 streams (-P). `processes` runs several client/server pairs on consecutive
-  ports, splitting the streams; their end sums are added up (rates, bytes, packets, CPU) into one set of samples
-  per pair, and their interval series are summed interval by interval.
+  ports, splitting the streams. Their goodput is NOT the sum of their totals (each process times its own window):
+  each process's interval bytes are placed on one timebase and summed over the window all of them were measuring
+  (the overlap), on a common grid of `interval` s. Counts (retransmits, datagrams, CPU) are added up.
+- Timebase: start.timestamp.timesecs is when the client connected, in whole seconds; interval start/end are seconds
+  from the test's start (after -O, from the end of the omitted seconds). The test's start on the machine's clock is
+  the later of timesecs and the moment we spawned the client (a few ms before it connects): every t is absolute.
 """
 from __future__ import annotations
 
@@ -31,9 +35,11 @@ from ..sample import Sample
 from ..units import parse_rate
 from . import register
 from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
-from .ping import collect_ping, parse_ping, ping_argv
+from .ping import collect_ping, parse_ping, parse_rtts, ping_argv
 
 PING_INTERVAL_S = 0.2
+IDLE_PINGS = 5           # echoes before the load starts: the idle baseline beside rtt_loaded_s
+IDLE_PING_INTERVAL_S = 0.05
 MIN_INTERVAL_S = 0.05  # iperf3's shortest -i is 0.1 s
 MAX_UDP_RATE = 100_000_000_000  # UDP is never sent unbounded (-b 0): cap the offered rate at 100 Gbit/s
 MAX_STREAMS_PER_PROCESS = 128  # iperf3 3.12 refuses -P above 128
@@ -44,13 +50,28 @@ def _direction(doc: dict, bidir_reverse: bool) -> str:
     return "reverse" if reverse or bidir_reverse else "forward"
 
 
-def _end_samples(doc: dict, udp: bool, meta: dict) -> list[Sample]:
+def _t0(doc: dict, began: float | None) -> float:
+    """When the test started on the machine's clock (see the module doc)."""
+    secs = float(doc["start"].get("timestamp", {}).get("timesecs", 0))
+    return max(began, secs) if began is not None else secs
+
+
+def _measuring(doc: dict, began: float | None) -> float:
+    """When the measured part began: the test's start plus the omitted seconds."""
+    return _t0(doc, began) + doc["start"]["test_start"].get("omit", 0)
+
+
+def _end_samples(doc: dict, udp: bool, meta: dict, windows: dict | None = None) -> list[Sample]:
+    """windows: direction -> [start, end] of the receiver's and sender's figures; rates over the common window of
+    several processes come in `doc["end"]` already."""
     end, out = doc["end"], []
     for suffix in ("", "_bidir_reverse"):
         recv, sent = end.get("sum_received" + suffix), end.get("sum_sent" + suffix)
         if recv is None:
             continue
-        m = meta | {"direction": _direction(doc, bool(suffix))}
+        direction = _direction(doc, bool(suffix))
+        m = meta | {"direction": direction} | ({"window": windows[direction]} if windows and direction in windows
+                                               else {})
         out += [Sample.of("throughput_bps", recv["bits_per_second"], **m),
                 Sample.of("sender_throughput_bps", sent["bits_per_second"], **m)]
         if udp:
@@ -69,17 +90,37 @@ def _udp_loss(recv: dict, sent: dict) -> float:
     return min(max(1 - arrived / total, 0.0), 1.0) if total else 0.0
 
 
-def _interval_samples(doc: dict, meta: dict) -> list[Sample]:
-    """Receiver-side throughput per interval; t counts from the client's start, so omitted seconds are added."""
-    omit = doc["start"]["test_start"].get("omit", 0)
-    out = []
-    for side, direction in ((doc, "reverse"), (doc.get("server_output_json") or {}, "forward")):
+Interval = tuple[float, float, float]  # absolute start, absolute end, bytes
+
+
+def _intervals(doc: dict, start: float, sender: bool = False) -> dict[str, list[Interval]]:
+    """direction -> the measured (not omitted) intervals counted by the receiver (or the sender), on the
+    absolute timebase that starts at `start`."""
+    out: dict[str, list[Interval]] = {}
+    for side, client in ((doc, True), (doc.get("server_output_json") or {}, False)):
         for interval in side.get("intervals", []):
             for s in (interval.get("sum"), interval.get("sum_bidir_reverse")):
-                # The receiver often ends with a stub interval of a few µs: as a rate it is noise.
-                if s and not s["sender"] and not s["omitted"] and s["seconds"] >= MIN_INTERVAL_S:
-                    out.append(Sample.of("throughput_interval_bps", s["bits_per_second"], t=omit + s["end"],
-                                         direction=direction, **meta))
+                if s and bool(s["sender"]) == sender and not s["omitted"]:
+                    # The client receives in the reverse direction and sends in the forward one.
+                    direction = "forward" if client == sender else "reverse"
+                    out.setdefault(direction, []).append((start + s["start"], start + s["end"], s["bytes"]))
+    return out
+
+
+def _windows(intervals: dict[str, list[Interval]]) -> dict[str, list[float]]:
+    return {d: [iv[0][0], iv[-1][1]] for d, iv in intervals.items() if iv}
+
+
+def _interval_samples(doc: dict, meta: dict, began: float | None = None) -> list[Sample]:
+    """Receiver-side throughput per interval, t = the interval's end (absolute), with its length in seconds."""
+    out = []
+    for direction, ivs in _intervals(doc, _measuring(doc, began)).items():
+        window = [ivs[0][0], ivs[-1][1]]
+        for a, b, nbytes in ivs:
+            # The receiver often ends with a stub interval of a few µs: as a rate it is noise.
+            if b - a >= MIN_INTERVAL_S:
+                out.append(Sample.of("throughput_interval_bps", nbytes * 8 / (b - a), t=b, direction=direction,
+                                     seconds=b - a, window=window, **meta))
     return out
 
 
@@ -109,10 +150,13 @@ def _udp(doc: dict) -> bool:
     return doc["start"]["test_start"]["protocol"] == "UDP"
 
 
-def parse_iperf3(text: str, **meta: Any) -> list[Sample]:
-    """Samples of one client's JSON output; raises WorkloadError if iperf3 reported an error."""
+def parse_iperf3(text: str, began: float | None = None, **meta: Any) -> list[Sample]:
+    """Samples of one client's JSON output (began: when the client was spawned, time.time()); raises
+    WorkloadError if iperf3 reported an error."""
     doc = _load(text)
-    return _end_samples(doc, _udp(doc), meta) + _cpu_samples(doc, meta) + _interval_samples(doc, meta)
+    windows = _windows(_intervals(doc, _measuring(doc, began)))
+    return (_end_samples(doc, _udp(doc), meta, windows) + _cpu_samples(doc, meta)
+            + _interval_samples(doc, meta, began))
 
 
 def _merge_end(ends: list[dict]) -> dict:
@@ -135,40 +179,93 @@ def _merge_end(ends: list[dict]) -> dict:
     return out
 
 
-def _sum_series(series: list[list[Sample]], meta: dict) -> list[Sample]:
-    """The processes' interval series added up interval by interval (they start within milliseconds of each
-    other); t is the mean of their interval ends. Intervals missing in any process are left out."""
-    out = []
-    for direction in ("forward", "reverse"):
-        per = [[s for s in one if s.metadata["direction"] == direction] for one in series]
-        for points in zip(*per):
-            out.append(Sample.of("throughput_interval_bps", sum(s.value for s in points),
-                                 t=sum(s.t for s in points) / len(points), direction=direction, **meta))
+def bytes_in(ivs: Sequence[Interval], lo: float, hi: float) -> float:
+    """Bytes of a series of intervals that fall in [lo, hi], each interval's bytes spread evenly over it."""
+    return sum(n * (min(b, hi) - max(a, lo)) / (b - a) for a, b, n in ivs if b > a and min(b, hi) > max(a, lo))
+
+
+def common_window(per_process: Sequence[Sequence[Interval]]) -> tuple[float, float]:
+    """The window every process was measuring: from the latest start to the earliest end."""
+    lo, hi = max(ivs[0][0] for ivs in per_process), min(ivs[-1][1] for ivs in per_process)
+    if hi <= lo:
+        raise WorkloadError("the iperf3 processes of a pair measured no common window")
+    return lo, hi
+
+
+def _grid_series(per_process: Sequence[Sequence[Interval]], step: float, direction: str,
+                 meta: dict) -> list[Sample]:
+    """Throughput per `step` s on one grid from the common window's start, summed over the processes."""
+    lo, hi = common_window(per_process)
+    out, k = [], 0
+    while lo + k * step < hi - MIN_INTERVAL_S:
+        a, b = lo + k * step, min(lo + (k + 1) * step, hi)
+        if b - a >= step / 2 or k == 0:
+            bits = sum(bytes_in(ivs, a, b) for ivs in per_process) * 8
+            out.append(Sample.of("throughput_interval_bps", bits / (b - a), t=b, direction=direction, seconds=b - a,
+                                 window=[lo, hi], **meta))
+        k += 1
     return out
 
 
-def parse_iperf3_processes(texts: Sequence[str], **meta: Any) -> list[Sample]:
-    """Samples of one pair whose streams were split over several client processes (one JSON output each):
-    the same metrics as one process gives, summed; metadata says how many processes, their server ports and
-    streams (as each iperf3 reported them)."""
+def _step(doc: dict) -> float:
+    lengths = [iv["sum"]["seconds"] for iv in doc.get("intervals", []) if not iv["sum"]["omitted"]]
+    return round(max(lengths), 1) if lengths else 1.0
+
+
+def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None = None, **meta: Any) -> list[Sample]:
+    """Samples of one pair whose streams were split over several client processes (one JSON output each,
+    began: when each was spawned; without it they are taken to have started together). Goodput (receiver and
+    sender) is the processes' bytes summed over the window all of them were measuring; counts are added up;
+    metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
     docs = [_load(t) for t in texts]
+    began = list(began) if began is not None else [None] * len(docs)
     if len(docs) == 1:
-        return parse_iperf3(texts[0], **meta)
+        return parse_iperf3(texts[0], began[0], **meta)
     m = meta | {"processes": len(docs),
                 "ports": [d["start"]["connected"][0]["remote_port"] for d in docs],
                 "process_streams": [d["start"]["test_start"]["num_streams"] for d in docs]}
+    # Fixtures without spawn times: every process on its own clock from 0, as if they started together.
+    starts = [_measuring(d, b) if b is not None else d["start"]["test_start"].get("omit", 0)
+              for d, b in zip(docs, began)]
     merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
-    series = _sum_series([_interval_samples(d, meta) for d in docs], m)
-    return _end_samples(merged, _udp(docs[0]), m) + _cpu_samples(merged, m) + series
+    windows, series = {}, []
+    for sender in (False, True):
+        per = [_intervals(d, s, sender) for d, s in zip(docs, starts)]
+        for direction in per[0]:
+            ivs = [p.get(direction) for p in per]
+            if not all(ivs):
+                raise WorkloadError(f"an iperf3 process of pair {meta.get('pair')} reported no {direction} intervals")
+            lo, hi = common_window(ivs)
+            key = ("sum_received" if not sender else "sum_sent") + ("" if _direction(docs[0], False) == direction
+                                                                    else "_bidir_reverse")
+            if key in merged["end"]:
+                merged["end"][key]["bits_per_second"] = sum(bytes_in(iv, lo, hi) for iv in ivs) * 8 / (hi - lo)
+            if not sender:
+                windows[direction] = [lo, hi]
+                series += _grid_series(ivs, _step(docs[0]), direction, m)
+    return _end_samples(merged, _udp(docs[0]), m, windows) + _cpu_samples(merged, m) + series
 
 
 def aggregate(samples: Sequence[Sample]) -> list[Sample]:
-    """aggregate_throughput_bps per direction: the sum of the pairs' receiver throughput."""
+    """aggregate_throughput_bps per direction: the sum of the pairs' receiver throughput (window: from the first
+    pair's start to the last one's end)."""
     totals: dict[str, float] = {}
+    windows: dict[str, list[float]] = {}
     for s in samples:
         if s.metric == "throughput_bps":
-            totals[s.metadata["direction"]] = totals.get(s.metadata["direction"], 0.0) + s.value
-    return [Sample.of("aggregate_throughput_bps", v, pair="all", direction=d) for d, v in totals.items()]
+            d = s.metadata["direction"]
+            totals[d] = totals.get(d, 0.0) + s.value
+            if w := s.metadata.get("window"):
+                windows[d] = [min(w[0], windows.get(d, w)[0]), max(w[1], windows.get(d, w)[1])]
+    return [Sample.of("aggregate_throughput_bps", v, pair="all", direction=d,
+                      **({"window": windows[d]} if d in windows else {})) for d, v in totals.items()]
+
+
+def pair_window(samples: Sequence[Sample], pair: int) -> list[float] | None:
+    """From the earliest start to the latest end of a pair's goodput windows (all directions)."""
+    ws = [s.metadata["window"] for s in samples if s.metric == "throughput_bps" and s.metadata.get("pair") == pair
+          and s.metadata.get("window")]
+    return [min(w[0] for w in ws), max(w[1] for w in ws)] if ws else None
 
 
 class Iperf3Params(Params):
@@ -257,6 +354,9 @@ class Iperf3(Workload):
         argv += {"uni": [], "reverse": ["-R"], "bidir": ["--bidir"]}[p.direction]
         return argv
 
+    def _idle_ping(self, pair: Pair) -> list[str]:
+        return ping_argv(pair.server.addr, IDLE_PINGS, IDLE_PING_INTERVAL_S, 56, 3)
+
     def _ping(self, pair: Pair) -> list[str]:
         seconds = self.params.duration + self.params.omit
         return ping_argv(pair.server.addr, math.ceil(seconds / PING_INTERVAL_S), PING_INTERVAL_S, 56, seconds + 1)
@@ -266,6 +366,8 @@ class Iperf3(Workload):
         cmds = [Command(p.server.node.name, self._server(p, k), background=True) for p in pairs for k in procs]
         cmds += [Command(p.client.node.name, self._client(p, k), background=k < procs[-1]) for p in pairs for k in procs]
         if self.params.latency == "ping":
+            idle = [Command(p.client.node.name, self._idle_ping(p), background=True) for p in pairs]
+            cmds = cmds[:len(pairs) * len(procs)] + idle + cmds[len(pairs) * len(procs):]
             cmds += [Command(p.client.node.name, self._ping(p), background=True) for p in pairs]
         return cmds
 
@@ -289,22 +391,36 @@ class Iperf3(Workload):
                         self._server(pair, k), label=f"iperf3 server pair {pair.index}{_nth(k, p)}")))
             for pair, k, server in servers:
                 self._await_server(pair, server, k)
+            idle = self._idle_rtts(pairs, pings) if p.latency == "ping" else []
+            pings.clear()
             for pair in pairs:
                 for k in procs:
+                    began = time.time()
                     clients.append((pair, k, pair.client.node.spawn(
-                        self._client(pair, k), label=f"iperf3 client pair {pair.index}{_nth(k, p)}")))
+                        self._client(pair, k), label=f"iperf3 client pair {pair.index}{_nth(k, p)}"), began))
                 if p.latency == "ping":
                     pings.append(pair.client.node.spawn(self._ping(pair), label=f"ping under load pair {pair.index}"))
+            self.signal_running([c for _, _, c, _ in clients] + pings)
             end = time.monotonic() + p.duration + p.omit + 10
             samples = [s for pair in pairs
-                       for s in _client_samples(pair, [(k, c) for q, k, c in clients if q is pair], end, p)]
+                       for s in _client_samples(pair, [(k, c, b) for q, k, c, b in clients if q is pair], end, p)]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
-                samples += parse_ping(out, "rtt_loaded_s", pair=pair.index)  # + loss, jitter
+                # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
+                samples += parse_ping(out, "rtt_loaded_s", pair_window(samples, pair.index), pair=pair.index)
         finally:
-            for proc in [*(c for *_, c in clients), *pings, *(s for *_, s in servers)]:
+            for proc in [*(c for _, _, c, _ in clients), *pings, *(s for *_, s in servers)]:
                 stop(proc)
-        return samples + aggregate(samples)
+        return samples + idle + aggregate(samples)
+
+    def _idle_rtts(self, pairs: Sequence[Pair], procs: list) -> list[Sample]:
+        """rtt_idle_s: a few echoes on every pair before the load starts (servers listening, nothing sent)."""
+        for pair in pairs:
+            procs.append(pair.client.node.spawn(self._idle_ping(pair), label=f"idle ping pair {pair.index}"))
+        end = time.monotonic() + 10
+        return [s for pair, proc in zip(pairs, procs)
+                for s in parse_rtts(collect_ping(proc, _left(end), f"idle ping pair {pair.index}"), "rtt_idle_s",
+                                    pair=pair.index, baseline=True)]
 
 
 def _left(end: float) -> float:
@@ -317,7 +433,7 @@ def _nth(k: int, params: Iperf3Params) -> str:
 
 def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -> list[Sample]:
     outs = []
-    for k, proc in procs:  # every process ran for the same seconds: one deadline for all
+    for k, proc, _ in procs:  # every process ran for the same seconds: one deadline for all
         what = f"iperf3 pair {pair.index}{_nth(k, params)}"
         out, _ = finish(proc, _left(end), what)
         try:
@@ -325,4 +441,4 @@ def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -
         except WorkloadError as exc:
             raise WorkloadError(f"{what}: {exc}") from None
         outs.append(out)
-    return parse_iperf3_processes(outs, pair=pair.index)
+    return parse_iperf3_processes(outs, [b for *_, b in procs], pair=pair.index)

@@ -106,12 +106,18 @@ class Netperf(Workload):
                 servers.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
             for pair in pairs:
                 wait_listening(pair.server.node, self._port(pair))
+            began = []
             for pair in pairs:
+                began.append(time.time())
                 clients.append(pair.client.node.spawn(self._client(pair), label=f"netperf pair {pair.index}"))
+            self.signal_running(clients)
             end = time.monotonic() + self.params.duration + 10
             outs = [finish(c, max(end - time.monotonic(), 1), f"netperf pair {pair.index}")[0]
                     for pair, c in zip(pairs, clients)]
         finally:
             for proc in [*clients, *servers]:
                 stop(proc)
-        return [s for pair, out in zip(pairs, outs) for s in parse_netperf(out, self.params.test, pair=pair.index)]
+        # netperf prints no time stamps: its window is taken as -l seconds from the client's start.
+        return [s for pair, out, b in zip(pairs, outs, began)
+                for s in parse_netperf(out, self.params.test, pair=pair.index, window=[b, b + self.params.duration],
+                                       window_source="client start + duration")]

@@ -32,12 +32,17 @@ def ping_argv(addr: str, count: int, interval: float, size: int, deadline: int) 
             "-W", str(REPLY_WAIT_S), "-w", str(deadline), addr]
 
 
-def parse_rtts(text: str, metric: str = "rtt_s", **metadata) -> list[Sample]:
-    """One sample per echo reply (duplicates skipped); t = seconds since the first answered echo was sent."""
+def parse_rtts(text: str, metric: str = "rtt_s", window: Sequence[float] | None = None, **metadata) -> list[Sample]:
+    """One sample per echo reply (duplicates skipped); t = when the echo was sent (UNIX time, from ping -D's
+    receive stamp minus the RTT). With a window, only echoes sent inside it; every sample carries the window
+    (by default from the first echo sent to the last reply)."""
     replies = [m for m in map(_REPLY.match, text.splitlines()) if m and not m["dup"]]
     sent = [float(m["ts"]) - float(m["ms"]) / 1e3 for m in replies]
-    return [Sample.of(metric, float(m["ms"]) / 1e3, t=max(s - sent[0], 0.0), icmp_seq=int(m["seq"]), **metadata)
-            for m, s in zip(replies, sent)]
+    if window is None and replies:
+        window = [min(sent), max(float(m["ts"]) for m in replies)]
+    keep = [(m, s) for m, s in zip(replies, sent) if window is None or window[0] <= s <= window[1]]
+    meta = metadata | ({"window": list(window)} if window is not None else {})
+    return [Sample.of(metric, float(m["ms"]) / 1e3, t=s, icmp_seq=int(m["seq"]), **meta) for m, s in keep]
 
 
 def ping_counts(text: str) -> tuple[int, int, int]:
@@ -49,16 +54,18 @@ def ping_counts(text: str) -> tuple[int, int, int]:
     raise WorkloadError(f"ping printed no statistics: {text.strip()[-300:]}")
 
 
-def parse_ping(text: str, rtt_metric: str = "rtt_s", **metadata) -> list[Sample]:
+def parse_ping(text: str, rtt_metric: str = "rtt_s", window: Sequence[float] | None = None, **metadata) -> list[Sample]:
     """rtt_s (or rtt_metric, e.g. rtt_loaded_s under load) per reply, ping_loss_ratio, ping_jitter_s (mean
-    |difference| of consecutive RTTs)."""
-    rtts = parse_rtts(text, rtt_metric, **metadata)
+    |difference| of consecutive RTTs). With a window, RTTs and jitter are of the echoes sent inside it; the loss
+    ratio is over the whole ping run (lost echoes leave no time stamp)."""
+    rtts = parse_rtts(text, rtt_metric, window, **metadata)
     tx, rx, _ = ping_counts(text)
-    out = rtts + [Sample.of("ping_loss_ratio", 1 - rx / tx if tx else 1.0, **metadata)]
+    meta = metadata | ({"window": rtts[0].metadata["window"]} if rtts else {})
+    out = rtts + [Sample.of("ping_loss_ratio", 1 - rx / tx if tx else 1.0, **meta)]
     values = [s.value for s in rtts]
     if len(values) >= 2:
         out.append(Sample.of("ping_jitter_s", sum(abs(b - a) for a, b in zip(values, values[1:])) / (len(values) - 1),
-                             **metadata))
+                             **meta))
     return out
 
 
@@ -113,6 +120,7 @@ class Ping(Workload):
         try:
             for pair in pairs:
                 procs.append(pair.client.node.spawn(self._argv(pair), label=f"ping pair {pair.index}"))
+            self.signal_running(procs)
             end = time.monotonic() + self.params.deadline() + 5
             outs = [collect_ping(proc, max(end - time.monotonic(), 1), f"ping pair {pair.index}")
                     for pair, proc in zip(pairs, procs)]

@@ -47,6 +47,14 @@ def _failure(text: str) -> str:
     return text.strip()[-300:]
 
 
+def _window(text: str, began: float | None) -> list[float] | None:
+    """From the first round trip's send to the last one's (txTime counts from the client's start)."""
+    rows = [m for m in map(_ROW.match, text.splitlines()) if m]
+    if began is None or not rows:
+        return None
+    return [began + float(rows[0]["tx"]), began + float(rows[-1]["tx"]) + float(rows[-1]["us"]) / 1e6]
+
+
 def _summary(text: str, meta: dict) -> list[Sample]:
     valid, avg = _VALID.search(text), _AVG.search(text)
     if not valid or not avg:
@@ -64,20 +72,26 @@ def _summary(text: str, meta: dict) -> list[Sample]:
     return out
 
 
-def _observations(text: str, meta: dict) -> list[Sample]:
+def _observations(text: str, meta: dict, began: float | None) -> list[Sample]:
     rows = [m for m in map(_ROW.match, text.splitlines()) if m]
     if not rows:
         return []
     every = math.ceil(len(rows) / MAX_OBSERVATIONS)
-    t0 = float(rows[0]["tx"])
-    return [Sample.of("latency_s", float(m["us"]) / 1e6, t=round(float(m["tx"]) - t0, 9), thinned_every=every, **meta)
-            for m in rows[::every]]
+    # t: when the request was sent, on the machine's clock when we know when the client started (txTime counts
+    # from there), else from the first request.
+    t0 = began if began is not None else float(rows[0]["tx"])
+    sign = 1 if began is not None else -1
+    return [Sample.of("latency_s", float(m["us"]) / 1e6, t=round(float(m["tx"]) + sign * t0, 6), thinned_every=every,
+                      **meta) for m in rows[::every]]
 
 
-def parse_sockperf(text: str, **meta) -> list[Sample]:
-    """Summary percentiles, transactions_per_s and (with --full-log) one latency_s per kept round trip."""
+def parse_sockperf(text: str, began: float | None = None, **meta) -> list[Sample]:
+    """Summary percentiles, transactions_per_s and (with --full-log) one latency_s per kept round trip; began:
+    when the client was spawned (time.time()), which puts t and the window on the machine's clock."""
     text = _ANSI.sub("", text)
-    return _summary(text, meta) + _observations(text, meta)
+    if window := _window(text, began):
+        meta = meta | {"window": window}
+    return _summary(text, meta) + _observations(text, meta, began)
 
 
 class SockperfParams(Params):
@@ -140,15 +154,18 @@ class Sockperf(Workload):
                 servers.append(pair.server.node.spawn(self._server(pair), label=f"sockperf server pair {pair.index}"))
             for pair in pairs:
                 wait_listening(pair.server.node, self._port(pair), self.params.protocol)
+            began = []
             for pair in pairs:
+                began.append(time.time())
                 clients.append(pair.client.node.spawn(self._client(pair), label=f"sockperf client pair {pair.index}"))
+            self.signal_running(clients)
             end = time.monotonic() + self.params.duration + WARMUP_STAGE_S + 10
             outs = [_collect(c, max(end - time.monotonic(), 1), f"sockperf pair {pair.index}")
                     for pair, c in zip(pairs, clients)]
         finally:
             for proc in [*clients, *servers]:
                 stop(proc)
-        return [s for pair, out in zip(pairs, outs) for s in _parse_pair(out, pair)]
+        return [s for pair, out, b in zip(pairs, outs, began) for s in _parse_pair(out, pair, b)]
 
 
 def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
@@ -158,8 +175,8 @@ def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
     return out
 
 
-def _parse_pair(out: str, pair: Pair) -> list[Sample]:
+def _parse_pair(out: str, pair: Pair, began: float) -> list[Sample]:
     try:
-        return parse_sockperf(out, pair=pair.index)
+        return parse_sockperf(out, began, pair=pair.index)
     except WorkloadError as exc:
         raise WorkloadError(f"pair {pair.index}: {exc}") from None

@@ -1,0 +1,266 @@
+"""The trial loop: guards on impossible numbers, background failures, per-trial errors, order, adaptive repetitions."""
+import json
+import math
+import sqlite3
+
+import pytest
+
+from conftest import vnetbench
+from vnetbench import adaptive, guards
+from vnetbench.sample import Sample
+from vnetbench.spec import Repetitions
+
+
+def tput(value, pair=1, direction="forward", **meta):
+    return Sample.of("throughput_bps", value, pair=pair, direction=direction, **meta)
+
+
+# --- guards ---------------------------------------------------------------------------------------------
+
+def test_payload_ceiling_counts_every_header_tbf_sees():
+    # 1500-byte MTU, TCP with timestamps: 1448 payload bytes per 1514-byte frame.
+    assert guards.payload_ceiling(10e9, 1500) == pytest.approx(10e9 * 1448 / 1514)
+    # VXLAN lowers the VM MTU to 1450 and adds 50 bytes outside it: 1398 per 1514.
+    assert guards.payload_ceiling(10e9, 1450, 50) == pytest.approx(10e9 * 1398 / 1514)
+    assert guards.payload_ceiling(1e9, 1500, 0, "udp") == pytest.approx(1e9 * 1472 / 1514)
+    assert guards.payload_ceiling(1e9, 1500, 0, "tcp", 6) == pytest.approx(1e9 * 1428 / 1514)
+
+
+def test_s4_goodput_above_the_10g_ceiling_is_invalid():
+    """S4 once reported 10.03 Gbit/s on a 10 Gbit/s underlay (four processes' totals summed): impossible."""
+    ceiling = guards.payload_ceiling(10e9, 1500)  # 9.564 Gbit/s
+    v = guards.judge([tput(10.03e9, processes=4)], ceiling=ceiling, crossing={1})
+    assert v.invalid and "ceiling 9.564 Gbit/s" in v.invalid[0]
+    # What the same run gives on the common window (measured here, 512 streams): below the ceiling.
+    assert not guards.judge([tput(9.39e9)], ceiling=ceiling, crossing={1}).invalid
+    # One interval above it (the receiver draining its buffers) makes the trial noisy, not invalid.
+    burst = [Sample.of("throughput_interval_bps", v, t=1.0 + k, pair=1, direction="forward", seconds=1.0)
+             for k, v in enumerate([10.2e9, 8.58e9])]
+    v = guards.judge([tput(9.39e9), *burst], ceiling=ceiling, crossing={1})
+    assert not v.invalid and "1 throughput intervals above" in v.noisy[0]
+    # A pair that stays on its host never crosses the limited NIC.
+    assert not guards.judge([tput(20e9)], ceiling=ceiling, crossing=set()).invalid
+    # Two pairs that each fit but together do not.
+    both = guards.judge([tput(6e9, pair=1), tput(6e9, pair=2)], ceiling=ceiling, crossing={1, 2})
+    assert len(both.invalid) == 1 and "summed over the pairs" in both.invalid[0]
+
+
+def test_nan_never_reaches_the_store_and_negative_or_impossible_values_are_invalid():
+    v = guards.judge([tput(math.nan), tput(1e9, pair=2), Sample.of("tcp_retransmits", -1, pair=2),
+                      Sample.of("udp_loss_ratio", 1.5, pair=2), Sample.of("process_cpu_ratio", 1.7, process="x")])
+    assert all(math.isfinite(s.value) for s in v.samples) and len(v.samples) == 4
+    assert len(v.invalid) == 3
+    assert "not a number" in v.invalid[0] and "negative" in v.invalid[1] and "above 1" in v.invalid[2]
+
+
+def test_series_that_disagrees_with_its_total_is_invalid():
+    series = [Sample.of("throughput_interval_bps", v, t=100.0 + k, pair=1, direction="forward", seconds=1.0)
+              for k, v in enumerate([1e9, 1e9])]
+    assert not guards.judge([tput(1.01e9), *series]).invalid
+    bad = guards.judge([tput(1.5e9), *series]).invalid
+    assert bad and "disagrees" in bad[0]
+
+
+def test_steal_and_foreign_load_make_a_trial_noisy_not_invalid():
+    steal = Sample.of("cpu_steal_ratio", 0.2, scope="machine")
+    v = guards.judge([tput(1e9), steal], foreign_busy=0.9)
+    assert not v.invalid and len(v.noisy) == 2
+    assert not guards.judge([tput(1e9), Sample.of("cpu_steal_ratio", 0.0, scope="machine")], foreign_busy=0.05).noisy
+
+
+# --- adaptive repetitions -----------------------------------------------------------------------------------
+
+class _Wl:
+    kind, background, params = "iperf3", False, None
+
+
+class _Sc:
+    workloads = [_Wl()]
+
+
+def test_adaptive_stops_when_the_ci_is_narrow_or_at_max():
+    rule = Repetitions(min=3, max=6, target=0.05)
+    assert adaptive.decide(_Sc(), {0: [100.0, 101.0]}, rule, 2) is None  # below min
+    why = adaptive.decide(_Sc(), {0: [100.0, 101.0, 100.5]}, rule, 3)
+    assert why.startswith("converged after 3") and "throughput_bps" in why
+    assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0]}, rule, 3) is None
+    assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0, 90, 140, 70]}, rule, 6).startswith("reached max 6")
+    assert "no iperf3 trial finished ok" in adaptive.decide(_Sc(), {}, rule, 3)
+    # Repetition 3 with only two ok trials (one invalid): not enough values yet, however narrow.
+    assert adaptive.decide(_Sc(), {0: [100.0, 100.1]}, rule, 3) is None
+
+
+def test_trial_value_is_one_value_per_trial():
+    samples = [tput(1e9, pair=1), tput(3e9, pair=2), tput(9e9, role="background"),
+               Sample.of("aggregate_throughput_bps", 4e9, pair="all")]
+    assert adaptive.trial_value(samples, _Wl()) == 2e9
+
+
+# --- real runs ----------------------------------------------------------------------------------------------
+
+CLASH = """\
+name: clash
+repetitions: 2
+factors:
+  placement: cross-host
+  pairs: 2
+workloads:
+  - {type: ping, count: 5, interval: 0.05}
+  # Two floods on the same server port: one of them cannot start, so it ends at once.
+  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 2, port: 5301, pairs: [1], background: true}
+  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 2, port: 5301, pairs: [1], background: true}
+"""
+
+
+@pytest.mark.net
+def test_a_background_flood_that_fails_fails_its_trials_with_the_reason(tmp_path, state_dir):
+    spec = tmp_path / "clash.yaml"
+    spec.write_text(CLASH)
+    db = tmp_path / "r.db"
+    run = vnetbench("run", spec, "--db", db, "--no-progress")
+    assert "0 trials ok, 2 failed" in run.stdout
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT status, error, (SELECT count(*) FROM samples WHERE trial = trials.id) FROM trials").fetchall()
+    assert len(rows) == 2
+    for status, error, n in rows:
+        assert status == "failed" and n == 0
+        # What iperf3 said: whichever flood lost the race for the port, or for the server behind it.
+        assert error.startswith("background iperf3: iperf3") and ("busy" in error or "exited" in error), error
+
+
+ADAPTIVE = """\
+name: adaptive
+repetitions: {{min: 2, max: 4, target: {target}}}
+order: random
+seed: 7
+factors:
+  overlay: [none, vxlan]
+workloads:
+  - {{type: ping, count: 4, interval: 0.02}}
+"""
+
+
+@pytest.mark.net
+@pytest.mark.parametrize("target", [0.99, 0.0001])
+def test_adaptive_repetitions_stop_and_say_why(tmp_path, state_dir, target):
+    spec = tmp_path / "a.yaml"
+    spec.write_text(ADAPTIVE.format(target=target))
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    with sqlite3.connect(db) as c:
+        trials = c.execute("SELECT scenario, repetition, status FROM trials ORDER BY id").fetchall()
+        scenarios = c.execute("SELECT idx, status, reason FROM scenarios").fetchall()
+        (env,) = c.execute("SELECT environment FROM campaigns").fetchone()
+    assert all(t[2] == "ok" for t in trials)
+    for idx, status, reason in scenarios:
+        n = len([t for t in trials if t[0] == idx])
+        assert status == "done" and 2 <= n <= 4
+        if target < 0.01:  # RTT medians never agree to 0.01 %: every scenario runs to max
+            assert n == 4 and reason.startswith("reached max 4"), reason
+        else:
+            assert reason.startswith(f"converged after {n}") or (n == 4 and reason.startswith("reached max 4"))
+    assert json.loads(env)["order"] == {"order": "random", "seed": 7}
+    # Blocks: every scenario's repetition k runs before any scenario's repetition k + 1.
+    reps_in_order = [t[1] for t in trials]
+    assert reps_in_order == sorted(reps_in_order)
+
+
+@pytest.mark.net
+def test_random_order_is_seeded_and_interleaved(tmp_path, state_dir):
+    spec = tmp_path / "o.yaml"
+    spec.write_text("name: o\nrepetitions: 4\nseed: 3\nfactors:\n  overlay: [none, vxlan]\n  pairs: [1, 2]\n"
+                    "workloads:\n  - {type: ping, count: 2, interval: 0.02}\n")
+    orders = []
+    for k in (1, 2):
+        db = tmp_path / f"r{k}.db"
+        vnetbench("run", spec, "--db", db, "--no-progress")
+        with sqlite3.connect(db) as c:
+            orders.append([r for r in c.execute("SELECT scenario, repetition FROM trials ORDER BY id")])
+    assert orders[0] == orders[1]  # the seed decides
+    blocks = [[s for s, r in orders[0] if r == rep] for rep in range(1, 5)]
+    assert all(sorted(b) == [1, 2, 3, 4] for b in blocks) and len({tuple(b) for b in blocks}) > 1
+    db = tmp_path / "seq.db"
+    vnetbench("run", spec, "--db", db, "--no-progress", "--order", "sequential")
+    with sqlite3.connect(db) as c:
+        seq = [r for r in c.execute("SELECT scenario, repetition FROM trials ORDER BY id")]
+    assert seq == sorted(seq)
+
+
+@pytest.mark.net
+def test_s4_512_streams_on_a_10g_underlay_never_report_goodput_above_the_ceiling(tmp_path, state_dir):
+    spec = tmp_path / "s4.yaml"
+    spec.write_text("name: s4g\nrepetitions: 1\nunderlay: {rate: 10gbit}\nfactors:\n  attach: host\n"
+                    "workloads:\n  - {type: iperf3, streams: 512, processes: auto, duration: 2}\n")
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    ceiling = guards.payload_ceiling(10e9, 1500)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT t.status, t.error, s.value, s.metadata FROM trials t LEFT JOIN samples s "
+                         "ON s.trial = t.id AND s.metric = 'throughput_bps'").fetchall()
+    assert rows
+    for status, error, value, meta in rows:
+        if status == "ok":
+            assert value <= ceiling * (1 + guards.TOLERANCE)
+            assert json.loads(meta)["processes"] == 4
+        else:
+            assert status == "invalid" and "ceiling" in error
+
+
+@pytest.mark.net
+def test_a_parser_bug_fails_its_trial_not_the_campaign(tmp_path, state_dir, monkeypatch):
+    """An exception that is not a tool failure (here a parser raising on its first call) fails that one trial,
+    with the exception's last line as the reason, and the campaign goes on."""
+    from vnetbench.runner import Runner
+    from vnetbench.spec import loads
+    from vnetbench.store import Store
+    from vnetbench.workloads import ping
+
+    real, calls = ping.parse_ping, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("icmp_seq")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ping, "parse_ping", flaky)
+    spec = loads("name: bug\nrepetitions: 3\nworkloads:\n  - {type: ping, count: 3, interval: 0.02}\n")
+    store = Store(tmp_path / "r.db")
+    outcome = Runner(store, progress=False).run(spec)
+    assert (outcome.status, outcome.trials_ok, outcome.trials_failed) == ("done", 2, 1)
+    trials = store.trials(outcome.campaign)
+    failed = [t for t in trials if t["status"] == "failed"]
+    assert len(trials) == 3 and len(failed) == 1 and failed[0]["error"].startswith("KeyError: 'icmp_seq'")
+
+
+@pytest.mark.net
+def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, state_dir):
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    spec = tmp_path / "a.yaml"
+    spec.write_text(ADAPTIVE.format(target=0.0001).replace("count: 4", "count: 25"))
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def trials():
+        try:
+            with sqlite3.connect(db) as c:
+                return c.execute("SELECT id, scenario, repetition, workload, started FROM trials").fetchall()
+        except sqlite3.OperationalError:
+            return []
+    deadline = time.monotonic() + 60
+    while len(trials()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(15)
+    proc.communicate(timeout=60)
+    first = trials()
+    assert 3 <= len(first) < 8
+    vnetbench("run", "--resume", "1", "--db", db, "--no-progress")
+    final = trials()
+    assert len(final) == 2 * 4 and len({t[1:4] for t in final}) == len(final) and set(first) <= set(final)
+    with sqlite3.connect(db) as c:
+        reasons = [r for (r,) in c.execute("SELECT reason FROM scenarios")]
+    assert all(r.startswith("reached max 4") for r in reasons), reasons
