@@ -264,3 +264,18 @@ def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, stat
     with sqlite3.connect(db) as c:
         reasons = [r for (r,) in c.execute("SELECT reason FROM scenarios")]
     assert all(r.startswith("reached max 4") for r in reasons), reasons
+
+
+def test_spec_repetitions_and_order_fields():
+    from vnetbench.spec import SpecError, loads
+    exp = loads("name: a\nrepetitions: {min: 3, max: 30, target: 0.05}\norder: sequential\nseed: 5\n"
+                "workloads: [{type: ping}]\n").experiment
+    assert (exp.repetitions.min, exp.max_repetitions, exp.order, exp.seed) == (3, 30, "sequential", 5)
+    assert loads("name: a\nworkloads: [{type: ping}]\n").experiment.order == "random"
+    for bad, words in (("repetitions: {min: 5, max: 3}", "max (3) must be at least min (5)"),
+                       ("repetitions: {min: 3, maxx: 4}", "maxx: unknown field; allowed here: min, max, target"),
+                       ("repetitions: {metric: rtt}", "'rtt' is not a metric"),
+                       ("repetitions: 0", "greater than or equal to 1"), ("order: shuffled", "'random' or 'sequential'")):
+        with pytest.raises(SpecError) as err:
+            loads(f"name: a\n{bad}\nworkloads: [{{type: ping}}]\n", "s.yaml")
+        assert len(err.value.lines) == 1 and err.value.lines[0].startswith("s.yaml:2:") and words in err.value.lines[0]
