@@ -108,6 +108,7 @@ class Outcome:
     trials_ok: int = 0
     trials_failed: int = 0
     trials_invalid: int = 0
+    trials_noisy: int = 0   # ok, but measured under steal or foreign load (metadata `noisy` says which)
     stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
     builds: int = 0                                         # topologies built, and the seconds their builds and
     topology_s: float = 0.0                                 # teardowns took (what the random order costs)
@@ -334,6 +335,7 @@ class Campaign:
             samples = verdict.samples
             if verdict.noisy:
                 meta["noisy"] = verdict.noisy
+                self.outcome.trials_noisy += 1
             if verdict.invalid:
                 status, error = "invalid", "; ".join(verdict.invalid)
         except TrialFailure as exc:
