@@ -169,7 +169,7 @@ def test_run_exits_non_zero_and_counts_failed_trials(tmp_path, state_dir, monkey
     db = tmp_path / "r.db"
     small_db(db)
 
-    def fake_run(self, spec=None, resume=None):
+    def fake_run(self, spec=None, resume=None, order=None):
         return runner.Outcome(1, "done", trials_ok=3, trials_failed=2, scenarios_runnable=1)
     monkeypatch.setattr(runner.Runner, "run", fake_run)
     spec = tmp_path / "s.yaml"
@@ -227,7 +227,7 @@ def test_a_full_disk_during_a_run_is_one_line_with_the_resume_hint(tmp_path, sta
     db = tmp_path / "r.db"
     small_db(db)
 
-    def disk_full(self, spec=None, resume=None):  # as Runner.run reports it once its campaign exists
+    def disk_full(self, spec=None, resume=None, order=None):  # as Runner.run reports it once its campaign exists
         exc = StoreError(f"the disk holding {db} is full (database or disk is full); free some space")
         exc.campaign = 1
         raise exc

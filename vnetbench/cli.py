@@ -209,6 +209,8 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed" + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
+              + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
+                 if outcome.trials_noisy else "")
               + f" (results in {db})")
     problems = []
     if outcome.trials_failed:

@@ -112,6 +112,7 @@ class Outcome:
     scenarios_failed: int = 0       # failed to build: none of their trials ran
     scenarios_runnable: int = 0
     signal: int | None = None       # what interrupted the run: SIGINT or SIGTERM
+    trials_noisy: int = 0   # ok, but measured under steal or foreign load (metadata `noisy` says which)
     stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
     builds: int = 0                                         # topologies built, and the seconds their builds and
     topology_s: float = 0.0                                 # teardowns took (what the random order costs)
@@ -385,6 +386,7 @@ class Campaign:
             samples = verdict.samples
             if verdict.noisy:
                 meta["noisy"] = verdict.noisy
+                self.outcome.trials_noisy += 1
             if verdict.invalid:
                 status, error = "invalid", "; ".join(verdict.invalid)
         except TrialFailure as exc:

@@ -23,7 +23,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("udp_loss_ratio", "ratio", "lower", "UDP datagrams lost, counted at the receiver"),
     Metric("jitter_s", "s", "lower", "UDP inter-arrival jitter at the receiver (RFC 3550)"),
     Metric("rtt_s", "s", "lower", "ICMP echo round-trip time, one sample per echo"),
-    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time during a throughput test's measurement window"),
+    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time during the measurement window of a throughput test"),
     Metric("rtt_idle_s", "s", "lower", "ICMP echo round-trip time just before a throughput test starts (its baseline)"),
     Metric("ping_loss_ratio", "ratio", "lower", "ICMP echoes without reply"),
     Metric("ping_jitter_s", "s", "lower", "mean absolute difference of consecutive RTTs"),

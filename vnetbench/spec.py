@@ -5,7 +5,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -81,10 +81,16 @@ class Repetitions(Strict):
     target: float = Field(0.05, gt=0, lt=1, description="relative half-width of the 95 % CI of the mean to reach")
     metric: str | None = Field(None, description="the metric judged (default: each workload's main metric)")
 
+    def __str__(self) -> str:
+        return f"{self.min}..{self.max} (adaptive: until the 95% CI is within +-{self.target:.0%})"
+
     @model_validator(mode="after")
     def _order(self) -> "Repetitions":
         if self.max < self.min:
             raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        from .sample import METRICS
+        if self.metric is not None and self.metric not in METRICS:
+            raise ValueError(f"metric: '{self.metric}' is not a metric; `vnetbench metrics` lists them")
         return self
 
 
@@ -92,7 +98,7 @@ class Experiment(Strict):
     """An experiment file. Every factor may be one level or a list of levels; the matrix is their product."""
     name: str = Field(description="campaign name: letters, digits, '-', '_', '.'")
     description: str = ""
-    repetitions: int | Repetitions = Field(3, description="how many times each scenario's workloads "
+    repetitions: Annotated[int, Field(ge=1, le=1000)] | Repetitions = Field(3, description="how many times each scenario's workloads "
                                            "run, or {min, max, target, metric} to stop once the CI is narrow enough")
     order: Literal["random", "sequential"] = Field(
         "random", description="random: blocks of one repetition of every scenario, shuffled (seeded); sequential: "

@@ -120,12 +120,20 @@ def bounded(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str
         raise WorkloadError(f"{what} did not finish within {timeout:.0f} s: {err.strip()[-300:]}") from None
 
 
+def said(text: str, limit: int = 500) -> str:
+    """What a failed tool said, within `limit` characters: its first line (a tool that prints its usage after an
+    error names the error there) and as much of its end as fits."""
+    if len(text) <= limit:
+        return text
+    first = text.splitlines()[0][:limit // 2]
+    return f"{first} ... {text[-(limit - len(first) - 5):]}"
+
+
 def finish(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
     """Wait for a bounded tool; kill it if it overruns. Raises WorkloadError on failure."""
     out, err = bounded(proc, timeout, what)
     if proc.returncode != 0:
-        detail = (err.strip() or out.strip())[-500:]
-        raise WorkloadError(f"{what} exited {proc.returncode}: {detail}")
+        raise WorkloadError(f"{what} exited {proc.returncode}: {said(err.strip() or out.strip())}")
     return out, err
 
 
