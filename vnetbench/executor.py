@@ -209,7 +209,8 @@ class SshExecutor(Executor):
         self.target = target
         self.netns = netns
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
-        self.control = control_dir(control, "") if control else control_dir(ledger.dir if ledger else None)
+        # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
+        self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None)
         self.prefix = prefix or (ledger.prefix if ledger else "adhoc")
         self.remote_dir = f"{REMOTE_STATE_DIR}/{self.prefix}"
         self.log = log  # every local argv this executor starts, when a caller wants to prove where things ran
