@@ -22,6 +22,18 @@ from typing import Sequence
 from .ledger import Ledger
 
 
+COMMAND_LOG = "VNETBENCH_COMMAND_LOG"
+
+
+def log_command(argv: Sequence[str]) -> None:
+    """With VNETBENCH_COMMAND_LOG=FILE, every command line an executor starts is appended to FILE (one JSON
+    list a line): how the tests prove that a testbed run reached its hosts only through ssh."""
+    path = os.environ.get(COMMAND_LOG)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(list(argv)) + "\n")
+
+
 class CommandError(RuntimeError):
     def __init__(self, where: str, argv: Sequence[str], returncode: int, stderr: str):
         self.where, self.argv, self.returncode, self.stderr = where, list(argv), returncode, stderr.strip()
@@ -48,6 +60,7 @@ class Executor(ABC):
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
             check: bool = True) -> subprocess.CompletedProcess[str]:
         full = self.wrap(argv)
+        log_command(full)
         try:
             proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -59,6 +72,7 @@ class Executor(ABC):
     def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
         """Start a process in this place; it is recorded in the run's ledger so `clean` can stop it."""
+        log_command(self.wrap(argv))
         proc = subprocess.Popen(self.wrap(argv), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True)
         if self.ledger is not None:
@@ -68,7 +82,9 @@ class Executor(ABC):
     def batch_argv(self, tool: str = "ip", *options: str) -> list[str]:
         """The full command line that runs `tool [options] -batch -` (ip, tc, bridge) on this place's network
         stack, reading the batch from stdin."""
-        return [tool, *self.ip()[1:], *options, "-batch", "-"]
+        argv = [tool, *self.ip()[1:], *options, "-batch", "-"]
+        log_command(argv)
+        return argv
 
     def ip_batch(self, lines: Sequence[str], timeout: float = 60.0) -> None:
         """Apply iproute2 commands in one process; stops at the first failing line and names it."""
@@ -226,6 +242,7 @@ class SshExecutor(Executor):
     def remote(self, script: str) -> list[str]:
         """The local argv that runs a remote shell script (the caller has quoted every value in it)."""
         full = [*self.target.argv(self.control), script]
+        log_command(full)
         if self.log is not None:
             self.log.append(full)
         return full
