@@ -210,6 +210,15 @@ def control_dir(base: str | os.PathLike | None, sub: str = "ssh") -> str:
     return tempfile.mkdtemp(prefix="vb-ssh-")
 
 
+def control_dir_ok(path: str) -> bool:
+    """The directory exists (made now if need be: a recorded one may have been removed since) and is ours alone."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return os.stat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
 class SshExecutor(Executor):
     """A remote machine over SSH, optionally one of its network namespaces (a VM of a remote host).
 
@@ -220,13 +229,15 @@ class SshExecutor(Executor):
 
     def __init__(self, target: SshTarget, ledger: Ledger | None = None, *, netns: str | None = None,
                  name: str | None = None, control: str | None = None, prefix: str | None = None,
-                 log: list[list[str]] | None = None):
+                 log: list[list[str]] | None = None, connect: bool = True):
         super().__init__(ledger)
         self.target = target
         self.netns = netns
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
         # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
         self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None)
+        if connect and not control_dir_ok(self.control):  # connect=False: only shown (plan), never run
+            self.control = control_dir(None)
         self.prefix = prefix or (ledger.prefix if ledger else "adhoc")
         self.remote_dir = f"{REMOTE_STATE_DIR}/{self.prefix}"
         self.log = log  # every local argv this executor starts, when a caller wants to prove where things ran
