@@ -236,6 +236,7 @@ class SshExecutor(Executor):
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
         # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
         self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None)
+        self.connect = connect
         if connect and not control_dir_ok(self.control):  # connect=False: only shown (plan), never run
             self.control = control_dir(None)
         self.prefix = prefix or (ledger.prefix if ledger else "adhoc")
@@ -245,7 +246,7 @@ class SshExecutor(Executor):
     def in_netns(self, netns: str, name: str | None = None) -> "SshExecutor":
         """The same machine and connection, inside one of its network namespaces."""
         return SshExecutor(self.target, self.ledger, netns=netns, name=name, control=self.control,
-                           prefix=self.prefix, log=self.log)
+                           prefix=self.prefix, log=self.log, connect=self.connect)
 
     def _inner(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv] if self.netns else list(argv)
