@@ -77,15 +77,17 @@ def test_spawn_is_recorded_remotely_and_terminate_stops_the_remote_process(lab, 
     ex = SshExecutor(target(lab, 2), control=str(tmp_path), prefix="vbt002")
     try:
         proc = ex.spawn(["sleep", "57"], label="sleeper")
-        deadline = time.monotonic() + 5
-        while "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout:
+        def sleeping():  # the process itself (the local ssh client's command line also says "sleep 57")
+            return "sleep 57" in ex.run(["ps", "-eo", "args"]).stdout.splitlines()
+        deadline = time.monotonic() + 10
+        while not sleeping():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         ledger = ex.read_text("/run/vnetbench/vbt002/objects.jsonl")
         assert '"kind": "process"' in ledger and "sleeper" in ledger
         proc.terminate()
         assert proc.wait(timeout=10) != 0
-        assert "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout
+        assert not sleeping()
     finally:
         ex.run(["rm", "-rf", "/run/vnetbench/vbt002"], check=False)
         ex.close()

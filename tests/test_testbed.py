@@ -268,3 +268,27 @@ def test_metacharacters_in_levels_and_names_execute_nothing_anywhere(lab, tmp_pa
         assert not any(m in listing for m in marks), (h.name, listing)
     assert not any(Path(p, m).exists() for p in ("/tmp", "/root", str(ROOT), "/") for m in marks)
     assert nothing_left(lab), leftovers(lab)
+
+
+def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, state_dir):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(LONG)
+    node1 = lab.hosts[0]
+    _plant(lab, node1)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                                 str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "g.db"), "--no-progress"],
+                                env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        _wait_for(lambda: _busy(lab, node1))
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its local ssh clients
+        proc.wait()
+        for d in state_dir.iterdir():  # the local ledger is lost too (another machine, a wiped /run)
+            subprocess.run(["rm", "-rf", str(d)], check=True)
+        assert any(any(v.values()) for v in _ours(lab).values())
+        out = vnetbench("clean", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
+        assert "node1: netns" in out, out
+        assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
+        assert _planted(lab, node1)
+    finally:
+        _unplant(lab, node1)
