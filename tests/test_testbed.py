@@ -98,6 +98,8 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     hosts = {json.loads(meta).get("host") for (meta,) in con.execute(
         "SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")}
     assert hosts == {"node1", "node2"}
+    tagged = [json.loads(meta) for (meta,) in con.execute("SELECT metadata FROM samples WHERE metric = 'rtt_s'")]
+    assert tagged and all(m["client_host"] == "node1" and m["server_host"] in ("node1", "node2") for m in tagged)
     # every command of the testbed run went through ssh
     argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert argvs and all(a[0] == "ssh" for a in argvs), {a[0] for a in argvs}

@@ -249,6 +249,15 @@ class TestbedSite:
                     HostProbe(InterfaceProbe(machine), name, only=self.nic(h.label))]
         return out
 
+    def tag(self, topo, samples: list[Sample]) -> list[Sample]:
+        """A workload's samples get the hosts of their pair's client and server."""
+        hosts = {}
+        for p in topo.pairs:
+            ends = [topo.nodes[p.meta[k]] for k in ("client", "server")]
+            hosts[p.index] = {f"{k}_host": self.name(n.host or n.label) for k, n in zip(("client", "server"), ends)}
+        return [Sample(s.metric, s.value, s.unit, s.metadata | hosts.get(s.metadata.get("pair"), {}), s.t)
+                if "host" not in s.metadata else s for s in samples]
+
     def environment(self) -> dict:
         return {h.name: {"ssh": h.target.destination, "nic": h.nic, "address": h.address,
                          **{k: v for k, v in h.facts.items() if k not in ("time", "time2", "uid", "nic_exists")},
