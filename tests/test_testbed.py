@@ -294,3 +294,15 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         assert _planted(lab, node1)
     finally:
         _unplant(lab, node1)
+
+
+def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
+    from vnetbench.capabilities import Capabilities, Feature
+    from vnetbench.executor import SshTarget
+    hosts = [tb.Host(f"node{i}", SshTarget(f"root@node{i}"), "eth1", f"192.0.2.{i}") for i in (1, 2)]
+    hosts[0].caps = Capabilities({"iperf3": Feature(True, "3.12")}, {"vxlan": Feature(True), "geneve": Feature(True)})
+    hosts[1].caps = Capabilities({"iperf3": Feature(True, "3.9")}, {"vxlan": Feature(True),
+                                                                    "geneve": Feature(False, "Unknown device type.")})
+    caps = tb.merge(hosts)
+    assert caps.has("vxlan") and caps.tool("iperf3")
+    assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
