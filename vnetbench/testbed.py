@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shlex
 import socket
 import subprocess
@@ -330,8 +331,9 @@ def merge(hosts: list[Host]) -> Capabilities:
     return caps
 
 
-def preflight(bed: Testbed, prefix: str = "vb0000", probe_kernel: bool = True) -> Capabilities:
+def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True) -> Capabilities:
     """Reach every host at once; raise TestbedError with one line per host that cannot take part."""
+    prefix = prefix or "vb" + secrets.token_hex(2)  # the scratch namespace's name, unlike any other run's
     def one(h: Host) -> str | None:
         ex = executor(h, log=None)
         ex.prefix, ex.remote_dir = prefix, f"{REMOTE_STATE_DIR}/{prefix}"
