@@ -130,11 +130,27 @@ class TestbedSite:
             topo._flush_records()
             for step in wave:
                 topo._run_step(step)
-        self._batches(topo, pending)
+        self._batches(topo, pending, check=True)
+        topo.verified = True
 
-    def _batches(self, topo, steps) -> None:
+    def _pings(self, topo) -> dict[str, list[str]]:
+        """The ping check of every pair, run by the client's host at the end of its build script: one echo
+        answered within 3 s, asked every 50 ms (the server's host builds at the same time)."""
+        out: dict[str, list[str]] = {}
+        for p in topo.pairs:
+            node = topo.nodes[p.meta["client"]]
+            argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.05", "-w", "3", p.server.addr]
+            argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" else argv
+            why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
+                   f"3 s: this topology does not pass traffic")
+            out.setdefault(self.machine(topo, node.label), []).append(
+                f"{shlex.join(argv)} >/dev/null || {{ echo {shlex.quote('@@ping ' + why)} >&2; exit 3; }}")
+        return out
+
+    def _batches(self, topo, steps, check: bool = False) -> None:
         records, topo._records = list(topo._records), []
-        if not steps and not records:
+        pings = self._pings(topo) if check else {}
+        if not steps and not records and not pings:
             return
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
@@ -142,7 +158,7 @@ class TestbedSite:
             by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
         for step in steps:
             parts.setdefault(self.machine(topo, step.node), []).append(step)
-        labels = list(dict.fromkeys([*by_host, *parts]))
+        labels = list(dict.fromkeys([*by_host, *parts, *pings]))
         owners = self.touch(labels, run=False)
         jobs = {}
         for lb in labels:
@@ -153,6 +169,7 @@ class TestbedSite:
                 delim = f"VNETBENCH_{secrets.token_hex(6)}"
                 script.append(f"echo @@{k} >&2\n{shlex.join(ex.batch_cmd(step.tool))} <<'{delim}'\n"
                               + "\n".join(step.lines) + f"\n{delim}")
+            script += pings.get(lb, [])
             jobs[lb] = (self.executor(lb), "\n".join(script), parts.get(lb, []))
         errors = []
 
@@ -294,6 +311,8 @@ def _which(exc: CommandError, steps, host: str) -> str:
     """Name the batch (and its line) that failed in a host's build script."""
     head, _, tail = exc.stderr.rpartition("@@")
     k, _, err = tail.partition("\n")
+    if k.startswith("ping "):
+        return k[5:]
     if not head and not exc.stderr.startswith("@@") or not k.strip().isdigit() or int(k) >= len(steps):
         return str(exc)
     step = steps[int(k)]

@@ -420,12 +420,12 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
                          f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null || kill -9 {int(o.pid)} 2>/dev/null; }}")
     spaces = [o.name for o in reversed(objs) if o.kind == "netns" and o.name.startswith(prefix)]
     links = [o.name for o in reversed(objs) if o.kind == "link" and o.name.startswith(prefix)]
-    if spaces:
-        parts.append(f"pids=$(printf '%s\\n' {' '.join(q('netns pids ' + n) for n in spaces)} | "
-                     f"ip -force -batch - 2>/dev/null); [ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
-    dels = [f"netns del {n}" for n in spaces] + [f"link del {n}" for n in links]
-    if dels:
-        parts.append(f"printf '%s\\n' {' '.join(map(q, dels))} | ip -force -batch - >/dev/null 2>&1")
+    # One ip: the pids in the namespaces are listed before the names go (the processes are killed right after;
+    # a namespace lives on, nameless, until its last process is gone), then the links.
+    lines = [f"netns pids {n}" for n in spaces] + [f"netns del {n}" for n in spaces] + [f"link del {n}" for n in links]
+    if lines:
+        parts.append(f"pids=$(printf '%s\\n' {' '.join(map(q, lines))} | ip -force -batch - 2>/dev/null); "
+                     f"[ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
     if remove_dir:
         parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
     return "; ".join(parts + ["true"])

@@ -345,7 +345,8 @@ class Topology:
         self.emit()
         self._built = True
         self._execute()
-        self.verify()
+        if not getattr(self, "verified", False):  # a testbed checks in each host's build script
+            self.verify()
         return self
 
     def _flush_records(self) -> None:
