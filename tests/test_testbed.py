@@ -87,7 +87,8 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     remote = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
                        env=env_with(state_dir, log))
     local = vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
-    assert "0 failed" in remote.stdout and "0 failed" in local.stdout, remote.stdout + remote.stderr
+    assert "0 failed" in remote.stdout, remote.stdout[-3000:] + remote.stderr[-3000:]
+    assert "0 failed" in local.stdout, local.stdout[-3000:] + local.stderr[-3000:]
     r_rows, r_metrics = _scenarios(tmp_path / "r.db")
     l_rows, l_metrics = _scenarios(tmp_path / "l.db")
     assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
