@@ -135,11 +135,11 @@ class TestbedSite:
 
     def _pings(self, topo) -> dict[str, list[str]]:
         """The ping check of every pair, run by the client's host at the end of its build script: one echo
-        answered within 3 s, asked every 50 ms (the server's host builds at the same time)."""
+        answered within 3 s, asked every 10 ms (the server's host builds at the same time)."""
         out: dict[str, list[str]] = {}
         for p in topo.pairs:
             node = topo.nodes[p.meta["client"]]
-            argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.05", "-w", "3", p.server.addr]
+            argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", "3", p.server.addr]
             argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" else argv
             why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
                    f"3 s: this topology does not pass traffic")
