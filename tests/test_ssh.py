@@ -1,5 +1,4 @@
 """The SSH executor against real sshds (the emulated lab: namespaces with their own mount namespace and sshd)."""
-import shlex
 import subprocess
 import time
 
@@ -103,3 +102,13 @@ def test_unreachable_host_and_changed_key_are_ssh_failures(lab, tmp_path):
     with pytest.raises(HostUnreachable) as exc:
         SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path)).run(["true"])
     assert "verification failed" in str(exc.value).lower() or "identification" in str(exc.value).lower()
+
+
+def test_a_refused_key_is_an_ssh_failure(lab, tmp_path):
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ex = SshExecutor(SshTarget(f"root@{lab.hosts[0].address}", identity=str(key),
+                               known_hosts=str(lab.dir / "known_hosts")), control=str(tmp_path))
+    with pytest.raises(HostUnreachable) as exc:
+        ex.run(["true"])
+    assert "Permission denied" in str(exc.value)

@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import testbed as tb

@@ -10,7 +10,6 @@ stops the build. The host's interfaces, addresses, routes and MTU are never chan
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import shlex
 import subprocess

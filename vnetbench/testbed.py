@@ -22,7 +22,6 @@ import re
 import secrets
 import shlex
 import socket
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
