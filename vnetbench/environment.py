@@ -31,7 +31,9 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def capture(caps: Capabilities) -> dict:
+def capture(caps: Capabilities, nics: bool = True) -> dict:
+    """`nics`: this machine carries the traffic (not so when it only drives a testbed over SSH: its NICs and its
+    strongSwan are then not what ran, and probing them would run commands that did not go to the testbed)."""
     uname = platform.uname()
     return {
         "hostname": socket.gethostname(),
@@ -47,8 +49,9 @@ def capture(caps: Capabilities) -> dict:
         "vnetbench_git": git_commit(),
         "tools": {k: v.detail for k, v in caps.tools.items() if v.ok},
         "kernel_features": {k: v.ok for k, v in caps.kernel.items()},
-        "strongswan_plugins": list(caps.strongswan().plugins) if caps.tool("charon") else [],
-        "nics": interfaces(LocalExecutor(), [n for n in _names() if (Path("/sys/class/net") / n / "device").exists()]),
+        "strongswan_plugins": list(caps.strongswan().plugins) if nics and caps.tool("charon") else [],
+        "nics": interfaces(LocalExecutor(), [n for n in _names() if (Path("/sys/class/net") / n / "device").exists()])
+        if nics else {},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

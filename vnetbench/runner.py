@@ -27,7 +27,7 @@ from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
 from .probes.procstat import SystemProbe, busy_ratio_now
-from .executor import LocalExecutor
+from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
 from .store import Store, StoreError
@@ -149,8 +149,11 @@ def _uninterruptible():
 
 
 class Runner:
-    def __init__(self, store: Store, console: Console | None = None, progress: bool = True):
+    def __init__(self, store: Store, console: Console | None = None, progress: bool = True, testbed=None,
+                 caps=None):
         self.store = store
+        self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
+        self.site = None
         self.console = console or Console(stderr=True)
         self.progress = progress
 
@@ -177,7 +180,7 @@ class Runner:
             if holder is not None:
                 raise CampaignBusy(f"campaign {resume} is still being run by process {holder}; wait for it to "
                                    f"finish, or stop it (kill {holder}) and resume again")
-        caps = detect()
+        caps = self.caps or detect()
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
@@ -186,10 +189,20 @@ class Runner:
         else:
             plan = {"order": order or spec.experiment.order,
                     "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
-            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256,
-                                          environment.capture(caps) | {"order": plan}, owner=me)
+            env = environment.capture(caps, nics=not self.testbed) | {"order": plan}
+            if self.testbed:
+                from .sites import TestbedSite
+                env["testbed"] = TestbedSite(self.testbed, None).environment()
+            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env, owner=me)
         outcome.campaign = cid
         scenarios = expand(spec.experiment, caps)
+        if self.testbed:
+            from .sites import TestbedSite
+            site = TestbedSite(self.testbed, None)
+            for sc in scenarios:
+                why = None if sc.skip else site.check(sc)
+                sc.skip = f"testbed: {why}" if why else sc.skip
+                sc.notes = sc.notes + site.notes(sc)
         if resume is None:
             for sc in scenarios:
                 self._put(cid, sc)
@@ -198,6 +211,9 @@ class Runner:
         ledger = None
         try:
             ledger = Ledger.create()
+            if self.testbed:
+                from .sites import TestbedSite
+                self.site = TestbedSite(self.testbed, ledger)
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
@@ -210,6 +226,8 @@ class Runner:
                 finally:
                     if ledger is not None:
                         ledger.remove_all()
+                        for why in getattr(ledger, "pending", []):
+                            self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
 
     def _put(self, cid: int, sc: Scenario) -> None:
         self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
@@ -340,7 +358,7 @@ class Campaign:
         if sc.index not in self.ran:
             self.store.set_scenario(self.cid, sc.index, "running")
             self.ran.add(sc.index)
-        topo = Topology(sc, self.ledger)
+        topo = Topology(sc, self.ledger, site=self.r.site)
         began = time.monotonic()
         try:
             topo.build()
@@ -379,7 +397,7 @@ class Campaign:
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
         status, error, samples = "ok", None, []
         try:
-            samples, extra = measure(sc, topo, wl)
+            samples, extra = measure(sc, topo, wl, self.r.site)
             meta |= extra
             verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
                                    foreign_busy=extra.get("foreign_busy_ratio"))
@@ -414,12 +432,13 @@ class Campaign:
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
 
 
-def measure(sc: Scenario, topo: Topology, wl) -> tuple[list[Sample], dict]:
+def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
     Raises TrialFailure when the tool or a background load failed."""
     foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
-    probes = [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
-              *[InterfaceProbe(h.exec) for h in topo.hosts]]
+    probes = site.probes(topo) if site else [
+        SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
+        *[InterfaceProbe(h.exec) for h in topo.hosts]]
     for p in probes:
         p.start()
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
@@ -430,7 +449,7 @@ def measure(sc: Scenario, topo: Topology, wl) -> tuple[list[Sample], dict]:
         for b in background:
             b.wait_ready()
         samples = wl.run(wl.select(topo.pairs))
-    except WorkloadError as exc:
+    except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
         error = str(exc)
     except TrialFailure as exc:
         error = str(exc)
@@ -444,6 +463,8 @@ def measure(sc: Scenario, topo: Topology, wl) -> tuple[list[Sample], dict]:
                 error = error or str(exc)
     if error:
         raise TrialFailure(error)
+    if site:  # on a testbed every sample says which hosts it came from
+        samples = site.tag(topo, samples)
     meta = {"foreign_busy_ratio": foreign}
     if window:
         meta["window"] = list(window)

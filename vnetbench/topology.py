@@ -4,12 +4,22 @@ Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, d
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
 running independent batches of different namespaces at once. All devices live inside the run's namespaces,
 so deleting the namespaces removes them; nothing is created in the root namespace.
+
+Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
+testbed (sites.TestbedSite), real machines over SSH. There a host's switch, tunnels and VM ports live in a namespace
+of the run on that machine (`<prefix>-h1`), created from its root namespace (node `m1`), where only the run's
+namespaces are added and its devices created straight into them: the machine's own interfaces, addresses and routes
+are never touched, and deleting the run's namespaces removes everything. Datapath elements never know which site:
+they add lines for a node label and ask the topology for what differs (`nic`, `nic_node`, `uplink`, `veth`,
+`tunnel`, a node's `netns`).
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -36,6 +46,7 @@ class Node:
     host: str | None      # the host a VM lives on
     exec: Executor
     tenant: int | None = None
+    netns: str | None = None  # its network namespace (None: a real host's own root namespace)
     v4: str | None = None  # the address workloads target
     v6: str | None = None
 
@@ -53,8 +64,9 @@ class Step:
 
 
 class Topology:
-    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None):
+    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None):
         self.sc = scenario
+        self.site = site  # None: emulated hosts on this machine
         self.ledger = ledger
         self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
         self.nodes: dict[str, Node] = {}
@@ -88,6 +100,8 @@ class Topology:
         return self.sc.levels.get("hops", 0) if self.sc.hosts == 2 else 0
 
     def host_ip(self, host: str) -> str:
+        if self.site:
+            return self.site.address(host)
         if self.hops and host == "h2":  # across routers: the last link's subnet, 10.250.<hops>.0/24
             return f"10.250.{self.hops}.2"
         return f"{UNDERLAY_NET}.{int(host[1:])}"
@@ -135,19 +149,85 @@ class Topology:
     def executor(self, label: str) -> Executor:
         return LocalExecutor(self.ledger) if label == ROOT else self.nodes[label].exec
 
+    # ---- names that depend on the site ---------------------------------------------------------------------
+    def nic(self, host: str) -> str:
+        """The host's underlay NIC: the emulated one, or the testbed's (whose settings are never changed)."""
+        return self.site.nic(host) if self.site else self.ifname("u")
+
+    def nic_node(self, host: str) -> str:
+        """The node whose namespace holds the host's NIC (where macvlans of it are made)."""
+        return self.root_of(host) if self.site else host
+
+    def tunnel(self, host: str, *lines: str) -> None:
+        """Create a host's tunnel devices (`link add NAME type vxlan ...`). On a real host the device is created
+        from the machine's root namespace straight into the host's namespace: its socket uses the machine's
+        underlay address, the device itself is the run's alone."""
+        if not self.site:
+            self.ip(host, *lines)
+            return
+        ns = self.nodes[host].netns
+        if not hasattr(self, "_vni_offset"):
+            # The previous scenario's tunnels die with its namespaces asynchronously while their sockets still hold
+            # their VNIs on the machine: each topology takes VNIs of its own.
+            self._vni_offset = self.site.vni_offset()
+        lines = tuple(re.sub(r" id (\d+) ", lambda m: f" id {int(m.group(1)) + self._vni_offset} ", ln) for ln in lines)
+        self.ip(self.root_of(host), *[re.sub(r"^link add (\S+) ", rf"link add \1 netns {ns} ", ln) for ln in lines])
+
+    def uplink(self, host: str) -> str:
+        """The device a host's flat (no overlay) bridge takes as its port to the provider network: the emulated NIC
+        itself; on a real host, a source-mode macvlan of the NIC that receives the frames of the other hosts' VMs
+        (the NIC itself is never enslaved, and keeps its address)."""
+        if not self.site:
+            return self.ifname("u")
+        dev = self.ifname("fl")
+        others = [vm for vm in self.vms if vm.host != host]
+        self.ip(self.nic_node(host), f"link add {dev} link {self.nic(host)} netns {self.nodes[host].netns} "
+                                     f"type macvlan mode source")
+        self.ip(host, *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
+                f"link set {dev} up")
+        return dev
+
+    def mac(self, label: str) -> str:
+        """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
+        n = list(self.nodes).index(label)
+        p = self.prefix[2:6]
+        return f"02:76:{p[:2]}:{p[2:]}:{n // 256:02x}:{n % 256:02x}"
+    def root_of(self, label: str) -> str:
+        """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
+        on a testbed the VM's host (a real host's own root namespace)."""
+        if not self.site:
+            return ROOT
+        node = self.nodes[label]
+        return "m" + (node.host if node.role == "vm" else label)[1:]
+
+    def veth(self, a: str, a_if: str, b: str, b_if: str) -> None:
+        """A veth between two nodes (on a testbed they are on one machine: a VM and its host)."""
+        na, nb = self.nodes[a], self.nodes[b]
+        mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
+        self.ip(self.root_of(a), f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if} netns {nb.netns}")
+
     # ---- layout ------------------------------------------------------------------------------------------
     def _add(self, label: str, role: str, host: str | None = None, tenant: int | None = None) -> Node:
-        node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant)
+        if self.site and role == "machine":  # a real machine's own root namespace
+            node = Node(label, role, None, self.site.executor(f"h{label[1:]}"), netns=None)
+        elif self.site:
+            where = self.site.executor(host or label)
+            node = Node(label, role, host, where.in_netns(self.ns(label), f"{self.site.name(host or label)}:{label}"),
+                        tenant, netns=self.ns(label))
+        else:
+            node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant, netns=self.ns(label))
         self.nodes[label] = node
         return node
 
     def _layout(self) -> None:
         """Decide nodes, addresses and pairs (no steps yet)."""
         sc = self.sc
+        for h in range(1, sc.hosts + 1) if self.site else ():
+            self._add(f"m{h}", "machine")
         for h in range(1, sc.hosts + 1):
             node = self._add(f"h{h}", "host")
             node.v4, node.v6 = self.host_ip(node.label), self._host_v6(h)
-        if sc.hosts > 2:
+        if sc.hosts > 2 and not self.site:
             self._add("tor", "switch")
         for k in range(1, self.hops + 1):
             self._add(f"r{k}", "router")
@@ -170,6 +250,8 @@ class Topology:
 
     def _endpoint(self, node: Node) -> Endpoint:
         addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
+        if self.site and node.role == "host":  # host to host: the machines themselves, on their own addresses
+            return Endpoint(self.site.executor(node.label), addr, node.label)
         return Endpoint(node.exec, addr, node.label)
 
     # ---- the common part of every topology: namespaces, underlay, VM interfaces ----------------------------
@@ -177,12 +259,14 @@ class Topology:
         """Fill the step list (idempotent); used by both plan and build."""
         if self.steps:
             return self
-        for node in self.nodes.values():
-            self.record("netns", node.exec.name)
-            self.ip(ROOT, f"netns add {node.exec.name}")
-        for node in self.nodes.values():
+        spaces = [n for n in self.nodes.values() if n.netns]
+        for node in spaces:
+            self.record("netns", node.netns, self.root_of(node.label))
+            self.ip(self.root_of(node.label), f"netns add {node.netns}")
+        for node in spaces:
             self.ip(node.label, "link set lo up")
-        self._underlay()
+        if not self.site:
+            self._underlay()
         els = self.sc.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
         els["attach"].build(self)
@@ -241,7 +325,10 @@ class Topology:
 
     def underlay_address(self, host: str, dev: str) -> None:
         """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it). Across routers
-        (hops), the host also gets a default route to its neighbouring router."""
+        (hops), the host also gets a default route to its neighbouring router. A real host has its address
+        already: nothing is changed there."""
+        if self.site:
+            return
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
         if self.hops and host in ("h1", "h2"):
@@ -259,10 +346,15 @@ class Topology:
         self.emit()
         self._built = True
         self._execute()
-        self.verify()
+        if not getattr(self, "verified", False):  # a testbed checks in each host's build script
+            self.verify()
         return self
 
     def _flush_records(self) -> None:
+        if self.site:
+            self.site.flush(self, self._records)
+            self._records.clear()
+            return
         if self.ledger and self._records:
             self.ledger.record_many([{"kind": k, "name": n, "host": h} for k, n, h in self._records])
         self._records.clear()
@@ -295,9 +387,18 @@ class Topology:
         return [w for w in ([s for s in merged.values() if pick(s)] for pick in order) if w]
 
     def _execute(self) -> None:
-        for wave in self.waves():
-            self._flush_records()
-            self._run_wave(wave)
+        waves = self.waves()
+        try:
+            if self.site:
+                self.site.execute(self, waves)  # each host's batches as one script, all hosts at once
+                return
+            for wave in waves:
+                self._flush_records()
+                self._run_wave(wave)
+        except (CommandError, RuntimeError) as exc:  # a host that stopped answering, a refused line
+            if isinstance(exc, BuildError):
+                raise
+            raise BuildError(str(exc)) from None
 
     def _run_wave(self, wave: list[Step]) -> None:
         if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
@@ -306,14 +407,20 @@ class Topology:
             return
         procs = []
         for step in wave:
-            argv = [step.tool, *self.executor(step.node).ip()[1:], "-batch", "-"]
+            argv = self.executor(step.node).batch_argv(step.tool)
             procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                        stderr=subprocess.PIPE, text=True)))
         errors = []
         for step, argv, proc in procs:
-            _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
+            try:
+                _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                err = f"timed out after 60 s {err}"
             if proc.returncode:
-                errors.append(str(CommandError(self.executor(step.node).name, argv, proc.returncode, err)))
+                errors.append(str(CommandError(self.executor(step.node).name, [step.tool, "-batch", "-"],
+                                               proc.returncode, err)))
         if errors:
             raise BuildError("; ".join(errors))
 
@@ -321,11 +428,14 @@ class Topology:
         where = self.executor(step.node)
         try:
             if step.tool in BATCH_TOOLS:
-                argv = [step.tool, *where.ip()[1:], "-batch", "-"]
-                proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
-                                      timeout=60)
+                argv = where.batch_argv(step.tool)
+                try:
+                    proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
+                                          timeout=60)
+                except subprocess.TimeoutExpired:
+                    raise CommandError(where.name, [step.tool, "-batch", "-"], -1, "timed out after 60 s") from None
                 if proc.returncode:
-                    raise CommandError(where.name, argv, proc.returncode, proc.stderr)
+                    raise CommandError(where.name, [step.tool, "-batch", "-"], proc.returncode, proc.stderr)
             elif step.tool == "run":
                 where.run(step.argv)
             elif step.tool == "call":
@@ -345,17 +455,30 @@ class Topology:
         """Every pair must pass traffic before anything is measured (this also warms up ARP/ND)."""
         pending = list(self.pairs)
         for attempt in range(attempts):
-            procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
-                                             label=f"verify-ping-{p.index}")) for p in pending]
-            pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
-            for _, proc in procs:
-                proc.communicate()
+            if self.site:  # one round trip per pair, all at once, nothing left running on the hosts
+                pending = self._remote_pings(pending)
+            else:
+                procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
+                                                 label=f"verify-ping-{p.index}")) for p in pending]
+                pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
+                for _, proc in procs:
+                    proc.communicate()
             if not pending:
                 return
             time.sleep(0.2 * (attempt + 1))
         p = pending[0]
         raise BuildError(f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to "
                          f"ping after {attempts} tries: this topology does not pass traffic")
+
+    def _remote_pings(self, pairs: list[Pair]) -> list[Pair]:
+        def ok(p: Pair) -> bool:
+            return p.client.node.run(["ping", "-n", "-c", "1", "-W", "2", p.server.addr], check=False,
+                                     timeout=10).returncode == 0
+        try:
+            with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+                return [p for p, good in zip(pairs, pool.map(ok, pairs)) if not good]
+        except CommandError as exc:  # a host stopped answering
+            raise BuildError(str(exc)) from None
 
     def daemon_pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.daemons.items() if proc.poll() is None}
@@ -372,7 +495,7 @@ class Topology:
                 self._run_step(step)
             except BuildError:
                 pass  # the namespace goes anyway; a failed graceful stop must not block the rest
-        namespaces = [n.exec.name for n in self.nodes.values()]
+        namespaces = [n.netns for n in self.nodes.values() if n.netns]
         for proc in self.daemons.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -382,6 +505,11 @@ class Topology:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.site:
+            self.site.teardown(self)
+            if self.ledger:
+                self.ledger.forget_many([("process", name) for name in self.daemons])
+            return
         kill_pids(pids_in_namespaces(namespaces))
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
                        capture_output=True, text=True)
@@ -398,7 +526,7 @@ class Topology:
         for step in (st for wave in self.waves() for st in wave):
             where = self.executor(step.node)
             if step.tool in BATCH_TOOLS:
-                out.append(heredoc(shlex.join([step.tool, *where.ip()[1:], "-batch", "-"]), step.lines))
+                out.append(heredoc(shlex.join(where.batch_argv(step.tool)), step.lines))
             elif step.tool == "call":
                 out.append(comment(step.name))
             else:
