@@ -308,3 +308,24 @@ def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
     caps = tb.merge(hosts)
     assert caps.has("vxlan") and caps.tool("iperf3")
     assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
+
+
+def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, state_dir):
+    out = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", lab.dir / "testbed.yaml",
+                    env=env_with(state_dir)).stdout
+    assert "root@node1.lab" in out and "root@node2.lab" in out and "root@node3.lab" not in out
+    assert "link add vb0000-vx1 netns vb0000-h1 type vxlan" in out
+    assert "master eth1" not in out and "dev eth1" not in out and "eth1 mtu" not in out
+    assert not any(ln.startswith(("ip ", "tc ", "bridge ")) for ln in out.splitlines())  # nothing runs here
+
+
+def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
+    from vnetbench.sites import _foreign
+    ok = ["netns add vb12-h1", "link add vb12-vx1 netns vb12-h1 type vxlan id 101 local 192.0.2.1 dstport 4789",
+          "link add vb12-e0 link eth1 netns vb12-h1v2 type macvlan mode bridge",
+          "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1"]
+    refused = ["netns add other", "link set eth1 mtu 9000", "addr add 192.0.2.9/24 dev eth1", "route add default via 1.1.1.1",
+               "link add vb12-br type bridge", "link add vb12-e0 link eth0 netns vb12-x type macvlan",
+               "link add vb12-e0 netns vb12-a type veth peer name vb12-t1", "link set eth1 master vb12-br"]
+    assert [_foreign(ln, "vb12", "eth1") for ln in ok] == [None] * len(ok)
+    assert all(_foreign(ln, "vb12", "eth1") for ln in refused)
