@@ -128,6 +128,8 @@ class Runner:
         finally:
             self.store.set_campaign(cid, status=outcome.status, finished=time.time())
             ledger.remove_all()
+            if self.site:
+                self.site.close()
             for why in getattr(ledger, "pending", []):
                 self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
         return outcome
