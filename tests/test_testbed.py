@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import testbed as tb
+from vnetbench.executor import close_master
 
 QUICK = (ROOT / "examples" / "quick.yaml").read_text()
 # examples/quick.yaml with every factor and workload kept, only shorter (one repetition, 1-s loads)
@@ -279,6 +280,7 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
     spec.write_text(LONG)
     node1 = lab.hosts[0]
     _plant(lab, node1)
+    lost = []
     try:
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
                                  str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "g.db"), "--no-progress"],
@@ -287,6 +289,8 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         _wait_for(lambda: _busy(lab, node1))
         os.killpg(proc.pid, signal.SIGKILL)  # the run and its local ssh clients
         proc.wait()
+        lost = [json.loads(ln) for d in state_dir.iterdir() for ln in (d / "objects.jsonl").read_text().splitlines()
+                if '"kind": "host"' in ln]
         for d in state_dir.iterdir():  # the local ledger is lost too (another machine, a wiped /run)
             subprocess.run(["rm", "-rf", str(d)], check=True)
         assert any(any(v.values()) for v in _ours(lab).values())
@@ -296,6 +300,9 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         assert _planted(lab, node1)
     finally:
         _unplant(lab, node1)
+        for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
+            close_master(tb.target_of(entry), entry["control"])
+            subprocess.run(["rm", "-rf", entry["control"]])
 
 
 def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
