@@ -94,13 +94,17 @@ def test_spawn_is_recorded_remotely_and_terminate_stops_the_remote_process(lab, 
 
 def test_unreachable_host_and_changed_key_are_ssh_failures(lab, tmp_path):
     down = SshTarget("root@10.77.255.99", config=str(lab.dir / "ssh_config"), connect_timeout=2)
+    ex = SshExecutor(down, control=str(tmp_path))
     with pytest.raises(HostUnreachable):
-        SshExecutor(down, control=str(tmp_path)).run(["true"])
+        ex.run(["true"])
+    ex.close()
     wrong = tmp_path / "known_hosts"
     key = (lab.dir / lab.hosts[1].name / "ssh_host_ed25519_key.pub").read_text().split()[:2]
     wrong.write_text(f"{lab.hosts[0].fqdn},{lab.hosts[0].address} {' '.join(key)}\n")  # node2's key for node1
+    ex = SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path))
     with pytest.raises(HostUnreachable) as exc:
-        SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path)).run(["true"])
+        ex.run(["true"])
+    ex.close()
     assert "verification failed" in str(exc.value).lower() or "identification" in str(exc.value).lower()
 
 
@@ -111,4 +115,5 @@ def test_a_refused_key_is_an_ssh_failure(lab, tmp_path):
                                known_hosts=str(lab.dir / "known_hosts")), control=str(tmp_path))
     with pytest.raises(HostUnreachable) as exc:
         ex.run(["true"])
+    ex.close()
     assert "Permission denied" in str(exc.value)

@@ -205,6 +205,9 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         lines.append(comment(f"implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"))
         lines += [comment(f"note: {n}") for n in sc.notes]
         topo = Topology(sc, None, site=site)
+        if site:
+            lines.append(comment("on the testbed, each host runs its batches below as one script (then pings its "
+                                 "pairs' servers), all hosts at once"))
         lines.append(topo.script())
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
@@ -216,7 +219,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
                 lines.append(line + (" &" if cmd.background else ""))
         if site:
-            lines.append(comment("teardown: on each host, the scenario's namespaces and links are deleted"))
+            lines.append(comment("teardown: on each host, the processes in the scenario's namespaces are killed and "
+                                 "the namespaces deleted"))
             sys.stdout.write("\n".join(lines) + "\n")
             continue
         lines.append(comment("teardown"))

@@ -226,6 +226,8 @@ class Runner:
                 finally:
                     if ledger is not None:
                         ledger.remove_all()
+                        if self.site:
+                            self.site.close()
                         for why in getattr(ledger, "pending", []):
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
 
