@@ -38,3 +38,15 @@ def vnetbench(*args, env=None, check=True, timeout=600):
     if check and proc.returncode != 0:
         raise AssertionError(f"vnetbench {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """Three "remote machines" (network + mount namespaces with their own sshd) joined by a lab switch;
+    see vnetbench/testlab.py. Everything it created is removed at teardown."""
+    from vnetbench.testlab import Lab
+    made = Lab(tmp_path_factory.mktemp("lab"), 3)
+    try:
+        yield made.create()
+    finally:
+        made.destroy()

@@ -35,6 +35,21 @@ def need_root() -> None:
 
 
 PROFILE = typer.Option(None, "--profile", help="a profile of the spec or suite: smoke, quick or full")
+TESTBED = typer.Option(None, "--testbed", help="a testbed file (or Ansible inventory): real hosts over SSH")
+
+
+def load_testbed(path: str | None, reach: bool = True, probe_kernel: bool = True):
+    """The testbed file, and (reach) every host reached and probed: (testbed, capabilities). Any problem: one
+    line per host or field, exit 2, nothing built anywhere."""
+    if path is None:
+        return None, None
+    from . import testbed
+    try:
+        bed = testbed.load(path)
+        return bed, (testbed.preflight(bed, probe_kernel=probe_kernel) if reach else None)
+    except testbed.TestbedError as exc:
+        sys.stderr.write("".join(line + "\n" for line in exc.lines))
+        raise typer.Exit(2)
 
 
 def load_spec(path: Path | str, profile: str | None = None) -> specmod.LoadedSpec:
@@ -58,16 +73,34 @@ def open_campaign(db: str, ref: str):
 
 
 @app.command()
-def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-    """What this machine offers: tools, kernel features and every datapath, with the reason when unavailable."""
+def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+           testbed: Optional[str] = TESTBED) -> None:
+    """What this machine (or each testbed host) offers: tools, kernel features and every datapath, with the reason
+    when unavailable."""
     need_root()
     from .capabilities import detect
-    caps = detect()
+    bed, caps = load_testbed(testbed)
+    caps = caps or detect()
     paths = datapath_report(caps)
     if as_json:
-        out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths}))
+        hosts = {h.name: h.caps.as_dict() | {"facts": h.facts} for h in bed.hosts} if bed else {}
+        out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})))
         return
-    for title, items in (("tools", caps.tools), ("kernel features", caps.kernel)):
+    if bed:
+        table = Table(title=f"testbed {testbed}", title_justify="left")
+        for col in ("host", "ssh", "kernel", "cpus", "nic", "mtu", "driver", "clock offset", "round trip"):
+            table.add_column(col)
+        for h in bed.hosts:
+            f = h.facts
+            table.add_row(h.name, h.target.destination, f.get("kernel", ""), f.get("cpus", ""),
+                          f"{h.nic} {h.address}", f.get("nic_mtu", ""), f.get("nic_driver") or "?",
+                          f"{f['clock_offset_s'] * 1e3:+.1f} ms" if f.get("clock_offset_s") is not None else "?",
+                          f"{f['round_trip_s'] * 1e3:.1f} ms")
+        out.print(table)
+    groups = [(f"{title} on {h.name}", getattr(h.caps, attr)) for h in bed.hosts
+              for title, attr in (("tools", "tools"), ("kernel features", "kernel"))] if bed else \
+        [("tools", caps.tools), ("kernel features", caps.kernel)]
+    for title, items in groups:
         table = Table(title=title, title_justify="left")
         for col in ("name", "available", "version / reason"):
             table.add_column(col)
@@ -100,13 +133,23 @@ def datapath_report(caps) -> list[dict]:
 
 
 @app.command()
-def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"), profile: Optional[str] = PROFILE) -> None:
+def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"), profile: Optional[str] = PROFILE,
+         testbed: Optional[str] = TESTBED) -> None:
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
     from .capabilities import detect
     from .topology import Topology
     loaded = load_spec(spec, profile)
-    scenarios = expand(loaded.experiment, detect())
+    bed, caps = load_testbed(testbed)
+    site = None
+    scenarios = expand(loaded.experiment, caps or detect())
+    if bed:
+        from .sites import TestbedSite
+        site = TestbedSite(bed, None)
+        for sc in scenarios:
+            why = None if sc.skip else site.check(sc)
+            sc.skip = f"testbed: {why}" if why else sc.skip
+            sc.notes = sc.notes + site.notes(sc)
     runnable = [s for s in scenarios if not s.skip]
     out.print(f"#!/bin/sh\n# vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
               f"{len(scenarios) - len(runnable)} skipped; x{loaded.experiment.repetitions} repetitions.\n"
@@ -118,7 +161,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             continue
         out.print(f"# implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"
                   + "".join(f"\n# note: {n}" for n in sc.notes), highlight=False, markup=False)
-        topo = Topology(sc, None)
+        topo = Topology(sc, None, site=site)
         out.print(topo.script(), highlight=False, markup=False)
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
@@ -129,6 +172,10 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
                 out.print(line + (" &" if cmd.background else ""), highlight=False, markup=False)
+        if site:
+            out.print("# teardown: on each host, the scenario's namespaces and links are deleted", highlight=False,
+                      markup=False)
+            continue
         out.print("# teardown\nip -force -batch - <<'EOF'\n" +
                   "\n".join(f"netns del {n.exec.name}" for n in topo.nodes.values()) + "\nEOF",
                   highlight=False, markup=False)
@@ -138,17 +185,18 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
 def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or suite:NAME"), db: str = DB,
         profile: Optional[str] = PROFILE,
         resume: Optional[int] = typer.Option(None, "--resume", help="continue this campaign id"),
-        progress: bool = typer.Option(True, "--progress/--no-progress")) -> None:
+        progress: bool = typer.Option(True, "--progress/--no-progress"), testbed: Optional[str] = TESTBED) -> None:
     """Build, measure, store and tear down every scenario of an experiment."""
     need_root()
     from .runner import Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
     loaded = load_spec(spec, profile) if spec else None
+    bed, caps = load_testbed(testbed)
     store = Store(db)
     if resume is not None and store.campaign(resume) is None:
         fail(f"no campaign {resume} in {db}")
-    outcome = Runner(store, err, progress).run(loaded, resume)
+    outcome = Runner(store, err, progress, testbed=bed, caps=caps).run(loaded, resume)
     report.show(store, outcome.campaign, out)
     out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed (results in {db})")
@@ -222,17 +270,29 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
 
 
 @app.command()
-def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed")) -> None:
-    """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else."""
+def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed"),
+          testbed: Optional[str] = TESTBED) -> None:
+    """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
+    every testbed host a run touched (and, with --testbed, on every host of that testbed) too."""
     need_root()
-    removed, running = ledger.clean(dry_run)
+    removed, running, pending = ledger.clean_all(dry_run)
+    if testbed:
+        from . import testbed as tb
+        bed, _ = load_testbed(testbed, reach=False)
+        more, left, unreachable = tb.clean_testbed(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
+        removed, running, pending = removed + more, running + left, pending + unreachable
     verb = "would remove" if dry_run else "removed"
     for line in removed:
         out.print(f"{verb} {line}", highlight=False)
     for prefix in running:
         out.print(f"left alone: run {prefix} is still running", highlight=False)
-    if not removed:
+    for line in pending:
+        out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {testbed}" if testbed else ""),
+                  highlight=False)
+    if not removed and not pending:
         out.print("nothing to clean")
+    if pending:
+        raise typer.Exit(1)
 
 
 @app.command()

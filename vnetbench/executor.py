@@ -1,17 +1,37 @@
-"""Where commands run. Everything outside this module talks to a host or VM through `Executor` only,
-so a later host kind (a VM over a serial console, a remote machine over SSH) is one new subclass.
+"""Where commands run. Everything outside this module talks to a host or VM through `Executor` only:
+the machine itself, one of its network namespaces, or a remote machine (or guest) over SSH.
 
-Commands are argv lists, never shell strings: nothing from a spec ever reaches a shell.
+Commands are argv lists, never shell strings: nothing from a spec ever reaches a local shell, and what goes to a
+remote shell over SSH is quoted here, in one place (`shlex.join`).
 """
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import shlex
+import shutil
+import signal
 import subprocess
+import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Sequence
 
 from .ledger import Ledger
+
+
+COMMAND_LOG = "VNETBENCH_COMMAND_LOG"
+
+
+def log_command(argv: Sequence[str]) -> None:
+    """With VNETBENCH_COMMAND_LOG=FILE, every command line an executor starts is appended to FILE (one JSON
+    list a line): how the tests prove that a testbed run reached its hosts only through ssh."""
+    path = os.environ.get(COMMAND_LOG)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(list(argv)) + "\n")
 
 
 class CommandError(RuntimeError):
@@ -40,6 +60,7 @@ class Executor(ABC):
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
             check: bool = True) -> subprocess.CompletedProcess[str]:
         full = self.wrap(argv)
+        log_command(full)
         try:
             proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -51,17 +72,25 @@ class Executor(ABC):
     def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
         """Start a process in this place; it is recorded in the run's ledger so `clean` can stop it."""
+        log_command(self.wrap(argv))
         proc = subprocess.Popen(self.wrap(argv), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True)
         if self.ledger is not None:
             self.ledger.record_process(proc.pid, label or f"{self.name}:{argv[0]}")
         return proc
 
+    def batch_argv(self, tool: str = "ip", *options: str) -> list[str]:
+        """The full command line that runs `tool [options] -batch -` (ip, tc, bridge) on this place's network
+        stack, reading the batch from stdin."""
+        argv = [tool, *self.ip()[1:], *options, "-batch", "-"]
+        log_command(argv)
+        return argv
+
     def ip_batch(self, lines: Sequence[str], timeout: float = 60.0) -> None:
         """Apply iproute2 commands in one process; stops at the first failing line and names it."""
         if not lines:
             return
-        argv = [*self.ip(), "-batch", "-"]
+        argv = self.batch_argv("ip")
         try:
             subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True,
                            timeout=timeout, check=True)
@@ -117,3 +146,233 @@ class NetnsExecutor(Executor):
         if path.startswith("/sys/class/net") or path.startswith("/proc/net") or path.startswith("/proc/sys/net"):
             return super().read_text(path)
         return Path(path).read_text()
+
+
+# ---- remote machines over SSH --------------------------------------------------------------------------------------
+
+REMOTE_STATE_DIR = "/run/vnetbench"
+SSH_UNREACHABLE = 255  # ssh's own exit status: it could not connect, authenticate or verify the host key
+
+
+class HostUnreachable(CommandError):
+    """ssh itself failed (connection refused, timeout, refused key, changed host key): not the remote command."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to reach one machine with the OpenSSH client. Everything else (jump hosts, agent, ciphers) comes from
+    the user's ~/.ssh/config, or from `config` when given. There is deliberately no password option."""
+    destination: str                       # "root@node1.lab", "node1" (a Host of the ssh config)
+    port: int | None = None
+    user: str | None = None
+    identity: str | None = None            # a per-run or per-lab private key file
+    known_hosts: str | None = None         # a known_hosts file of the testbed's own
+    config: str | None = None              # an ssh_config file instead of ~/.ssh/config
+    strict_host_keys: str = "yes"          # host keys are checked; "accept-new" only if a testbed file says so
+    options: tuple[str, ...] = ()          # extra `-o Key=Value`
+    connect_timeout: int = 5
+    persist: int = 60                      # seconds the shared connection outlives its last use
+
+    @property
+    def name(self) -> str:
+        return self.destination.rsplit("@", 1)[-1]
+
+    def argv(self, control_dir: str) -> list[str]:
+        """`ssh ... destination --`: the remote command follows as ONE already-quoted string."""
+        argv = ["ssh"] + (["-F", self.config] if self.config else [])
+        opts = {"BatchMode": "yes", "StrictHostKeyChecking": self.strict_host_keys, "ControlMaster": "auto",
+                "ControlPath": f"{control_dir}/%C", "ControlPersist": str(self.persist),
+                "ConnectTimeout": str(self.connect_timeout), "ServerAliveInterval": "5",
+                "ServerAliveCountMax": "3", "LogLevel": "ERROR"}
+        if self.identity:
+            opts["IdentitiesOnly"] = "yes"
+        if self.known_hosts:
+            opts["UserKnownHostsFile"] = self.known_hosts
+            opts["GlobalKnownHostsFile"] = "/dev/null"
+        for key, value in opts.items():
+            argv += ["-o", f"{key}={value}"]
+        for opt in self.options:
+            argv += ["-o", opt]
+        argv += ["-p", str(self.port)] if self.port else []
+        argv += ["-l", self.user] if self.user else []
+        argv += ["-i", self.identity] if self.identity else []
+        return argv + ["-T", "-x", self.destination, "--"]
+
+
+def control_dir(base: str | os.PathLike | None, sub: str = "ssh") -> str:
+    """A directory for the shared connections' sockets: under the run's directory when its path is short enough
+    for a unix socket (108 bytes; %C adds 40, ssh a temporary suffix of 17), else a private directory under /tmp."""
+    if base is not None:
+        path = os.path.join(os.fspath(base), sub)
+        if len(path) + 60 < 108:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            return path
+    return tempfile.mkdtemp(prefix="vb-ssh-")
+
+
+def control_dir_ok(path: str) -> bool:
+    """The directory exists (made now if need be: a recorded one may have been removed since) and is ours alone."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return os.stat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+class SshExecutor(Executor):
+    """A remote machine over SSH, optionally one of its network namespaces (a VM of a remote host).
+
+    One ssh client per command over one shared connection per machine (ControlMaster), so a command costs a
+    channel, not a handshake. Processes started with `spawn` are recorded in the remote machine's own ledger
+    (/run/vnetbench/<prefix>/objects.jsonl, with pid and kernel start time) before they exec, and `terminate`/
+    `kill` signal the remote process itself (killing the local ssh client would leave it running)."""
+
+    def __init__(self, target: SshTarget, ledger: Ledger | None = None, *, netns: str | None = None,
+                 name: str | None = None, control: str | None = None, prefix: str | None = None,
+                 log: list[list[str]] | None = None, connect: bool = True):
+        super().__init__(ledger)
+        self.target = target
+        self.netns = netns
+        self.name = name or (f"{target.name}:{netns}" if netns else target.name)
+        # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
+        self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None)
+        self.connect = connect
+        if connect and not control_dir_ok(self.control):  # connect=False: only shown (plan), never run
+            self.control = control_dir(None)
+        self.prefix = prefix or (ledger.prefix if ledger else "adhoc")
+        self.remote_dir = f"{REMOTE_STATE_DIR}/{self.prefix}"
+        self.log = log  # every local argv this executor starts, when a caller wants to prove where things ran
+
+    def in_netns(self, netns: str, name: str | None = None) -> "SshExecutor":
+        """The same machine and connection, inside one of its network namespaces."""
+        return SshExecutor(self.target, self.ledger, netns=netns, name=name, control=self.control,
+                           prefix=self.prefix, log=self.log, connect=self.connect)
+
+    def _inner(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *argv] if self.netns else list(argv)
+
+    def remote(self, script: str) -> list[str]:
+        """The local argv that runs a remote shell script (the caller has quoted every value in it)."""
+        full = [*self.target.argv(self.control), script]
+        log_command(full)
+        if self.log is not None:
+            self.log.append(full)
+        return full
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        return self.remote(shlex.join(self._inner(argv)))
+
+    def ip(self) -> list[str]:
+        # ssh joins its arguments with spaces for the remote shell: every element here is quoted already, and a
+        # caller may append only literal options (e.g. "-batch", "-"). batch_argv/run quote everything.
+        inner = ["ip", "-n", self.netns] if self.netns else ["ip"]
+        return [*self.target.argv(self.control), *map(shlex.quote, inner)]
+
+    def batch_argv(self, tool: str = "ip", *options: str) -> list[str]:
+        return self.remote(shlex.join([tool, *(["-n", self.netns] if self.netns else []), *options, "-batch", "-"]))
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run_script(shlex.join(self._inner(argv)), input=input, timeout=timeout, check=check,
+                               shown=argv)
+
+    def run_script(self, script: str, *, input: str | None = None, timeout: float = 60.0, check: bool = True,
+                   shown: Sequence[str] | None = None) -> subprocess.CompletedProcess[str]:
+        shown = list(shown) if shown is not None else ["sh", "-c", script]
+        try:
+            proc = subprocess.run(self.remote(script), input=input, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(self.name, shown, -1, f"timed out after {timeout:.0f} s") from exc
+        if proc.returncode == SSH_UNREACHABLE and _ssh_failed(proc.stderr):
+            raise HostUnreachable(self.name, shown, proc.returncode, proc.stderr)
+        if check and proc.returncode != 0:
+            raise CommandError(self.name, shown, proc.returncode, proc.stderr)
+        return proc
+
+    def ip_batch(self, lines: Sequence[str], timeout: float = 60.0) -> None:
+        if not lines:
+            return
+        argv = self.batch_argv("ip")
+        proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout)
+        if proc.returncode:
+            cls = HostUnreachable if proc.returncode == SSH_UNREACHABLE and _ssh_failed(proc.stderr) else CommandError
+            raise cls(self.name, ["ip", "-batch", "-"], proc.returncode, _batch_error(proc.stderr, lines))
+
+    def read_text(self, path: str) -> str:
+        return self.run(["cat", path]).stdout
+
+    def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
+        token = secrets.token_hex(4)
+        label = f"{label or f'{self.name}:{argv[0]}'}#{token}"
+        extra = {k: v for k, v in (env or {}).items() if os.environ.get(k) != v}
+        inner = self._inner(["env", *(f"{k}={v}" for k, v in extra.items()), *argv] if extra else argv)
+        d = shlex.quote(self.remote_dir)
+        record = '{"op": "add", "kind": "process", "name": %s, "pid": %s, "start": %s}\n'
+        # The remote shell is a session leader (sshd calls setsid): its pid, kept by exec, is the process group
+        # that terminate() signals. It records itself (pid + kernel start time) before it becomes the tool.
+        script = (f"mkdir -p {d}/pids && printf {shlex.quote(record)} {shlex.quote(json.dumps(label))} \"$$\" "
+                  f"\"$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)\" >> {d}/objects.jsonl && "
+                  f"echo $$ > {d}/pids/{token} && exec {shlex.join(inner)}")
+        proc = RemoteProcess(self, token, self.remote(script), stdout=stdout, stderr=stderr,
+                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        if self.ledger is not None:
+            self.ledger.record_process(proc.pid, f"ssh client for {label}")
+        return proc
+
+    def signal_remote(self, token: str, sig: int) -> bool:
+        """Signal the remote process group of one spawned process; False if the host did not answer."""
+        f = shlex.quote(f"{self.remote_dir}/pids/{token}")
+        name = signal.Signals(sig).name.removeprefix("SIG")
+        # The pid file is written just before exec: a process signalled at once may not have written it yet.
+        script = (f"i=0; while [ ! -s {f} ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; "
+                  f"p=$(cat {f}) && {{ kill -s {name} -- -$p 2>/dev/null || kill -s {name} $p 2>/dev/null; }}; true")
+        try:
+            self.run_script(script, timeout=10, check=False)
+            return True
+        except (HostUnreachable, CommandError):
+            return False
+
+    def close(self) -> None:
+        """End the shared connection (the master process would otherwise linger for `persist` seconds)."""
+        close_master(self.target, self.control)
+        if os.path.basename(self.control).startswith("vb-ssh-"):
+            shutil.rmtree(self.control, ignore_errors=True)
+
+
+def close_master(target: SshTarget, control: str) -> None:
+    subprocess.run([*target.argv(control)[:-3], "-O", "exit", target.destination], capture_output=True,
+                   text=True, timeout=10)
+
+
+def _ssh_failed(stderr: str) -> bool:
+    """ssh's own failures, as opposed to a remote command that happened to exit 255."""
+    markers = ("ssh:", "Host key verification failed", "Permission denied", "Connection closed",
+               "Connection refused", "Could not resolve", "kex_exchange_identification", "REMOTE HOST IDENTIFICATION",
+               "Connection timed out", "No route to host", "Control socket", "mux_client")
+    return any(m in stderr for m in markers)
+
+
+class RemoteProcess(subprocess.Popen):
+    """The local ssh client of a remote process; signals go to the remote process itself."""
+
+    def __init__(self, executor: SshExecutor, token: str, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.executor, self.token = executor, token
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        if not self.executor.signal_remote(self.token, sig):
+            super().send_signal(sig)  # the host is gone: at least end the local client
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+        try:
+            self.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            super().send_signal(signal.SIGKILL)

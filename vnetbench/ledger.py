@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_STATE_DIR = "/run/vnetbench"
@@ -41,10 +41,11 @@ def _alive(pid: int | None, start: int | None) -> bool:
 
 @dataclass(frozen=True)
 class Obj:
-    kind: str  # netns | process | dir
+    kind: str  # netns | process | dir | host (a testbed machine the run touched: its objects are in its own ledger)
     name: str
     pid: int | None = None
     start: int | None = None
+    extra: dict | None = field(default=None, compare=False, hash=False)  # how to reach a host
 
 
 class Ledger:
@@ -115,7 +116,7 @@ class Ledger:
                     continue  # a line torn by kill -9 mid-write: the object was not created yet
                 key = (e["kind"], e["name"])
                 if e["op"] == "add":
-                    live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"))
+                    live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), e)
                 else:
                     live.pop(key, None)
         return list(live.values())
@@ -128,14 +129,27 @@ class Ledger:
         return _alive(owner["pid"], owner.get("start"))
 
     def remove_all(self, dry_run: bool = False) -> list[str]:
-        """Remove every live object of this run, newest first; returns what was (or would be) removed."""
+        """Remove every live object of this run, newest first; returns what was (or would be) removed. A testbed
+        host that cannot be reached is left in `self.pending` (with why), and the run's directory is kept so that
+        a later `clean` visits it again."""
         done: list[str] = []
+        self.pending: list[str] = []
         objs = self.objects()
         for obj in reversed([o for o in objs if o.kind == "process"]):
             if _alive(obj.pid, obj.start):
                 done.append(f"process {obj.name} (pid {obj.pid})")
                 if not dry_run:
                     _kill(obj.pid)
+        hosts = [o for o in objs if o.kind == "host"]
+        if hosts:
+            from .testbed import clean_host  # only a testbed run needs SSH
+            for obj in hosts:
+                removed, why = clean_host(obj.extra or {}, self.prefix, dry_run)
+                done += removed
+                if why is not None:
+                    self.pending.append(f"host {obj.name}: {why}")
+                elif not dry_run:
+                    self.forget("host", obj.name)
         namespaces = [o.name for o in reversed(objs) if o.kind == "netns"]
         inside = pids_in_namespaces(namespaces)
         done += [f"process pid {pid} in a namespace of the run" for pid in inside]
@@ -147,6 +161,10 @@ class Ledger:
                 done.append(f"netns {ns}")
         if not dry_run and namespaces:
             _del_netns([ns for ns in namespaces if ns in present])
+        if not dry_run and namespaces:
+            self.forget_many([("netns", ns) for ns in namespaces])
+        if self.pending:
+            return done
         done.append(f"directory {self.dir}")
         if not dry_run:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -206,11 +224,19 @@ def runs(root: Path | None = None) -> list[Ledger]:
 
 def clean(dry_run: bool = False) -> tuple[list[str], list[str]]:
     """Remove the objects of every run whose process is gone. Returns (removed, still-running run prefixes)."""
+    removed, running, _ = clean_all(dry_run)
+    return removed, running
+
+
+def clean_all(dry_run: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """As clean(), plus the testbed hosts that could not be reached (`prefix: host NAME: why`)."""
     removed: list[str] = []
     running: list[str] = []
+    pending: list[str] = []
     for ledger in runs():
         if ledger.owner_alive():
             running.append(ledger.prefix)
         else:
             removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
-    return removed, running
+            pending += [f"{ledger.prefix}: {why}" for why in ledger.pending]
+    return removed, running, pending

@@ -18,7 +18,7 @@ from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
 from .probes.procstat import SystemProbe
-from .executor import LocalExecutor
+from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, loads
 from .sample import Sample
 from .store import Store
@@ -72,21 +72,33 @@ def _sigterm_as_interrupt():
 
 
 class Runner:
-    def __init__(self, store: Store, console: Console | None = None, progress: bool = True):
+    def __init__(self, store: Store, console: Console | None = None, progress: bool = True, testbed=None,
+                 caps=None):
         self.store = store
+        self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
+        self.site = None
         self.console = console or Console(stderr=True)
         self.progress = progress
 
     def run(self, spec: LoadedSpec | None = None, resume: int | None = None) -> Outcome:
-        caps = detect()
+        caps = self.caps or detect()
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
             cid = camp.id
         else:
-            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256,
-                                          environment.capture(caps))
+            env = environment.capture(caps)
+            if self.testbed:
+                from .sites import TestbedSite
+                env["testbed"] = TestbedSite(self.testbed, None).environment()
+            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env)
         scenarios = expand(spec.experiment, caps)
+        if self.testbed:
+            from .sites import TestbedSite
+            for sc in scenarios:
+                why = None if sc.skip else TestbedSite(self.testbed, None).check(sc)
+                sc.skip = f"testbed: {why}" if why else sc.skip
+                sc.notes = sc.notes + TestbedSite(self.testbed, None).notes(sc)
         if resume is None:
             for sc in scenarios:
                 self._put(cid, sc)
@@ -97,6 +109,9 @@ class Runner:
         todo = [(sc, trials) for sc, trials in todo if trials]
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
         ledger = Ledger.create()
+        if self.testbed:
+            from .sites import TestbedSite
+            self.site = TestbedSite(self.testbed, ledger)
         self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
         outcome = Outcome(cid, "interrupted")
         try:
@@ -113,6 +128,8 @@ class Runner:
         finally:
             self.store.set_campaign(cid, status=outcome.status, finished=time.time())
             ledger.remove_all()
+            for why in getattr(ledger, "pending", []):
+                self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
         return outcome
 
     def _put(self, cid: int, sc: Scenario) -> None:
@@ -129,7 +146,7 @@ class Runner:
 
     def _scenario(self, cid, sc, trials, ledger, exp, bar, task, position, outcome) -> None:
         bar.update(task, description=f"scenario {position} building: {self._short(sc)}")
-        topo = Topology(sc, ledger)
+        topo = Topology(sc, ledger, site=self.site)
         try:
             try:
                 topo.build()
@@ -155,8 +172,9 @@ class Runner:
 
     def _trial(self, cid: int, sc: Scenario, topo: Topology, rep: int, w: int) -> bool:
         wl = sc.workloads[w]
-        probes = [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
-                  *[InterfaceProbe(h.exec) for h in topo.hosts]]
+        probes = self.site.probes(topo) if self.site else [
+            SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
+            *[InterfaceProbe(h.exec) for h in topo.hosts]]
         started = time.time()
         for p in probes:
             p.start()
@@ -166,7 +184,7 @@ class Runner:
             for b in background:
                 b.start()
             samples = wl.run(wl.select(topo.pairs))
-        except WorkloadError as exc:
+        except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
             error = str(exc)
         finally:
             probe_samples = [s for p in probes for s in p.stop()]

@@ -4,6 +4,11 @@ Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, d
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
 running independent batches of different namespaces at once. All devices live inside the run's namespaces,
 so deleting the namespaces removes them; nothing is created in the root namespace.
+
+Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
+testbed (sites.TestbedSite), real machines over SSH, where a host is the machine's own root namespace and only the
+run's own prefixed objects are created there. Datapath elements never know which: they add lines for a node label
+and ask the topology for the names that differ (`nic`, `uplink`, `veth`, a node's `netns`).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class Node:
     host: str | None      # the host a VM lives on
     exec: Executor
     tenant: int | None = None
+    netns: str | None = None  # its network namespace (None: a real host's own root namespace)
     v4: str | None = None  # the address workloads target
     v6: str | None = None
 
@@ -52,8 +58,9 @@ class Step:
 
 
 class Topology:
-    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None):
+    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None):
         self.sc = scenario
+        self.site = site  # None: emulated hosts on this machine
         self.ledger = ledger
         self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
         self.nodes: dict[str, Node] = {}
@@ -87,6 +94,8 @@ class Topology:
         return self.sc.levels.get("hops", 0) if self.sc.hosts == 2 else 0
 
     def host_ip(self, host: str) -> str:
+        if self.site:
+            return self.site.address(host)
         if self.hops and host == "h2":  # across routers: the last link's subnet, 10.250.<hops>.0/24
             return f"10.250.{self.hops}.2"
         return f"{UNDERLAY_NET}.{int(host[1:])}"
@@ -134,9 +143,52 @@ class Topology:
     def executor(self, label: str) -> Executor:
         return LocalExecutor(self.ledger) if label == ROOT else self.nodes[label].exec
 
+    # ---- names that depend on the site ---------------------------------------------------------------------
+    def nic(self, host: str) -> str:
+        """The host's underlay NIC: the emulated one, or the testbed's (whose settings are never changed)."""
+        return self.site.nic(host) if self.site else self.ifname("u")
+
+    def uplink(self, host: str) -> str:
+        """The device a host's flat (no overlay) bridge takes as its port to the provider network: the emulated NIC
+        itself; on a real host, a source-mode macvlan of the NIC that receives the frames of the other hosts' VMs
+        (the NIC itself is never enslaved, and keeps its address)."""
+        if not self.site:
+            return self.ifname("u")
+        dev = self.ifname("fl")
+        others = [vm for vm in self.vms if vm.host != host]
+        self.ip(host, f"link add {dev} link {self.nic(host)} type macvlan mode source",
+                *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
+                f"link set {dev} up")
+        return dev
+
+    def mac(self, label: str) -> str:
+        """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
+        n = list(self.nodes).index(label)
+        p = self.prefix[2:6]
+        return f"02:76:{p[:2]}:{p[2:]}:{n // 256:02x}:{n % 256:02x}"
+    def root_of(self, label: str) -> str:
+        """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
+        on a testbed the VM's host (a real host's own root namespace)."""
+        node = self.nodes[label]
+        return node.host if self.site and node.role == "vm" else ROOT
+
+    def veth(self, a: str, a_if: str, b: str, b_if: str) -> None:
+        """A veth between two nodes (on a testbed they are on one machine: a VM and its host)."""
+        na, nb = self.nodes[a], self.nodes[b]
+        place = self.root_of(a) if self.site else ROOT
+        peer = f" netns {nb.netns}" if nb.netns else ""
+        mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
+        self.ip(place, f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if}{peer}")
+
     # ---- layout ------------------------------------------------------------------------------------------
     def _add(self, label: str, role: str, host: str | None = None, tenant: int | None = None) -> Node:
-        node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant)
+        if self.site and role == "host":
+            node = Node(label, role, host, self.site.executor(label), tenant, netns=None)
+        elif self.site:
+            node = Node(label, role, host, self.site.executor(host).in_netns(self.ns(label), f"{self.site.name(host)}:{label}"),
+                        tenant, netns=self.ns(label))
+        else:
+            node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant, netns=self.ns(label))
         self.nodes[label] = node
         return node
 
@@ -146,7 +198,7 @@ class Topology:
         for h in range(1, sc.hosts + 1):
             node = self._add(f"h{h}", "host")
             node.v4, node.v6 = self.host_ip(node.label), self._host_v6(h)
-        if sc.hosts > 2:
+        if sc.hosts > 2 and not self.site:
             self._add("tor", "switch")
         for k in range(1, self.hops + 1):
             self._add(f"r{k}", "router")
@@ -176,12 +228,14 @@ class Topology:
         """Fill the step list (idempotent); used by both plan and build."""
         if self.steps:
             return self
-        for node in self.nodes.values():
-            self.record("netns", node.exec.name)
-            self.ip(ROOT, f"netns add {node.exec.name}")
-        for node in self.nodes.values():
+        spaces = [n for n in self.nodes.values() if n.netns]
+        for node in spaces:
+            self.record("netns", node.netns, self.root_of(node.label))
+            self.ip(self.root_of(node.label), f"netns add {node.netns}")
+        for node in spaces:
             self.ip(node.label, "link set lo up")
-        self._underlay()
+        if not self.site:
+            self._underlay()
         els = self.sc.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
         els["attach"].build(self)
@@ -240,7 +294,10 @@ class Topology:
 
     def underlay_address(self, host: str, dev: str) -> None:
         """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it). Across routers
-        (hops), the host also gets a default route to its neighbouring router."""
+        (hops), the host also gets a default route to its neighbouring router. A real host has its address
+        already: nothing is changed there."""
+        if self.site:
+            return
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
         if self.hops and host in ("h1", "h2"):
@@ -262,6 +319,10 @@ class Topology:
         return self
 
     def _flush_records(self) -> None:
+        if self.site:
+            self.site.flush(self, self._records)
+            self._records.clear()
+            return
         if self.ledger and self._records:
             self.ledger.record_many([{"kind": k, "name": n, "host": h} for k, n, h in self._records])
         self._records.clear()
@@ -294,9 +355,19 @@ class Topology:
         return [w for w in ([s for s in merged.values() if pick(s)] for pick in order) if w]
 
     def _execute(self) -> None:
-        for wave in self.waves():
-            self._flush_records()
-            self._run_wave(wave)
+        waves = self.waves()
+        try:
+            if self.site:
+                self.site.guard(self, waves)  # before anything is created on any host
+            for wave in waves:
+                if self.site:
+                    self.site.record_links(self, wave)
+                self._flush_records()
+                self._run_wave(wave)
+        except (CommandError, RuntimeError) as exc:  # a host that stopped answering, a refused line
+            if isinstance(exc, BuildError):
+                raise
+            raise BuildError(str(exc)) from None
 
     def _run_wave(self, wave: list[Step]) -> None:
         if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
@@ -305,14 +376,20 @@ class Topology:
             return
         procs = []
         for step in wave:
-            argv = [step.tool, *self.executor(step.node).ip()[1:], "-batch", "-"]
+            argv = self.executor(step.node).batch_argv(step.tool)
             procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                        stderr=subprocess.PIPE, text=True)))
         errors = []
         for step, argv, proc in procs:
-            _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
+            try:
+                _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                err = f"timed out after 60 s {err}"
             if proc.returncode:
-                errors.append(str(CommandError(self.executor(step.node).name, argv, proc.returncode, err)))
+                errors.append(str(CommandError(self.executor(step.node).name, [step.tool, "-batch", "-"],
+                                               proc.returncode, err)))
         if errors:
             raise BuildError("; ".join(errors))
 
@@ -320,11 +397,14 @@ class Topology:
         where = self.executor(step.node)
         try:
             if step.tool in BATCH_TOOLS:
-                argv = [step.tool, *where.ip()[1:], "-batch", "-"]
-                proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
-                                      timeout=60)
+                argv = where.batch_argv(step.tool)
+                try:
+                    proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
+                                          timeout=60)
+                except subprocess.TimeoutExpired:
+                    raise CommandError(where.name, [step.tool, "-batch", "-"], -1, "timed out after 60 s") from None
                 if proc.returncode:
-                    raise CommandError(where.name, argv, proc.returncode, proc.stderr)
+                    raise CommandError(where.name, [step.tool, "-batch", "-"], proc.returncode, proc.stderr)
             elif step.tool == "run":
                 where.run(step.argv)
             elif step.tool == "call":
@@ -371,7 +451,7 @@ class Topology:
                 self._run_step(step)
             except BuildError:
                 pass  # the namespace goes anyway; a failed graceful stop must not block the rest
-        namespaces = [n.exec.name for n in self.nodes.values()]
+        namespaces = [n.netns for n in self.nodes.values() if n.netns]
         for proc in self.daemons.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -381,6 +461,11 @@ class Topology:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.site:
+            self.site.teardown(self)
+            if self.ledger:
+                self.ledger.forget_many([("process", name) for name in self.daemons])
+            return
         kill_pids(pids_in_namespaces(namespaces))
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
                        capture_output=True, text=True)
@@ -396,8 +481,7 @@ class Topology:
         for step in (st for wave in self.waves() for st in wave):
             where = self.executor(step.node)
             if step.tool in BATCH_TOOLS:
-                opts = " ".join(where.ip()[1:])
-                out.append(f"{step.tool} {opts + ' ' if opts else ''}-batch - <<'EOF'")
+                out.append(f"{shlex.join(where.batch_argv(step.tool))} <<'EOF'")
                 out += step.lines + ["EOF"]
             elif step.tool == "call":
                 out.append(f"# {step.name}")

@@ -20,7 +20,7 @@ class SwitchAttach(Attach):
         for vm in topo.vms:
             tap = topo.ifname(f"t{vm.label.split('v')[1]}")
             topo.record("link", tap, vm.host)
-            topo.ip("", f"link add {vm_if} netns {vm.exec.name} type veth peer name {tap} netns {topo.ns(vm.host)}")
+            topo.veth(vm.label, vm_if, vm.host, tap)
         for vm in topo.vms:
             switch.plug(topo, vm.host, topo.ifname(f"t{vm.label.split('v')[1]}"), vm.tenant)
         for vm in topo.vms:
@@ -40,7 +40,7 @@ class DirectAttach(Attach):
         for host in topo.hosts:
             topo.underlay_address(host.label, topo.ifname("u"))
         for vm in topo.vms:
-            topo.ip(vm.host, f"link add {vm_if} link {topo.ifname('u')} netns {vm.exec.name} type macvlan mode bridge")
+            topo.ip(vm.host, f"link add {vm_if} link {topo.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
         for vm in topo.vms:
             topo.vm_address(vm, vm_if)
 

@@ -36,7 +36,7 @@ class LinuxBridge(Switch):
                 br = self.bridge(topo, t)
                 topo.ip(host.label, f"link add {br} type bridge forward_delay 0", f"link set {br} up")
             if flat and len(topo.hosts) > 1:
-                topo.ip(host.label, f"link set {topo.ifname('u')} master {self.bridge(topo, 0)}")
+                topo.ip(host.label, f"link set {topo.uplink(host.label)} master {self.bridge(topo, 0)}")
                 topo.underlay_address(host.label, self.bridge(topo, 0))
             else:
                 topo.underlay_address(host.label, topo.ifname("u"))

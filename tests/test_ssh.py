@@ -1,0 +1,103 @@
+"""The SSH executor against real sshds (the emulated lab: namespaces with their own mount namespace and sshd)."""
+import shlex
+import subprocess
+import time
+
+import pytest
+
+from vnetbench.executor import CommandError, HostUnreachable, SshExecutor, SshTarget
+
+
+def target(lab, host=0, **kw):
+    return SshTarget(f"root@{lab.hosts[host].fqdn}", config=str(lab.dir / "ssh_config"), **kw)
+
+
+def test_run_reaches_the_remote_machine_only(lab, tmp_path):
+    log: list = []
+    ex = SshExecutor(target(lab), control=str(tmp_path), log=log)
+    try:
+        out = ex.run(["ip", "-br", "-4", "addr", "show", "dev", "eth1"]).stdout
+        assert lab.hosts[0].address in out
+        # its /run is its own: the lab's namespaces of this machine are not there
+        assert "vl" not in ex.run(["ip", "netns", "list"]).stdout
+        assert all(argv[0] == "ssh" for argv in log) and len(log) == 2
+        assert ex.read_text("/proc/sys/kernel/hostname").strip()
+        with pytest.raises(CommandError) as exc:
+            ex.run(["sh", "-c", "echo oops >&2; exit 3"])
+        assert exc.value.returncode == 3 and "oops" in str(exc.value)
+    finally:
+        ex.close()
+
+
+def test_metacharacters_reach_the_remote_command_as_data(lab, tmp_path):
+    ex = SshExecutor(target(lab), control=str(tmp_path))
+    try:
+        evil = ["$(touch /tmp/pwned)", "; touch /tmp/pwned2", "a\ntouch /tmp/pwned3", "`touch /tmp/pwned4`", "'\"", "*"]
+        out = ex.run(["printf", "%s\\0", *evil]).stdout
+        assert out.split("\0")[:-1] == evil
+        assert ex.run(["sh", "-c", "ls /tmp"]).stdout.strip() == ""
+    finally:
+        ex.close()
+
+
+def test_shared_connection_round_trip(lab, tmp_path):
+    ex = SshExecutor(target(lab), control=str(tmp_path))
+    try:
+        ex.run(["true"])
+        times = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            ex.run(["true"])
+            times.append(time.monotonic() - t0)
+        times.sort()
+        assert times[10] < 0.05, times  # ~6 ms idle; a generous bound for a loaded 2-core machine
+    finally:
+        ex.close()
+
+
+def test_ip_batch_and_netns(lab, tmp_path):
+    ex = SshExecutor(target(lab, 1), control=str(tmp_path), prefix="vbt001")
+    try:
+        ex.ip_batch(["netns add vbt001-x"])
+        inner = ex.in_netns("vbt001-x")
+        inner.ip_batch(["link set lo up", "link add vbt001-d type bridge", "link set vbt001-d up"])
+        assert "vbt001-d" in inner.run(["ip", "-br", "link"]).stdout
+        argv = [*inner.ip(), "-br", "link"]  # ip(): a command line that runs ip there
+        assert "vbt001-d" in subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        with pytest.raises(CommandError) as exc:
+            inner.ip_batch(["link set lo up", "link set nosuchdev up"])
+        assert "line 2" in str(exc.value)
+        assert "vbt001-x" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    finally:
+        ex.run(["ip", "netns", "del", "vbt001-x"], check=False)
+        ex.close()
+
+
+def test_spawn_is_recorded_remotely_and_terminate_stops_the_remote_process(lab, tmp_path):
+    ex = SshExecutor(target(lab, 2), control=str(tmp_path), prefix="vbt002")
+    try:
+        proc = ex.spawn(["sleep", "57"], label="sleeper")
+        deadline = time.monotonic() + 5
+        while "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ledger = ex.read_text("/run/vnetbench/vbt002/objects.jsonl")
+        assert '"kind": "process"' in ledger and "sleeper" in ledger
+        proc.terminate()
+        assert proc.wait(timeout=10) != 0
+        assert "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout
+    finally:
+        ex.run(["rm", "-rf", "/run/vnetbench/vbt002"], check=False)
+        ex.close()
+
+
+def test_unreachable_host_and_changed_key_are_ssh_failures(lab, tmp_path):
+    down = SshTarget("root@10.77.255.99", config=str(lab.dir / "ssh_config"), connect_timeout=2)
+    with pytest.raises(HostUnreachable):
+        SshExecutor(down, control=str(tmp_path)).run(["true"])
+    wrong = tmp_path / "known_hosts"
+    key = (lab.dir / lab.hosts[1].name / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    wrong.write_text(f"{lab.hosts[0].fqdn},{lab.hosts[0].address} {' '.join(key)}\n")  # node2's key for node1
+    with pytest.raises(HostUnreachable) as exc:
+        SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path)).run(["true"])
+    assert "verification failed" in str(exc.value).lower() or "identification" in str(exc.value).lower()

@@ -1,0 +1,270 @@
+"""Real testbeds over SSH, against the emulated lab: three machines (network + mount namespaces, each with its own
+sshd and private /run, /tmp and home) on a lab switch. vnetbench reaches them only through ssh."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, netns_names, vnetbench
+from vnetbench import testbed as tb
+
+QUICK = (ROOT / "examples" / "quick.yaml").read_text()
+# examples/quick.yaml with every factor and workload kept, only shorter (one repetition, 1-s loads)
+SHORT = (QUICK.replace("repetitions: 3", "repetitions: 1").replace("duration: 3", "duration: 1")
+         .replace("count: 20", "count: 5"))
+
+
+def env_with(state_dir, log=None):
+    env = os.environ.copy()
+    env["VNETBENCH_STATE_DIR"] = str(state_dir)
+    if log:
+        env["VNETBENCH_COMMAND_LOG"] = str(log)
+    return env
+
+
+def leftovers(lab, prefix="vb"):
+    return {h.name: lab.objects(h, prefix) for h in lab.hosts if h.pid}
+
+
+def nothing_left(lab):
+    return all(not any(v.values()) for v in leftovers(lab).values())
+
+
+def test_testbed_file_problems_are_one_line_each(tmp_path, state_dir):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts:\n  node1:\n    ssh: root@node1\n    nic: eth1\n    address: 10.0.0.300\n"
+                   "  node2:\n    ssh: '-oProxyCommand=touch x'\n    nic: eth1\n    address: 10.0.0.2\n    colour: red\n")
+    proc = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", bad, check=False,
+                     env=env_with(state_dir))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert any(ln.startswith(f"{bad}:5: hosts.node1.address:") for ln in lines), lines
+    assert any(ln.startswith(f"{bad}:7: hosts.node2.ssh:") for ln in lines), lines
+    assert any(ln.startswith(f"{bad}:10: hosts.node2.colour: unknown key") for ln in lines), lines
+    assert "Traceback" not in proc.stderr and len(lines) == 3
+
+
+def test_ansible_inventory(tmp_path):
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("all:\n  vars:\n    ansible_user: root\n    vnetbench_nic: eth1\n  children:\n    lab:\n      hosts:\n"
+                   "        node1: {ansible_host: 192.0.2.11}\n"
+                   "        node2: {ansible_host: node2.lab, ansible_port: 2222, vnetbench_address: 192.0.2.12}\n")
+    bed = tb.load(inv)
+    assert [(h.name, h.target.destination, h.target.port, h.nic, h.address) for h in bed.hosts] == [
+        ("node1", "root@192.0.2.11", None, "eth1", "192.0.2.11"),
+        ("node2", "root@node2.lab", 2222, "eth1", "192.0.2.12")]
+
+
+def test_doctor_per_host(lab, state_dir):
+    proc = vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir))
+    data = json.loads(proc.stdout)
+    assert set(data["hosts"]) == {"node1", "node2", "node3"}
+    for h in lab.hosts:
+        facts = data["hosts"][h.name]["facts"]
+        assert facts["nic_addrs"].split()[0] == f"{h.address}/24"
+        assert abs(facts["clock_offset_s"]) < 0.5 and facts["round_trip_s"] > 0
+        assert data["hosts"][h.name]["kernel"]["vxlan"]["ok"]
+
+
+def _scenarios(db):
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT key, status, implementation, reason FROM scenarios ORDER BY idx").fetchall()
+    metrics = con.execute("SELECT s.key, m.metric FROM samples m JOIN trials t ON m.trial = t.id JOIN scenarios s "
+                          "ON s.campaign = t.campaign AND s.idx = t.scenario GROUP BY s.key, m.metric").fetchall()
+    return rows, set(metrics)
+
+
+def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, tmp_path, state_dir):
+    spec = tmp_path / "quick.yaml"
+    spec.write_text(SHORT)
+    log = tmp_path / "commands.jsonl"
+    remote = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+                       env=env_with(state_dir, log))
+    local = vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
+    assert "0 failed" in remote.stdout and "0 failed" in local.stdout, remote.stdout + remote.stderr
+    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
+    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
+    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    # the same metrics, except the local machine's per-daemon CPU (no daemons in these scenarios anyway)
+    assert {m for m in r_metrics if m[1] != "process_cpu_ratio"} == {m for m in l_metrics if m[1] != "process_cpu_ratio"}
+    # every sample of a probe says which host it came from
+    con = sqlite3.connect(tmp_path / "r.db")
+    hosts = {json.loads(meta).get("host") for (meta,) in con.execute(
+        "SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")}
+    assert hosts == {"node1", "node2"}
+    # every command of the testbed run went through ssh
+    argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert argvs and all(a[0] == "ssh" for a in argvs), {a[0] for a in argvs}
+    assert nothing_left(lab), leftovers(lab)
+    assert not [n for n in netns_names() if n.startswith("vb") and (state_dir / n[:6]).exists()]
+
+
+LONG = """name: long
+repetitions: 20
+factors:
+  overlay: [vxlan]
+  placement: [cross-host]
+workloads:
+  - type: iperf3
+    duration: 3
+    protocol: udp
+    udp_rate: 50M
+"""
+
+
+def _wait_for(what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _busy(lab, h):
+    """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM)."""
+    return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do ip netns pids $n; done").strip() != ""
+
+
+def _plant(lab, h):
+    lab.on(h, "ip", "netns", "add", "vb9999-planted")
+    lab.on(h, "ip", "link", "add", "br-planted", "type", "bridge")
+
+
+def _planted(lab, h):
+    return "vb9999-planted" in lab.on(h, "ip", "netns", "list") and "br-planted" in lab.on(h, "ip", "-o", "link")
+
+
+def _unplant(lab, h):
+    lab.on(h, "sh", "-c", "ip netns del vb9999-planted; ip link del br-planted; true")
+
+
+def _ours(lab):
+    """Objects of runs other than the planted one."""
+    return {h: {k: [x for x in v if not x.startswith("vb9999")] for k, v in objs.items()}
+            for h, objs in leftovers(lab).items()}
+
+
+def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(lab, tmp_path, state_dir):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(LONG)
+    node1 = lab.hosts[0]
+    _plant(lab, node1)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                                 str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "k.db"), "--no-progress"],
+                                env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        _wait_for(lambda: _busy(lab, node1))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert any(any(v.values()) for v in _ours(lab).values())
+        # the hosts' namespaces are theirs: this machine has no handle on them
+        assert not any(n.startswith(p) for n in netns_names() for p in os.listdir(state_dir))
+        out = vnetbench("clean", env=env_with(state_dir)).stdout
+        assert "node1: netns" in out and "node2: netns" in out, out
+        assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
+        assert _planted(lab, node1)
+        assert not list(state_dir.iterdir())
+        time.sleep(0.5)
+        clients = subprocess.run(["pgrep", "-f", f"ssh -F {lab.dir}"], capture_output=True, text=True).stdout
+        assert not clients.strip(), clients
+    finally:
+        _unplant(lab, node1)
+
+
+def test_a_host_down_before_the_run_stops_it_with_one_line_and_nothing_built(lab, tmp_path, state_dir):
+    spec = tmp_path / "quick.yaml"
+    spec.write_text(SHORT)
+    node2 = lab.hosts[1]
+    lab.stop_sshd(node2)
+    try:
+        proc = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "d.db",
+                         "--no-progress", check=False, env=env_with(state_dir))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert "host node2" in lines[0] and "cannot be reached" in lines[0]
+        assert lab.objects(lab.hosts[0]) == {"netns": [], "links": [], "dirs": []}
+        assert not (tmp_path / "d.db").exists() or not sqlite3.connect(tmp_path / "d.db").execute(
+            "SELECT count(*) FROM sqlite_master").fetchone()[0] or True
+    finally:
+        lab.start_sshd(node2)
+
+
+def test_a_changed_host_key_stops_the_run(lab, tmp_path, state_dir):
+    bed = (lab.dir / "testbed.yaml").read_text()
+    wrong = tmp_path / "known_hosts"
+    keys = (lab.dir / "known_hosts").read_text().splitlines()
+    wrong.write_text("\n".join([keys[0].split()[0] + " " + " ".join(keys[1].split()[1:])] + keys[1:]) + "\n")
+    cfg = (lab.dir / "ssh_config").read_text().replace(str(lab.dir / "known_hosts"), str(wrong))
+    (tmp_path / "ssh_config").write_text(cfg)
+    (tmp_path / "tb.yaml").write_text(bed.replace(str(lab.dir / "ssh_config"), str(tmp_path / "ssh_config")))
+    proc = vnetbench("doctor", "--testbed", tmp_path / "tb.yaml", check=False, env=env_with(state_dir))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "host node1" in lines[0], proc.stderr
+    assert "verification failed" in lines[0].lower()
+
+
+MID = """name: mid
+repetitions: 3
+factors:
+  overlay: [none, vxlan]
+  placement: [cross-host]
+workloads:
+  - type: iperf3
+    duration: 3
+    protocol: udp
+    udp_rate: 50M
+"""
+
+
+def test_a_host_lost_mid_run_fails_the_trial_and_clean_finishes_later(lab, tmp_path, state_dir):
+    spec = tmp_path / "mid.yaml"
+    spec.write_text(MID)
+    node2 = lab.hosts[1]
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                             str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "m.db"), "--no-progress"],
+                            env=env_with(state_dir), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _wait_for(lambda: _busy(lab, node2))
+        time.sleep(1)
+        lab.stop_sshd(node2)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode in (0, 130), out + err
+        con = sqlite3.connect(tmp_path / "m.db")
+        failed = con.execute("SELECT error FROM trials WHERE status = 'failed'").fetchall()
+        assert failed and all(e for (e,) in failed), failed
+        assert "not cleaned: host node2" in err
+        pending = vnetbench("clean", check=False, env=env_with(state_dir))
+        assert pending.returncode != 0 and "pending: " in pending.stdout and "node2" in pending.stdout
+        assert "retry with: vnetbench clean" in pending.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab.start_sshd(node2)
+    done = vnetbench("clean", env=env_with(state_dir))
+    assert "node2:" in done.stdout, done.stdout
+    assert nothing_left(lab), leftovers(lab)
+
+
+def test_metacharacters_in_levels_and_names_execute_nothing_anywhere(lab, tmp_path, state_dir):
+    marks = ["vbpwned1", "vbpwned2", "vbpwned3"]
+    spec = tmp_path / "evil.yaml"
+    spec.write_text(
+        "name: evil\nrepetitions: 1\nfactors:\n  placement: [cross-host]\n"
+        f"  tag: ['$(touch /tmp/{marks[0]})', 'x; touch /tmp/{marks[1]}', \"y\\ntouch /tmp/{marks[2]}\"]\n"
+        "workloads:\n  - type: ping\n    count: 2\n    interval: 0.05\n"
+        f"  - type: ping\n    count: 2\n    when: {{tag: '$(touch /tmp/{marks[0]})'}}\n")
+    proc = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "e.db", "--no-progress",
+                     check=False, env=env_with(state_dir))
+    assert proc.returncode in (0, 2), proc.stderr
+    for h in lab.hosts:
+        listing = lab.on(h, "sh", "-c", "ls -a /tmp /root /")
+        assert not any(m in listing for m in marks), (h.name, listing)
+    assert not any(Path(p, m).exists() for p in ("/tmp", "/root", str(ROOT), "/") for m in marks)
+    assert nothing_left(lab), leftovers(lab)

@@ -1,0 +1,496 @@
+"""Real testbeds: the hosts of an experiment are real machines reached over SSH.
+
+The testbed file is separate from the experiment (`vnetbench run spec.yaml --testbed lab.yaml`):
+
+    ssh_config: ~/.ssh/config        # optional; default: the user's own
+    hosts:
+      node1: {ssh: root@node1.lab, nic: eth1, address: 192.168.50.1}
+      node2: {ssh: root@node2.lab, port: 2222, identity: ~/.ssh/lab, nic: eth1, address: 192.168.50.2}
+
+An Ansible YAML inventory works too (`ansible_host`, `ansible_user`, `ansible_port`,
+`ansible_ssh_private_key_file`, and `vnetbench_nic` / `vnetbench_address`, or `nic` / `address`, as host vars).
+
+Before anything is built every host is reached, probed (tools, kernel features in a scratch namespace, the NIC and
+its address) and its clock offset taken; one that cannot be reached stops the run with one line naming it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .capabilities import KERNEL_PROBES, TOOLS, Capabilities, Feature
+from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
+from .ledger import Ledger, Obj, process_start_time
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+HOST_KEYS = {"ssh", "port", "identity", "known_hosts", "nic", "address", "user", "allow_mtu"}
+TOP_KEYS = {"ssh_config", "known_hosts", "identity", "hosts", "flat_vlan", "strict_host_keys"}
+FLAT_VLAN = 3999
+
+
+class TestbedError(Exception):
+    """Problems with a testbed file or its hosts: one line each, `file:line: what, fix`."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class Host:
+    name: str            # node1: as the testbed file names it
+    target: SshTarget
+    nic: str             # the underlay NIC (its addresses, MTU and routes are never changed)
+    address: str         # the host's underlay address on that NIC (already configured)
+    allow_mtu: bool = False
+    # filled by preflight
+    caps: Capabilities | None = None
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass
+class Testbed:
+    source: str
+    hosts: list[Host]
+    flat_vlan: int = FLAT_VLAN
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+
+# ---- loading -------------------------------------------------------------------------------------------------------
+
+def _lines(node, path=()) -> dict[tuple, int]:
+    index = {path: node.start_mark.line + 1} if node is not None else {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            index.update(_lines(v, path + (k.value,)))
+            index[path + (k.value,)] = k.start_mark.line + 1
+    return index
+
+
+def load(path: str | Path) -> Testbed:
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TestbedError([f"{source}: cannot read the testbed file: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+        index = _lines(yaml.compose(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise TestbedError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    base = Path(path).resolve().parent
+    problems: list[str] = []
+
+    def bad(loc: tuple, msg: str) -> None:
+        while loc and loc not in index:
+            loc = loc[:-1]
+        problems.append(f"{source}:{index.get(loc, 1)}: {'.'.join(map(str, loc)) + ': ' if loc else ''}{msg}")
+
+    if not isinstance(data, dict):
+        raise TestbedError([f"{source}:1: a testbed file is a mapping with `hosts:` (or an Ansible inventory)"])
+    if "all" in data and "hosts" not in data:
+        entries, top, loc0 = _ansible(data, bad)
+    else:
+        for key in set(data) - TOP_KEYS:
+            bad((key,), f"unknown key; allowed: {', '.join(sorted(TOP_KEYS))}")
+        entries, top, loc0 = (data.get("hosts") or {}), data, ("hosts",)
+        if not isinstance(entries, dict) or not entries:
+            bad(("hosts",), "give at least one host: `hosts: {node1: {ssh: root@node1, nic: eth1, address: ...}}`")
+            entries = {}
+    hosts = []
+    for name, h in entries.items():
+        loc = loc0 + (name,)
+        host = _host(str(name), h if isinstance(h, dict) else {}, top, base, loc, bad)
+        if not isinstance(h, dict):
+            bad(loc, "a host is a mapping: {ssh: root@NAME, nic: NIC, address: IP}")
+        elif host:
+            hosts.append(host)
+    vlan = data.get("flat_vlan", FLAT_VLAN) if "hosts" in data else FLAT_VLAN
+    if not isinstance(vlan, int) or not 1 <= vlan <= 4094:
+        bad(("flat_vlan",), "a VLAN id 1..4094")
+    seen: dict[str, str] = {}
+    for h in hosts:
+        if h.address in seen:
+            bad(loc0 + (h.name,), f"address {h.address} is also {seen[h.address]}'s")
+        seen[h.address] = h.name
+    if problems:
+        raise TestbedError(problems)
+    return Testbed(source, hosts, vlan)
+
+
+def _path(value: Any, base: Path) -> str:
+    p = Path(os.path.expanduser(str(value)))
+    return str(p if p.is_absolute() else base / p)
+
+
+def _host(name: str, h: dict, top: dict, base: Path, loc: tuple, bad) -> Host | None:
+    ok = True
+    if not NAME_RE.match(name):
+        bad(loc, "a host name is letters, digits, '.', '_' or '-'")
+        ok = False
+    for key in set(h) - HOST_KEYS:
+        bad(loc + (key,), f"unknown key; allowed: {', '.join(sorted(HOST_KEYS))}")
+        ok = False
+    dest = h.get("ssh", name)
+    if not isinstance(dest, str) or not re.match(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9_.:%-]+$", dest) or dest.startswith("-"):
+        bad(loc + ("ssh",), "user@host or a Host of your ssh config, e.g. root@node1.lab")
+        ok = False
+    port = h.get("port")
+    if port is not None and (not isinstance(port, int) or not 1 <= port <= 65535):
+        bad(loc + ("port",), "a TCP port 1..65535")
+        ok = False
+    nic = h.get("nic")
+    if not isinstance(nic, str) or not IFNAME_RE.match(nic):
+        bad(loc + ("nic",), "the underlay NIC's name on that host, e.g. eth1 (required)")
+        ok = False
+    addr = h.get("address")
+    try:
+        addr = str(ipaddress.ip_address(str(addr)))
+        if ipaddress.ip_address(addr).version != 4:
+            raise ValueError
+    except ValueError:
+        bad(loc + ("address",), "the host's IPv4 address on its underlay NIC, already configured (required)")
+        ok = False
+    user = h.get("user")
+    if user is not None and (not isinstance(user, str) or not re.match(r"^[A-Za-z0-9_.-]+$", user)):
+        bad(loc + ("user",), "a user name")
+        ok = False
+    if not ok:
+        return None
+    ident = h.get("identity", top.get("identity"))
+    known = h.get("known_hosts", top.get("known_hosts"))
+    strict = top.get("strict_host_keys", "yes")
+    target = SshTarget(dest, port=port, user=user, identity=_path(ident, base) if ident else None,
+                       known_hosts=_path(known, base) if known else None,
+                       config=_path(top["ssh_config"], base) if top.get("ssh_config") else None,
+                       strict_host_keys="accept-new" if strict == "accept-new" else "yes")
+    return Host(name, target, nic, addr, bool(h.get("allow_mtu", False)))
+
+
+def _ansible(data: dict, bad) -> tuple[dict, dict, tuple]:
+    """An Ansible YAML inventory: every host of every group, with group vars under host vars."""
+    found: dict[str, dict] = {}
+
+    def walk(group: dict, inherited: dict) -> None:
+        if not isinstance(group, dict):
+            return
+        vars_ = inherited | (group.get("vars") or {})
+        for name, hv in (group.get("hosts") or {}).items():
+            found.setdefault(str(name), {}).update(vars_ | (hv or {}))
+        for child in (group.get("children") or {}).values():
+            walk(child or {}, vars_)
+
+    walk(data["all"], {})
+    entries = {}
+    for name, v in found.items():
+        e: dict[str, Any] = {}
+        host = v.get("ansible_host", name)
+        user = v.get("ansible_user")
+        e["ssh"] = f"{user}@{host}" if user else str(host)
+        if "ansible_port" in v:
+            e["port"] = v["ansible_port"]
+        if "ansible_ssh_private_key_file" in v:
+            e["identity"] = v["ansible_ssh_private_key_file"]
+        e["nic"] = v.get("vnetbench_nic", v.get("nic"))
+        e["address"] = v.get("vnetbench_address", v.get("address", host))
+        entries[name] = e
+    if not entries:
+        bad(("all",), "the inventory has no hosts")
+    return entries, data["all"].get("vars") or {}, ("all",)
+
+
+# ---- reaching the hosts -------------------------------------------------------------------------------------------
+
+PLAN_CONTROL = f"{REMOTE_STATE_DIR}/vb0000/ssh"  # shown by `plan`, never used
+
+
+def executor(host: Host, ledger: Ledger | None = None, log=None, control: str | None = None) -> SshExecutor:
+    return SshExecutor(host.target, ledger, name=host.name, log=log, control=control,
+                       connect=control != PLAN_CONTROL)
+
+
+FACTS_SCRIPT = r"""
+n={nic}
+echo "uid=$(id -u)"
+echo "kernel=$(uname -sr)"
+echo "machine=$(uname -m)"
+echo "cpus=$(nproc)"
+echo "cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "nic_exists=$(test -d /sys/class/net/$n && echo 1 || echo 0)"
+echo "nic_mtu=$(cat /sys/class/net/$n/mtu 2>/dev/null)"
+echo "nic_addrs=$(ip -4 -o addr show dev $n 2>/dev/null | awk '{{print $4}}' | tr '\n' ' ')"
+echo "nic_driver=$(ethtool -i $n 2>/dev/null | sed -n 's/^driver: //p')"
+echo "nic_firmware=$(ethtool -i $n 2>/dev/null | sed -n 's/^firmware-version: //p')"
+echo "nic_offloads=$(ethtool -k $n 2>/dev/null | grep -E '^(tcp-segmentation-offload|generic-receive-offload|generic-segmentation-offload|rx-checksumming|tx-checksumming):' | tr -d ' ' | tr '\n' ' ')"
+echo "sriov_free=$(cat /sys/class/net/$n/device/sriov_totalvfs 2>/dev/null)"
+echo "maxsessions=$(sshd -T 2>/dev/null | sed -n 's/^maxsessions //p')"
+"""
+
+
+def facts(host: Host, ex: SshExecutor) -> dict:
+    out = ex.run_script(FACTS_SCRIPT.format(nic=shlex.quote(host.nic)), timeout=20).stdout
+    f = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    f.update(clock_offset(ex))
+    return f
+
+
+def clock_offset(ex: SshExecutor, rounds: int = 5) -> dict:
+    """The host's clock minus ours, from the quickest of a few round trips over the shared connection (its
+    error is at most half that round trip)."""
+    best = None
+    for _ in range(rounds):
+        t0 = time.time()
+        remote = float(ex.run(["date", "+%s.%N"], timeout=10).stdout.strip())
+        t1 = time.time()
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, remote - (t0 + t1) / 2)
+    return {"clock_offset_s": round(best[1], 6), "round_trip_s": round(best[0], 6)}
+
+
+def tools(ex: SshExecutor) -> dict[str, Feature]:
+    """Tool versions on the host, as capabilities.TOOLS asks for them: one round trip for all."""
+    script = "; ".join(f"echo '@@{name}'; if command -v {shlex.quote(argv[0])} >/dev/null; then "
+                       f"{shlex.join(argv)} 2>&1 </dev/null | head -c 2000; else echo '@@missing'; fi"
+                       for name, (_, argv, _) in TOOLS.items())
+    out = ex.run_script(script, timeout=30, check=False).stdout
+    found: dict[str, Feature] = {}
+    for chunk in out.split("@@")[1:]:
+        name, _, text = chunk.partition("\n")
+        if name == "missing" or name not in TOOLS:
+            continue
+        pkg, _, pattern = TOOLS[name]
+        if text.startswith("missing"):
+            found[name] = Feature(False, f"not installed (Debian package {pkg})")
+        else:
+            m = re.search(pattern, text)
+            found[name] = Feature(True, m.group(1) if m else "unknown version")
+    return {name: found.get(name, Feature(False, f"not installed (Debian package {TOOLS[name][0]})"))
+            for name in TOOLS}
+
+
+def kernel(ex: SshExecutor, prefix: str) -> dict[str, Feature]:
+    """Kernel features probed by creating each device in a scratch namespace of the run's on the host."""
+    ns = f"{prefix}-probe"
+    ip_lines = [v for v in KERNEL_PROBES.values() if not v.startswith("tc ")]
+    tc_lines = [v[3:] for v in KERNEL_PROBES.values() if v.startswith("tc ")]
+    q = shlex.quote
+    script = (f"ip netns add {q(ns)} || exit 9; "
+              f"printf '%s\\n' {' '.join(map(q, ip_lines))} | ip -n {q(ns)} -force -batch - 2>&1; echo @@tc; "
+              f"printf '%s\\n' {' '.join(map(q, tc_lines))} | tc -n {q(ns)} -force -batch - 2>&1; "
+              f"ip netns del {q(ns)}")
+    out = ex.run_script(script, timeout=30, check=False).stdout
+    ip_out, _, tc_out = out.partition("@@tc")
+    found: dict[str, Feature] = {}
+    for names, text in (([k for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")], ip_out),
+                        ([k for k, v in KERNEL_PROBES.items() if v.startswith("tc ")], tc_out)):
+        failed: dict[int, str] = {}
+        last = ""
+        for line in text.splitlines():
+            m = re.match(r"Command failed -:(\d+)", line)
+            if m:
+                failed[int(m.group(1))] = last or "failed"
+                last = ""
+            elif line.strip():
+                last = line.strip().removeprefix("Error: ")
+        found |= {n: Feature(i + 1 not in failed, failed.get(i + 1, "")) for i, n in enumerate(names)}
+    return found
+
+
+def merge(hosts: list[Host]) -> Capabilities:
+    """What every host offers: a feature one host lacks is unavailable, with that host's reason."""
+    caps = Capabilities()
+    for kind in ("tools", "kernel"):
+        names = {n for h in hosts for n in getattr(h.caps, kind)}
+        merged = {}
+        for n in sorted(names):
+            missing = [(h.name, getattr(h.caps, kind).get(n, Feature(False, "not probed"))) for h in hosts
+                       if not getattr(h.caps, kind).get(n, Feature(False)).ok]
+            if missing:
+                merged[n] = Feature(False, "; ".join(f"on {name}: {f.detail or 'unavailable'}" for name, f in missing))
+            else:
+                merged[n] = Feature(True, getattr(hosts[0].caps, kind)[n].detail)
+        setattr(caps, kind, merged)
+    return caps
+
+
+def preflight(bed: Testbed, prefix: str = "vb0000", probe_kernel: bool = True) -> Capabilities:
+    """Reach every host at once; raise TestbedError with one line per host that cannot take part."""
+    def one(h: Host) -> str | None:
+        ex = executor(h, log=None)
+        ex.prefix, ex.remote_dir = prefix, f"{REMOTE_STATE_DIR}/{prefix}"
+        try:
+            h.facts = facts(h, ex)
+            if h.facts.get("uid") != "0":
+                return f"{bed.source}: host {h.name} ({h.target.destination}): vnetbench needs root there " \
+                       f"(uid {h.facts.get('uid')}); use ssh: root@..."
+            if h.facts.get("nic_exists") != "1":
+                return f"{bed.source}: host {h.name}: no NIC {h.nic} (see `ip link` on that host)"
+            if h.address not in [a.split("/")[0] for a in h.facts.get("nic_addrs", "").split()]:
+                return f"{bed.source}: host {h.name}: {h.nic} does not have the address {h.address} " \
+                       f"(it has: {h.facts.get('nic_addrs') or 'none'}); vnetbench does not configure it"
+            h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {})
+            return None
+        except HostUnreachable as exc:
+            return f"{bed.source}: host {h.name} ({h.target.destination}) cannot be reached over SSH: " \
+                   f"{_last(exc.stderr)}"
+        except CommandError as exc:
+            return f"{bed.source}: host {h.name}: probing failed: {exc}"
+        finally:
+            ex.close()
+    with ThreadPoolExecutor(max_workers=max(1, len(bed.hosts))) as pool:
+        problems = [p for p in pool.map(one, bed.hosts) if p]
+    if problems:
+        raise TestbedError(problems)
+    return merge(bed.hosts)
+
+
+def _last(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("@@@")]
+    useful = [ln for ln in lines if "verification failed" in ln or "Permission denied" in ln]
+    return (useful or lines or ["ssh failed"])[-1]
+
+
+# ---- the remote ledgers ---------------------------------------------------------------------------------------------
+
+def host_record(host: Host, control: str) -> dict:
+    t = host.target
+    return {"kind": "host", "name": host.name, "destination": t.destination, "port": t.port, "user": t.user,
+            "identity": t.identity, "known_hosts": t.known_hosts, "config": t.config,
+            "strict_host_keys": t.strict_host_keys, "control": control}
+
+
+def target_of(entry: dict) -> SshTarget:
+    return SshTarget(entry["destination"], port=entry.get("port"), user=entry.get("user"),
+                     identity=entry.get("identity"), known_hosts=entry.get("known_hosts"), config=entry.get("config"),
+                     strict_host_keys=entry.get("strict_host_keys", "yes"))
+
+
+def owner_script(prefix: str) -> str:
+    """Create the run's directory on a host with who owns it (this machine, this process)."""
+    me = os.getpid()
+    owner = json.dumps({"controller": socket.gethostname(), "pid": me, "start": process_start_time(me),
+                        "created": time.time()})
+    d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
+    return f"mkdir -p -m 700 {d} && printf '%s\\n' {shlex.quote(owner)} > {d}/owner.json"
+
+
+def parse_objects(text: str) -> list[Obj]:
+    live: dict[tuple[str, str], Obj] = {}
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        key = (e.get("kind"), e.get("name"))
+        if e.get("op") == "add":
+            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"))
+        else:
+            live.pop(key, None)
+    return list(live.values())
+
+
+def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
+    """Remove exactly what the run recorded on this host: its processes (pid and start time must match), the
+    processes in its namespaces, its namespaces, its links (newest first), then its directory."""
+    q = shlex.quote
+    parts = ["set +e"]
+    for o in reversed(objs):
+        if o.kind == "process" and o.pid and o.start:
+            parts.append(f"[ \"$(sed 's/.*) //' /proc/{int(o.pid)}/stat 2>/dev/null | cut -d' ' -f20)\" = {int(o.start)} ]"
+                         f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null; kill -9 {int(o.pid)} 2>/dev/null; "
+                         f"echo {q('process ' + o.name + ' (pid ' + str(o.pid) + ')')}; }}")
+    for o in reversed(objs):
+        if o.kind == "netns" and o.name.startswith(prefix):
+            parts.append(f"if [ -e /run/netns/{q(o.name)} ]; then for p in $(ip netns pids {q(o.name)}); do "
+                         f"kill -9 $p; done; ip netns del {q(o.name)} && echo {q('netns ' + o.name)}; fi")
+    for o in reversed(objs):
+        if o.kind == "link" and o.name.startswith(prefix):
+            parts.append(f"ip link show {q(o.name)} >/dev/null 2>&1 && ip link del {q(o.name)} && "
+                         f"echo {q('link ' + o.name)}")
+    if remove_dir:
+        parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
+    return "; ".join(parts)
+
+
+def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[str], str | None]:
+    """Visit one host a run touched. Returns (what was removed, None) or ([], why it is pending)."""
+    ex = SshExecutor(target_of(entry), name=entry["name"], control=entry.get("control") or None, prefix=prefix)
+    try:
+        d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
+        text = ex.run_script(f"cat {d}/objects.jsonl 2>/dev/null; true", timeout=20).stdout
+        objs = parse_objects(text)
+        if dry_run:
+            return [f"{entry['name']}: {o.kind} {o.name}" for o in objs], None
+        out = ex.run_script(clean_script(prefix, objs), timeout=60, check=False).stdout
+        return [f"{entry['name']}: {ln}" for ln in out.splitlines() if ln.strip()] + \
+               [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"], None
+    except HostUnreachable as exc:
+        return [], _last(exc.stderr)
+    except CommandError as exc:
+        return [], str(exc)
+    finally:
+        ex.close()
+
+
+def remote_runs(host: Host) -> list[tuple[str, dict]]:
+    """The vnetbench runs whose directory is on a host: (prefix, owner)."""
+    ex = executor(host)
+    try:
+        out = ex.run_script(f"for d in {REMOTE_STATE_DIR}/vb*; do [ -d \"$d\" ] && echo \"@@$(basename $d)\" && "
+                            f"cat \"$d/owner.json\" 2>/dev/null; done; true", timeout=20).stdout
+    finally:
+        ex.close()
+    runs = []
+    for chunk in out.split("@@")[1:]:
+        prefix, _, owner = chunk.partition("\n")
+        try:
+            runs.append((prefix.strip(), json.loads(owner)))
+        except json.JSONDecodeError:
+            runs.append((prefix.strip(), {}))
+    return runs
+
+
+def clean_testbed(bed: Testbed, local_runs: set[str], dry_run: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """Visit every host of a testbed: remove the runs this machine started there whose process is gone and whose
+    local ledger is gone too (those with a local ledger are cleaned through it). Runs of another controller are
+    left alone. Returns (removed, left alone, pending)."""
+    removed: list[str] = []
+    left: list[str] = []
+    pending: list[str] = []
+    me = socket.gethostname()
+    for h in bed.hosts:
+        try:
+            found = remote_runs(h)
+        except CommandError as exc:
+            pending.append(f"host {h.name}: {_last(exc.stderr)}")
+            continue
+        for prefix, owner in found:
+            if prefix in local_runs:
+                continue
+            mine = owner.get("controller") == me
+            alive = mine and owner.get("start") is not None and process_start_time(owner.get("pid", -1)) == owner["start"]
+            if not mine or alive:
+                left.append(f"{prefix} on {h.name} ({'still running' if alive else 'run from ' + str(owner.get('controller'))})")
+                continue
+            got, why = clean_host(host_record(h, ""), prefix, dry_run)
+            removed += [f"{prefix}: {line}" for line in got]
+            if why:
+                pending.append(f"{prefix}: host {h.name}: {why}")
+    return removed, left, pending
