@@ -85,4 +85,4 @@ def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, w
     assert not _uml_pids(prefix)
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not (state_dir / prefix).exists()
-    assert not [p for p in os.listdir("/dev/shm") if prefix in p]
+    assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]

@@ -181,6 +181,12 @@ class Fleet:
         (self.dir / "known_hosts").write_text("".join(known))
 
     @property
+    def control_dir(self) -> Path:
+        """The shared SSH connections' sockets: a short path (a unix socket path has 108 bytes, ssh takes ~60)."""
+        inside = self.ledger.dir / "cm"
+        return inside if len(str(inside)) <= 40 else Path(f"/tmp/vb-ssh-{self.prefix}")
+
+    @property
     def identity(self) -> Path:
         return self.dir / "id_ed25519"
 
@@ -193,6 +199,9 @@ class Fleet:
         """Start every guest at once and wait until each answers over SSH; a guest that does not come up within
         the deadline raises GuestError with its console's last lines (the fleet is then torn down by the caller)."""
         self._keys()
+        if not str(self.control_dir).startswith(str(self.ledger.dir)):
+            self.ledger.record("dir", str(self.control_dir))
+        self.control_dir.mkdir(mode=0o700, exist_ok=True)
         self._network()
         t0 = time.monotonic()
         for g in self.guests.values():
@@ -205,29 +214,22 @@ class Fleet:
         return self
 
     def _wait(self, g: Guest, t0: float, deadline: float) -> str | None:
-        from .ssh import GuestSsh
-        ex = GuestSsh(self, g)
+        from . import ssh
+        ex = ssh.executor(self, g)
         while True:
             if g.proc is not None and g.proc.poll() is not None:
                 return (f"guest {g.label} ({self.backend.name}) exited with {g.proc.returncode} while booting; "
                         f"console:\n{g.console_tail()}")
-            if not self.backend.booted(g):  # cheap (a file read); spares the CPU that SSH attempts would take
-                if time.monotonic() > deadline:
-                    return (f"guest {g.label} ({self.backend.name}) did not finish booting within "
-                            f"{self.boot_timeout:.0f} s; console:\n{g.console_tail()}")
-                time.sleep(0.05)
-                continue
-            if g.proc is not None and g.proc.poll() is not None:
-                return (f"guest {g.label} ({self.backend.name}) exited with {g.proc.returncode} while booting; "
-                        f"console:\n{g.console_tail()}")
-            if ex.connect(timeout=max(1.0, min(3.0, deadline - time.monotonic()))):
-                g.boot_s = time.monotonic() - t0
-                g.executor = ex
-                return None
             if time.monotonic() > deadline:
                 return (f"guest {g.label} ({self.backend.name}) did not answer over SSH within "
                         f"{self.boot_timeout:.0f} s; console:\n{g.console_tail()}")
-            time.sleep(0.1)
+            # the console mark is cheap (a file read) and spares the CPU that early SSH attempts would take
+            if self.backend.booted(g) and ssh.connect(ex, self.dir / f"ssh-{g.label}.log",
+                                                      timeout=max(1.0, min(3.0, deadline - time.monotonic()))):
+                g.boot_s = time.monotonic() - t0
+                g.executor = ex
+                return None
+            time.sleep(0.05)
 
     def memory_mb(self, g: Guest) -> float:
         """Proportional set size of the guest's host address spaces (its memory file's touched pages included).
@@ -247,8 +249,11 @@ class Fleet:
             from ..ledger import kill_pids, pids_in_namespaces
             kill_pids(pids_in_namespaces([self.netns]))
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        import shutil
+        if not str(self.control_dir).startswith(str(self.ledger.dir)):
+            shutil.rmtree(self.control_dir, ignore_errors=True)
         self.ledger.forget_many([("process", f"guest:{g.label}") for g in self.guests.values()] +
-                                [("netns", self.netns)])
+                                [("netns", self.netns), ("dir", str(self.control_dir))])
         self._net_up = False
 
 
