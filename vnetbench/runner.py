@@ -22,6 +22,7 @@ from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, loads
 from .sample import Sample
 from .store import Store
+from .guests.base import GuestError
 from .topology import BuildError, Topology
 from .workloads.base import WorkloadError
 
@@ -112,6 +113,8 @@ class Runner:
         if self.testbed:
             from .sites import TestbedSite
             self.site = TestbedSite(self.testbed, ledger)
+        from .guests.machine import GuestMachine
+        self.guest = GuestMachine(ledger)  # booted at the first `kernel: guest` scenario, if any
         self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
         outcome = Outcome(cid, "interrupted")
         try:
@@ -127,6 +130,7 @@ class Runner:
                                f"Continue with: vnetbench run --resume {cid}[/]")
         finally:
             self.store.set_campaign(cid, status=outcome.status, finished=time.time())
+            self.guest.close()
             ledger.remove_all()
             for why in getattr(ledger, "pending", []):
                 self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
@@ -146,7 +150,14 @@ class Runner:
 
     def _scenario(self, cid, sc, trials, ledger, exp, bar, task, position, outcome) -> None:
         bar.update(task, description=f"scenario {position} building: {self._short(sc)}")
-        topo = Topology(sc, ledger, site=self.site)
+        try:
+            machine = self.guest.executor() if sc.levels.get("kernel") == "guest" else None
+        except GuestError as exc:
+            self.store.set_scenario(cid, sc.index, "failed", f"guest did not come up: {exc}")
+            self.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
+            bar.advance(task, BUILD_OVERHEAD_S + sum(sc.workloads[w].expected_duration() for _, w in trials))
+            return
+        topo = Topology(sc, ledger, site=self.site, machine=machine)
         try:
             try:
                 topo.build()
@@ -172,7 +183,9 @@ class Runner:
 
     def _trial(self, cid: int, sc: Scenario, topo: Topology, rep: int, w: int) -> bool:
         wl = sc.workloads[w]
+        # in a guest: the guest kernel's own /proc/stat and interface counters (its CPUs, interrupts, switches)
         probes = self.site.probes(topo) if self.site else [
+            SystemProbe(topo.machine), *[InterfaceProbe(h.exec) for h in topo.hosts]] if topo.machine else [
             SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
             *[InterfaceProbe(h.exec) for h in topo.hosts]]
         started = time.time()

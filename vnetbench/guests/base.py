@@ -54,6 +54,7 @@ class Guest:
     index: int                       # 1.. : management address 10.251.0.<index>
     nics: list[Nic] = field(default_factory=list)
     mem_mb: int = 256
+    shares: list[Path] = field(default_factory=list)  # host directories the guest mounts at the same path
     dir: Path | None = None          # the guest's files on the host (config, keys, console log)
     pid: int | None = None           # the backend's main process
     proc: subprocess.Popen | None = None
@@ -126,8 +127,9 @@ class Fleet:
     def tap(self, guest: Guest, k: int | None) -> str:
         return f"{self.prefix}-{guest.index}{'m' if k is None else f'd{k}'}"
 
-    def add(self, label: str, nics: list[tuple[str, str]] = (), mem_mb: int = 256) -> Guest:
-        """A guest to boot, with data NICs (name inside the guest, segment)."""
+    def add(self, label: str, nics: list[tuple[str, str]] = (), mem_mb: int = 256, share_run: bool = False) -> Guest:
+        """A guest to boot, with data NICs (name inside the guest, segment); share_run: the guest sees the run's
+        directory on the machine at the same path, read-write."""
         if len(self.guests) >= MAX_GUESTS:
             raise GuestError(f"at most {MAX_GUESTS} guests per run")
         g = Guest(label, len(self.guests) + 1, mem_mb=mem_mb)
@@ -136,6 +138,7 @@ class Fleet:
                 self.segments.append(segment)
             g.nics.append(Nic(name, segment, self.tap(g, k), f"52:54:00:{g.index // 256:02x}:{g.index % 256:02x}:{k + 1:02x}"))
         g.dir = self.dir / label
+        g.shares = [self.ledger.dir] if share_run else []
         self.guests[label] = g
         return g
 

@@ -66,6 +66,10 @@ class Uml(Backend):
 
     def init_script(self, g: Guest) -> str:
         d = shlex.quote(str(g.dir))
+        # the run's directories on the machine, read-write at the same path (configs and keys written by the
+        # build, logs written by the guest's daemons); they may be under /run or /tmp, now the guest's own tmpfs
+        shares = "".join(f"mkdir -p {shlex.quote(str(p))} && mount -t hostfs none {shlex.quote(str(p))} "
+                         f"-o {shlex.quote(str(p))}\n" for p in g.shares)
         nics = "".join(f"ip link set vec{k + 1} name {shlex.quote(n.name)}\n"
                        f"ip link set {shlex.quote(n.name)} up\n" for k, n in enumerate(g.nics))
         return f"""#!/bin/sh
@@ -77,7 +81,8 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=755 tmpfs /run
-mount -t tmpfs -o mode=700 tmpfs /root  # no login scripts of the machine's root in the guest
+# the machine's root login scripts (e.g. a pyenv init) would run before every command: not in the guest
+for f in /root/.bashrc /root/.profile; do [ -f "$f" ] && mount --bind /dev/null "$f"; done
 mkdir -p /run/vb /run/sshd /run/netns /run/m/lib/modules
 umask 077
 printf '%s\n' "$hostkey" > /run/vb/ssh_host_ed25519_key
@@ -89,7 +94,7 @@ ln -s {MODULES}/$(uname -r) /run/m/lib/modules/$(uname -r)
 printf '#!/bin/sh\\nexport GLIBC_TUNABLES="%s" OPENSSL_ia32cap="%s"\\nexec /sbin/modprobe -d /run/m "$@"\\n' \\
   "$GLIBC_TUNABLES" "$OPENSSL_ia32cap" > /run/modprobe && chmod 755 /run/modprobe
 echo /run/modprobe > /proc/sys/kernel/modprobe
-hostname {shlex.quote(g.label)}
+{shares}hostname {shlex.quote(g.label)}
 ip link set lo up
 ip addr add {g.address}/24 dev vec0
 ip link set vec0 up
