@@ -267,7 +267,8 @@ class Ipsec(EncryptedTunnel):
     def addrs(self, topo, label: str) -> tuple[str, list[str]]:
         """(IKE/outer address, traffic selectors) of a node."""
         node = topo.nodes[label]
-        outer = node.v6 if self.options.mode == "transport" and topo.sc["ip_version"] == 6 else node.v4
+        six = self.options.mode == "transport" and topo.sc["ip_version"] == 6
+        outer = node.v6 if six else node.v4
         if self.options.mode == "transport":
             return outer, [f"{outer}/{128 if six else 32}"]
         v4, v6 = self.tunnel_addrs(label) if node.role == "host" else (node.v4, node.v6)

@@ -81,8 +81,6 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=755 tmpfs /run
-# the machine's root login scripts (e.g. a pyenv init) would run before every command: not in the guest
-for f in /root/.bashrc /root/.profile; do [ -f "$f" ] && mount --bind /dev/null "$f"; done
 mkdir -p /run/vb /run/sshd /run/netns /run/m/lib/modules
 umask 077
 printf '%s\n' "$hostkey" > /run/vb/ssh_host_ed25519_key
@@ -94,6 +92,11 @@ ln -s {MODULES}/$(uname -r) /run/m/lib/modules/$(uname -r)
 printf '#!/bin/sh\\nexport GLIBC_TUNABLES="%s" OPENSSL_ia32cap="%s"\\nexec /sbin/modprobe -d /run/m "$@"\\n' \\
   "$GLIBC_TUNABLES" "$OPENSSL_ia32cap" > /run/modprobe && chmod 755 /run/modprobe
 echo /run/modprobe > /proc/sys/kernel/modprobe
+# root's home (where SSH sessions start, and tools write temporary files) writable over the machine's own, without
+# its login scripts (e.g. a pyenv init would run before every command)
+mkdir -p /run/home/upper /run/home/work
+mount -t overlay overlay -o lowerdir=/root,upperdir=/run/home/upper,workdir=/run/home/work /root
+: > /root/.bashrc; : > /root/.profile
 {shares}hostname {shlex.quote(g.label)}
 ip link set lo up
 ip addr add {g.address}/24 dev vec0

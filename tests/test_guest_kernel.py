@@ -1,0 +1,103 @@
+"""`kernel: guest`: the scenario runs in a User-Mode Linux guest whose kernel has what this machine's may lack.
+Kernel xfrm IPsec with manual keys in transport mode (AH, ESP with 3DES / Blowfish / AES-256-CBC + HMAC-SHA2-512,
+AH+ESP) is on the wire as AH and ESP headers; ESP never carries the payload in clear (AH, which only authenticates,
+carries it inside AH)."""
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import time
+
+import pytest
+
+from test_encryption import MARKER, read_pcap
+from vnetbench.capabilities import detect
+from vnetbench.guests import machine
+from vnetbench.ledger import Ledger
+from vnetbench.matrix import expand
+from vnetbench.spec import loads
+from vnetbench.topology import Topology
+
+pytestmark = [pytest.mark.net, pytest.mark.skipif(not machine.support().ok, reason="User-Mode Linux not installed")]
+
+SHA1 = {"type": "ipsec", "mode": "transport", "keying": "manual", "integrity": "hmac-sha1"}
+IPSEC = [("none", set()),
+         (SHA1 | {"protocol": "ah"}, {51}),
+         (SHA1 | {"protocol": "esp", "cipher": "3des-cbc"}, {50}),
+         (SHA1 | {"protocol": "esp", "cipher": "blowfish-cbc"}, {50}),
+         ({"type": "ipsec", "mode": "transport", "keying": "manual", "protocol": "esp", "cipher": "aes-256-cbc",
+           "integrity": "hmac-sha512"}, {50}),
+         (SHA1 | {"protocol": "ah+esp", "cipher": "3des-cbc"}, {51})]  # AH outermost, ESP inside it
+
+
+def scenario(factors: dict):
+    text = (f"name: g\nrepetitions: 1\nfactors: {json.dumps({'kernel': 'guest'} | factors)}\n"
+            f"workloads: [{{type: ping, count: 3}}]\n")
+    (sc,) = expand(loads(text).experiment, detect())
+    assert sc.skip is None, sc.skip
+    assert sc.implementation["kernel"].startswith("uml-")
+    return sc
+
+
+def protocols(frames: list[bytes]) -> list[int]:
+    """IP protocol (IPv4) of every frame that is not ARP."""
+    out = []
+    for f in frames:
+        if struct.unpack("!H", f[12:14])[0] == 0x0800:
+            out.append(f[14 + 9])
+    return out
+
+
+def capture(topo: Topology, pcap) -> object:
+    h1 = topo.nodes["h1"].exec
+    proc = h1.spawn(["tcpdump", "-Z", "root", "-i", topo.nic("h1"), "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(pcap)],
+                    label="test tcpdump")
+    deadline = time.monotonic() + 15
+    line = ""
+    while time.monotonic() < deadline and "listening on" not in line:
+        line = proc.stderr.readline()
+    assert "listening on" in line, line
+    return proc
+
+
+def test_kernel_ipsec_in_a_guest_is_ah_and_esp_on_the_wire_never_clear_text(state_dir):
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        ex = guest.executor()
+        for enc, want in IPSEC:
+            sc = scenario({"attach": "host", "encryption": enc, "encryption_scope": "host-to-host"})
+            topo = Topology(sc, ledger, machine=ex)
+            pcap = ledger.work / f"wire-{len(want)}-{time.monotonic_ns()}.pcap"
+            try:
+                topo.build()
+                dump = capture(topo, pcap)
+                pair = topo.pairs[0]
+                ping = pair.client.node.run(["ping", "-c", "3", "-i", "0.1", "-W", "2", "-s", "200", "-p",
+                                             MARKER.hex(), pair.server.addr], check=False)
+                assert ping.returncode == 0, (enc, ping.stdout, ping.stderr)
+                time.sleep(0.3)
+                dump.send_signal(signal.SIGINT)
+                dump.communicate(timeout=15)
+            finally:
+                topo.teardown()
+            ex.run(["sync"])  # the guest's page cache holds what it wrote to the shared directory
+            frames = read_pcap(pcap)
+            protos = protocols(frames)
+            clear = sum(MARKER in f for f in frames)
+            if not want:  # the control: the same capture sees the marker when nothing encrypts
+                assert clear >= 3 and protos.count(1) >= 6, (len(frames), protos, frames[-1][:80] if frames else None)
+                continue
+            if enc["protocol"] == "ah":  # AH authenticates, it does not encrypt: the marker is there, inside AH
+                assert clear >= 6 and all(f[23] == 51 for f in frames if MARKER in f), enc
+            else:
+                assert clear == 0, f"{enc}: {clear} frames carry the marker in clear"
+            assert len([p for p in protos if p in want]) >= 6, (enc, protos)
+            assert 1 not in protos, f"{enc}: ICMP in clear on the wire"
+            if enc.get("protocol") == "ah+esp":  # AH's next header is ESP (50)
+                ah = [f for f in frames if struct.unpack("!H", f[12:14])[0] == 0x0800 and f[23] == 51]
+                assert all(f[14 + (f[14] & 0x0F) * 4] == 50 for f in ah)
+    finally:
+        guest.close()
+        ledger.remove_all()
