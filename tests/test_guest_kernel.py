@@ -101,3 +101,39 @@ def test_kernel_ipsec_in_a_guest_is_ah_and_esp_on_the_wire_never_clear_text(stat
     finally:
         guest.close()
         ledger.remove_all()
+
+
+def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, netns_names
+    from vnetbench import ledger as ledgermod
+    spec = tmp_path / "g.yaml"
+    spec.write_text("name: g\nrepetitions: 1\nfactors: {kernel: guest, overlay: gre}\n"
+                    "workloads: [{type: iperf3, duration: 30}]\n")
+    run = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(tmp_path / "r.db"),
+                            "--no-progress"], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    prefix = None
+    while time.monotonic() < deadline:
+        runs = [p.name for p in state_dir.iterdir()] if state_dir.exists() else []
+        for p in runs:  # the run's own ledger (the capability probe's guest has one of its own, removed after)
+            if subprocess.run(["pgrep", "-f", f"{p}.*iperf3 -c"], capture_output=True).returncode == 0:
+                prefix = p
+        if prefix:
+            break
+        time.sleep(0.5)
+    assert prefix, "the run never reached its traffic"
+    time.sleep(2)
+    run.kill()
+    run.wait()
+    removed, running = ledgermod.clean()
+    assert not running
+    time.sleep(0.5)
+    assert not subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True).stdout
+    assert not [n for n in netns_names() if n.startswith(prefix)]
+    assert not list(state_dir.iterdir())
+    assert not [p for p in os.listdir("/tmp") + os.listdir("/dev/shm") if prefix in p]
