@@ -137,3 +137,49 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not list(state_dir.iterdir())
     assert not [p for p in os.listdir("/tmp") + os.listdir("/dev/shm") if prefix in p]
+
+
+WIRE = {"vxlan": ("udp port 4789", "vni 101"), "gre": ("ip proto 47", "key=0x65"),
+        "geneve": ("udp port 6081", "vni 0x65")}
+
+
+def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_dir):
+    """The Linux bridge with kernel GRE (keyed gretap), VXLAN and Geneve, which this machine's kernel may lack: on
+    the underlay each carries the tenant's key and exactly its overhead (GRE 42, VXLAN/Geneve 50); a VM that takes
+    an address in tenant 2's subnet reaches none of tenant 2's VMs."""
+    import re
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        ex = guest.executor()
+        for overlay, (expr, key) in WIRE.items():
+            text = (f"name: g\nrepetitions: 1\ntenants: 2\nfactors: {json.dumps({'kernel': 'guest', 'overlay': overlay, 'pairs': 2})}\n"
+                    f"workloads: [{{type: ping, count: 3}}]\n")
+            (sc,) = expand(loads(text).experiment, detect())
+            assert sc.skip is None and sc.implementation["overlay"] == f"kernel-{overlay}", (sc.skip, sc.implementation)
+            topo = Topology(sc, ledger, machine=ex)
+            try:
+                topo.build()
+                p1, p2 = topo.pairs
+                h1 = topo.nodes["h1"].exec
+                dump = h1.spawn(["tcpdump", "-i", topo.nic("h1"), "-c", "2", "-e", "-nn", "-v", "-l",
+                                 f"{expr} and greater 1000"], label="test tcpdump")
+                time.sleep(1.5)
+                p1.client.node.run(["ping", "-c", "2", "-i", "0.2", "-s", "1000", p1.server.addr])
+                out, _ = dump.communicate(timeout=20)
+                assert key in out, out
+                outer, inner = map(int, re.findall(r"length (\d+):", out)[:2])
+                assert outer - inner == sc.elements["overlay"].overhead, out
+                prober, e0 = p1.client.node, topo.ifname("e0")
+                prober.run(["ip", "addr", "add", "10.102.0.201/24", "dev", e0])
+                for vm in (p2.client, p2.server):
+                    got = prober.run(["ping", "-c", "2", "-i", "0.3", "-W", "1", "-I", "10.102.0.201", vm.addr],
+                                     check=False)
+                    assert got.returncode != 0, f"{overlay}: tenant 1's VM reached tenant 2's {vm.label}"
+                for p in (p1, p2):  # within each tenant traffic still flows
+                    p.client.node.run(["ping", "-c", "1", "-W", "2", p.server.addr])
+            finally:
+                topo.teardown()
+    finally:
+        guest.close()
+        ledger.remove_all()
