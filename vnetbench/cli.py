@@ -179,6 +179,9 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         out.print(f"# implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"
                   + "".join(f"\n# note: {n}" for n in sc.notes), highlight=False, markup=False)
         topo = Topology(sc, None, site=site)
+        if sc.levels.get("kernel") == "guest":
+            out.print(f"# kernel: guest: every command below runs inside a {sc.implementation.get('kernel', 'guest')} "
+                      f"guest booted for the run, over SSH", highlight=False, markup=False)
         out.print(topo.script(), highlight=False, markup=False)
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
