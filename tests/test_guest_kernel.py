@@ -183,3 +183,27 @@ def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_a
     finally:
         guest.close()
         ledger.remove_all()
+
+
+def test_ike_kernel_esp_between_vms_in_a_guest(state_dir):
+    """S1's IPsec: IKEv2 by strongSwan's charon with the guest kernel's ESP (AES-256-CBC + HMAC-SHA2-512) between
+    two VMs, where this machine's kernel would need strongSwan's userspace ESP."""
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        sc = scenario({"encryption": {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}})
+        assert sc.implementation["encryption"].startswith("kernel-xfrm + strongswan")
+        topo = Topology(sc, ledger, machine=guest.executor())
+        try:
+            topo.build()
+            pair = topo.pairs[0]
+            states = pair.client.node.run(["ip", "xfrm", "state"]).stdout
+            algos = {ln.split()[0] + " " + ln.split()[1] for ln in states.splitlines() if ln.startswith("\t")
+                     and ln.split()[0] in ("enc", "auth-trunc")}
+            assert algos == {"enc cbc(aes)", "auth-trunc hmac(sha512)"}, algos
+            assert pair.client.node.run(["ping", "-c", "2", "-W", "2", pair.server.addr], check=False).returncode == 0
+        finally:
+            topo.teardown()
+    finally:
+        guest.close()
+        ledger.remove_all()

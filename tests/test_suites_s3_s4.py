@@ -263,6 +263,7 @@ def run_smoke(suite: str, tmp_path, state_dir, budget: float = SMOKE_BUDGET_S):
 
 
 @pytest.mark.net
+@pytest.mark.timeout(GUEST_SMOKE_BUDGET_S + 300)  # S3 runs in a guest kernel where one boots (see run_smoke)
 def test_s3_smoke(tmp_path, state_dir):
     plan = vnetbench("plan", "suite:s3", "--profile", "smoke").stdout
     caps = detect()
