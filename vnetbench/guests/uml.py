@@ -92,6 +92,10 @@ ln -s {MODULES}/$(uname -r) /run/m/lib/modules/$(uname -r)
 printf '#!/bin/sh\\nexport GLIBC_TUNABLES="%s" OPENSSL_ia32cap="%s"\\nexec /sbin/modprobe -d /run/m "$@"\\n' \\
   "$GLIBC_TUNABLES" "$OPENSSL_ia32cap" > /run/modprobe && chmod 755 /run/modprobe
 echo /run/modprobe > /proc/sys/kernel/modprobe
+# the guest's own device nodes (the machine's /dev seen through hostfs has no /dev/net/tun for the guest's kernel)
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+/run/modprobe tun
 # root's home (where SSH sessions start, and tools write temporary files) writable over the machine's own, without
 # its login scripts (e.g. a pyenv init would run before every command)
 mkdir -p /run/home/upper /run/home/work
