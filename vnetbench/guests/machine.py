@@ -71,7 +71,13 @@ def probe(ex, prefix: str) -> Capabilities:
         # lost" in ovs-dpctl show: it sizes its per-CPU upcall handlers from 0 cores there), so nothing is forwarded
         found["ovs-kernel-datapath"] = Feature(False, "the guest's kernel has it, but Open vSwitch 3.1 loses every "
                                                       "upcall in a 1-CPU UML guest (no flows are set up)")
-    return Capabilities(tools=testbed.tools(ex), kernel=found)
+    tools = testbed.tools(ex)
+    if tools.get("wireguard-go", Feature(False)).ok:
+        # Go picks AVX from the CPU whatever glibc's tunables say, and a guest here keeps only the FXSAVE registers
+        # of its processes (guests/nofpx.py): a Go program's vector registers are not safe across its switches
+        tools["wireguard-go"] = Feature(False, "a Go program uses AVX, which a UML guest on this CPU does not save "
+                                               "(guests/nofpx.py)")
+    return Capabilities(tools=tools, kernel=found)
 
 
 def _parse(out: str) -> dict[str, Feature]:
