@@ -1,5 +1,4 @@
 """The SSH executor against real sshds (the emulated lab: namespaces with their own mount namespace and sshd)."""
-import shlex
 import subprocess
 import time
 
@@ -77,15 +76,17 @@ def test_spawn_is_recorded_remotely_and_terminate_stops_the_remote_process(lab, 
     ex = SshExecutor(target(lab, 2), control=str(tmp_path), prefix="vbt002")
     try:
         proc = ex.spawn(["sleep", "57"], label="sleeper")
-        deadline = time.monotonic() + 5
-        while "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout:
+        def sleeping():  # the process itself (the local ssh client's command line also says "sleep 57")
+            return "sleep 57" in ex.run(["ps", "-eo", "args"]).stdout.splitlines()
+        deadline = time.monotonic() + 10
+        while not sleeping():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         ledger = ex.read_text("/run/vnetbench/vbt002/objects.jsonl")
         assert '"kind": "process"' in ledger and "sleeper" in ledger
         proc.terminate()
         assert proc.wait(timeout=10) != 0
-        assert "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout
+        assert not sleeping()
     finally:
         ex.run(["rm", "-rf", "/run/vnetbench/vbt002"], check=False)
         ex.close()
@@ -93,11 +94,26 @@ def test_spawn_is_recorded_remotely_and_terminate_stops_the_remote_process(lab, 
 
 def test_unreachable_host_and_changed_key_are_ssh_failures(lab, tmp_path):
     down = SshTarget("root@10.77.255.99", config=str(lab.dir / "ssh_config"), connect_timeout=2)
+    ex = SshExecutor(down, control=str(tmp_path))
     with pytest.raises(HostUnreachable):
-        SshExecutor(down, control=str(tmp_path)).run(["true"])
+        ex.run(["true"])
+    ex.close()
     wrong = tmp_path / "known_hosts"
     key = (lab.dir / lab.hosts[1].name / "ssh_host_ed25519_key.pub").read_text().split()[:2]
     wrong.write_text(f"{lab.hosts[0].fqdn},{lab.hosts[0].address} {' '.join(key)}\n")  # node2's key for node1
+    ex = SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path))
     with pytest.raises(HostUnreachable) as exc:
-        SshExecutor(target(lab, known_hosts=str(wrong)), control=str(tmp_path)).run(["true"])
+        ex.run(["true"])
+    ex.close()
     assert "verification failed" in str(exc.value).lower() or "identification" in str(exc.value).lower()
+
+
+def test_a_refused_key_is_an_ssh_failure(lab, tmp_path):
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ex = SshExecutor(SshTarget(f"root@{lab.hosts[0].address}", identity=str(key),
+                               known_hosts=str(lab.dir / "known_hosts")), control=str(tmp_path))
+    with pytest.raises(HostUnreachable) as exc:
+        ex.run(["true"])
+    ex.close()
+    assert "Permission denied" in str(exc.value)

@@ -2,6 +2,7 @@
 sshd and private /run, /tmp and home) on a lab switch. vnetbench reaches them only through ssh."""
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -9,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import testbed as tb
+from vnetbench.executor import close_master
 
 QUICK = (ROOT / "examples" / "quick.yaml").read_text()
 # examples/quick.yaml with every factor and workload kept, only shorter (one repetition, 1-s loads)
@@ -87,7 +88,9 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     remote = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
                        env=env_with(state_dir, log))
     local = vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
-    assert "0 failed" in remote.stdout and "0 failed" in local.stdout, remote.stdout + remote.stderr
+    for side, db in (("remote", "r.db"), ("local", "l.db")):
+        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
+        assert not (bad := errors.fetchall()), (side, bad)
     r_rows, r_metrics = _scenarios(tmp_path / "r.db")
     l_rows, l_metrics = _scenarios(tmp_path / "l.db")
     assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
@@ -98,6 +101,8 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     hosts = {json.loads(meta).get("host") for (meta,) in con.execute(
         "SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")}
     assert hosts == {"node1", "node2"}
+    tagged = [json.loads(meta) for (meta,) in con.execute("SELECT metadata FROM samples WHERE metric = 'rtt_s'")]
+    assert tagged and all(m["client_host"] == "node1" and m["server_host"] in ("node1", "node2") for m in tagged)
     # every command of the testbed run went through ssh
     argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert argvs and all(a[0] == "ssh" for a in argvs), {a[0] for a in argvs}
@@ -268,3 +273,66 @@ def test_metacharacters_in_levels_and_names_execute_nothing_anywhere(lab, tmp_pa
         assert not any(m in listing for m in marks), (h.name, listing)
     assert not any(Path(p, m).exists() for p in ("/tmp", "/root", str(ROOT), "/") for m in marks)
     assert nothing_left(lab), leftovers(lab)
+
+
+def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, state_dir):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(LONG)
+    node1 = lab.hosts[0]
+    _plant(lab, node1)
+    lost = []
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                                 str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "g.db"), "--no-progress"],
+                                env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        _wait_for(lambda: _busy(lab, node1))
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its local ssh clients
+        proc.wait()
+        lost = [json.loads(ln) for d in state_dir.iterdir() for ln in (d / "objects.jsonl").read_text().splitlines()
+                if '"kind": "host"' in ln]
+        for d in state_dir.iterdir():  # the local ledger is lost too (another machine, a wiped /run)
+            subprocess.run(["rm", "-rf", str(d)], check=True)
+        assert any(any(v.values()) for v in _ours(lab).values())
+        out = vnetbench("clean", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
+        assert "node1: netns" in out, out
+        assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
+        assert _planted(lab, node1)
+    finally:
+        _unplant(lab, node1)
+        for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
+            close_master(tb.target_of(entry), entry["control"])
+            subprocess.run(["rm", "-rf", entry["control"]])
+
+
+def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
+    from vnetbench.capabilities import Capabilities, Feature
+    from vnetbench.executor import SshTarget
+    hosts = [tb.Host(f"node{i}", SshTarget(f"root@node{i}"), "eth1", f"192.0.2.{i}") for i in (1, 2)]
+    hosts[0].caps = Capabilities({"iperf3": Feature(True, "3.12")}, {"vxlan": Feature(True), "geneve": Feature(True)})
+    hosts[1].caps = Capabilities({"iperf3": Feature(True, "3.9")}, {"vxlan": Feature(True),
+                                                                    "geneve": Feature(False, "Unknown device type.")})
+    caps = tb.merge(hosts)
+    assert caps.has("vxlan") and caps.tool("iperf3")
+    assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
+
+
+def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, state_dir):
+    out = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", lab.dir / "testbed.yaml",
+                    env=env_with(state_dir)).stdout
+    assert "root@node1.lab" in out and "root@node2.lab" in out and "root@node3.lab" not in out
+    assert "link add vb0000-vx1 netns vb0000-h1 type vxlan" in out
+    assert "master eth1" not in out and "dev eth1" not in out and "eth1 mtu" not in out
+    assert not any(ln.startswith(("ip ", "tc ", "bridge ")) for ln in out.splitlines())  # nothing runs here
+
+
+def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
+    from vnetbench.sites import _foreign
+    ok = ["netns add vb12-h1", "link add vb12-vx1 netns vb12-h1 type vxlan id 101 local 192.0.2.1 dstport 4789",
+          "link add vb12-e0 link eth1 netns vb12-h1v2 type macvlan mode bridge",
+          "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1"]
+    refused = ["netns add other", "link set eth1 mtu 9000", "addr add 192.0.2.9/24 dev eth1", "route add default via 1.1.1.1",
+               "link add vb12-br type bridge", "link add vb12-e0 link eth0 netns vb12-x type macvlan",
+               "link add vb12-e0 netns vb12-a type veth peer name vb12-t1", "link set eth1 master vb12-br"]
+    assert [_foreign(ln, "vb12", "eth1") for ln in ok] == [None] * len(ok)
+    assert all(_foreign(ln, "vb12", "eth1") for ln in refused)

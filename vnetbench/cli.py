@@ -182,6 +182,9 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         if sc.levels.get("kernel") == "guest":
             out.print(f"# kernel: guest: every command below runs inside a {sc.implementation.get('kernel', 'guest')} "
                       f"guest booted for the run, over SSH", highlight=False, markup=False)
+        if site:
+            out.print("# on the testbed, each host runs its batches below as one script (then pings its pairs' "
+                      "servers), all hosts at once", highlight=False, markup=False)
         out.print(topo.script(), highlight=False, markup=False)
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sc.workloads:
@@ -193,8 +196,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
                 out.print(line + (" &" if cmd.background else ""), highlight=False, markup=False)
         if site:
-            out.print("# teardown: on each host, the scenario's namespaces and links are deleted", highlight=False,
-                      markup=False)
+            out.print("# teardown: on each host, the processes in the scenario's namespaces are killed and the "
+                      "namespaces deleted", highlight=False, markup=False)
             continue
         out.print("# teardown\nip -force -batch - <<'EOF'\n" +
                   "\n".join(f"netns del {n.exec.name}" for n in topo.nodes.values()) + "\nEOF",

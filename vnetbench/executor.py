@@ -268,8 +268,12 @@ class SshExecutor(Executor):
         inner = ["ip", "-n", self.netns] if self.netns else ["ip"]
         return [*self.target.argv(self.control), *map(shlex.quote, inner)]
 
+    def batch_cmd(self, tool: str = "ip", *options: str) -> list[str]:
+        """The remote argv of `tool [-n NS] [options] -batch -`."""
+        return [tool, *(["-n", self.netns] if self.netns else []), *options, "-batch", "-"]
+
     def batch_argv(self, tool: str = "ip", *options: str) -> list[str]:
-        return self.remote(shlex.join([tool, *(["-n", self.netns] if self.netns else []), *options, "-batch", "-"]))
+        return self.remote(shlex.join(self.batch_cmd(tool, *options)))
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
             check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -132,6 +132,8 @@ class Runner:
             self.store.set_campaign(cid, status=outcome.status, finished=time.time())
             self.guest.close()
             ledger.remove_all()
+            if self.site:
+                self.site.close()
             for why in getattr(ledger, "pending", []):
                 self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
         return outcome
@@ -204,6 +206,8 @@ class Runner:
             for b in background:
                 samples += b.join()
                 error = error or b.error
+        if self.site:  # on a testbed every sample says which hosts it came from
+            samples = self.site.tag(topo, samples)
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix,
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
         self.store.save_trial(cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(), "failed" if error else "ok",

@@ -10,13 +10,13 @@ stops the build. The host's interfaces, addresses, routes and MTU are never chan
 from __future__ import annotations
 
 import json
-import re
+import secrets
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from . import testbed as tb
-from .executor import REMOTE_STATE_DIR, CommandError, SshExecutor
+from .executor import REMOTE_STATE_DIR, CommandError, SshExecutor, _batch_error
 from .ledger import Ledger
 from .probes.interfaces import InterfaceProbe
 from .probes.procstat import SystemProbe
@@ -37,6 +37,7 @@ class TestbedSite:
         self.bed, self.ledger, self.log = bed, ledger, log
         self.flat_vlan = bed.flat_vlan
         self._exec: dict[str, SshExecutor] = {}
+        self._vni = 0
         self._touched: set[str] = set()
 
     # ---- mapping -------------------------------------------------------------------------------------------
@@ -57,6 +58,10 @@ class TestbedSite:
         if h.name not in self._exec:
             self._exec[h.name] = tb.executor(h, self.ledger, self.log, None if self.ledger else tb.PLAN_CONTROL)
         return self._exec[h.name]
+
+    def vni_offset(self) -> int:
+        self._vni = self._vni % 16000 + 1
+        return self._vni * 1000
 
     # ---- what a scenario needs from the testbed --------------------------------------------------------------
     def check(self, sc) -> str | None:
@@ -91,45 +96,110 @@ class TestbedSite:
         return []
 
     # ---- build -------------------------------------------------------------------------------------------------
-    def touch(self, labels: list[str]) -> None:
+    def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
         """Before the first object on a host: the local ledger says the host was touched, the host gets the
-        run's directory with its owner."""
-        new = [self.host(lb) for lb in labels if self.host(lb).name not in self._touched]
+        run's directory with its owner. Returns the scripts that make the directories (run here unless not `run`:
+        the caller then puts each in front of its own script for that host)."""
+        new = [lb for lb in dict.fromkeys(labels) if self.host(lb).name not in self._touched]
         if not new:
-            return
+            return {}
         if self.ledger:
-            self.ledger.record_many([tb.host_record(h, self.executor(f"h{self.bed.hosts.index(h) + 1}").control)
-                                     for h in new])
+            self.ledger.record_many([tb.host_record(self.host(lb), self.executor(lb).control) for lb in new])
         prefix = self.ledger.prefix if self.ledger else "vb0000"
-        self._parallel({h.name: (self.executor(f"h{self.bed.hosts.index(h) + 1}"), tb.owner_script(prefix))
-                        for h in new})
-        self._touched |= {h.name for h in new}
+        scripts = {lb: tb.owner_script(prefix) for lb in new}
+        self._touched |= {self.host(lb).name for lb in new}
+        if run:
+            self._parallel({lb: (self.executor(lb), script) for lb, script in scripts.items()})
+            return {}
+        return scripts
+
+    def execute(self, topo, waves) -> None:
+        """Build on the hosts: the batches between two commands or daemons go to each host as ONE script (the
+        records of what they create appended to its ledger first), all hosts at once. A host's batches keep their
+        order; hosts do not wait for each other, since no batch on one host needs an object of another."""
+        from .topology import BATCH_TOOLS
+        self.guard(topo, waves)
+        pending: list = []
+        for wave in waves:
+            if wave and wave[0].tool in BATCH_TOOLS:
+                pending += wave
+                continue
+            self._batches(topo, pending)
+            pending = []
+            topo._flush_records()
+            for step in wave:
+                topo._run_step(step)
+        self._batches(topo, pending, check=True)
+        topo.verified = True
+
+    def _pings(self, topo) -> dict[str, list[str]]:
+        """The ping check of every pair, run by the client's host at the end of its build script: one echo
+        answered within 3 s, asked every 10 ms (the server's host builds at the same time)."""
+        out: dict[str, list[str]] = {}
+        for p in topo.pairs:
+            node = topo.nodes[p.meta["client"]]
+            argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", "3", p.server.addr]
+            argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" else argv
+            why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
+                   f"3 s: this topology does not pass traffic")
+            out.setdefault(self.machine(topo, node.label), []).append(
+                f"{shlex.join(argv)} >/dev/null || {{ echo {shlex.quote('@@ping ' + why)} >&2; exit 3; }}")
+        return out
+
+    def _batches(self, topo, steps, check: bool = False) -> None:
+        records, topo._records = list(topo._records), []
+        pings = self._pings(topo) if check else {}
+        if not steps and not records and not pings:
+            return
+        by_host: dict[str, list[str]] = {}
+        parts: dict[str, list] = {}
+        for kind, name, node in records:
+            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
+        for step in steps:
+            parts.setdefault(self.machine(topo, step.node), []).append(step)
+        labels = list(dict.fromkeys([*by_host, *parts, *pings]))
+        owners = self.touch(labels, run=False)
+        jobs = {}
+        for lb in labels:
+            script = ["set -e"] + ([owners[lb]] if lb in owners else [])
+            script += [_append_script(topo.prefix, by_host[lb])] if lb in by_host else []
+            for k, step in enumerate(parts.get(lb, [])):
+                ex = topo.executor(step.node)
+                delim = f"VNETBENCH_{secrets.token_hex(6)}"
+                script.append(f"echo @@{k} >&2\n{shlex.join(ex.batch_cmd(step.tool))} <<'{delim}'\n"
+                              + "\n".join(step.lines) + f"\n{delim}")
+            script += pings.get(lb, [])
+            jobs[lb] = (self.executor(lb), "\n".join(script), parts.get(lb, []))
+        errors = []
+
+        def one(item):
+            lb, (ex, script, mine) = item
+            try:
+                ex.run_script(script, timeout=120, shown=["sh", "-c", f"(build script of {len(mine)} batches)"])
+            except CommandError as exc:
+                errors.append(_which(exc, mine, ex.name))
+        with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+            list(pool.map(one, jobs.items()))
+        if errors:
+            raise SiteError("; ".join(errors))
 
     def machine(self, topo, label: str) -> str:
         """The scenario host a node label lives on."""
         node = topo.nodes[label]
-        return node.host if node.role == "vm" else label
+        return node.host if node.role == "vm" else "h" + label[1:]
 
     def guard(self, topo, waves) -> None:
-        """Every line run in a real host's root namespace may touch only the run's own devices."""
+        """In a machine's root namespace a line may only add a namespace of the run, or create a device of the run
+        straight into one (naming the NIC as a macvlan's parent): refuse anything else before building."""
         for wave in waves:
             for step in wave:
                 if step.node == "":
                     raise SiteError(f"a step for this machine's root namespace in a testbed topology: {step.lines}")
                 if topo.nodes[step.node].netns is None:
                     for line in step.lines:
-                        bad = _foreign(line, topo.prefix, topo.nic(step.node))
+                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)))
                         if bad:
-                            raise SiteError(f"refusing to run `{line}` on {self.name(step.node)}: {bad}")
-
-    def record_links(self, topo, wave) -> None:
-        for step in wave:
-            if step.tool == "ip" and topo.nodes[step.node].netns is None:
-                for line in step.lines:
-                    m = re.match(r"link add (\S+)", line)
-                    if m and " netns " not in line:
-                        topo.record("link", m.group(1), step.node)
-                        topo.__dict__.setdefault("_links", []).append(("link", m.group(1), step.node))
+                            raise SiteError(f"refusing to run `{line}` on {self.name(self.machine(topo, step.node))}: {bad}")
 
     def flush(self, topo, records) -> None:
         """Append records to each host's own ledger, before the objects are created (one round trip per host)."""
@@ -161,9 +231,7 @@ class TestbedSite:
         by_host: dict[str, list] = {}
         for node in topo.nodes.values():
             if node.netns:
-                by_host.setdefault(node.host, []).append(tb.Obj("netns", node.netns))
-        for kind, name, node in getattr(topo, "_links", []):
-            by_host.setdefault(node, []).append(tb.Obj(kind, name))
+                by_host.setdefault(self.machine(topo, node.label), []).append(tb.Obj("netns", node.netns))
         jobs = {}
         for label, objs in by_host.items():
             script = tb.clean_script(topo.prefix, objs, remove_dir=False)
@@ -191,9 +259,20 @@ class TestbedSite:
     def probes(self, topo) -> list:
         out = []
         for h in topo.hosts:
-            name = self.name(h.label)
-            out += [HostProbe(SystemProbe(h.exec), name), HostProbe(InterfaceProbe(h.exec), name)]
+            name, machine = self.name(h.label), self.executor(h.label)
+            # the machine's CPU and the counters of the run's host namespace and of the NIC (read only)
+            out += [HostProbe(SystemProbe(machine), name), HostProbe(InterfaceProbe(h.exec), name),
+                    HostProbe(InterfaceProbe(machine), name, only=self.nic(h.label))]
         return out
+
+    def tag(self, topo, samples: list[Sample]) -> list[Sample]:
+        """A workload's samples get the hosts of their pair's client and server."""
+        hosts = {}
+        for p in topo.pairs:
+            ends = [topo.nodes[p.meta[k]] for k in ("client", "server")]
+            hosts[p.index] = {f"{k}_host": self.name(n.host or n.label) for k, n in zip(("client", "server"), ends)}
+        return [Sample(s.metric, s.value, s.unit, s.metadata | hosts.get(s.metadata.get("pair"), {}), s.t)
+                if "host" not in s.metadata else s for s in samples]
 
     def environment(self) -> dict:
         return {h.name: {"ssh": h.target.destination, "nic": h.nic, "address": h.address,
@@ -205,8 +284,8 @@ class TestbedSite:
 class HostProbe:
     """A probe running on one testbed host: every sample says which host it came from."""
 
-    def __init__(self, probe, host: str):
-        self.probe, self.host = probe, host
+    def __init__(self, probe, host: str, only: str | None = None):
+        self.probe, self.host, self.only = probe, host, only  # only: keep this interface's samples alone
         self.kind = probe.kind
 
     def start(self) -> None:
@@ -223,7 +302,20 @@ class HostProbe:
             got = self.probe.stop()
         except (CommandError, RuntimeError):
             return []
-        return [Sample(s.metric, s.value, s.unit, s.metadata | {"host": self.host}, s.t) for s in got]
+        return [Sample(s.metric, s.value, s.unit, s.metadata | {"host": self.host}, s.t) for s in got
+                if self.only is None or s.metadata.get("interface") == self.only]
+
+
+def _which(exc: CommandError, steps, host: str) -> str:
+    """Name the batch (and its line) that failed in a host's build script."""
+    head, _, tail = exc.stderr.rpartition("@@")
+    k, _, err = tail.partition("\n")
+    if k.startswith("ping "):
+        return k[5:]
+    if not head and not exc.stderr.startswith("@@") or not k.strip().isdigit() or int(k) >= len(steps):
+        return str(exc)
+    step = steps[int(k)]
+    return f"[{host}] `{step.tool} -batch -` failed: {_batch_error(err, step.lines)}"
 
 
 def _append_script(prefix: str, lines: list[str]) -> str:
@@ -232,24 +324,23 @@ def _append_script(prefix: str, lines: list[str]) -> str:
 
 
 def _foreign(line: str, prefix: str, nic: str) -> str | None:
-    """Why an iproute2 line would touch something that is not the run's (None: it touches only the run's)."""
+    """Why a line for a machine's root namespace is refused (None: it only adds a namespace of the run or creates a
+    device of the run straight into one)."""
     words = line.split()
-    if not words:
+    if words[:2] == ["netns", "add"] and len(words) == 3 and words[2].startswith(prefix + "-"):
         return None
-    if words[0] == "netns":
-        return None if len(words) > 2 and words[2].startswith(prefix) else "a namespace not named with the run's prefix"
-    if words[0] in ("route", "rule", "addr", "address", "neigh", "xfrm"):
-        dev = words[words.index("dev") + 1] if "dev" in words[:-1] else ""
-        if words[0] in ("route", "rule", "xfrm") or not dev.startswith(prefix):
-            return f"`{words[0]}` would change the host's own configuration"
-    for i, w in enumerate(words[:-1]):
-        nxt = words[i + 1]
-        if words[0] == "link" and i == 0 and w == "link" and nxt in ("add", "set", "del"):
-            name = words[2] if len(words) > 2 else ""
-            if not name.startswith(prefix):
-                return f"{name} is not one of the run's devices"
-        elif w == "link" and i > 0 and nxt == nic:
-            continue  # the NIC as the parent of the run's macvlan or VLAN
-        elif w in ("dev", "master") and not nxt.startswith(prefix):
-            return f"{nxt} is not one of the run's devices"
+    if words[:2] != ["link", "add"] or len(words) < 3 or not words[2].startswith(prefix + "-"):
+        return "only the run's namespaces and devices may be created there"
+    targets = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "netns"]
+    if not targets or not all(t.startswith(prefix + "-") for t in targets):
+        return "a device of the run must be created inside one of the run's namespaces"
+    parents = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "link" and i > 0]
+    if any(p != nic for p in parents):
+        return f"the only parent device allowed is the testbed's NIC {nic}"
+    if "peer" in words:
+        rest = words[words.index("peer") + 1:]
+        if rest[:1] == ["name"] and (len(rest) < 2 or not rest[1].startswith(prefix + "-")):
+            return "a veth peer must be the run's"
+        if "netns" not in rest:
+            return "a veth peer must be created inside one of the run's namespaces"
     return None

@@ -19,9 +19,9 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shlex
 import socket
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -330,8 +330,9 @@ def merge(hosts: list[Host]) -> Capabilities:
     return caps
 
 
-def preflight(bed: Testbed, prefix: str = "vb0000", probe_kernel: bool = True) -> Capabilities:
+def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True) -> Capabilities:
     """Reach every host at once; raise TestbedError with one line per host that cannot take part."""
+    prefix = prefix or "vb" + secrets.token_hex(2)  # the scratch namespace's name, unlike any other run's
     def one(h: Host) -> str | None:
         ex = executor(h, log=None)
         ex.prefix, ex.remote_dir = prefix, f"{REMOTE_STATE_DIR}/{prefix}"
@@ -408,39 +409,49 @@ def parse_objects(text: str) -> list[Obj]:
 
 def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
     """Remove exactly what the run recorded on this host: its processes (pid and start time must match), the
-    processes in its namespaces, its namespaces, its links (newest first), then its directory."""
+    processes in its namespaces, its namespaces, its links (newest first), then its directory. Three execs of
+    `ip` at most, whatever the number of objects."""
     q = shlex.quote
     parts = ["set +e"]
     for o in reversed(objs):
         if o.kind == "process" and o.pid and o.start:
             parts.append(f"[ \"$(sed 's/.*) //' /proc/{int(o.pid)}/stat 2>/dev/null | cut -d' ' -f20)\" = {int(o.start)} ]"
-                         f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null; kill -9 {int(o.pid)} 2>/dev/null; "
-                         f"echo {q('process ' + o.name + ' (pid ' + str(o.pid) + ')')}; }}")
-    for o in reversed(objs):
-        if o.kind == "netns" and o.name.startswith(prefix):
-            parts.append(f"if [ -e /run/netns/{q(o.name)} ]; then for p in $(ip netns pids {q(o.name)}); do "
-                         f"kill -9 $p; done; ip netns del {q(o.name)} && echo {q('netns ' + o.name)}; fi")
-    for o in reversed(objs):
-        if o.kind == "link" and o.name.startswith(prefix):
-            parts.append(f"ip link show {q(o.name)} >/dev/null 2>&1 && ip link del {q(o.name)} && "
-                         f"echo {q('link ' + o.name)}")
+                         f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null || kill -9 {int(o.pid)} 2>/dev/null; }}")
+    spaces = [o.name for o in reversed(objs) if o.kind == "netns" and o.name.startswith(prefix)]
+    links = [o.name for o in reversed(objs) if o.kind == "link" and o.name.startswith(prefix)]
+    # One ip: the pids in the namespaces are listed before the names go (the processes are killed right after;
+    # a namespace lives on, nameless, until its last process is gone), then the links.
+    lines = [f"netns pids {n}" for n in spaces] + [f"netns del {n}" for n in spaces] + [f"link del {n}" for n in links]
+    if lines:
+        parts.append(f"pids=$(printf '%s\\n' {' '.join(map(q, lines))} | ip -force -batch - 2>/dev/null); "
+                     f"[ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
     if remove_dir:
         parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
-    return "; ".join(parts)
+    return "; ".join(parts + ["true"])
+
+
+SURVEY = "cat {d}/objects.jsonl 2>/dev/null; echo @@netns; ip netns list; echo @@links; ip -o link show; echo @@pids; " \
+         "for p in /proc/[0-9]*; do echo \"${{p#/proc/}} $(sed 's/.*) //' $p/stat 2>/dev/null | cut -d' ' -f20)\"; done; true"
 
 
 def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[str], str | None]:
     """Visit one host a run touched. Returns (what was removed, None) or ([], why it is pending)."""
     ex = SshExecutor(target_of(entry), name=entry["name"], control=entry.get("control") or None, prefix=prefix)
     try:
-        d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
-        text = ex.run_script(f"cat {d}/objects.jsonl 2>/dev/null; true", timeout=20).stdout
+        out = ex.run_script(SURVEY.format(d=shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")), timeout=30).stdout
+        text, _, rest = out.partition("@@netns\n")
+        spaces, _, rest = rest.partition("@@links\n")
+        links, _, pids = rest.partition("@@pids\n")
         objs = parse_objects(text)
-        if dry_run:
-            return [f"{entry['name']}: {o.kind} {o.name}" for o in objs], None
-        out = ex.run_script(clean_script(prefix, objs), timeout=60, check=False).stdout
-        return [f"{entry['name']}: {ln}" for ln in out.splitlines() if ln.strip()] + \
-               [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"], None
+        present = {ln.split()[0] for ln in spaces.splitlines() if ln.strip()}
+        present |= {ln.split(":")[1].strip().split("@")[0] for ln in links.splitlines() if ln.count(":") >= 2}
+        running = {tuple(map(int, ln.split())) for ln in pids.splitlines() if len(ln.split()) == 2}
+        what = [f"{entry['name']}: process {o.name} (pid {o.pid})" for o in objs
+                if o.kind == "process" and o.pid and (o.pid, o.start) in running]
+        what += [f"{entry['name']}: {o.kind} {o.name}" for o in objs if o.kind in ("netns", "link") and o.name in present]
+        if not dry_run:
+            ex.run_script(clean_script(prefix, objs), timeout=60, check=False)
+        return what + [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"] * bool(text.strip()), None
     except HostUnreachable as exc:
         return [], _last(exc.stderr)
     except CommandError as exc:

@@ -6,15 +6,20 @@ running independent batches of different namespaces at once. All devices live in
 so deleting the namespaces removes them; nothing is created in the root namespace.
 
 Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
-testbed (sites.TestbedSite), real machines over SSH, where a host is the machine's own root namespace and only the
-run's own prefixed objects are created there. Datapath elements never know which: they add lines for a node label
-and ask the topology for the names that differ (`nic`, `uplink`, `veth`, a node's `netns`).
+testbed (sites.TestbedSite), real machines over SSH. There a host's switch, tunnels and VM ports live in a namespace
+of the run on that machine (`<prefix>-h1`), created from its root namespace (node `m1`), where only the run's
+namespaces are added and its devices created straight into them: the machine's own interfaces, addresses and routes
+are never touched, and deleting the run's namespaces removes everything. Datapath elements never know which site:
+they add lines for a node label and ask the topology for what differs (`nic`, `nic_node`, `uplink`, `veth`,
+`tunnel`, a node's `netns`).
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -152,6 +157,25 @@ class Topology:
         """The host's underlay NIC: the emulated one, or the testbed's (whose settings are never changed)."""
         return self.site.nic(host) if self.site else self.ifname("u")
 
+    def nic_node(self, host: str) -> str:
+        """The node whose namespace holds the host's NIC (where macvlans of it are made)."""
+        return self.root_of(host) if self.site else host
+
+    def tunnel(self, host: str, *lines: str) -> None:
+        """Create a host's tunnel devices (`link add NAME type vxlan ...`). On a real host the device is created
+        from the machine's root namespace straight into the host's namespace: its socket uses the machine's
+        underlay address, the device itself is the run's alone."""
+        if not self.site:
+            self.ip(host, *lines)
+            return
+        ns = self.nodes[host].netns
+        if not hasattr(self, "_vni_offset"):
+            # The previous scenario's tunnels die with its namespaces asynchronously while their sockets still hold
+            # their VNIs on the machine: each topology takes VNIs of its own.
+            self._vni_offset = self.site.vni_offset()
+        lines = tuple(re.sub(r" id (\d+) ", lambda m: f" id {int(m.group(1)) + self._vni_offset} ", ln) for ln in lines)
+        self.ip(self.root_of(host), *[re.sub(r"^link add (\S+) ", rf"link add \1 netns {ns} ", ln) for ln in lines])
+
     def uplink(self, host: str) -> str:
         """The device a host's flat (no overlay) bridge takes as its port to the provider network: the emulated NIC
         itself; on a real host, a source-mode macvlan of the NIC that receives the frames of the other hosts' VMs
@@ -160,8 +184,9 @@ class Topology:
             return self.ifname("u")
         dev = self.ifname("fl")
         others = [vm for vm in self.vms if vm.host != host]
-        self.ip(host, f"link add {dev} link {self.nic(host)} type macvlan mode source",
-                *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
+        self.ip(self.nic_node(host), f"link add {dev} link {self.nic(host)} netns {self.nodes[host].netns} "
+                                     f"type macvlan mode source")
+        self.ip(host, *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
                 f"link set {dev} up")
         return dev
 
@@ -173,23 +198,24 @@ class Topology:
     def root_of(self, label: str) -> str:
         """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
         on a testbed the VM's host (a real host's own root namespace)."""
+        if not self.site:
+            return ROOT
         node = self.nodes[label]
-        return node.host if self.site and node.role == "vm" else ROOT
+        return "m" + (node.host if node.role == "vm" else label)[1:]
 
     def veth(self, a: str, a_if: str, b: str, b_if: str) -> None:
         """A veth between two nodes (on a testbed they are on one machine: a VM and its host)."""
         na, nb = self.nodes[a], self.nodes[b]
-        place = self.root_of(a) if self.site else ROOT
-        peer = f" netns {nb.netns}" if nb.netns else ""
         mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
-        self.ip(place, f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if}{peer}")
+        self.ip(self.root_of(a), f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if} netns {nb.netns}")
 
     # ---- layout ------------------------------------------------------------------------------------------
     def _add(self, label: str, role: str, host: str | None = None, tenant: int | None = None) -> Node:
-        if self.site and role == "host":
-            node = Node(label, role, host, self.site.executor(label), tenant, netns=None)
+        if self.site and role == "machine":  # a real machine's own root namespace
+            node = Node(label, role, None, self.site.executor(f"h{label[1:]}"), netns=None)
         elif self.site:
-            node = Node(label, role, host, self.site.executor(host).in_netns(self.ns(label), f"{self.site.name(host)}:{label}"),
+            where = self.site.executor(host or label)
+            node = Node(label, role, host, where.in_netns(self.ns(label), f"{self.site.name(host or label)}:{label}"),
                         tenant, netns=self.ns(label))
         elif self.machine is not None:
             node = Node(label, role, host, self.machine.in_netns(self.ns(label), label), tenant, netns=self.ns(label))
@@ -201,6 +227,8 @@ class Topology:
     def _layout(self) -> None:
         """Decide nodes, addresses and pairs (no steps yet)."""
         sc = self.sc
+        for h in range(1, sc.hosts + 1) if self.site else ():
+            self._add(f"m{h}", "machine")
         for h in range(1, sc.hosts + 1):
             node = self._add(f"h{h}", "host")
             node.v4, node.v6 = self.host_ip(node.label), self._host_v6(h)
@@ -227,6 +255,8 @@ class Topology:
 
     def _endpoint(self, node: Node) -> Endpoint:
         addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
+        if self.site and node.role == "host":  # host to host: the machines themselves, on their own addresses
+            return Endpoint(self.site.executor(node.label), addr, node.label)
         return Endpoint(node.exec, addr, node.label)
 
     # ---- the common part of every topology: namespaces, underlay, VM interfaces ----------------------------
@@ -321,7 +351,8 @@ class Topology:
         self.emit()
         self._built = True
         self._execute()
-        self.verify()
+        if not getattr(self, "verified", False):  # a testbed checks in each host's build script
+            self.verify()
         return self
 
     def _flush_records(self) -> None:
@@ -364,10 +395,9 @@ class Topology:
         waves = self.waves()
         try:
             if self.site:
-                self.site.guard(self, waves)  # before anything is created on any host
+                self.site.execute(self, waves)  # each host's batches as one script, all hosts at once
+                return
             for wave in waves:
-                if self.site:
-                    self.site.record_links(self, wave)
                 self._flush_records()
                 self._run_wave(wave)
         except (CommandError, RuntimeError) as exc:  # a host that stopped answering, a refused line
@@ -430,17 +460,30 @@ class Topology:
         """Every pair must pass traffic before anything is measured (this also warms up ARP/ND)."""
         pending = list(self.pairs)
         for attempt in range(attempts):
-            procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
-                                             label=f"verify-ping-{p.index}")) for p in pending]
-            pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
-            for _, proc in procs:
-                proc.communicate()
+            if self.site:  # one round trip per pair, all at once, nothing left running on the hosts
+                pending = self._remote_pings(pending)
+            else:
+                procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
+                                                 label=f"verify-ping-{p.index}")) for p in pending]
+                pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
+                for _, proc in procs:
+                    proc.communicate()
             if not pending:
                 return
             time.sleep(0.2 * (attempt + 1))
         p = pending[0]
         raise BuildError(f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to "
                          f"ping after {attempts} tries: this topology does not pass traffic")
+
+    def _remote_pings(self, pairs: list[Pair]) -> list[Pair]:
+        def ok(p: Pair) -> bool:
+            return p.client.node.run(["ping", "-n", "-c", "1", "-W", "2", p.server.addr], check=False,
+                                     timeout=10).returncode == 0
+        try:
+            with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+                return [p for p, good in zip(pairs, pool.map(ok, pairs)) if not good]
+        except CommandError as exc:  # a host stopped answering
+            raise BuildError(str(exc)) from None
 
     def daemon_pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.daemons.items() if proc.poll() is None}

@@ -40,7 +40,7 @@ class DirectAttach(Attach):
         for host in topo.hosts:
             topo.underlay_address(host.label, topo.ifname("u"))
         for vm in topo.vms:
-            topo.ip(vm.host, f"link add {vm_if} link {topo.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
+            topo.ip(topo.nic_node(vm.host), f"link add {vm_if} link {topo.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
         for vm in topo.vms:
             topo.vm_address(vm, vm_if)
 

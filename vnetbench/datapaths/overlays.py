@@ -26,7 +26,7 @@ class KernelTunnel(Overlay):
         for host in topo.hosts:
             for t in range(1, topo.sc.tenants + 1):
                 dev = topo.ifname(f"{self.name[:2]}{t}")
-                topo.ip(host.label, *self.device_lines(topo, host.label, t, dev))
+                topo.tunnel(host.label, *self.device_lines(topo, host.label, t, dev))
                 switch.tunnel_port(topo, host.label, t, dev)
             if len(topo.hosts) > 2:
                 self.flood_list(topo, host.label)
