@@ -111,7 +111,8 @@ def test_s2_best_and_tie(tmp_path):
 
 
 @pytest.mark.net
-@pytest.mark.parametrize("suite, scenarios", [("s1", 5), ("s2", 18)])
+# S2: 18 on this machine's kernel, and Linux bridge + GRE's 6 in a guest kernel where one boots
+@pytest.mark.parametrize("suite, scenarios", [("s1", 5), ("s2", 24)])
 def test_smoke_profile_end_to_end(tmp_path, state_dir, suite, scenarios):
     db = tmp_path / "r.db"
     out = vnetbench("run", f"suite:{suite}", "--profile", "smoke", "--db", db, "--no-progress").stdout

@@ -114,9 +114,14 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     bed, caps = load_testbed(testbed)
     caps = caps or detect()
     paths = datapath_report(caps)
+    from .guests import machine
+    guest = machine.info() if not bed else None
+    if guest and guest.get("available"):
+        guest["datapaths"] = datapath_report(caps, {"kernel": "guest"})
     if as_json:
         hosts = {h.name: h.caps.as_dict() | {"facts": h.facts} for h in bed.hosts} if bed else {}
-        out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})))
+        out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
+                                  | ({"guest": guest} if guest else {})))
         return
     if bed:
         table = Table(title=f"testbed {testbed}", title_justify="left")
@@ -139,10 +144,21 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         for name, f in items.items():
             table.add_row(name, "[green]yes[/]" if f.ok else "[red]no[/]", f.detail)
         out.print(table)
+    if guest:
+        table = Table(title="guests with their own kernel (kernel: guest)", title_justify="left")
+        for col in ("backend", "available", "kernel / reason", "boot", "memory", "kernel features inside the guest"):
+            table.add_column(col)
+        feats = guest.get("kernel_features", {})
+        extra = [f"{k}{'' if caps.has(k) else ' (not here)'}" for k, ok in feats.items() if ok]
+        table.add_row(guest["backend"], "[green]yes[/]" if guest["available"] else "[red]no[/]",
+                      guest["kernel"] if guest["available"] else guest["reason"],
+                      f"{guest['boot_s']:.2f} s" if guest.get("boot_s") else "-",
+                      f"{guest['memory_mb']:.0f} MB" if guest.get("memory_mb") else "-", ", ".join(extra))
+        out.print(table)
     table = Table(title="datapaths", title_justify="left")
     for col in ("factor", "level", "available", "implementation / reason"):
         table.add_column(col)
-    for d in paths:
+    for d in paths + ((guest or {}).get("datapaths") or []):
         table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
@@ -151,7 +167,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
               else f"strongSwan: {swan.error}", highlight=False, soft_wrap=True)
 
 
-def datapath_report(caps) -> list[dict]:
+def datapath_report(caps, extra: dict | None = None) -> list[dict]:
     """Every switch x overlay, attach and encryption level, checked through the same matrix logic a run uses."""
     reg = datapaths.load_all()
     probes = [("switch+overlay", {"switch": s, "overlay": o}) for s in reg["switch"] for o in reg["overlay"]]
@@ -162,10 +178,11 @@ def datapath_report(caps) -> list[dict]:
                if c != IPSEC_DEFAULT_CIPHER]
     result = []
     for factor, levels in probes:
-        exp = specmod.Experiment(name="doctor", workloads=[{"type": "ping"}], factors=levels)
+        exp = specmod.Experiment(name="doctor", workloads=[{"type": "ping"}], factors=levels | (extra or {}))
         sc = expand(exp, caps)[0]
         impl = " + ".join(v for v in sc.implementation.values() if v)
-        result.append({"factor": factor, "level": "+".join(sc.labels[f] for f in levels), "ok": sc.skip is None,
+        where = "".join(f" ({k}: {v})" for k, v in (extra or {}).items())
+        result.append({"factor": factor + where, "level": "+".join(sc.labels[f] for f in levels), "ok": sc.skip is None,
                        "implementation": impl, "reason": sc.skip or ""})
     return result
 
@@ -205,6 +222,9 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         lines.append(comment(f"implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"))
         lines += [comment(f"note: {n}") for n in sc.notes]
         topo = Topology(sc, None, site=site)
+        if sc.levels.get("kernel") == "guest":
+            lines.append(comment(f"kernel: guest: every command below runs inside a "
+                                 f"{sc.implementation.get('kernel', 'guest')} guest booted for the run, over SSH"))
         if site:
             lines.append(comment("on the testbed, each host runs its batches below as one script (then pings its "
                                  "pairs' servers), all hosts at once"))

@@ -163,6 +163,12 @@ class Ledger:
             _del_netns([ns for ns in namespaces if ns in present])
         if not dry_run and namespaces:
             self.forget_many([("netns", ns) for ns in namespaces])
+        for obj in reversed([o for o in objs if o.kind == "dir"]):
+            # a directory of the run outside its own (e.g. short socket paths); only one named with the prefix
+            if os.path.isabs(obj.name) and self.prefix in os.path.basename(obj.name) and os.path.isdir(obj.name):
+                done.append(f"directory {obj.name}")
+                if not dry_run:
+                    shutil.rmtree(obj.name, ignore_errors=True)
         if self.pending:
             return done
         done.append(f"directory {self.dir}")

@@ -420,6 +420,14 @@ def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) ->
     if reason:
         sc.skip = reason
         return
+    if sc.levels.get("kernel") == "guest":  # checked against what the guest's own kernel and tools offer
+        from .guests import machine
+        guest = machine.capabilities()
+        if guest is None:
+            sc.skip = f"kernel guest: {machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}"
+            return
+        caps = guest
+        sc.implementation["kernel"] = guest.tools["kernel"].detail
     for wl in sc.workloads:
         if not caps.tool(wl.tool):
             sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"

@@ -31,6 +31,7 @@ from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
 from .store import Store, StoreError
+from .guests.base import GuestError
 from .topology import BuildError, Topology
 from .workloads.base import WorkloadError
 
@@ -154,6 +155,7 @@ class Runner:
         self.store = store
         self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
         self.site = None
+        self.guest = None
         self.console = console or Console(stderr=True)
         self.progress = progress
 
@@ -214,6 +216,8 @@ class Runner:
             if self.testbed:
                 from .sites import TestbedSite
                 self.site = TestbedSite(self.testbed, ledger)
+            from .guests.machine import GuestMachine
+            self.guest = GuestMachine(ledger)  # booted at the first `kernel: guest` scenario, if any
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
@@ -224,6 +228,8 @@ class Runner:
                 try:  # a full disk failing the status write must not keep the run's namespaces and files
                     self.store.set_campaign(cid, status=outcome.status, finished=time.time())
                 finally:
+                    if self.guest is not None:
+                        self.guest.close()
                     if ledger is not None:
                         ledger.remove_all()
                         if self.site:
@@ -360,7 +366,15 @@ class Campaign:
         if sc.index not in self.ran:
             self.store.set_scenario(self.cid, sc.index, "running")
             self.ran.add(sc.index)
-        topo = Topology(sc, self.ledger, site=self.r.site)
+        try:
+            machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
+        except GuestError as exc:
+            self.failed_builds.add(sc.index)
+            self.outcome.scenarios_failed += 1
+            self.store.set_scenario(self.cid, sc.index, "failed", f"guest did not come up: {exc}")
+            self.r.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
+            return None
+        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine)
         began = time.monotonic()
         try:
             topo.build()
@@ -438,7 +452,9 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
     Raises TrialFailure when the tool or a background load failed."""
     foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
+    # in a guest: the guest kernel's own /proc/stat and interface counters (its CPUs, interrupts, switches)
     probes = site.probes(topo) if site else [
+        SystemProbe(topo.machine), *[InterfaceProbe(h.exec) for h in topo.hosts]] if topo.machine else [
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
     for p in probes:

@@ -28,18 +28,21 @@ TOPOLOGY_FACTORS = {
     "ip_version": "4 or 6: the address family the workloads use",
     "mtu_policy": "lower-vm (cloud default: VM MTU = MTU - tunnel overhead) or raise-underlay",
     "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
+    "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
+              "kernel, User-Mode Linux here, which has the datapaths this kernel may lack)",
 }
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
-    "hops": 0,
+    "hops": 0, "kernel": "shared",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host"),
     "ip_version": (4, 6),
     "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
+    "kernel": ("shared", "guest"),
 }
 
 

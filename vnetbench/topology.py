@@ -64,9 +64,11 @@ class Step:
 
 
 class Topology:
-    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None):
+    def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None,
+                 machine: Executor | None = None):
         self.sc = scenario
         self.site = site  # None: emulated hosts on this machine
+        self.machine = machine  # where the emulated hosts' namespaces live: None = this machine; else a guest
         self.ledger = ledger
         self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
         self.nodes: dict[str, Node] = {}
@@ -147,7 +149,9 @@ class Topology:
         self.steps.append(Step(node, "call", name=what, fn=fn))
 
     def executor(self, label: str) -> Executor:
-        return LocalExecutor(self.ledger) if label == ROOT else self.nodes[label].exec
+        if label == ROOT:
+            return self.machine or LocalExecutor(self.ledger)
+        return self.nodes[label].exec
 
     # ---- names that depend on the site ---------------------------------------------------------------------
     def nic(self, host: str) -> str:
@@ -214,6 +218,8 @@ class Topology:
             where = self.site.executor(host or label)
             node = Node(label, role, host, where.in_netns(self.ns(label), f"{self.site.name(host or label)}:{label}"),
                         tenant, netns=self.ns(label))
+        elif self.machine is not None:
+            node = Node(label, role, host, self.machine.in_netns(self.ns(label), label), tenant, netns=self.ns(label))
         else:
             node = Node(label, role, host, NetnsExecutor(self.ns(label), self.ledger), tenant, netns=self.ns(label))
         self.nodes[label] = node
@@ -510,9 +516,17 @@ class Topology:
             if self.ledger:
                 self.ledger.forget_many([("process", name) for name in self.daemons])
             return
-        kill_pids(pids_in_namespaces(namespaces))
-        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
-                       capture_output=True, text=True)
+        if self.machine is not None:  # a guest: the same, inside it
+            q = " ".join(map(shlex.quote, namespaces))
+            try:
+                self.machine.run_script(f"for n in {q}; do ip netns pids $n | xargs -r kill -9; done; "
+                                        f"for n in {q}; do ip netns del $n; done; true", timeout=60, check=False)
+            except CommandError:
+                pass  # the guest is gone: nothing of it is left either
+        else:
+            kill_pids(pids_in_namespaces(namespaces))
+            subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
+                           capture_output=True, text=True)
         if self.ledger:
             self.ledger.forget_many([("process", name) for name in self.daemons] +
                                     [("netns", n) for n in namespaces])

@@ -23,7 +23,8 @@ from ..units import human, parse_rate  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
 
-ENVIRONMENTS = {("ovs", "vxlan"): "OVS+VXLAN", ("ovs", "gre"): "OVS+GRE", ("linuxbridge", "vxlan"): "LB+VXLAN"}
+ENVIRONMENTS = {("ovs", "vxlan"): "OVS+VXLAN", ("ovs", "gre"): "OVS+GRE", ("linuxbridge", "vxlan"): "LB+VXLAN",
+                ("linuxbridge", "gre"): "LB+GRE"}  # LB+GRE needs a gretap device: in a guest kernel (kernel: guest)
 NA_FIXED = "N.A. (fixed rate)"
 # (column, metric, protocol of the test, better, unit, reduce: a trial's samples -> its value)
 BEST = [("lowest latency", "rtt_loaded_s", "tcp", "lower", "s", "median"),
@@ -43,7 +44,9 @@ def trial_values(data: Dataset, scenario: int, metric: str, pair: int | str | No
 
 
 def env(labels: dict) -> str | None:
-    return ENVIRONMENTS.get((labels["switch"], labels["overlay"]))
+    name = ENVIRONMENTS.get((labels["switch"], labels["overlay"]))
+    # a technology measured in a guest's kernel says so: it is not the same machine as the others
+    return f"{name} (guest kernel)" if name and labels.get("kernel") == "guest" else name
 
 
 def _rate(s: dict) -> int:
@@ -159,7 +162,8 @@ def metric_figures(data: Dataset) -> list[FigureData]:
         fig = Figure(figsize=(10, 4), layout="constrained")
         ax = fig.subplots()
         keys = sorted(table)
-        envs = [e for e in ENVIRONMENTS.values() if any(e in table[k] for k in keys)]
+        envs = sorted({e for k in keys for e in table[k]}, key=lambda e: (list(ENVIRONMENTS.values()) + [e]).index(
+            e.removesuffix(" (guest kernel)")))
         width = 0.8 / max(len(envs), 1)
         cells = {(k, e): summarize(v) for k in keys for e in envs
                  if e in table[k] and (v := trial_values(data, table[k][e], metric,

@@ -1,0 +1,209 @@
+"""`kernel: guest`: the scenario runs in a User-Mode Linux guest whose kernel has what this machine's may lack.
+Kernel xfrm IPsec with manual keys in transport mode (AH, ESP with 3DES / Blowfish / AES-256-CBC + HMAC-SHA2-512,
+AH+ESP) is on the wire as AH and ESP headers; ESP never carries the payload in clear (AH, which only authenticates,
+carries it inside AH)."""
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import time
+
+import pytest
+
+from test_encryption import MARKER, read_pcap
+from vnetbench.capabilities import detect
+from vnetbench.guests import machine
+from vnetbench.ledger import Ledger
+from vnetbench.matrix import expand
+from vnetbench.spec import loads
+from vnetbench.topology import Topology
+
+pytestmark = [pytest.mark.net, pytest.mark.skipif(not machine.support().ok, reason="User-Mode Linux not installed")]
+
+SHA1 = {"type": "ipsec", "mode": "transport", "keying": "manual", "integrity": "hmac-sha1"}
+IPSEC = [("none", set()),
+         (SHA1 | {"protocol": "ah"}, {51}),
+         (SHA1 | {"protocol": "esp", "cipher": "3des-cbc"}, {50}),
+         (SHA1 | {"protocol": "esp", "cipher": "blowfish-cbc"}, {50}),
+         ({"type": "ipsec", "mode": "transport", "keying": "manual", "protocol": "esp", "cipher": "aes-256-cbc",
+           "integrity": "hmac-sha512"}, {50}),
+         (SHA1 | {"protocol": "ah+esp", "cipher": "3des-cbc"}, {51})]  # AH outermost, ESP inside it
+
+
+def scenario(factors: dict):
+    text = (f"name: g\nrepetitions: 1\nfactors: {json.dumps({'kernel': 'guest'} | factors)}\n"
+            f"workloads: [{{type: ping, count: 3}}]\n")
+    (sc,) = expand(loads(text).experiment, detect())
+    assert sc.skip is None, sc.skip
+    assert sc.implementation["kernel"].startswith("uml-")
+    return sc
+
+
+def protocols(frames: list[bytes]) -> list[int]:
+    """IP protocol (IPv4) of every frame that is not ARP."""
+    out = []
+    for f in frames:
+        if struct.unpack("!H", f[12:14])[0] == 0x0800:
+            out.append(f[14 + 9])
+    return out
+
+
+def capture(topo: Topology, pcap) -> object:
+    h1 = topo.nodes["h1"].exec
+    proc = h1.spawn(["tcpdump", "-Z", "root", "-i", topo.nic("h1"), "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(pcap)],
+                    label="test tcpdump")
+    deadline = time.monotonic() + 15
+    line = ""
+    while time.monotonic() < deadline and "listening on" not in line:
+        line = proc.stderr.readline()
+    assert "listening on" in line, line
+    return proc
+
+
+def test_kernel_ipsec_in_a_guest_is_ah_and_esp_on_the_wire_never_clear_text(state_dir):
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        ex = guest.executor()
+        for enc, want in IPSEC:
+            sc = scenario({"attach": "host", "encryption": enc, "encryption_scope": "host-to-host"})
+            topo = Topology(sc, ledger, machine=ex)
+            pcap = ledger.work / f"wire-{len(want)}-{time.monotonic_ns()}.pcap"
+            try:
+                topo.build()
+                dump = capture(topo, pcap)
+                pair = topo.pairs[0]
+                ping = pair.client.node.run(["ping", "-c", "3", "-i", "0.1", "-W", "2", "-s", "200", "-p",
+                                             MARKER.hex(), pair.server.addr], check=False)
+                assert ping.returncode == 0, (enc, ping.stdout, ping.stderr)
+                time.sleep(0.3)
+                dump.send_signal(signal.SIGINT)
+                dump.communicate(timeout=15)
+            finally:
+                topo.teardown()
+            ex.run(["sync"])  # the guest's page cache holds what it wrote to the shared directory
+            frames = read_pcap(pcap)
+            protos = protocols(frames)
+            clear = sum(MARKER in f for f in frames)
+            if not want:  # the control: the same capture sees the marker when nothing encrypts
+                assert clear >= 3 and protos.count(1) >= 6, (len(frames), protos, frames[-1][:80] if frames else None)
+                continue
+            if enc["protocol"] == "ah":  # AH authenticates, it does not encrypt: the marker is there, inside AH
+                assert clear >= 6 and all(f[23] == 51 for f in frames if MARKER in f), enc
+            else:
+                assert clear == 0, f"{enc}: {clear} frames carry the marker in clear"
+            assert len([p for p in protos if p in want]) >= 6, (enc, protos)
+            assert 1 not in protos, f"{enc}: ICMP in clear on the wire"
+            if enc.get("protocol") == "ah+esp":  # AH's next header is ESP (50)
+                ah = [f for f in frames if struct.unpack("!H", f[12:14])[0] == 0x0800 and f[23] == 51]
+                assert all(f[14 + (f[14] & 0x0F) * 4] == 50 for f in ah)
+    finally:
+        guest.close()
+        ledger.remove_all()
+
+
+def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, netns_names
+    from vnetbench import ledger as ledgermod
+    spec = tmp_path / "g.yaml"
+    spec.write_text("name: g\nrepetitions: 1\nfactors: {kernel: guest, overlay: gre}\n"
+                    "workloads: [{type: iperf3, duration: 30}]\n")
+    run = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(tmp_path / "r.db"),
+                            "--no-progress"], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    prefix = None
+    while time.monotonic() < deadline:
+        runs = [p.name for p in state_dir.iterdir()] if state_dir.exists() else []
+        for p in runs:  # the run's own ledger (the capability probe's guest has one of its own, removed after)
+            if subprocess.run(["pgrep", "-f", f"{p}.*iperf3 -c"], capture_output=True).returncode == 0:
+                prefix = p
+        if prefix:
+            break
+        time.sleep(0.5)
+    assert prefix, "the run never reached its traffic"
+    time.sleep(2)
+    run.kill()
+    run.wait()
+    removed, running = ledgermod.clean()
+    assert not running
+    time.sleep(0.5)
+    assert not subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True).stdout
+    assert not [n for n in netns_names() if n.startswith(prefix)]
+    assert not list(state_dir.iterdir())
+    assert not [p for p in os.listdir("/tmp") + os.listdir("/dev/shm") if prefix in p]
+
+
+WIRE = {"vxlan": ("udp port 4789", "vni 101"), "gre": ("ip proto 47", "key=0x65"),
+        "geneve": ("udp port 6081", "vni 0x65")}
+
+
+def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_dir):
+    """The Linux bridge with kernel GRE (keyed gretap), VXLAN and Geneve, which this machine's kernel may lack: on
+    the underlay each carries the tenant's key and exactly its overhead (GRE 42, VXLAN/Geneve 50); a VM that takes
+    an address in tenant 2's subnet reaches none of tenant 2's VMs."""
+    import re
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        ex = guest.executor()
+        for overlay, (expr, key) in WIRE.items():
+            text = (f"name: g\nrepetitions: 1\ntenants: 2\nfactors: {json.dumps({'kernel': 'guest', 'overlay': overlay, 'pairs': 2})}\n"
+                    f"workloads: [{{type: ping, count: 3}}]\n")
+            (sc,) = expand(loads(text).experiment, detect())
+            assert sc.skip is None and sc.implementation["overlay"] == f"kernel-{overlay}", (sc.skip, sc.implementation)
+            topo = Topology(sc, ledger, machine=ex)
+            try:
+                topo.build()
+                p1, p2 = topo.pairs
+                h1 = topo.nodes["h1"].exec
+                dump = h1.spawn(["tcpdump", "-i", topo.nic("h1"), "-c", "2", "-e", "-nn", "-v", "-l",
+                                 f"{expr} and greater 1000"], label="test tcpdump")
+                time.sleep(1.5)
+                p1.client.node.run(["ping", "-c", "2", "-i", "0.2", "-s", "1000", p1.server.addr])
+                out, _ = dump.communicate(timeout=20)
+                assert key in out, out
+                outer, inner = map(int, re.findall(r"length (\d+):", out)[:2])
+                assert outer - inner == sc.elements["overlay"].overhead, out
+                prober, e0 = p1.client.node, topo.ifname("e0")
+                prober.run(["ip", "addr", "add", "10.102.0.201/24", "dev", e0])
+                for vm in (p2.client, p2.server):
+                    got = prober.run(["ping", "-c", "2", "-i", "0.3", "-W", "1", "-I", "10.102.0.201", vm.addr],
+                                     check=False)
+                    assert got.returncode != 0, f"{overlay}: tenant 1's VM reached tenant 2's {vm.label}"
+                for p in (p1, p2):  # within each tenant traffic still flows
+                    p.client.node.run(["ping", "-c", "1", "-W", "2", p.server.addr])
+            finally:
+                topo.teardown()
+    finally:
+        guest.close()
+        ledger.remove_all()
+
+
+def test_ike_kernel_esp_between_vms_in_a_guest(state_dir):
+    """S1's IPsec: IKEv2 by strongSwan's charon with the guest kernel's ESP (AES-256-CBC + HMAC-SHA2-512) between
+    two VMs, where this machine's kernel would need strongSwan's userspace ESP."""
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        sc = scenario({"encryption": {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}})
+        assert sc.implementation["encryption"].startswith("kernel-xfrm + strongswan")
+        topo = Topology(sc, ledger, machine=guest.executor())
+        try:
+            topo.build()
+            pair = topo.pairs[0]
+            states = pair.client.node.run(["ip", "xfrm", "state"]).stdout
+            algos = {ln.split()[0] + " " + ln.split()[1] for ln in states.splitlines() if ln.startswith("\t")
+                     and ln.split()[0] in ("enc", "auth-trunc")}
+            assert algos == {"enc cbc(aes)", "auth-trunc hmac(sha512)"}, algos
+            assert pair.client.node.run(["ping", "-c", "2", "-W", "2", pair.server.addr], check=False).returncode == 0
+        finally:
+            topo.teardown()
+    finally:
+        guest.close()
+        ledger.remove_all()

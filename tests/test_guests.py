@@ -1,0 +1,88 @@
+"""Guests with their own kernel (User-Mode Linux): boot in parallel, reach over SSH, data NICs between them, console
+tail when a guest does not come up, and nothing left after teardown or after kill -9 + clean."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vnetbench import ledger
+from vnetbench.guests import backend
+from vnetbench.guests.base import Fleet, GuestError
+from conftest import netns_names
+
+pytestmark = [pytest.mark.net,
+              pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")]
+
+
+def _uml_pids(prefix: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_two_guests_boot_talk_and_leave_nothing(state_dir):
+    led = ledger.Ledger.create()
+    fleet = Fleet(led, boot_timeout=60)
+    for h in ("h1", "h2"):
+        fleet.add(h, nics=[("eth1", "underlay")])
+    try:
+        fleet.boot()
+        h1, h2 = fleet.guests["h1"].executor, fleet.guests["h2"].executor
+        kernel = h1.run(["uname", "-r"]).stdout.strip()
+        assert kernel == backend("uml").support().kernel.removeprefix("uml-") != os.uname().release
+        h1.run(["ip", "addr", "add", "10.9.0.1/24", "dev", "eth1"])
+        h2.run(["ip", "addr", "add", "10.9.0.2/24", "dev", "eth1"])
+        assert h1.run(["ping", "-c", "2", "-i", "0.2", "-W", "3", "10.9.0.2"], check=False).returncode == 0
+        # the guest's own kernel modules load (here: the GRE device this machine's kernel may lack)
+        h1.run(["ip", "link", "add", "gt", "type", "gretap", "local", "10.9.0.1", "remote", "10.9.0.2", "key", "1"])
+        for g in fleet.guests.values():
+            assert 0 < g.boot_s < 60
+            assert 10 < fleet.memory_mb(g) < 200  # a bound, not the benchmark figure (bench/guests.py)
+    finally:
+        fleet.teardown()
+    assert not _uml_pids(led.prefix)
+    assert fleet.netns not in netns_names()
+    led.remove_all()
+
+
+def test_a_guest_that_does_not_come_up_fails_with_its_console(state_dir, monkeypatch):
+    uml = backend("uml")
+    monkeypatch.setattr(uml, "init_script", lambda self, g: "#!/bin/sh\necho BROKEN-INIT-MARK\nexit 1\n")
+    led = ledger.Ledger.create()
+    fleet = Fleet(led, boot_timeout=20)
+    fleet.add("h1")
+    try:
+        with pytest.raises(GuestError, match="BROKEN-INIT-MARK"):
+            fleet.boot()
+    finally:
+        fleet.teardown()
+    assert not _uml_pids(led.prefix)
+    led.remove_all()
+
+
+@pytest.mark.parametrize("when", ["booting", "up"])
+def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, when):
+    code = ("import sys, time; from vnetbench.ledger import Ledger; from vnetbench.guests.base import Fleet\n"
+            "l = Ledger.create(); f = Fleet(l, boot_timeout=60); print(l.prefix, flush=True)\n"
+            "[f.add(h, nics=[('eth1', 'ul')]) for h in ('h1', 'h2')]\n"
+            "f.boot(); print('up', flush=True); time.sleep(120)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    prefix = child.stdout.readline().strip()
+    if when == "up":
+        assert child.stdout.readline().strip() == "up"
+    else:
+        deadline = time.monotonic() + 20
+        while len(_uml_pids(prefix)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert _uml_pids(prefix)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    removed, running = ledger.clean()
+    assert prefix not in running and any(prefix in r for r in removed)
+    time.sleep(0.5)
+    assert not _uml_pids(prefix)
+    assert not [n for n in netns_names() if n.startswith(prefix)]
+    assert not (state_dir / prefix).exists()
+    assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
