@@ -86,3 +86,17 @@ def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, w
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not (state_dir / prefix).exists()
     assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
+
+
+def test_a_guest_network_that_fails_half_built_is_removed(state_dir, monkeypatch):
+    from vnetbench.guests import base
+    monkeypatch.setattr(base, "TAP_MTU", 10 ** 6)  # the taps' MTU is refused after the namespace exists
+    led = ledger.Ledger.create()
+    fleet = Fleet(led)
+    fleet.add("h1")
+    with pytest.raises(GuestError, match="guest network"):
+        fleet.boot()
+    assert fleet.netns in netns_names()
+    fleet.teardown()
+    assert fleet.netns not in netns_names()
+    led.remove_all()

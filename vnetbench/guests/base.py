@@ -152,6 +152,7 @@ class Fleet:
     def _network(self) -> None:
         """The run namespace, its management bridge, one bridge per segment and every guest's taps."""
         self.ledger.record("netns", self.netns)
+        self._net_up = True  # from here on teardown deletes the namespace, even if the rest of this fails
         self._ip_batch([f"netns add {self.netns}"], netns=False)
         mgt = f"{self.prefix}-mgt"
         lines = ["link set lo up", f"link add {mgt} type bridge forward_delay 0", f"link set {mgt} up",
