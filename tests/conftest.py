@@ -50,3 +50,26 @@ def lab(tmp_path_factory):
         yield made.create()
     finally:
         made.destroy()
+
+
+@pytest.fixture(scope="session")
+def s1_smoke_db(tmp_path_factory):
+    """One real `suite:s1 --profile smoke` campaign (it runs in a guest kernel: about 1-2 minutes), shared by the
+    tests that read it, with its own private ledger directory, cleaned right after the run like `state_dir`'s."""
+    from vnetbench import ledger
+    base = tmp_path_factory.mktemp("s1smoke")
+    env = os.environ.copy() | {"VNETBENCH_STATE_DIR": str(base / "state")}
+    db = base / "s1.db"
+    proc = vnetbench("run", "suite:s1", "--profile", "smoke", "--db", db, "--no-progress", env=env, check=False,
+                     timeout=600)
+    old = os.environ.get("VNETBENCH_STATE_DIR")
+    os.environ["VNETBENCH_STATE_DIR"] = env["VNETBENCH_STATE_DIR"]
+    try:
+        _, running = ledger.clean()
+    finally:
+        if old is None:
+            os.environ.pop("VNETBENCH_STATE_DIR", None)
+        else:
+            os.environ["VNETBENCH_STATE_DIR"] = old
+    assert not running, f"runs still alive after the S1 smoke: {running}"
+    return db, proc

@@ -287,3 +287,16 @@ def test_spec_repetitions_and_order_fields():
         with pytest.raises(SpecError) as err:
             loads(f"name: a\n{bad}\nworkloads: [{{type: ping}}]\n", "s.yaml")
         assert len(err.value.lines) == 1 and err.value.lines[0].startswith("s.yaml:2:") and words in err.value.lines[0]
+
+
+def _series(total: float, values: list[float], seconds: float = 1.0) -> list[Sample]:
+    meta = {"pair": 1, "direction": "forward"}
+    return [Sample.of("throughput_bps", total, **meta),
+            *[Sample.of("throughput_interval_bps", v, seconds=seconds, **meta) for v in values]]
+
+
+def test_a_series_above_its_total_is_invalid_one_short_by_its_tail_is_not():
+    assert guards.check_series(_series(100e6, [106e6]))                 # more than the total: impossible
+    assert not guards.check_series(_series(100e6, [92e6]))              # a 1-s run's tail: 8 % short is fine
+    assert guards.check_series(_series(100e6, [80e6] * 10))             # 10 s, 20 % short: not a tail
+    assert not guards.check_series(_series(100e6, [97e6, 99e6, 98e6]))
