@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,7 @@ class Fleet:
                 self.segments.append(segment)
             g.nics.append(Nic(name, segment, self.tap(g, k), f"52:54:00:{g.index // 256:02x}:{g.index % 256:02x}:{k + 1:02x}"))
         g.dir = self.dir / label
-        g.shares = [self.ledger.dir] if share_run else []
+        g.shares = ([self.ledger.dir] if share_run else []) + code_dirs()
         self.guests[label] = g
         return g
 
@@ -281,3 +282,17 @@ def _pss_kb(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+HIDDEN = (Path("/tmp"), Path("/run"))  # the guest mounts its own tmpfs there, hiding the machine's files
+
+
+def code_dirs() -> list[Path]:
+    """vnetbench's own code and Python environment, when they live where the guest's tmpfs hides them (a checkout
+    under /tmp): daemons started in the guest through vnetbench's helpers need them at the same path."""
+    package = Path(__file__).resolve().parent.parent
+    out: list[Path] = []
+    for d in (package.parent, Path(sys.prefix).resolve()):
+        if any(h == d or h in d.parents for h in HIDDEN) and not any(o == d or o in d.parents for o in out):
+            out.append(d)
+    return out
