@@ -190,12 +190,17 @@ def _kernel() -> dict[str, Feature]:
 
 
 def _batch_probe(node: NetnsExecutor, tool: str, probes: dict[str, str]) -> dict[str, Feature]:
-    names = list(probes)
     argv = [tool, "-n", node.netns, "-force", "-batch", "-"]
     proc = subprocess.run(argv, input="\n".join(probes.values()) + "\n", capture_output=True, text=True)
+    return batch_features(list(probes), proc.stderr)
+
+
+def batch_features(names: list[str], said: str) -> dict[str, Feature]:
+    """What `ip|tc -force -batch` said about each line (`Command failed -:N` after the line's own error): the
+    feature each line probes, available or not with the kernel's reason."""
     failed: dict[int, str] = {}
     last_error = ""
-    for line in proc.stderr.splitlines():
+    for line in said.splitlines():
         m = re.match(r"Command failed -:(\d+)", line)
         if m:
             failed[int(m.group(1))] = last_error or "failed"

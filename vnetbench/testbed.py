@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from .capabilities import KERNEL_PROBES, TOOLS, Capabilities, Feature
+from .capabilities import KERNEL_PROBES, TOOLS, Capabilities, Feature, batch_features
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
 from .ledger import Ledger, Obj, process_start_time
 
@@ -300,16 +300,7 @@ def kernel(ex: SshExecutor, prefix: str) -> dict[str, Feature]:
     found: dict[str, Feature] = {}
     for names, text in (([k for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")], ip_out),
                         ([k for k, v in KERNEL_PROBES.items() if v.startswith("tc ")], tc_out)):
-        failed: dict[int, str] = {}
-        last = ""
-        for line in text.splitlines():
-            m = re.match(r"Command failed -:(\d+)", line)
-            if m:
-                failed[int(m.group(1))] = last or "failed"
-                last = ""
-            elif line.strip():
-                last = line.strip().removeprefix("Error: ")
-        found |= {n: Feature(i + 1 not in failed, failed.get(i + 1, "")) for i, n in enumerate(names)}
+        found |= batch_features(names, text)
     return found
 
 
