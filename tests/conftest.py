@@ -73,3 +73,19 @@ def s1_smoke_db(tmp_path_factory):
             os.environ["VNETBENCH_STATE_DIR"] = old
     assert not running, f"runs still alive after the S1 smoke: {running}"
     return db, proc
+
+
+def start_run(spec, db) -> subprocess.Popen:
+    """`vnetbench run SPEC --db DB` in the background, to be interrupted by the test."""
+    return subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trial_rows(db) -> list[tuple]:
+    """(id, scenario, repetition, workload, started) of every stored trial; [] before the file has its tables."""
+    import sqlite3
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT id, scenario, repetition, workload, started FROM trials").fetchall()
+    except sqlite3.OperationalError:
+        return []

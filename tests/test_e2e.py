@@ -125,15 +125,11 @@ def test_interrupt_then_resume_neither_loses_nor_repeats(tmp_path, state_dir):
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY.replace("repetitions: 2", "repetitions: 3"))
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from conftest import start_run, trial_rows
+    proc = start_run(spec, db)
 
     def trials():
-        try:
-            with sqlite3.connect(db) as c:
-                return c.execute("SELECT id, scenario, repetition, workload, started FROM trials").fetchall()
-        except sqlite3.OperationalError:
-            return []
+        return trial_rows(db)
     _wait(lambda: len(trials()) >= 3, 60, "three trials")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)

@@ -250,15 +250,11 @@ def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, stat
     # min 3: two trials' median RTTs can be equal to ping's resolution, a zero-width CI that would stop a scenario
     spec.write_text(ADAPTIVE.format(target=0.0001).replace("count: 4", "count: 25").replace("min: 2", "min: 3"))
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from conftest import start_run, trial_rows
+    proc = start_run(spec, db)
 
     def trials():
-        try:
-            with sqlite3.connect(db) as c:
-                return c.execute("SELECT id, scenario, repetition, workload, started FROM trials").fetchall()
-        except sqlite3.OperationalError:
-            return []
+        return trial_rows(db)
     deadline = time.monotonic() + 60
     while len(trials()) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
