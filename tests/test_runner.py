@@ -241,11 +241,8 @@ def test_a_parser_bug_fails_its_trial_not_the_campaign(tmp_path, state_dir, monk
 
 @pytest.mark.net
 def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, state_dir):
-    import subprocess
-    import sys
     import time
 
-    from conftest import ROOT
     spec = tmp_path / "a.yaml"
     # min 3: two trials' median RTTs can be equal to ping's resolution, a zero-width CI that would stop a scenario
     spec.write_text(ADAPTIVE.format(target=0.0001).replace("count: 4", "count: 25").replace("min: 2", "min: 3"))
