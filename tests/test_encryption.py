@@ -21,9 +21,10 @@ import pytest
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench.capabilities import Capabilities, Feature, Strongswan
 from vnetbench.ledger import Ledger, clean, pids_in_namespaces
-from vnetbench.matrix import expand, make_element
+from vnetbench.matrix import expand
 from vnetbench.spec import loads
 from vnetbench.topology import Topology
+from vnetbench.validate import make_element
 from vnetbench.workloads.base import wait_listening
 
 CBC = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}
@@ -431,7 +432,7 @@ def test_mtu_arithmetic():
     by = {(s.labels["encryption"], s.levels["encryption_scope"]): s for s in sc}
     assert by[("wireguard", "vm-to-vm")].vm_mtu == 1450          # the tunnel lives inside the VM
     assert by[("wireguard", "host-to-host")].vm_mtu == 1500 - 60 - 50
-    ipsec = by[("ipsec(aes-256-cbc,hmac-sha512)", "vm-to-vm")].elements["encryption"]
+    ipsec = Topology(by[("ipsec(aes-256-cbc,hmac-sha512)", "vm-to-vm")], None).elements["encryption"]
     # 20 IP + 8 UDP + 8 ESP + 16 IV + (1406 + 2 padded to 16) + 32 ICV = 1492 <= 1500; 1407 would need 1508
     assert ipsec.outer_size(1406) == 1492 and ipsec.outer_size(1407) > 1500
     assert ipsec.tunnel_mtu(1500) == 1400 and ipsec.tunnel_mtu(1450) == 1358  # libipsec's TUN stops at 1400
@@ -444,5 +445,5 @@ def test_transport_mode_protects_the_address_family_of_the_run():
         (sc,) = expand(loads(spec({"encryption": {"type": "ipsec", "mode": "transport"},
                                    "ip_version": ip_version})).experiment, caps)
         topo = Topology(sc, None)
-        outer, selectors = sc.elements["encryption"].addrs(topo, topo.pairs[0].meta["client"])
+        outer, selectors = topo.elements["encryption"].addrs(topo, topo.pairs[0].meta["client"])
         assert selectors == [f"{outer}/{prefix}"] and (":" in outer) == (ip_version == 6)

@@ -169,7 +169,7 @@ def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_a
                 out, _ = dump.communicate(timeout=20)
                 assert key in out, out
                 outer, inner = map(int, re.findall(r"length (\d+):", out)[:2])
-                assert outer - inner == sc.elements["overlay"].overhead, out
+                assert outer - inner == sc.overheads["overlay"], out
                 prober, e0 = p1.client.node, topo.ifname("e0")
                 prober.run(["ip", "addr", "add", "10.102.0.201/24", "dev", e0])
                 for vm in (p2.client, p2.server):

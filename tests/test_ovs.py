@@ -293,7 +293,7 @@ def test_encapsulation_on_the_wire(env, switch, overlay):
         if overlay in ("vxlan", "gre", "geneve"):
             # -e prints the outer frame's length, then the inner frame's: their difference is the overhead
             outer, inner = map(int, re.findall(r"length (\d+):", out)[:2])
-            assert outer - inner == topo.sc.elements["overlay"].overhead, out
+            assert outer - inner == topo.sc.overheads["overlay"], out
 
 
 
@@ -333,7 +333,7 @@ def test_tenant_isolation(env, switch, overlay):
 def test_mtu_edges(env, switch, overlay, mtu):
     with built(env, switch=switch, overlay=overlay, placement="cross-host", mtu=mtu) as topo:
         vm_mtu = topo.sc.vm_mtu
-        assert vm_mtu == mtu - topo.sc.elements["overlay"].overhead
+        assert vm_mtu == mtu - topo.sc.overheads["overlay"]
         pair = topo.pairs[0]
         cli = pair.client.node.name
         ok = sh(cli, "ping", "-c", 1, "-W", 2, "-M", "do", "-s", vm_mtu - 28, pair.server.addr)

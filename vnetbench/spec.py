@@ -8,63 +8,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from . import yamlread
+from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS  # noqa: F401 (declared there)
+from .strict import Strict, not_a_bool, one_line, pydantic_message  # noqa: F401 (shared by every input model)
 from .units import parse_rate
+from .validate import Problem, check
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-# Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
-TOPOLOGY_FACTORS = {
-    "switch": "the virtual switch on each host (a datapath name)",
-    "overlay": "how VM traffic crosses between hosts (a datapath name)",
-    "encryption": "encryption of VM or host traffic (a datapath name)",
-    "encryption_scope": "vm-to-vm (end to end between the VMs of a pair) or host-to-host (a gateway tunnel)",
-    "attach": "how a VM is connected: switch, direct (SR-IOV-like macvlan) or host (no VM)",
-    "placement": "same-host or cross-host: where the two VMs of a pair live",
-    "pairs": "number of client/server VM pairs running at once",
-    "mtu": "MTU of the underlay (the hosts' NICs), bytes",
-    "ip_version": "4 or 6: the address family the workloads use",
-    "mtu_policy": "lower-vm (cloud default: VM MTU = MTU - tunnel overhead) or raise-underlay",
-    "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
-    "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
-              "kernel, User-Mode Linux here, which has the datapaths this kernel may lack)",
-}
-ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
-DEFAULT_LEVELS: dict[str, Any] = {
-    "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
-    "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
-    "hops": 0, "kernel": "shared",
-}
-CHOICES = {
-    "placement": ("same-host", "cross-host"),
-    "ip_version": (4, 6),
-    "encryption_scope": ("vm-to-vm", "host-to-host"),
-    "mtu_policy": ("lower-vm", "raise-underlay"),
-    "kernel": ("shared", "guest"),
-}
-
-
-def _takes(annotation: Any, kinds: tuple) -> bool:
-    return any(annotation is k for k in kinds) or any(_takes(a, kinds) for a in get_args(annotation))
-
-
-def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """Python counts true as 1: `pairs: true` or `duration: yes` must be an error, not one pair or one second."""
-    annotation = model.model_fields[info.field_name].annotation
-    if isinstance(value, bool) and _takes(annotation, (int, float)) and not _takes(annotation, (bool, Any)):
-        raise ValueError("write a number here, not true/false")
-    return value
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_a_bool(cls, v: Any, info: ValidationInfo) -> Any:
-        return not_a_bool(cls, v, info)
 
 
 class Underlay(Strict):
@@ -155,26 +107,6 @@ class Experiment(Strict):
         return v
 
 
-@dataclass(frozen=True)
-class Problem:
-    loc: tuple
-    message: str
-
-    def render(self, source: str, lines: dict[tuple, int]) -> str:
-        field = yamlread.dotted(self.loc) or "(top level)"
-        line = _nearest_line(self.loc, lines)
-        where = f"{source}:{line}" if line else source
-        return f"{where}: {field}: {self.message}"
-
-
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(text: str) -> str:
-    """A message as one printable line: a newline or a terminal escape in the user's text is shown, not obeyed."""
-    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 class SpecError(Exception):
     def __init__(self, lines: list[str]):
         self.lines = [one_line(line) for line in lines]
@@ -252,8 +184,7 @@ def loads(text: str, source: str = "<spec>", profile: str | None = None) -> Load
     except ValidationError as exc:
         problems += [Problem(tuple(e["loc"]), _message(e)) for e in exc.errors()]
         exp = _lenient(data)
-    if exp is not None:
-        from .matrix import check  # the factor and workload checks need the datapath and workload registries
+    if exp is not None:  # the factor and workload checks against the registries (validate.py)
         seen = {p.loc[:1] for p in problems}
         problems += [p for p in check(exp, declared, complete=not problems) if p.loc[:1] not in seen]
     if problems:
@@ -339,14 +270,6 @@ def _message(err: dict) -> str:
     return pydantic_message(err)
 
 
-def pydantic_message(err: dict) -> str:
-    """pydantic's message without its "Value error, " prefix (the one place every validation message goes through)."""
-    msg = err["msg"]
-    for prefix in ("Value error, ", "Assertion failed, "):
-        msg = msg.removeprefix(prefix)
-    return msg
-
-
 def _repetitions_message(err: dict) -> str:
     where = ".".join(map(str, err["loc"]))
     msg = f"unknown field; allowed here: {', '.join(Repetitions.model_fields)}" \
@@ -364,13 +287,6 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
             break
         model = inner
     return model
-
-
-def _nearest_line(loc: tuple, lines: dict[tuple, int]) -> int | None:
-    for cut in range(len(loc), -1, -1):
-        if loc[:cut] in lines and cut > 0:
-            return lines[loc[:cut]]
-    return None
 
 
 def schema() -> dict:

@@ -23,20 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import datapaths
+from .datapaths.base import BuildError, Tunnel
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
 from .ledger import Ledger, kill_pids, pids_in_namespaces
-from .matrix import Scenario
-from .spec import one_line
+from .scenario import Scenario
+from .strict import one_line
 from .workloads.base import Endpoint, Pair
 
 ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
 BATCH_TOOLS = ("ip", "tc", "bridge")
 UNDERLAY_NET = "10.250.0"
 PLAN_PREFIX = "vb0000"
-
-
-class BuildError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -67,6 +65,8 @@ class Topology:
     def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None,
                  machine: Executor | None = None):
         self.sc = scenario
+        # This topology's own elements, made from the scenario's levels, each with the implementation checked.
+        self.elements = datapaths.elements(scenario.levels, scenario.implementation)
         self.site = site  # None: emulated hosts on this machine
         self.machine = machine  # where the emulated hosts' namespaces live: None = this machine; else a guest
         self.ledger = ledger
@@ -114,8 +114,7 @@ class Topology:
     def transport_ip(self, host: str) -> str:
         """The address other hosts send overlay traffic to: the underlay address, unless a host-to-host
         encryption element puts the hosts' traffic through a tunnel of its own."""
-        enc = self.sc.elements["encryption"]
-        return getattr(enc, "transport_ip", lambda topo, h: None)(self, host) or self.host_ip(host)
+        return self.elements["encryption"].transport_ip(self, host) or self.host_ip(host)
 
     def workdir(self, label: str) -> str:
         base = self.ledger.work if self.ledger else "/run/vnetbench/" + PLAN_PREFIX + "/work"
@@ -190,6 +189,28 @@ class Topology:
         self.ip(host, *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
                 f"link set {dev} up")
         return dev
+
+    # ---- between elements: each asks the topology, never another element -----------------------------------
+    def plug(self, host: str, ifname: str, tenant: int) -> None:
+        """Connect a VM's host-side interface to the host's switch, in the tenant's network."""
+        self.elements["switch"].plug(self, host, ifname, tenant)
+
+    def tunnel_port(self, host: str, tenant: int, dev: str) -> None:
+        """Connect an overlay's tunnel device to the host's switch, in the tenant's network."""
+        self.elements["switch"].tunnel_port(self, host, tenant, dev)
+
+    def overlay_tunnel(self, host: str, tenant: int) -> Tunnel | None:
+        """The overlay's tunnel for a tenant on a host, as plain data (None: the overlay does not tunnel)."""
+        return self.elements["overlay"].tunnel(self, host, tenant)
+
+    def add_tunnel(self, host: str, tunnel: Tunnel) -> None:
+        """Create a tunnel as a kernel device of the host (see `tunnel` for where it is made)."""
+        self.tunnel(host, tunnel.ip_link())
+
+    def flood(self, host: str, tunnel: Tunnel) -> None:
+        """Head-end replication: broadcast and unknown frames of the tunnel go to every remote in its flood list."""
+        for remote in tunnel.flood:
+            self.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {tunnel.dev} dst {remote}")
 
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
@@ -273,7 +294,7 @@ class Topology:
             self.ip(node.label, "link set lo up")
         if not self.site:
             self._underlay()
-        els = self.sc.elements
+        els = self.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
         els["attach"].build(self)
         els["overlay"].build(self)
@@ -493,7 +514,7 @@ class Topology:
         """Stop what runs, delete the namespaces (and with them every device), forget them in the ledger."""
         teardown_steps: list[Step] = []
         saved, self.steps = self.steps, teardown_steps
-        for el in self.sc.elements.values():
+        for el in self.elements.values():
             el.teardown(self)
         self.steps = saved
         for step in teardown_steps:

@@ -15,14 +15,13 @@ class SwitchAttach(Attach):
         return Availability(True, "veth") if caps.has("veth") else Availability.no(caps.missing_kernel("veth"))
 
     def build(self, topo):
-        switch = topo.sc.elements["switch"]
         vm_if = topo.ifname("e0")
         for vm in topo.vms:
             tap = topo.ifname(f"t{vm.label.split('v')[1]}")
             topo.record("link", tap, vm.host)
             topo.veth(vm.label, vm_if, vm.host, tap)
         for vm in topo.vms:
-            switch.plug(topo, vm.host, topo.ifname(f"t{vm.label.split('v')[1]}"), vm.tenant)
+            topo.plug(vm.host, topo.ifname(f"t{vm.label.split('v')[1]}"), vm.tenant)
         for vm in topo.vms:
             topo.vm_address(vm, vm_if)
 

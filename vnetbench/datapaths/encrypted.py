@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Encryption
+from .base import BuildError, Encryption
 
 if TYPE_CHECKING:
-    from ..matrix import Scenario
-    from ..topology import Topology
+    from ..scenario import Scenario
+    from .base import Builder as Topology  # the builder interface, whatever site the topology is on
 
 HOST_TUNNEL = ("10.251.0.", "fd00:251::")  # + host number: a host's address inside a host-to-host tunnel
 VM_TUNNEL = ("10.252.0.", "fd00:252::")    # + VM number: a VM's address inside a vm-to-vm tunnel (WireGuard)
@@ -46,10 +46,10 @@ def write_private(path: str | Path, text: str) -> None:
         fh.write(text)
 
 
-def carries_ip_between_hosts(overlay) -> bool:
+def carries_ip_between_hosts(overlay: str) -> bool:
     """Whether an overlay puts VM traffic into IP packets between the hosts' addresses (a tunnel the hosts'
     own encryption can carry), as opposed to sharing the provider L2 network (none, vlan)."""
-    return overlay.name not in ("none", "vlan")
+    return overlay not in ("none", "vlan")
 
 
 class EncryptedTunnel(Encryption):
@@ -74,7 +74,7 @@ class EncryptedTunnel(Encryption):
         if attach == "direct":
             return ("a direct (SR-IOV-like) attachment bypasses the host's network stack, so a host-to-host tunnel "
                     "cannot carry the VMs' traffic; use encryption_scope vm-to-vm")
-        if attach == "switch" and not carries_ip_between_hosts(sc.elements["overlay"]):
+        if attach == "switch" and not carries_ip_between_hosts(sc.element("overlay")):
             return (f"with overlay {sc.labels['overlay']} the VMs share the provider network and reach each other "
                     f"without an IP hop through their hosts, so a host-to-host tunnel cannot carry their traffic; "
                     f"use an overlay that tunnels over IP (e.g. vxlan) or encryption_scope vm-to-vm")
@@ -124,7 +124,7 @@ class EncryptedTunnel(Encryption):
         mtu = scenario.levels["mtu"]
         if scenario.levels["mtu_policy"] == "lower-vm":
             return mtu - self.tunnel_mtu(mtu)
-        inner = mtu + scenario.elements["overlay"].overhead  # the largest packet entering the hosts' tunnel
+        inner = mtu + scenario.overheads["overlay"]  # the largest packet entering the hosts' tunnel
         return self.outer_size(inner) - inner
 
     def link_mtu(self, sc: "Scenario") -> int:
@@ -148,8 +148,6 @@ class EncryptedTunnel(Encryption):
     @staticmethod
     def wait_socket(topo: "Topology", name: str, path: str, log: str | None = None):
         """A ready check: the daemon's control socket accepts a connection (and the daemon still runs)."""
-        from ..topology import BuildError
-
         def ready() -> None:
             deadline = time.monotonic() + READY_TIMEOUT_S
             while time.monotonic() < deadline:

@@ -197,6 +197,10 @@ class Ipsec(EncryptedTunnel):
         return min(mtu, LIBIPSEC_TUN_MTU) if self.impl != "kernel" else mtu
 
     # ---- availability ------------------------------------------------------------------------------------
+    def adopt(self, implementation):
+        self.impl = "kernel" if implementation.startswith("kernel-xfrm") else \
+            "libipsec" if "kernel-libipsec" in implementation else None
+
     def check(self, scenario, caps):
         problem = self.scope_problem(scenario)
         if problem:

@@ -3,7 +3,7 @@ decides how to realise it (a kernel device here; OVS tunnel ports in the ovs swi
 from __future__ import annotations
 
 from . import register
-from .base import Availability, Overlay
+from .base import Availability, Overlay, Tunnel
 
 
 @register
@@ -13,26 +13,27 @@ class NoOverlay(Overlay):
 
 
 class KernelTunnel(Overlay):
-    """An overlay the Linux bridge realises with one kernel device per tenant and host."""
+    """An overlay that is one tunnel per tenant and host (`tunnel`, plain data). With the Linux bridge it builds
+    them as kernel devices; other switches ask the topology for the tunnels and realise them their own way."""
     vni_base = 100
 
-    def device_lines(self, topo, host: str, tenant: int, dev: str) -> list[str]:
-        raise NotImplementedError
+    def dev(self, topo, tenant: int) -> str:
+        return topo.ifname(f"{self.name[:2]}{tenant}")
+
+    def others(self, topo, host: str) -> list[str]:
+        """The transport addresses of every other host."""
+        return [topo.transport_ip(h.label) for h in topo.hosts if h.label != host]
 
     def build(self, topo):
-        if topo.sc["attach"] != "switch" or topo.sc.labels["switch"] != "linuxbridge" or len(topo.hosts) < 2:
+        if topo.sc["attach"] != "switch" or topo.sc.element("switch") != "linuxbridge" or len(topo.hosts) < 2:
             return
-        switch = topo.sc.elements["switch"]
         for host in topo.hosts:
-            for t in range(1, topo.sc.tenants + 1):
-                dev = topo.ifname(f"{self.name[:2]}{t}")
-                topo.tunnel(host.label, *self.device_lines(topo, host.label, t, dev))
-                switch.tunnel_port(topo, host.label, t, dev)
-            if len(topo.hosts) > 2:
-                self.flood_list(topo, host.label)
-
-    def flood_list(self, topo, host: str) -> None:
-        """Head-end replication to every other host (no multicast in the underlay)."""
+            tunnels = [self.tunnel(topo, host.label, t) for t in range(1, topo.sc.tenants + 1)]
+            for t, tun in enumerate(tunnels, 1):
+                topo.add_tunnel(host.label, tun)
+                topo.tunnel_port(host.label, t, tun.dev)
+            for tun in tunnels:
+                topo.flood(host.label, tun)
 
 
 @register
@@ -43,18 +44,11 @@ class Vxlan(KernelTunnel):
     kernel_kind = "vxlan"
     wire = "udp port 4789"
 
-    def device_lines(self, topo, host, tenant, dev):
-        others = [h.label for h in topo.hosts if h.label != host]
-        remote = f" remote {topo.transport_ip(others[0])}" if len(others) == 1 else ""
-        return [f"link add {dev} type vxlan id {self.vni_base + tenant} local {topo.transport_ip(host)}{remote} "
-                f"dstport 4789"]
-
-    def flood_list(self, topo, host):
-        for t in range(1, topo.sc.tenants + 1):
-            dev = topo.ifname(f"{self.name[:2]}{t}")
-            for other in topo.hosts:
-                if other.label != host:
-                    topo.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {dev} dst {topo.transport_ip(other.label)}")
+    def tunnel(self, topo, host, tenant):
+        others = self.others(topo, host)
+        one = len(others) == 1  # more remotes: none on the device, head-end replication to each (no multicast)
+        return Tunnel(self.dev(topo, tenant), "vxlan", self.vni_base + tenant, topo.transport_ip(host),
+                      others[0] if one else None, flood=() if one else tuple(others), port=4789)
 
 
 @register
@@ -66,10 +60,9 @@ class Gre(KernelTunnel):
     kernel_kind = "gretap"
     wire = "ip proto 47"
 
-    def device_lines(self, topo, host, tenant, dev):
-        other = next(h.label for h in topo.hosts if h.label != host)
-        return [f"link add {dev} type gretap local {topo.transport_ip(host)} remote {topo.transport_ip(other)} "
-                f"key {self.vni_base + tenant}"]
+    def tunnel(self, topo, host, tenant):
+        return Tunnel(self.dev(topo, tenant), "gretap", self.vni_base + tenant, topo.transport_ip(host),
+                      self.others(topo, host)[0])
 
 
 @register
@@ -80,9 +73,9 @@ class Geneve(KernelTunnel):
     kernel_kind = "geneve"
     wire = "udp port 6081"
 
-    def device_lines(self, topo, host, tenant, dev):
-        other = next(h.label for h in topo.hosts if h.label != host)
-        return [f"link add {dev} type geneve id {self.vni_base + tenant} remote {topo.transport_ip(other)}"]
+    def tunnel(self, topo, host, tenant):
+        # no local address: the kernel's geneve device binds the wildcard (UDP port 6081, its default)
+        return Tunnel(self.dev(topo, tenant), "geneve", self.vni_base + tenant, None, self.others(topo, host)[0])
 
 
 @register

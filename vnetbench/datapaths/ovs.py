@@ -144,11 +144,10 @@ class Ovs(Switch):
                                                          "trunk",))
         if name not in OVS_TUNNEL_TYPES:
             return Availability.no(f"ovs has no {name} support")
-        enc = scenario.elements["encryption"]
         if (dp == "netdev" and scenario.levels["encryption_scope"] == "host-to-host"
                 and scenario.labels["encryption"] != "none"):
             return Availability.no("OVS userspace tunnels are routed out of an OVS bridge port only; host-to-host "
-                                   f"encryption ({enc.name}) moves the tunnel endpoints onto its own device outside "
+                                   f"encryption ({scenario.element('encryption')}) moves the tunnel endpoints onto its own device outside "
                                    "OVS; use tunnel: kernel (vxlan) or encryption_scope vm-to-vm")
         if dp == "system" and overlay.kernel_kind and not caps.has(overlay.kernel_kind):
             return Availability.no(f"the OVS kernel datapath builds {name} ports on the kernel's {overlay.kernel_kind} "
@@ -158,7 +157,7 @@ class Ovs(Switch):
     # ---- names and paths ---------------------------------------------------------------------------------
     def _mode(self, topo) -> str:
         """flat | vlan | tunnel (OVS tunnel ports) | kernel (kernel VXLAN devices as OVS ports)."""
-        overlay = topo.sc.elements["overlay"].name
+        overlay = topo.sc.element("overlay")
         if overlay == "none":
             return "flat"
         if overlay == "vlan":
@@ -236,7 +235,7 @@ class Ovs(Switch):
                 argv += ["--", "set", "Open_vSwitch", ".", f"other_config:pmd-maxsleep={PMD_MAXSLEEP_US}"]
             bi, bp, up = topo.ifname("bi"), topo.ifname("bp"), topo.ifname("u")
             argv += ["--", "add-br", bi, "--", "set", "bridge", bi, f"datapath_type={dp}"]
-            ip_lines: list[str] = []
+            tunnels = []
             underlay_dev = up
             # afxdp on the underlay veth too: as a plain (AF_PACKET) port it drops bursts at its socket buffer, which
             # cut cross-host TCP to ~0.4 Gbit/s with ~20k retransmits/3 s against ~1.6 Gbit/s and none (measured)
@@ -257,7 +256,7 @@ class Ovs(Switch):
                              "--", "set", "interface", bp, f"mtu_request={topo.sc.underlay_mtu}",
                              "--", "add-port", bp, *uplink]
                     underlay_dev = bp
-                kind = OVS_TUNNEL_TYPES[topo.sc.elements["overlay"].name]
+                kind = OVS_TUNNEL_TYPES[topo.sc.element("overlay")]
                 for other in topo.hosts:
                     if other.label == h:
                         continue
@@ -267,22 +266,20 @@ class Ovs(Switch):
                         argv += ["--", "add-port", bi, port, f"tag={self._tag(t)}", "protected=true",
                                  "--", "set", "interface", port, f"type={kind}",
                                  f"options:remote_ip={topo.transport_ip(other.label)}", f"options:key={self._tag(t)}"]
-            else:  # kernel VXLAN devices as OVS ports
-                overlay = topo.sc.elements["overlay"]
+            else:  # the overlay's tunnels (asked of the topology) as kernel devices, each an OVS port
                 for t in range(1, topo.sc.tenants + 1):
-                    dev = topo.ifname(f"{overlay.name[:2]}{t}")
-                    ip_lines += overlay.device_lines(topo, h, t, dev)
-                    ip_lines.append(f"link set {dev} mtu {topo.sc.vm_mtu} up")
-                    argv += ["--", "add-port", bi, dev, f"tag={self._tag(t)}"]
+                    tunnels.append(tun := topo.overlay_tunnel(h, t))
+                    argv += ["--", "add-port", bi, tun.dev, f"tag={self._tag(t)}"]
             if underlay_dev != up:
                 # The kernel stack still sees every frame on a veth that OVS reads with a packet socket: it must
                 # neither answer ARP for the bridge's address nor speak IPv6 there.
                 topo.run(h, ["sysctl", "-q", "-w", f"net.ipv4.conf.{up}.arp_ignore=1",
                              f"net.ipv6.conf.{up}.disable_ipv6=1"])
-            if ip_lines:
-                topo.ip(h, *ip_lines)
-                if len(topo.hosts) > 2:
-                    overlay.flood_list(topo, h)
+            for tun in tunnels:
+                topo.add_tunnel(h, tun)
+                topo.ip(h, f"link set {tun.dev} mtu {topo.sc.vm_mtu} up")
+            for tun in tunnels:
+                topo.flood(h, tun)
             if underlay_dev == up:
                 topo.underlay_address(h, up)
             self._pending[h] = (argv, underlay_dev)

@@ -31,6 +31,9 @@ class WireGuard(EncryptedTunnel):
     def outer_size(self, inner: int) -> int:
         return inner + OVERHEAD
 
+    def adopt(self, implementation):
+        self.kernel = implementation == "kernel-wireguard"
+
     def check(self, scenario, caps):
         problem = self.scope_problem(scenario)
         if problem:

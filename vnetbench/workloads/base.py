@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from ..executor import Executor
 from ..sample import Sample
-from ..spec import not_a_bool
+from ..strict import not_a_bool
 
 
 class WorkloadError(RuntimeError):

@@ -1,0 +1,113 @@
+"""A scenario: one combination of the experiment's factor levels, as plain data (printed by `plan`, compared,
+stored with the campaign). It names its datapath elements by their levels; the element objects are made from
+those levels through the datapath registry by whoever checks or builds them (matrix, topology), never kept here.
+
+This module is also the one place the topology factors are declared (their names, defaults and choices):
+spec, validate, matrix and topology all read them from here. It imports nothing of vnetbench.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
+TOPOLOGY_FACTORS = {
+    "switch": "the virtual switch on each host (a datapath name)",
+    "overlay": "how VM traffic crosses between hosts (a datapath name)",
+    "encryption": "encryption of VM or host traffic (a datapath name)",
+    "encryption_scope": "vm-to-vm (end to end between the VMs of a pair) or host-to-host (a gateway tunnel)",
+    "attach": "how a VM is connected: switch, direct (SR-IOV-like macvlan) or host (no VM)",
+    "placement": "same-host or cross-host: where the two VMs of a pair live",
+    "pairs": "number of client/server VM pairs running at once",
+    "mtu": "MTU of the underlay (the hosts' NICs), bytes",
+    "ip_version": "4 or 6: the address family the workloads use",
+    "mtu_policy": "lower-vm (cloud default: VM MTU = MTU - tunnel overhead) or raise-underlay",
+    "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
+    "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
+              "kernel, User-Mode Linux here, which has the datapaths this kernel may lack)",
+}
+ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
+DEFAULT_LEVELS: dict[str, Any] = {
+    "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
+    "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
+    "hops": 0, "kernel": "shared",
+}
+CHOICES = {
+    "placement": ("same-host", "cross-host"),
+    "ip_version": (4, 6),
+    "encryption_scope": ("vm-to-vm", "host-to-host"),
+    "mtu_policy": ("lower-vm", "raise-underlay"),
+    "kernel": ("shared", "guest"),
+}
+
+
+def as_list(value: Any) -> list[Any]:
+    """A factor's levels: a list as written, or the one level."""
+    return list(value) if isinstance(value, list) else [value]
+
+
+def label(level: Any) -> str:
+    """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options."""
+    if isinstance(level, dict):
+        rest = [str(v) for k, v in level.items() if k != "type"]
+        return f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type"))
+    return str(level)
+
+
+def element_name(level: Any) -> Any:
+    """The datapath name of an element level: `vxlan`, or the `type` of {type: ipsec, ...}."""
+    return level.get("type") if isinstance(level, dict) else level
+
+
+@dataclass
+class Scenario:
+    index: int
+    levels: dict[str, Any]                   # factor -> level as written (scalar, or mapping for elements)
+    labels: dict[str, str]                   # factor -> level as shown
+    workload_params: list[dict]              # each selected workload's entry: type, parameters, pairs, background...
+    workload_ids: list[int]                  # index of each workload in the spec (stable trial identity)
+    hosts: int
+    tenants: int
+    underlay_rate: int | None
+    # Bytes of encapsulation each element takes between the VM MTU and the underlay MTU (the underlay is IPv4),
+    # as the matrix worked them out with the implementation it chose.
+    overheads: dict[str, int] = field(default_factory=dict)
+    skip: str | None = None
+    implementation: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    # The Workload objects made from workload_params through the workload registry (what the runner runs):
+    # derived from the data above, so not part of the scenario's identity.
+    workloads: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.labels.items())
+
+    def __getitem__(self, factor: str) -> Any:
+        return self.levels[factor]
+
+    def element(self, kind: str) -> Any:
+        """The datapath name chosen for an element kind (switch, overlay, encryption, attach)."""
+        return element_name(self.levels[kind])
+
+    @property
+    def overhead(self) -> int:
+        """Bytes of encapsulation between the VM MTU and the underlay MTU (the underlay is always IPv4)."""
+        return sum(self.overheads.values())
+
+    @property
+    def underlay_mtu(self) -> int:
+        mtu = self.levels["mtu"]
+        return mtu + self.overhead if self.levels["mtu_policy"] == "raise-underlay" else mtu
+
+    @property
+    def vm_mtu(self) -> int:
+        mtu = self.levels["mtu"]
+        return mtu - self.overhead if self.levels["mtu_policy"] == "lower-vm" else mtu
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain data (JSON-serialisable when its levels are)."""
+        return {"index": self.index, "levels": self.levels, "labels": self.labels,
+                "workload_params": self.workload_params, "workload_ids": self.workload_ids, "hosts": self.hosts,
+                "tenants": self.tenants, "underlay_rate": self.underlay_rate, "overheads": self.overheads,
+                "skip": self.skip, "implementation": self.implementation, "notes": self.notes}
