@@ -144,10 +144,11 @@ class Ovs(Switch):
                                                          "trunk",))
         if name not in OVS_TUNNEL_TYPES:
             return Availability.no(f"ovs has no {name} support")
+        enc = scenario.element("encryption")
         if (dp == "netdev" and scenario.levels["encryption_scope"] == "host-to-host"
                 and scenario.labels["encryption"] != "none"):
             return Availability.no("OVS userspace tunnels are routed out of an OVS bridge port only; host-to-host "
-                                   f"encryption ({scenario.element('encryption')}) moves the tunnel endpoints onto its own device outside "
+                                   f"encryption ({enc}) moves the tunnel endpoints onto its own device outside "
                                    "OVS; use tunnel: kernel (vxlan) or encryption_scope vm-to-vm")
         if dp == "system" and overlay.kernel_kind and not caps.has(overlay.kernel_kind):
             return Availability.no(f"the OVS kernel datapath builds {name} ports on the kernel's {overlay.kernel_kind} "
