@@ -11,7 +11,8 @@ of the run on that machine (`<prefix>-h1`), created from its root namespace (nod
 namespaces are added and its devices created straight into them: the machine's own interfaces, addresses and routes
 are never touched, and deleting the run's namespaces removes everything. Datapath elements never know which site:
 they add lines for a node label and ask the topology for what differs (`nic`, `nic_node`, `uplink`, `veth`,
-`tunnel`, a node's `netns`).
+`tunnel`, a node's `netns`). The methods an element may call are the builder interface (datapaths/base.py:
+Builder); a topology makes its own elements from the scenario's levels, and they reach one another only through it.
 """
 from __future__ import annotations
 
