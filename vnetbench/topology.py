@@ -153,6 +153,28 @@ class Topology:
             return self.machine or LocalExecutor(self.ledger)
         return self.nodes[label].exec
 
+    # ---- between elements: each asks the topology, never another element -----------------------------------
+    def plug(self, host: str, ifname: str, tenant: int) -> None:
+        """Connect a VM's host-side interface to the host's switch, in the tenant's network."""
+        self.elements["switch"].plug(self, host, ifname, tenant)
+
+    def tunnel_port(self, host: str, tenant: int, dev: str) -> None:
+        """Connect an overlay's tunnel device to the host's switch, in the tenant's network."""
+        self.elements["switch"].tunnel_port(self, host, tenant, dev)
+
+    def overlay_tunnel(self, host: str, tenant: int) -> Tunnel | None:
+        """The overlay's tunnel for a tenant on a host, as plain data (None: the overlay does not tunnel)."""
+        return self.elements["overlay"].tunnel(self, host, tenant)
+
+    def add_tunnel(self, host: str, tunnel: Tunnel) -> None:
+        """Create a tunnel as a kernel device of the host (see `tunnel` for where it is made)."""
+        self.tunnel(host, tunnel.ip_link())
+
+    def flood(self, host: str, tunnel: Tunnel) -> None:
+        """Head-end replication: broadcast and unknown frames of the tunnel go to every remote in its flood list."""
+        for remote in tunnel.flood:
+            self.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {tunnel.dev} dst {remote}")
+
     # ---- names that depend on the site ---------------------------------------------------------------------
     def nic(self, host: str) -> str:
         """The host's underlay NIC: the emulated one, or the testbed's (whose settings are never changed)."""
@@ -190,28 +212,6 @@ class Topology:
         self.ip(host, *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
                 f"link set {dev} up")
         return dev
-
-    # ---- between elements: each asks the topology, never another element -----------------------------------
-    def plug(self, host: str, ifname: str, tenant: int) -> None:
-        """Connect a VM's host-side interface to the host's switch, in the tenant's network."""
-        self.elements["switch"].plug(self, host, ifname, tenant)
-
-    def tunnel_port(self, host: str, tenant: int, dev: str) -> None:
-        """Connect an overlay's tunnel device to the host's switch, in the tenant's network."""
-        self.elements["switch"].tunnel_port(self, host, tenant, dev)
-
-    def overlay_tunnel(self, host: str, tenant: int) -> Tunnel | None:
-        """The overlay's tunnel for a tenant on a host, as plain data (None: the overlay does not tunnel)."""
-        return self.elements["overlay"].tunnel(self, host, tenant)
-
-    def add_tunnel(self, host: str, tunnel: Tunnel) -> None:
-        """Create a tunnel as a kernel device of the host (see `tunnel` for where it is made)."""
-        self.tunnel(host, tunnel.ip_link())
-
-    def flood(self, host: str, tunnel: Tunnel) -> None:
-        """Head-end replication: broadcast and unknown frames of the tunnel go to every remote in its flood list."""
-        for remote in tunnel.flood:
-            self.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {tunnel.dev} dst {remote}")
 
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
