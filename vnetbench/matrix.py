@@ -111,6 +111,9 @@ def _check_level(factor: str, level: Any) -> str | None:
             make_element(factor, level)
         except ValueError as exc:
             return str(exc)
+    elif factor == "vm_kernel":
+        from .guests.vms import problem
+        return problem(level)
     elif factor in CHOICES and level not in CHOICES[factor]:
         return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
     elif factor == "pairs" and not (_whole(level) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):
@@ -418,6 +421,10 @@ def _decide(sc: Scenario, factor_levels: dict[str, list], caps: Capabilities) ->
     """Skip with a reason, or record what implementation each element will use."""
     reason = _structural(sc, factor_levels) or _workload_fit(sc)
     if reason:
+        sc.skip = reason
+        return
+    from .guests import vms
+    if reason := vms.decide(sc):
         sc.skip = reason
         return
     if sc.levels.get("kernel") == "guest":  # checked against what the guest's own kernel and tools offer

@@ -26,7 +26,7 @@ from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import SystemProbe, busy_ratio_now
+from .probes.procstat import GuestSystemProbe, SystemProbe, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
@@ -156,6 +156,7 @@ class Runner:
         self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
         self.site = None
         self.guest = None
+        self.vm_guests = None
         self.console = console or Console(stderr=True)
         self.progress = progress
 
@@ -218,6 +219,8 @@ class Runner:
                 self.site = TestbedSite(self.testbed, ledger)
             from .guests.machine import GuestMachine
             self.guest = GuestMachine(ledger)  # booted at the first `kernel: guest` scenario, if any
+            from .guests.vms import VmGuests
+            self.vm_guests = VmGuests(ledger)  # booted at the first `vm_kernel: guest` scenario, if any
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
@@ -230,6 +233,8 @@ class Runner:
                 finally:
                     if self.guest is not None:
                         self.guest.close()
+                    if self.vm_guests is not None:
+                        self.vm_guests.close()
                     if ledger is not None:
                         ledger.remove_all()
                         if self.site:
@@ -368,13 +373,14 @@ class Campaign:
             self.ran.add(sc.index)
         try:
             machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
+            vm_guests = self.r.vm_guests.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
         except GuestError as exc:
             self.failed_builds.add(sc.index)
             self.outcome.scenarios_failed += 1
             self.store.set_scenario(self.cid, sc.index, "failed", f"guest did not come up: {exc}")
             self.r.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
             return None
-        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine)
+        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine, vm_guests=vm_guests)
         began = time.monotonic()
         try:
             topo.build()
@@ -457,6 +463,8 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         SystemProbe(topo.machine), *[InterfaceProbe(h.exec) for h in topo.hosts]] if topo.machine else [
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
+    # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
+    probes += [GuestSystemProbe(topo.nodes[vm.guest].exec, vm.label) for vm in topo.vms if vm.guest]
     for p in probes:
         p.start()
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
