@@ -464,7 +464,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
     # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
-    probes += [GuestSystemProbe(topo.nodes[vm.guest].exec, vm.label) for vm in topo.vms if vm.guest]
+    probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     for p in probes:
         p.start()
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]

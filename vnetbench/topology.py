@@ -576,7 +576,11 @@ class Topology:
             except CommandError:
                 pass
         guests = [n for n in self.nodes.values() if n.guest]
-        if guests:
+        if guests:  # the ports' veths now, not when the host's namespace is gone (asynchronously, after the
+            # next topology may have asked for the same names)
+            subprocess.run(["ip", "-n", self.nodes["gn"].exec.netns, "-force", "-batch", "-"], capture_output=True,
+                           text=True, input="".join(f"link del {self.ifname('g' + vm.label.split('v')[1])}\n"
+                                                    for vm in guests))
             with ThreadPoolExecutor(max_workers=len(guests)) as pool:
                 list(pool.map(release, guests))
 

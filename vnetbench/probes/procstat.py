@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..executor import Executor
 from ..sample import Sample
 from . import register
-from .base import Probe
+from .base import Probe, span, value_at
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,8 @@ GUEST_READER = """
 import sys, time
 t0, k = time.monotonic(), 0
 while True:
-    text = open("/proc/stat").read() + "@@S\\n" + open("/proc/softirqs").read() + "@@E\\n"
+    text = (open("/proc/stat").read() + "@@S\\n" + open("/proc/softirqs").read() + "@@N\\n" +
+            open("/proc/net/dev").read() + "@@E\\n")
     sys.stdout.write(text)
     sys.stdout.flush()
     k += 1
@@ -241,7 +242,8 @@ GUEST_START_S = 20.0  # python starting in a busy one-CPU guest
 class GuestSystemProbe(SystemProbe):
     """A guest VM's own /proc/stat: its CPU shares, interrupts, context switches and softirqs, as SystemProbe's
     metrics with scope=vm and vm=<label>. One reader runs in the guest for the trial; each reading is stamped on
-    this machine's clock when it arrives (the trial's one timebase)."""
+    this machine's clock when it arrives (the trial's one timebase). Run in the VM's namespace, it also counts the
+    packets the VM's own NIC received (if_rx_packets_per_s with scope=vm: what reached the VM, e.g. of a flood)."""
 
     kind = "vm-system"
 
@@ -252,7 +254,7 @@ class GuestSystemProbe(SystemProbe):
         self.error: str | None = None
 
     def start(self) -> None:
-        self._snaps, self.error = [], None
+        self._snaps, self._rx, self.error = [], [], None
         self._proc = self.executor.spawn(["python3", "-u", "-c", GUEST_READER % self.interval],
                                          label=f"procstat {self.meta['vm']}")
         self._thread = threading.Thread(target=self._receive, name="vnetbench-vm-probe", daemon=True)
@@ -263,16 +265,20 @@ class GuestSystemProbe(SystemProbe):
                                f"{': ' + self.error if self.error else ''}")
 
     def _receive(self) -> None:
-        stat, soft, part = [], [], None
+        stat, soft, dev, part = [], [], [], None
         for line in self._proc.stdout:
             if line == "@@S\n":
                 part = soft
+            elif line == "@@N\n":
+                part = dev
             elif line == "@@E\n":
-                snap = Snapshot(time.time(), parse_proc_stat("".join(stat)), parse_softirqs("".join(soft)))
+                t = time.time()
+                snap = Snapshot(t, parse_proc_stat("".join(stat)), parse_softirqs("".join(soft)))
                 with self._got:
+                    self._rx.append((t, rx_packets("".join(dev))))
                     self._snaps.append(snap)
                     self._got.notify_all()
-                stat, soft, part = [], [], None
+                stat, soft, dev, part = [], [], [], None
             else:
                 (stat if part is None else part).append(line)
         self.error = (self._proc.stderr.read() or "").strip()[-300:] if self._proc.stderr else None
@@ -296,4 +302,21 @@ class GuestSystemProbe(SystemProbe):
             raise RuntimeError("GuestSystemProbe.stop() before start()")
         self._wait(len(self._snaps) + 1, 4 * self.interval + 2)  # one reading after the window's end
         self._end()
-        return self._samples(list(self._snaps), window)
+        out = self._samples(list(self._snaps), window)
+        start, end = span(self._rx, window)
+        for dev in self._rx[-1][1] if end > start else ():
+            a, b = value_at(self._rx, dev, start), value_at(self._rx, dev, end)
+            if a is not None and b is not None:
+                out.append(Sample.of("if_rx_packets_per_s", (b - a) / (end - start), interface=dev,
+                                     **self.meta, window=[start, end]))
+        return out
+
+
+def rx_packets(text: str) -> dict[str, float]:
+    """Packets received per interface from /proc/net/dev (loopback left out)."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, _, counts = line.partition(":")
+        if counts.split() and name.strip() != "lo":
+            out[name.strip()] = float(counts.split()[1])
+    return out
