@@ -485,6 +485,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         for b in background:
             try:
                 samples += b.finish()
+                error = error or _uncovered(b, window)
             except TrialFailure as exc:
                 error = error or str(exc)
     if error:
@@ -495,6 +496,19 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def _uncovered(b: Background, window) -> str | None:
+    """A background load that ended before the foreground's window did was not there for all of it (e.g. servers
+    slow to start in a starved guest): the trial would measure without it."""
+    if not window:
+        return None
+    ends = [s.metadata["window"][1] for s in b.samples if s.metadata.get("window")]
+    end = max(ends) if ends else b.ended
+    if end < window[1] - 0.25:
+        return (f"background {b.workload.kind} ended {window[1] - end:.1f} s before the measurement window did "
+                f"(it must cover it: give it a longer duration)")
+    return None
 
 
 def tool_window(samples: list[Sample]) -> tuple[float, float] | None:
