@@ -84,7 +84,7 @@ def decide(sc) -> str | None:
     if vk.type != "guest":
         return None
     if sc.levels.get("attach") != "switch":
-        return (f"vm_kernel guest: a guest VM is plugged into its host's switch; attach {sc.labels['attach']} has "
+        return (f"vm_kernel guest: a guest VM is plugged into its host's switch; attach {sc.levels['attach']} has "
                 f"{'no VM' if sc.levels.get('attach') == 'host' else 'no switch port'} (use attach switch)")
     if sc.levels.get("kernel", "shared") != "shared":
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
