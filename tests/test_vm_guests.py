@@ -61,6 +61,16 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
     assert vms.decide(sc) == "vm_kernel guest: pair 3 is a guest but the scenario has 2 pairs"
 
 
+def _prefix(db) -> str | None:
+    import sqlite3
+    try:
+        with sqlite3.connect(db) as c:
+            row = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return row[0] if row else None
+
+
 def _uml_pids(prefix: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -76,7 +86,7 @@ def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_p
     try:
         deadline, prefix = time.monotonic() + 90, None
         while time.monotonic() < deadline:  # the guest is up and iperf3 runs into it: its server listens there
-            prefix = prefix or next((p.name for p in state_dir.iterdir() if p.is_dir()), None) if state_dir.exists() else None
+            prefix = prefix or _prefix(db)  # the run's (the capability probe's scratch ledger comes first)
             if prefix and _uml_pids(prefix) and f"{prefix}-h2" in netns_names():
                 guest_iperf = subprocess.run(["pgrep", "-f", f"iperf3 -c 10.101.0.2"], capture_output=True).returncode
                 if guest_iperf == 0:

@@ -346,7 +346,9 @@ class S5(Analysis):
             conv = {g: [v for r in by[g] if (v := self._vm_value(r, role, "conversion")) is not None] for g in GROUPS}
             if (c := _compare(conv["control"], conv["attack"])) is not None:
                 parts.append(f"conversion rate {100 * c.a.mean:.1f} % -> {100 * c.b.mean:.1f} %, higher under "
-                             f"attack: {_answer(c, 'higher')} (Welch p = {c.p:.2g}; the study, on its host: 53 % -> 68 %)")
+                             f"attack: {_answer(c, 'higher')} ("
+                             + (f"Welch p = {c.p:.2g}; " if math.isfinite(c.p) else "")
+                             + "the study, on its host: 53 % -> 68 %)")
             out.append(f"Inside {name} (its own kernel, control -> attack, mean of rounds): " + "; ".join(parts) + ".")
         return out
 
