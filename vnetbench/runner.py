@@ -464,9 +464,10 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
     # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
-    probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
+    guest_probes = [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     for p in probes:
         p.start()
+    probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
     error, samples, window = None, [], None
     try:
@@ -496,6 +497,31 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def _start_guest_probes(guest_probes: list, started: list) -> list:
+    """Each guest VM's reader starts at once (a python in a one-CPU guest takes a moment); one that does not start
+    fails the trial, with every probe stopped."""
+    if not guest_probes:
+        return []
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(p):
+        try:
+            p.start()
+            return None
+        except Exception as exc:
+            return str(exc)
+    with ThreadPoolExecutor(max_workers=len(guest_probes)) as pool:
+        errors = [e for e in pool.map(start, guest_probes) if e]
+    if errors:
+        for p in started + guest_probes:
+            try:
+                p.stop()
+            except Exception:
+                pass
+        raise TrialFailure("; ".join(errors))
+    return guest_probes
 
 
 def _uncovered(b: Background, window) -> str | None:
