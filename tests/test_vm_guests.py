@@ -61,6 +61,21 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
     assert vms.decide(sc) == "vm_kernel guest: pair 3 is a guest but the scenario has 2 pairs"
 
 
+def test_a_background_load_that_ends_before_the_window_is_named():
+    from vnetbench.runner import Background, _uncovered
+    from vnetbench.sample import Sample
+    b = Background.__new__(Background)
+    b.workload, b.samples, b.ended = workloads_kind("cpuload"), [], 100.0
+    assert _uncovered(b, (90.0, 99.9)) is None and _uncovered(b, None) is None
+    assert _uncovered(b, (90.0, 102.0)).startswith("background cpuload ended 2.0 s before the measurement window did")
+    b.samples = [Sample.of("throughput_bps", 1.0, window=[80.0, 95.0])]  # a tool's own window beats the thread's end
+    assert "ended 4.0 s before" in _uncovered(b, (90.0, 99.0))
+
+
+def workloads_kind(kind: str):
+    return type("W", (), {"kind": kind})()
+
+
 def _prefix(db) -> str | None:
     import sqlite3
     try:

@@ -424,8 +424,9 @@ class Campaign:
             verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
                                    foreign_busy=extra.get("foreign_busy_ratio"))
             samples = verdict.samples
-            if verdict.noisy:
-                meta["noisy"] = verdict.noisy
+            noisy = verdict.noisy + extra.get("background_uncovered", [])
+            if noisy:
+                meta["noisy"] = noisy
                 self.outcome.trials_noisy += 1
             if verdict.invalid:
                 status, error = "invalid", "; ".join(verdict.invalid)
@@ -469,7 +470,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         p.start()
     probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
-    error, samples, window = None, [], None
+    error, samples, window, uncovered = None, [], None, []
     try:
         for b in background:
             b.start()
@@ -486,7 +487,8 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         for b in background:
             try:
                 samples += b.finish()
-                error = error or _uncovered(b, window)
+                if why := _uncovered(b, window):
+                    uncovered.append(why)
             except TrialFailure as exc:
                 error = error or str(exc)
     if error:
@@ -494,6 +496,8 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
     meta = {"foreign_busy_ratio": foreign}
+    if uncovered:
+        meta["background_uncovered"] = uncovered
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
@@ -526,14 +530,14 @@ def _start_guest_probes(guest_probes: list, started: list) -> list:
 
 def _uncovered(b: Background, window) -> str | None:
     """A background load that ended before the foreground's window did was not there for all of it (e.g. servers
-    slow to start in a starved guest): the trial would measure without it."""
+    slow to start in a starved guest): the trial is noisy, with that reason."""
     if not window:
         return None
     ends = [s.metadata["window"][1] for s in b.samples if s.metadata.get("window")]
     end = max(ends) if ends else b.ended
     if end < window[1] - 0.25:
         return (f"background {b.workload.kind} ended {window[1] - end:.1f} s before the measurement window did "
-                f"(it must cover it: give it a longer duration)")
+                f"(give it a longer duration to cover it)")
     return None
 
 
