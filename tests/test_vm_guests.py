@@ -57,6 +57,9 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
     sc = scenarios("guest")[0]
     sc.levels["attach"] = "direct"
     assert "attach direct has no switch port" in vms.decide(sc) and vms.wanted(sc) == []
+    sc = scenarios("guest")[0]
+    sc.labels["encryption"] = "ipsec"
+    assert vms.decide(sc).startswith("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet")
     sc = scenarios("{type: guest, pairs: [3]}")[0]
     assert vms.decide(sc) == "vm_kernel guest: pair 3 is a guest but the scenario has 2 pairs"
 

@@ -88,6 +88,9 @@ def decide(sc) -> str | None:
                 f"{'no VM' if sc.levels.get('attach') == 'host' else 'no switch port'} (use attach switch)")
     if sc.levels.get("kernel", "shared") != "shared":
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
+    if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "vm-to-vm":
+        return ("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet (its capability check would be "
+                "the machine's, not the guests' kernels'); use kernel: guest, where the whole topology has the guest's xfrm")
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
     from . import backend
