@@ -77,11 +77,6 @@ class Trial:
               and not s["metadata"].get("series") and "cpu" not in s["metadata"]]
         return vs[0] if vs else None
 
-    def vms(self, metric: str) -> dict[str, float]:
-        """A guest VM probe's value over the trial, per VM (vm_kernel: guest): its own kernel's counters."""
-        return {s["metadata"]["vm"]: s["value"] for s in self.samples if s["metric"] == metric
-                and s["metadata"].get("scope") == "vm" and is_window(s["metadata"])}
-
     def processes(self) -> dict[str, float]:
         """process_cpu_ratio per datapath process (ovs-vswitchd, wireguard-go, charon ...)."""
         return {s["metadata"]["process"]: s["value"] for s in self.samples
