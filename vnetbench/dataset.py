@@ -84,7 +84,7 @@ class Trial:
 
 
 def _own(meta: dict) -> bool:
-    return meta.get("role") != "background" and meta.get("scope") != "machine" and "process" not in meta
+    return meta.get("role") != "background" and meta.get("scope") not in ("machine", "vm") and "process" not in meta
 
 
 def is_window(meta: dict) -> bool:

@@ -99,6 +99,10 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
     if reason:
         sc.skip = reason
         return
+    from .guests import vms
+    if reason := vms.decide(sc):
+        sc.skip = reason
+        return
     if sc.levels.get("kernel") == "guest":  # checked against what the guest's own kernel and tools offer
         from .guests import machine
         guest = machine.capabilities()

@@ -26,7 +26,7 @@ from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import SystemProbe, busy_ratio_now
+from .probes.procstat import GuestSystemProbe, SystemProbe, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
@@ -156,6 +156,7 @@ class Runner:
         self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
         self.site = None
         self.guest = None
+        self.vm_guests = None
         self.console = console or Console(stderr=True)
         self.progress = progress
 
@@ -218,6 +219,8 @@ class Runner:
                 self.site = TestbedSite(self.testbed, ledger)
             from .guests.machine import GuestMachine
             self.guest = GuestMachine(ledger)  # booted at the first `kernel: guest` scenario, if any
+            from .guests.vms import VmGuests
+            self.vm_guests = VmGuests(ledger)  # booted at the first `vm_kernel: guest` scenario, if any
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress() as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
@@ -230,6 +233,8 @@ class Runner:
                 finally:
                     if self.guest is not None:
                         self.guest.close()
+                    if self.vm_guests is not None:
+                        self.vm_guests.close()
                     if ledger is not None:
                         ledger.remove_all()
                         if self.site:
@@ -368,13 +373,14 @@ class Campaign:
             self.ran.add(sc.index)
         try:
             machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
+            vm_guests = self.r.vm_guests.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
         except GuestError as exc:
             self.failed_builds.add(sc.index)
             self.outcome.scenarios_failed += 1
             self.store.set_scenario(self.cid, sc.index, "failed", f"guest did not come up: {exc}")
             self.r.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
             return None
-        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine)
+        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine, vm_guests=vm_guests)
         began = time.monotonic()
         try:
             topo.build()
@@ -418,8 +424,9 @@ class Campaign:
             verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
                                    foreign_busy=extra.get("foreign_busy_ratio"))
             samples = verdict.samples
-            if verdict.noisy:
-                meta["noisy"] = verdict.noisy
+            noisy = verdict.noisy + extra.get("background_uncovered", [])
+            if noisy:
+                meta["noisy"] = noisy
                 self.outcome.trials_noisy += 1
             if verdict.invalid:
                 status, error = "invalid", "; ".join(verdict.invalid)
@@ -457,10 +464,13 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         SystemProbe(topo.machine), *[InterfaceProbe(h.exec) for h in topo.hosts]] if topo.machine else [
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
+    # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
+    guest_probes = [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     for p in probes:
         p.start()
+    probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
-    error, samples, window = None, [], None
+    error, samples, window, uncovered = None, [], None, []
     try:
         for b in background:
             b.start()
@@ -477,6 +487,8 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         for b in background:
             try:
                 samples += b.finish()
+                if why := _uncovered(b, window):
+                    uncovered.append(why)
             except TrialFailure as exc:
                 error = error or str(exc)
     if error:
@@ -484,9 +496,49 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
     meta = {"foreign_busy_ratio": foreign}
+    if uncovered:
+        meta["background_uncovered"] = uncovered
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def _start_guest_probes(guest_probes: list, started: list) -> list:
+    """Each guest VM's reader starts at once (a python in a one-CPU guest takes a moment); one that does not start
+    fails the trial, with every probe stopped."""
+    if not guest_probes:
+        return []
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(p):
+        try:
+            p.start()
+            return None
+        except Exception as exc:
+            return str(exc)
+    with ThreadPoolExecutor(max_workers=len(guest_probes)) as pool:
+        errors = [e for e in pool.map(start, guest_probes) if e]
+    if errors:
+        for p in started + guest_probes:
+            try:
+                p.stop()
+            except Exception:
+                pass
+        raise TrialFailure("; ".join(errors))
+    return guest_probes
+
+
+def _uncovered(b: Background, window) -> str | None:
+    """A background load that ended before the foreground's window did was not there for all of it (e.g. servers
+    slow to start in a starved guest): the trial is noisy, with that reason."""
+    if not window:
+        return None
+    ends = [s.metadata["window"][1] for s in b.samples if s.metadata.get("window")]
+    end = max(ends) if ends else b.ended
+    if end < window[1] - 0.25:
+        return (f"background {b.workload.kind} ended {window[1] - end:.1f} s before the measurement window did "
+                f"(give it a longer duration to cover it)")
+    return None
 
 
 def tool_window(samples: list[Sample]) -> tuple[float, float] | None:

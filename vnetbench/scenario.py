@@ -25,12 +25,15 @@ TOPOLOGY_FACTORS = {
     "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
     "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
               "kernel, User-Mode Linux here, which has the datapaths this kernel may lack)",
+    "vm_kernel": "shared (VMs are namespaces of the hosts' kernel) or guest (each VM a guest with its own kernel, "
+                 "CPU counters and xfrm, on a tap into its host's switch); {type: guest, pairs: [..], side: "
+                 "client|server|both} makes only those VMs guests",
 }
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
-    "hops": 0, "kernel": "shared",
+    "hops": 0, "kernel": "shared", "vm_kernel": "shared",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host"),

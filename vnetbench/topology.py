@@ -27,6 +27,7 @@ from typing import Callable
 from . import datapaths
 from .datapaths.base import BuildError, Tunnel
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from .guests.base import TAP_MTU
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .scenario import Scenario
 from .strict import one_line
@@ -48,6 +49,7 @@ class Node:
     netns: str | None = None  # its network namespace (None: a real host's own root namespace)
     v4: str | None = None  # the address workloads target
     v6: str | None = None
+    guest: str | None = None  # a VM with a kernel of its own: the node of its guest's root namespace (vm_kernel)
 
 
 @dataclass
@@ -64,12 +66,14 @@ class Step:
 
 class Topology:
     def __init__(self, scenario: Scenario, ledger: Ledger | None, prefix: str | None = None, site=None,
-                 machine: Executor | None = None):
+                 machine: Executor | None = None, vm_guests: dict | None = None):
         self.sc = scenario
         # This topology's own elements, made from the scenario's levels, each with the implementation checked.
         self.elements = datapaths.elements(scenario.levels, scenario.implementation)
         self.site = site  # None: emulated hosts on this machine
         self.machine = machine  # where the emulated hosts' namespaces live: None = this machine; else a guest
+        self.vm_guests = vm_guests or {}  # VM label -> guests.vms.GuestVm: the VMs with a kernel of their own
+        self._guest_nics: dict[str, str] = {}  # guest VM label -> its NIC's name in its namespace
         self.ledger = ledger
         self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
         self.nodes: dict[str, Node] = {}
@@ -221,16 +225,31 @@ class Topology:
     def root_of(self, label: str) -> str:
         """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
         on a testbed the VM's host (a real host's own root namespace)."""
+        node = self.nodes[label]
+        if node.guest:
+            return node.guest
         if not self.site:
             return ROOT
-        node = self.nodes[label]
         return "m" + (node.host if node.role == "vm" else label)[1:]
 
     def veth(self, a: str, a_if: str, b: str, b_if: str) -> None:
         """A veth between two nodes (on a testbed they are on one machine: a VM and its host)."""
         na, nb = self.nodes[a], self.nodes[b]
+        if na.guest:
+            return self._guest_port(na, a_if, nb, b_if)
         mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
         self.ip(self.root_of(a), f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if} netns {nb.netns}")
+
+    def _guest_port(self, vm: Node, vm_if: str, host: Node, port: str) -> None:
+        """A guest VM's port on its host, as a Xen vif: a veth from the bridge of the guest's tap (in the run's
+        guest namespace) into the host's namespace; inside the guest, its NIC moves into the VM's namespace."""
+        g = self.vm_guests[vm.label]
+        gn_end = self.ifname(f"g{vm.label.split('v')[1]}")
+        self.ip(ROOT, f"link add {gn_end} netns {g.netns} type veth peer name {port} netns {host.netns}")
+        self.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {g.bridge} up")
+        self.ip(vm.guest, f"link set {g.nic} netns {vm.netns}")
+        self.ip(vm.label, f"link set {g.nic} name {vm_if}")
+        self._guest_nics[vm.label] = vm_if
 
     # ---- layout ------------------------------------------------------------------------------------------
     def _add(self, label: str, role: str, host: str | None = None, tenant: int | None = None) -> Node:
@@ -240,6 +259,13 @@ class Topology:
             where = self.site.executor(host or label)
             node = Node(label, role, host, where.in_netns(self.ns(label), f"{self.site.name(host or label)}:{label}"),
                         tenant, netns=self.ns(label))
+        elif label in self.vm_guests:  # a VM with its own kernel: a namespace of the run inside its guest
+            g = self.vm_guests[label]
+            if "gn" not in self.nodes:
+                self.nodes["gn"] = Node("gn", "guestnet", None, NetnsExecutor(g.netns, self.ledger))
+            root = self.nodes[f"g{label}"] = Node(f"g{label}", "guest", None, g.executor)
+            node = Node(label, role, host, g.executor.in_netns(self.ns(label), label), tenant, netns=self.ns(label),
+                        guest=root.label)
         elif self.machine is not None:
             node = Node(label, role, host, self.machine.in_netns(self.ns(label), label), tenant, netns=self.ns(label))
         else:
@@ -523,7 +549,7 @@ class Topology:
                 self._run_step(step)
             except BuildError:
                 pass  # the namespace goes anyway; a failed graceful stop must not block the rest
-        namespaces = [n.netns for n in self.nodes.values() if n.netns]
+        namespaces = [n.netns for n in self.nodes.values() if n.netns and not n.guest]
         for proc in self.daemons.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -538,6 +564,7 @@ class Topology:
             if self.ledger:
                 self.ledger.forget_many([("process", name) for name in self.daemons])
             return
+        self._release_guests()
         if self.machine is not None:  # a guest: the same, inside it
             q = " ".join(map(shlex.quote, namespaces))
             try:
@@ -551,7 +578,33 @@ class Topology:
                            capture_output=True, text=True)
         if self.ledger:
             self.ledger.forget_many([("process", name) for name in self.daemons] +
-                                    [("netns", n) for n in namespaces])
+                                    [("netns", n) for n in namespaces] +
+                                    [("netns", n.netns) for n in self.nodes.values() if n.guest])
+
+    def _release_guests(self) -> None:
+        """Each guest VM's namespace goes (its processes first), its NIC back to the guest's root namespace under
+        its own name, so the guest serves the next topology. A guest that does not answer is left to its fleet."""
+        from .guests.vms import NIC
+        q = shlex.quote
+
+        def release(vm: Node) -> None:
+            ns, dev = q(vm.netns), q(self._guest_nics.get(vm.label, NIC))
+            try:
+                self.nodes[vm.guest].exec.run_script(
+                    f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "
+                    f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {NIC} 2>/dev/null; "
+                    f"ip -n {ns} link set {NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true",
+                    timeout=30, check=False)
+            except CommandError:
+                pass
+        guests = [n for n in self.nodes.values() if n.guest]
+        if guests:  # the ports' veths now, not when the host's namespace is gone (asynchronously, after the
+            # next topology may have asked for the same names)
+            subprocess.run(["ip", "-n", self.nodes["gn"].exec.netns, "-force", "-batch", "-"], capture_output=True,
+                           text=True, input="".join(f"link del {self.ifname('g' + vm.label.split('v')[1])}\n"
+                                                    for vm in guests))
+            with ThreadPoolExecutor(max_workers=len(guests)) as pool:
+                list(pool.map(release, guests))
 
     # ---- plan --------------------------------------------------------------------------------------------
     def script(self) -> str:

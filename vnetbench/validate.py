@@ -91,6 +91,9 @@ def _check_level(factor: str, level: Any) -> str | None:
             make_element(factor, level)
         except ValueError as exc:
             return str(exc)
+    elif factor == "vm_kernel":
+        from .guests.vms import problem
+        return problem(level)
     elif factor in CHOICES and level not in CHOICES[factor]:
         return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
     elif factor == "pairs" and not (_whole(level) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):

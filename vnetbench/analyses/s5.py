@@ -3,7 +3,8 @@ without and with the attack) and what the attack did to the tenants (response ti
 
 What a round is: one ok trial of the foreground web workload (`http`); its scenario's `attack` level says control
 (off) or attack (on). Per round the machine-wide SystemProbe gives interrupts/s and context switches/s over the
-trial's window, exactly vmstat's `in` and `cs` (both read /proc/stat). The victim is the pair the flood targets
+trial's window, exactly vmstat's `in` and `cs` (both read /proc/stat); where VM1 and VM2 are guests with their own
+kernel (`vm_kernel: guest`), each one's own /proc/stat over the same window too (the study's vantage point). The victim is the pair the flood targets
 (`target_pair` of the spec's background workload; pair 1 if none), the neighbour the other pair of the web workload.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from matplotlib.ticker import FuncFormatter
 
 from .. import figures
 from ..dataset import load
-from ..stats import Comparison, Summary, compare, summarize
+from ..stats import Comparison, Summary, compare, holm, summarize
 from ..store import Store
 from . import register
 from .base import Analysis, AnalysisResult, FigureData, TableData
@@ -28,6 +29,10 @@ GROUPS = ("control", "attack")
 OFF_LEVELS = {"off", "false", "no", "0", "none"}
 STUDY = {"control": 0.53, "attack": 0.68}  # the study's conversion rates (Xen host, vmstat)
 MACHINE = ("interrupts_per_s", "context_switches_per_s", "net_rx_softirqs_per_s", "cpu_busy_ratio")
+VM_METRICS = (("interrupts_per_s", "interrupts/s"), ("context_switches_per_s", "context switches/s"),
+              ("conversion", "conversion rate (context switches / interrupts)"),
+              ("net_rx_softirqs_per_s", "NET_RX softirqs/s"), ("if_rx_packets_per_s", "packets received by its NIC/s"),
+              ("cpu_busy_ratio", "CPU busy (its own kernel's account)"))
 
 
 @dataclass
@@ -42,6 +47,8 @@ class Round:
     errors: dict[int, float] = field(default_factory=dict)            # pair -> http_errors
     cpu_ops: dict[int, float] = field(default_factory=dict)           # pair -> cpuload_ops_per_s (server VM)
     nic_rx: float | None = None                                       # victim's host NIC, packets/s received
+    vm: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # VM label -> metric -> value
+    vm_role: dict[str, str] = field(default_factory=dict)             # "victim"/"neighbour" -> VM label
 
     @property
     def conversion(self) -> float | None:
@@ -92,6 +99,10 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
     for t in trials.values():
         level = scenarios[t["scenario"]]["labels"].get("attack", "off")
         rounds[t["id"]] = Round(t["id"], group_of(level), t["started"] or 0.0)
+        pairs = t["metadata"].get("pairs", [])
+        for role, pair in (("victim", victim), ("neighbour", neighbour)):
+            if pair is not None and 0 < pair <= len(pairs) and pairs[pair - 1].get("server"):
+                rounds[t["id"]].vm_role[role] = pairs[pair - 1]["server"]
     nic = {tid: _nic_name(t["metadata"], victim) for tid, t in trials.items()}
     for s in data.samples:
         r = rounds.get(s["trial"])
@@ -99,7 +110,11 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
             continue
         meta, metric, value = s["metadata"], s["metric"], s["value"]
         background = meta.get("role") == "background"
-        if metric in MACHINE and meta.get("scope") == "machine" and "cpu" not in meta and not background:
+        if meta.get("scope") == "vm":  # a guest VM's own kernel (vm_kernel: guest): window totals only
+            if not meta.get("series") and "cpu" not in meta and meta.get("vm"):
+                # a VM has one NIC in its namespace: if_rx_packets_per_s is that NIC's
+                r.vm[meta["vm"]][metric] = value
+        elif metric in MACHINE and meta.get("scope") == "machine" and "cpu" not in meta and not background:
             if meta.get("series"):
                 r.series[metric].append((figures.since_start(s), value))
             else:
@@ -197,8 +212,10 @@ class S5(Analysis):
             result.findings.append("No round of the web workload finished: nothing to analyse.")
             return result
         result.tables.append(self._study_table(by))
+        if any(r.vm for r in rounds):
+            result.tables.append(self._vm_table(by, victim, neighbour))
         result.tables.append(self._tenant_table(by, victim, neighbour))
-        result.findings += self._findings(by, neighbour) + problems
+        result.findings += self._findings(by, neighbour) + self._vm_findings(by) + problems
         result.figures.append(self._fig3(by))
         result.figures.append(self._series_figure(by))
         result.figures.append(self._rt_figure(by, victim, neighbour))
@@ -256,6 +273,84 @@ class S5(Analysis):
         return ["growth, attack vs control", "", cell(values(lambda r: r.machine.get("interrupts_per_s"))),
                 cell(values(lambda r: r.machine.get("context_switches_per_s"))), cell(conv, points=True), "-", ratio,
                 cell(values(lambda r: r.machine.get("net_rx_softirqs_per_s"))), cell(values(lambda r: r.nic_rx))]
+
+    # ---- inside the VMs (the study's own vantage point) ------------------------------------------------------------
+    @staticmethod
+    def _vm_value(r: Round, role: str, metric: str) -> float | None:
+        got = r.vm.get(r.vm_role.get(role, ""), {})
+        if metric == "conversion":
+            i, c = got.get("interrupts_per_s"), got.get("context_switches_per_s")
+            return c / i if i and c is not None else None
+        return got.get(metric)
+
+    def _vm_rows(self, by: dict[str, list[Round]], victim: int, neighbour: int | None):
+        """(name, metric label, metric, comparison or None, control summary, attack summary) for each VM and the host."""
+        out = []
+        tenants = [("victim", f"VM1 (victim, pair {victim})")]
+        if neighbour is not None:
+            tenants.append(("neighbour", f"VM2 (neighbour, pair {neighbour})"))
+        for role, name in tenants:
+            for metric, label in VM_METRICS:
+                vals = {g: [v for r in by[g] if (v := self._vm_value(r, role, metric)) is not None] for g in GROUPS}
+                if vals["control"] or vals["attack"]:
+                    out.append((name, label, metric, vals))
+        for metric, label in VM_METRICS[:3]:
+            fn = (lambda r: r.conversion) if metric == "conversion" else (lambda r, m=metric: r.machine.get(m))
+            vals = {g: [v for r in by[g] if (v := fn(r)) is not None] for g in GROUPS}
+            out.append(("host (whole machine)", label, metric, vals))
+        return out
+
+    def _vm_table(self, by: dict[str, list[Round]], victim: int, neighbour: int | None) -> TableData:
+        rows_in = self._vm_rows(by, victim, neighbour)
+        comps = [_compare(v["control"], v["attack"]) if min(len(v["control"]), len(v["attack"])) >= 2 else None
+                 for _, _, _, v in rows_in]
+        adjusted = holm([c.p if c is not None else math.nan for c in comps])
+        rows = []
+        for (name, label, metric, vals), c, p_adj in zip(rows_in, comps, adjusted):
+            cell = pct_cell if metric in ("conversion", "cpu_busy_ratio") else rate_cell
+            diff = "-"
+            if c is not None and math.isfinite(c.diff_ci[0]):
+                scale, unit = (100, " points") if metric in ("conversion", "cpu_busy_ratio") else (1, "/s")
+                diff = f"{scale * c.diff:+.{1 if scale == 100 else 0}f}{unit} ({scale * c.diff_ci[0]:+.{1 if scale == 100 else 0}f}" \
+                       f" to {scale * c.diff_ci[1]:+.{1 if scale == 100 else 0}f})"
+            if c is None:
+                test = f"not tested ({len(vals['control'])} + {len(vals['attack'])} rounds)"
+            elif min(c.a.n, c.b.n) < MIN_ROUNDS:
+                test = f"too few rounds ({c.a.n} + {c.b.n}); p = {c.p:.2g}"
+            else:
+                test = f"{'yes' if p_adj < 0.05 else 'no'} (p = {c.p:.2g}, Holm {p_adj:.2g})"
+            rows.append([name, label, cell(_summary(vals["control"])), cell(_summary(vals["attack"])), diff, test])
+        note = ("Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
+                "host's probe: its /proc/stat (interrupts, context switches, CPU time, NET_RX softirqs) and its NIC's "
+                "received packets. One value per round; mean with its 95 % CI (Student t); attack − control is the "
+                "difference of the means with its bootstrap 95 % CI; significant = Welch's t-test, Holm-corrected over "
+                "the rows of this table. A UML guest's interrupts are its timer and its NICs' signals, and its vector "
+                "NIC takes received packets in batches, so a flood raises its packet count far more than its "
+                "interrupts. A UML guest has no steal time: time the machine does not give it is counted as its idle, "
+                "so its CPU busy share understates a starved VM (its stress-ng work done, in the next table, does not).")
+        return TableData("S5 — inside the VMs: each VM's own interrupts and context switches, beside the host's",
+                         ["VM", "measure", "control (95 % CI)", "attack (95 % CI)", "attack − control (95 % CI)",
+                          "significant"], rows, note)
+
+    def _vm_findings(self, by: dict[str, list[Round]]) -> list[str]:
+        out = []
+        for role, name in (("victim", "VM1"), ("neighbour", "VM2")):
+            got = {g: {m: [v for r in by[g] if (v := self._vm_value(r, role, m)) is not None]
+                       for m in ("interrupts_per_s", "context_switches_per_s")} for g in GROUPS}
+            if not any(got[g]["interrupts_per_s"] for g in GROUPS):
+                continue
+            parts = []
+            for m, what in (("interrupts_per_s", "interrupts"), ("context_switches_per_s", "context switches")):
+                a, b = (float(np.mean(got[g][m])) if got[g][m] else None for g in GROUPS)
+                parts.append(f"{what} {a:.0f}/s -> {b:.0f}/s" if a is not None and b is not None else f"{what}: -")
+            conv = {g: [v for r in by[g] if (v := self._vm_value(r, role, "conversion")) is not None] for g in GROUPS}
+            if (c := _compare(conv["control"], conv["attack"])) is not None:
+                parts.append(f"conversion rate {100 * c.a.mean:.1f} % -> {100 * c.b.mean:.1f} %, higher under "
+                             f"attack: {_answer(c, 'higher')} ("
+                             + (f"Welch p = {c.p:.2g}; " if math.isfinite(c.p) else "")
+                             + "the study, on its host: 53 % -> 68 %)")
+            out.append(f"Inside {name} (its own kernel, control -> attack, mean of rounds): " + "; ".join(parts) + ".")
+        return out
 
     # ---- what the attack did to the tenants ---------------------------------------------------------------------
     def _tenant_table(self, by: dict[str, list[Round]], victim: int, neighbour: int | None) -> TableData:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..executor import Executor
 from ..sample import Sample
 from . import register
-from .base import Probe
+from .base import Probe, span, value_at
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def rates(a: Snapshot, b: Snapshot) -> dict[str, float]:
 def window_samples(a: Snapshot, b: Snapshot, **meta) -> list[Sample]:
     """Samples over the whole window a..b: time shares (all CPUs, then per CPU) and event rates."""
     out: list[Sample] = []
-    meta = {"scope": SCOPE} | meta
+    meta = {"scope": SCOPE} | meta  # a guest VM's probe says scope=vm, vm=<label>
     shares = cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"])
     if shares:
         out.append(Sample.of("cpu_busy_ratio", busy(shares), **meta))
@@ -119,7 +119,7 @@ def series_samples(snaps: list[Snapshot], min_gap: float, **meta) -> list[Sample
         values = {k: v for k, v in rates(a, b).items() if k in SERIES_METRICS}
         if shares := cpu_shares(a.stat.cpus["cpu"], b.stat.cpus["cpu"]):
             values["cpu_busy_ratio"] = busy(shares)
-        out += [Sample.of(m, values[m], t=b.t, scope=SCOPE, series=True, seconds=b.t - a.t, **meta)
+        out += [Sample.of(m, values[m], t=b.t, series=True, seconds=b.t - a.t, **({"scope": SCOPE} | meta))
                 for m in SERIES_METRICS if m in values]
     return out
 
@@ -173,8 +173,10 @@ class SystemProbe(Probe):
 
     kind = "system"
 
-    def __init__(self, executor: Executor, interval: float | None = READ_S, series: float = SERIES_S):
+    def __init__(self, executor: Executor, interval: float | None = READ_S, series: float = SERIES_S,
+                 meta: dict | None = None):
         self.executor, self.interval, self.series = executor, interval, series
+        self.meta = meta or {}  # tags every sample (e.g. a guest VM's scope=vm, vm=h2v1)
         self.elapsed: float | None = None
         self._snaps: list[Snapshot] = []
         self._halt = threading.Event()
@@ -204,14 +206,117 @@ class SystemProbe(Probe):
         self._halt.set()
         if self._thread is not None:
             self._thread.join()
-        snaps = [*self._snaps, read_snapshot(self.executor)]
+        return self._samples([*self._snaps, read_snapshot(self.executor)], window)
+
+    def _samples(self, snaps: list[Snapshot], window) -> list[Sample]:
         start = snaps[0].t if window is None else max(snaps[0].t, min(window[0], snaps[-1].t))
         end = snaps[-1].t if window is None else min(snaps[-1].t, max(window[1], start))
         self.elapsed = end - start
-        meta = {"window": [start, end]}
+        meta = self.meta | {"window": [start, end]}
         out = window_samples(interpolate(snaps, start), interpolate(snaps, end), **meta)
         if self.interval:
             n = int(self.elapsed / self.series + 0.5)  # a last step shorter than half a step is left out
             grid = [start + k * self.series for k in range(n)] + [end]
             out += series_samples([interpolate(snaps, t) for t in grid], self.series / 2, **meta)
         return out
+
+
+# Runs inside a guest VM for the length of a trial: reads its kernel's counters on a grid and writes each reading
+# down the SSH channel (no process started per reading: a probe must not make the context switches it counts).
+GUEST_READER = """
+import sys, time
+t0, k = time.monotonic(), 0
+while True:
+    text = (open("/proc/stat").read() + "@@S\\n" + open("/proc/softirqs").read() + "@@N\\n" +
+            open("/proc/net/dev").read() + "@@E\\n")
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    k += 1
+    time.sleep(max(0.0, t0 + k * %r - time.monotonic()))
+"""
+GUEST_READ_S = 0.25
+GUEST_START_S = 20.0  # python starting in a busy one-CPU guest
+
+
+@register
+class GuestSystemProbe(SystemProbe):
+    """A guest VM's own /proc/stat: its CPU shares, interrupts, context switches and softirqs, as SystemProbe's
+    metrics with scope=vm and vm=<label>. One reader runs in the guest for the trial; each reading is stamped on
+    this machine's clock when it arrives (the trial's one timebase). Run in the VM's namespace, it also counts the
+    packets the VM's own NIC received (if_rx_packets_per_s with scope=vm: what reached the VM, e.g. of a flood)."""
+
+    kind = "vm-system"
+
+    def __init__(self, executor: Executor, vm: str, interval: float = GUEST_READ_S, series: float = SERIES_S):
+        super().__init__(executor, interval, series, meta={"scope": "vm", "vm": vm})
+        self._proc = None
+        self._got = threading.Condition()
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self._snaps, self._rx, self.error = [], [], None
+        self._proc = self.executor.spawn(["python3", "-u", "-c", GUEST_READER % self.interval],
+                                         label=f"procstat {self.meta['vm']}")
+        self._thread = threading.Thread(target=self._receive, name="vnetbench-vm-probe", daemon=True)
+        self._thread.start()
+        if not self._wait(1, GUEST_START_S):
+            self._end()
+            raise RuntimeError(f"probe of guest VM {self.meta['vm']}: no reading within {GUEST_START_S:.0f} s"
+                               f"{': ' + self.error if self.error else ''}")
+
+    def _receive(self) -> None:
+        stat, soft, dev, part = [], [], [], None
+        for line in self._proc.stdout:
+            if line == "@@S\n":
+                part = soft
+            elif line == "@@N\n":
+                part = dev
+            elif line == "@@E\n":
+                t = time.time()
+                snap = Snapshot(t, parse_proc_stat("".join(stat)), parse_softirqs("".join(soft)))
+                with self._got:
+                    self._rx.append((t, rx_packets("".join(dev))))
+                    self._snaps.append(snap)
+                    self._got.notify_all()
+                stat, soft, dev, part = [], [], [], None
+            else:
+                (stat if part is None else part).append(line)
+        self.error = (self._proc.stderr.read() or "").strip()[-300:] if self._proc.stderr else None
+
+    def _wait(self, n: int, timeout: float) -> bool:
+        with self._got:
+            return self._got.wait_for(lambda: len(self._snaps) >= n or not self._thread.is_alive(), timeout) \
+                and len(self._snaps) >= n
+
+    def _end(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        try:
+            self._proc.wait(timeout=10)
+        except Exception:
+            pass
+        self._thread.join(timeout=10)
+
+    def stop(self, window=None) -> list[Sample]:
+        if not self._snaps:
+            raise RuntimeError("GuestSystemProbe.stop() before start()")
+        self._wait(len(self._snaps) + 1, 4 * self.interval + 2)  # one reading after the window's end
+        self._end()
+        out = self._samples(list(self._snaps), window)
+        start, end = span(self._rx, window)
+        for dev in self._rx[-1][1] if end > start else ():
+            a, b = value_at(self._rx, dev, start), value_at(self._rx, dev, end)
+            if a is not None and b is not None:
+                out.append(Sample.of("if_rx_packets_per_s", (b - a) / (end - start), interface=dev,
+                                     **self.meta, window=[start, end]))
+        return out
+
+
+def rx_packets(text: str) -> dict[str, float]:
+    """Packets received per interface from /proc/net/dev (loopback left out)."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, _, counts = line.partition(":")
+        if counts.split() and name.strip() != "lo":
+            out[name.strip()] = float(counts.split()[1])
+    return out

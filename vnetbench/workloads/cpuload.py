@@ -59,7 +59,10 @@ class CpuLoad(Workload):
         p = self.params
         # One fixed method (int64 arithmetic): the default cycles through methods of very different cost per op.
         return ["stress-ng", "--cpu", str(p.workers), "--cpu-load", str(p.load), "--cpu-method", "int64",
-                "--timeout", f"{p.duration}s", "--metrics-brief"]
+                "--timeout", f"{p.duration}s", "--metrics-brief",
+                # stress-ng maps a buffer the size of the last-level cache at start; a guest kernel (UML) shows no
+                # cache sizes and that mmap fails: size it from L1 (the cpu stressor does not use it)
+                "--cache-level", "1"]
 
     def places(self, pairs: Sequence[Pair]) -> list[tuple[Pair, str, Endpoint]]:
         """(pair, side, endpoint) for every VM that carries a load; a VM shared by several pairs (target_pair)

@@ -1,0 +1,151 @@
+"""The `vm_kernel` factor: VMs with a kernel of their own. A VM that is a guest (User-Mode Linux here) has its own
+/proc/stat (its CPU, interrupts and context switches, probed apart from the host's), its own xfrm and its own
+scheduler; the rest of the topology (hosts, switches, other VMs) stays as it is.
+
+How a guest VM meets its host, as a Xen vif: the guest's data NIC is a tap on a bridge of its own (a data segment in
+the run's guest namespace `<prefix>-gn`); a veth from that bridge into the host's namespace is the VM's port, which
+the host's switch enslaves like any VM's veth. Inside the guest the VM lives in a namespace of the run that holds the
+guest's NIC (moved in at build, moved back at teardown), so a teardown inside the guest is the namespace's deletion,
+as everywhere else, and the guest is reused by the next topology: booted once per run for the VMs a scenario wants,
+rebooted only when a scenario wants other VMs.
+
+A level is `shared`, `guest`, or `{type: guest, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..ledger import Ledger
+from .base import Fleet, GuestError
+
+BACKEND = "uml"
+MEM_MB = 256
+NIC = "vmnic"  # the guest's data NIC, in the guest's root namespace while no topology uses it
+BOOT_TIMEOUT_S = 60.0
+
+
+class VmKernel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["shared", "guest"] = "shared"
+    pairs: list[int] | None = Field(None, min_length=1, description="only the VMs of these pairs (default: every pair)")
+    side: Literal["client", "server", "both"] = Field("both", description="only the pairs' client or server VMs")
+
+
+def parse(level) -> VmKernel:
+    """A level as written (a name or a mapping); ValueError with the fix."""
+    opts = dict(level) if isinstance(level, dict) else {"type": level}
+    try:
+        vk = VmKernel.model_validate(opts)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            raise ValueError(f"vm_kernel has no option '{where}'; its options: type, pairs, side") from None
+        if where == "type":
+            raise ValueError(f"'{opts.get('type')}' is not allowed; use shared or guest") from None
+        raise ValueError(f"vm_kernel option '{where}': {e['msg']}") from None
+    if vk.pairs and any(isinstance(p, bool) or p < 1 for p in vk.pairs):
+        raise ValueError("vm_kernel option 'pairs': pair numbers start at 1")
+    if vk.type == "shared" and (vk.pairs or vk.side != "both"):
+        raise ValueError("vm_kernel: pairs and side choose guest VMs; they need type: guest")
+    return vk
+
+
+def problem(level) -> str | None:
+    try:
+        parse(level)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def wanted(sc) -> list[str]:
+    """The labels of the scenario's VMs that are guests (h2v2, ...), in topology order."""
+    vk = parse(sc.levels.get("vm_kernel", "shared"))
+    if vk.type != "guest" or sc.levels.get("attach") != "switch":
+        return []
+    from ..topology import Topology
+    layout = Topology(sc, None)  # names only: nothing is built
+    out = []
+    for pair in layout.pairs:
+        if vk.pairs and pair.index not in vk.pairs:
+            continue
+        for side in ("client", "server"):
+            if vk.side in (side, "both") and pair.meta[side] not in out:
+                out.append(pair.meta[side])
+    return out
+
+
+def decide(sc) -> str | None:
+    """Why a scenario with guest VMs cannot run here (None: it can); notes the VM kernel's implementation."""
+    vk = parse(sc.levels.get("vm_kernel", "shared"))
+    if vk.type != "guest":
+        return None
+    if sc.levels.get("attach") != "switch":
+        return (f"vm_kernel guest: a guest VM is plugged into its host's switch; attach {sc.levels['attach']} has "
+                f"{'no VM' if sc.levels.get('attach') == 'host' else 'no switch port'} (use attach switch)")
+    if sc.levels.get("kernel", "shared") != "shared":
+        return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
+    if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "vm-to-vm":
+        return ("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet (its capability check would be "
+                "the machine's, not the guests' kernels'); use kernel: guest, where the whole topology has the guest's xfrm")
+    if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
+        return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
+    from . import backend
+    sup = backend(BACKEND).support()
+    if not sup.ok:
+        return f"vm_kernel guest: {sup.reason}"
+    sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
+    return None
+
+
+def segment(label: str) -> str:
+    return f"vm-{label}"
+
+
+class VmGuests:
+    """The run's guest VMs: booted (all at once) when a scenario first wants them, kept while the next scenarios
+    want the same VMs, rebooted when they want others, torn down at the end of the run."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+        self.fleet: Fleet | None = None
+        self.labels: tuple[str, ...] = ()
+
+    def for_scenario(self, sc) -> dict[str, "GuestVm"]:
+        """label -> the guest standing for that VM (booting them if needed); GuestError with a console's tail."""
+        labels = tuple(wanted(sc))
+        if not labels:
+            return {}
+        if labels != self.labels:
+            self.close()
+            fleet = Fleet(self.ledger, BACKEND, boot_timeout=BOOT_TIMEOUT_S)
+            for label in labels:
+                fleet.add(label, nics=[(NIC, segment(label))], mem_mb=MEM_MB, share_run=True)
+            self.fleet, self.labels = fleet, labels
+            try:
+                fleet.boot()
+            except GuestError:
+                self.close()
+                raise
+        return {label: GuestVm(self.fleet, label) for label in labels}
+
+    def close(self) -> None:
+        if self.fleet is not None:
+            self.fleet.teardown()
+        self.fleet, self.labels = None, ()
+
+
+class GuestVm:
+    """What a topology needs of one guest VM: its executor, its NIC, and the run-namespace bridge of its tap."""
+
+    def __init__(self, fleet: Fleet, label: str):
+        self.fleet, self.label = fleet, label
+        self.guest = fleet.guests[label]
+        self.executor = self.guest.executor
+        self.nic = NIC
+        self.netns = fleet.netns
+        self.bridge = fleet.bridge(segment(label))
+        self.kernel = fleet.backend.support().kernel
