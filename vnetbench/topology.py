@@ -27,7 +27,7 @@ from typing import Callable
 from . import datapaths
 from .datapaths.base import BuildError, Tunnel
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
-from .guests.base import TAP_MTU
+from .guests.base import TAP_MTU, VM_NIC
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .scenario import Scenario
 from .strict import one_line
@@ -584,11 +584,10 @@ class Topology:
     def _release_guests(self) -> None:
         """Each guest VM's namespace goes (its processes first), its NIC back to the guest's root namespace under
         its own name, so the guest serves the next topology. A guest that does not answer is left to its fleet."""
-        from .guests.vms import NIC
         q = shlex.quote
 
         def release(vm: Node) -> None:
-            ns, dev = q(vm.netns), q(self._guest_nics.get(vm.label, NIC))
+            ns, dev = q(vm.netns), q(self._guest_nics.get(vm.label, VM_NIC))
             try:
                 self.nodes[vm.guest].exec.run_script(
                     f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "

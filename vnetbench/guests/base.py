@@ -27,6 +27,7 @@ _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8
 MGMT_NET = "10.251.0"
 MGMT_HOST = f"{MGMT_NET}.254"
 MAX_GUESTS = 200
+VM_NIC = "vmnic"  # a guest VM's data NIC, in the guest's root namespace while no topology uses it
 TAP_MTU = 9216  # the largest underlay MTU a spec may ask for (9000) plus room for tags
 
 

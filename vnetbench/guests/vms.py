@@ -18,11 +18,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..ledger import Ledger
-from .base import Fleet, GuestError
+from .base import VM_NIC, Fleet, GuestError
 
 BACKEND = "uml"
 MEM_MB = 256
-NIC = "vmnic"  # the guest's data NIC, in the guest's root namespace while no topology uses it
+NIC = VM_NIC
 BOOT_TIMEOUT_S = 60.0
 
 
