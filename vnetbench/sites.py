@@ -80,13 +80,13 @@ class TestbedSite:
                         f"(vnetbench does not change a real NIC's MTU)")
         if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
             return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
-        local_files = {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}
-        for kind, names in local_files.items():
-            if sc.labels.get(kind, "").split("(")[0] in names:
-                return (f"{sc.labels[kind]} keeps its daemons' files on the machine running vnetbench; over SSH it "
-                        f"is not supported yet")
-        if any(w.kind in ("http",) for w in sc.workloads):
-            return "the http workload writes its nginx files locally; over SSH it is not supported yet"
+        if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host":
+            return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
+                    "xfrm policies), which vnetbench does not change on a testbed; use encryption_scope vm-to-vm")
+        if (sc.labels.get("switch", "").split("(")[0] == "ovs" and sc.labels.get("attach") == "switch"
+                and sc.hosts > 1 and sc.labels.get("overlay") != "none"):
+            return (f"OVS with overlay {sc.labels.get('overlay')} over a testbed is not supported yet (its tunnel "
+                    f"ports would need the host's underlay address inside the run's namespace); overlay none is")
         return None
 
     def notes(self, sc) -> list[str]:

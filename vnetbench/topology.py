@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .matrix import Scenario
 from .spec import one_line
@@ -118,8 +118,35 @@ class Topology:
         return getattr(enc, "transport_ip", lambda topo, h: None)(self, host) or self.host_ip(host)
 
     def workdir(self, label: str) -> str:
+        """A node's directory for its daemons' files, on the machine the node is on: under the local ledger's work
+        directory, or on a testbed host under that host's run directory."""
+        if self.site:
+            return f"{REMOTE_STATE_DIR}/{self.prefix}/work/{label}"
         base = self.ledger.work if self.ledger else "/run/vnetbench/" + PLAN_PREFIX + "/work"
         return f"{base}/{label}"
+
+    def _by_machine(self, labels: list[str]) -> dict[str, list[str]]:
+        """Node labels grouped by the node whose executor reaches their machine's files (ROOT here)."""
+        out: dict[str, list[str]] = {}
+        for label in labels:
+            out.setdefault(self.root_of(label), []).append(label)
+        return out
+
+    def make_dirs(self, labels: list[str], mode: str | None = "700") -> None:
+        """A step that makes the nodes' directories (one command per machine)."""
+        for where, mine in self._by_machine(labels).items():
+            self.run(where, ["mkdir", "-p", *(["-m", mode] if mode else []), *[self.workdir(n) for n in mine]])
+
+    def remove_dirs(self, labels: list[str]) -> None:
+        """A step that removes the nodes' directories with everything in them (one command per machine)."""
+        for where, mine in self._by_machine(labels).items():
+            self.run(where, ["rm", "-rf", "--", *[self.workdir(n) for n in mine]])
+
+    def write_file(self, label: str, name: str, text: str, mode: int = 0o600) -> str:
+        """Write a file into a node's directory, on its machine (a secret goes on stdin, never in an argv)."""
+        path = f"{self.workdir(label)}/{name}"
+        self.executor(label).write_file(path, text, mode)
+        return path
 
     # ---- steps -------------------------------------------------------------------------------------------
     def record(self, kind: str, name: str, host: str = ROOT) -> None:
