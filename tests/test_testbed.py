@@ -110,11 +110,85 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     assert not [n for n in netns_names() if n.startswith("vb") and (state_dir / n[:6]).exists()]
 
 
+DAEMONS = """name: daemons
+repetitions: 1
+factors:
+  switch: [ovs]
+  overlay: [none]
+  placement: [cross-host]
+  encryption: [none, {type: ipsec, keying: manual}, ipsec, wireguard]
+  encryption_scope: vm-to-vm
+workloads:
+  - type: ping
+    count: 3
+    interval: 0.05
+  - type: http
+    clients: 1
+    rate: 5
+    duration: 1
+"""
+
+
+def _prefixes(log):
+    return set(re.findall(r"/run/vnetbench/(vb[0-9a-f]{4})/", log.read_text()))
+
+
+def _daemons_of(prefixes):
+    """Processes anywhere on this machine (the lab's machines are on it) started with a run's remote files."""
+    out = subprocess.run(["pgrep", "-af", "/run/vnetbench/vb"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if any(f"/run/vnetbench/{p}/" in ln for p in prefixes)]
+
+
+def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(lab, tmp_path, state_dir):
+    """OVS (private ovsdb-server/ovs-vswitchd), strongSwan, wireguard-go and nginx with their files on the remote
+    hosts: the same scenarios, implementations and metrics as the local run; secrets never in an argv."""
+    spec = tmp_path / "daemons.yaml"
+    spec.write_text(DAEMONS)
+    log = tmp_path / "commands.jsonl"
+    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+              env=env_with(state_dir, log))
+    vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
+    for side, db in (("remote", "r.db"), ("local", "l.db")):
+        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
+        assert not (bad := errors.fetchall()), (side, bad)
+    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
+    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
+    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    assert sum(st == "done" for _, st, _, _ in r_rows) >= 3  # ovs alone, with strongSwan, with WireGuard
+    assert {m for m in r_metrics if m[1] != "process_cpu_ratio"} == {m for m in l_metrics if m[1] != "process_cpu_ratio"}
+    assert any(m[1] == "http_requests_per_s" for m in r_metrics)
+    argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert argvs and all(a[0] == "ssh" for a in argvs), [a for a in argvs if a[0] != "ssh"][:3]
+    text = log.read_text()
+    # the daemons ran there, with their files in the host's run directory; the secrets went on stdin only
+    (prefix,) = _prefixes(log)
+    for daemon in ("ovsdb-server", "ovs-vswitchd", "charon", "wireguard-go", "nginx"):
+        assert re.search(rf"{daemon}[^\n]*/run/vnetbench/{prefix}/|/run/vnetbench/{prefix}/[^\n]*{daemon}", text), daemon
+    assert "secret" not in text and "PrivateKey" not in text and "[Peer]" not in text
+    assert nothing_left(lab), leftovers(lab)
+    assert not _daemons_of({prefix})
+
+
 LONG = """name: long
 repetitions: 20
 factors:
   overlay: [vxlan]
   placement: [cross-host]
+workloads:
+  - type: iperf3
+    duration: 3
+    protocol: udp
+    udp_rate: 50M
+"""
+
+
+LONG_DAEMONS = """name: long-daemons
+repetitions: 20
+factors:
+  switch: [ovs]
+  overlay: [none]
+  placement: [cross-host]
+  encryption: [wireguard]
 workloads:
   - type: iperf3
     duration: 3
@@ -156,15 +230,17 @@ def _ours(lab):
 
 def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(lab, tmp_path, state_dir):
     spec = tmp_path / "long.yaml"
-    spec.write_text(LONG)
+    spec.write_text(LONG_DAEMONS)
     node1 = lab.hosts[0]
     _plant(lab, node1)
+    log = tmp_path / "commands.jsonl"
     try:
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
                                  str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "k.db"), "--no-progress"],
-                                env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        _wait_for(lambda: _busy(lab, node1))
+                                env=env_with(state_dir, log), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        # killed while the hosts' OVS daemons and wireguard-go run, with their files in the run directories
+        _wait_for(lambda: log.exists() and len(_daemons_of(_prefixes(log))) >= 6 and _busy(lab, node1))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert any(any(v.values()) for v in _ours(lab).values())
@@ -173,6 +249,7 @@ def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(la
         out = vnetbench("clean", env=env_with(state_dir)).stdout
         assert "node1: netns" in out and "node2: netns" in out, out
         assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
+        assert not _daemons_of(_prefixes(log))
         assert _planted(lab, node1)
         assert not list(state_dir.iterdir())
         time.sleep(0.5)

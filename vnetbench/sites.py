@@ -75,9 +75,10 @@ class TestbedSite:
         for i in range(1, sc.hosts + 1):
             h = self.bed.hosts[i - 1]
             mtu = int(h.facts.get("nic_mtu") or 0)
-            if mtu and sc.underlay_mtu != mtu:
+            if mtu and sc.underlay_mtu != mtu and not h.allow_mtu:
                 return (f"needs an underlay MTU of {sc.underlay_mtu}, and {h.name}'s {h.nic} has {mtu} "
-                        f"(vnetbench does not change a real NIC's MTU)")
+                        f"(vnetbench changes a real NIC's MTU only where the testbed file says `allow_mtu: true` "
+                        f"for the host)")
         if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
             return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
         if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host":
@@ -90,6 +91,10 @@ class TestbedSite:
         return None
 
     def notes(self, sc) -> list[str]:
+        changed = [f"{h.name}'s {h.nic} from {h.facts['nic_mtu']}" for h in self.bed.hosts[:sc.hosts]
+                   if int(h.facts.get("nic_mtu") or 0) not in (0, sc.underlay_mtu)]
+        if changed:
+            return [f"testbed: MTU {sc.underlay_mtu} set on {', '.join(changed)} (allow_mtu), restored at teardown"]
         if sc.labels.get("overlay") == "none" and sc.labels.get("attach") == "switch" and sc.hosts > 1:
             return ["testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
                     "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved"]
@@ -119,6 +124,7 @@ class TestbedSite:
         order; hosts do not wait for each other, since no batch on one host needs an object of another."""
         from .topology import BATCH_TOOLS
         self.guard(topo, waves)
+        self._set_mtu(topo)
         pending: list = []
         for wave in waves:
             if wave and wave[0].tool in BATCH_TOOLS:
@@ -131,6 +137,29 @@ class TestbedSite:
                 topo._run_step(step)
         self._batches(topo, pending, check=True)
         topo.verified = True
+
+    def mtu_changes(self, topo) -> dict[str, tuple[str, int, int]]:
+        """label -> (NIC, its MTU, the scenario's) for the hosts whose NIC MTU the scenario changes (allow_mtu)."""
+        out = {}
+        for node in topo.hosts:
+            h = self.host(node.label)
+            old = int(h.facts.get("nic_mtu") or 0)
+            if h.allow_mtu and old and old != topo.sc.underlay_mtu:
+                out[node.label] = (h.nic, old, topo.sc.underlay_mtu)
+        return out
+
+    def _set_mtu(self, topo) -> None:
+        """The NIC's old MTU goes into the host's ledger first, so that teardown or `clean` puts it back."""
+        changes = self.mtu_changes(topo)
+        if not changes:
+            return
+        self.touch(list(changes))
+        jobs = {}
+        for label, (nic, old, new) in changes.items():
+            record = json.dumps({"op": "add", "kind": "mtu", "name": nic, "mtu": old})
+            jobs[label] = (self.executor(label), f"{_append_script(topo.prefix, [record])} && "
+                                                 f"ip link set dev {shlex.quote(nic)} mtu {int(new)}")
+        self._parallel(jobs)
 
     def _pings(self, topo) -> dict[str, list[str]]:
         """The ping check of every pair, run by the client's host at the end of its build script: one echo
@@ -232,6 +261,8 @@ class TestbedSite:
         for node in topo.nodes.values():
             if node.netns:
                 by_host.setdefault(self.machine(topo, node.label), []).append(tb.Obj("netns", node.netns))
+        for label, (nic, old, _) in self.mtu_changes(topo).items():
+            by_host.setdefault(label, []).insert(0, tb.Obj("mtu", nic, extra={"mtu": old}))
         jobs = {}
         for label, objs in by_host.items():
             script = tb.clean_script(topo.prefix, objs, remove_dir=False)

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from .capabilities import (GENL_FAMILIES, KERNEL_PROBES, TOOLS, TUN_DEVICE, XFRM_PROBES, Capabilities, Feature,
-                           batch_features)
+from .capabilities import (GENL_FAMILIES, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS, TUN_DEVICE, XFRM_PROBES,
+                           Capabilities, Feature, Strongswan, batch_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
 from .ledger import Ledger, Obj, process_start_time
 
@@ -322,6 +322,58 @@ def kernel(ex: SshExecutor, prefix: str) -> dict[str, Feature]:
     return found
 
 
+SWAN_SCRIPT = r"""
+ns={ns}; d=$(mktemp -d /tmp/vnetbench-swan.XXXXXX) || exit 9; pid=
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; ip netns del $ns 2>/dev/null; rm -rf "$d"' EXIT
+ip netns add $ns || exit 9
+printf '%s' {conf} > "$d/strongswan.conf"
+P='mount --bind "$0" /run && exec "$@"'
+ip netns exec $ns unshare --mount --propagation private -- sh -c "$P" "$d" env STRONGSWAN_CONF=/run/strongswan.conf   {charon} >/dev/null 2>"$d/err" &
+pid=$!
+i=0; while [ ! -S "$d/charon.vici" ]; do
+  kill -0 $pid 2>/dev/null || {{ echo "@@error charon exited at start: $(tail -c 300 "$d/err")"; exit 0; }}
+  [ $i -ge 500 ] && {{ echo "@@error charon did not open its socket in 10 s"; exit 0; }}
+  sleep 0.02; i=$((i+1)); done
+sw() {{ ip netns exec $ns unshare --mount --propagation private -- sh -c "$P" "$d" swanctl "$@" --uri {vici}; }}
+i=0; until out=$(sw --list-algs 2>&1); do [ $i -ge 50 ] && break; sleep 0.05; i=$((i+1)); done
+echo @@algs; echo "$out"; echo @@stats; sw --stats 2>&1
+"""
+
+
+def strongswan(ex: SshExecutor, prefix: str) -> Strongswan:
+    """capabilities.probe_strongswan on a host: a charon started as a run starts it (same plugins, private /run,
+    scratch namespace), and the algorithms it really loaded. One round trip."""
+    vici = "unix:///run/charon.vici"
+    conf = (f"charon {{\n  load_modular = no\n  load = {STRONGSWAN_PLUGINS.format(kernel='kernel-netlink')}\n"
+            f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
+    script = SWAN_SCRIPT.format(ns=shlex.quote(f"{prefix}-swan"), conf=shlex.quote(conf),
+                                charon=shlex.quote(TOOLS["charon"][1][0]), vici=shlex.quote(vici))
+    out = ex.run_script(script, timeout=40, check=False).stdout
+    if "@@error " in out:
+        return Strongswan(error=out.split("@@error ", 1)[1].strip()[:300])
+    if "@@algs" not in out:
+        return Strongswan(error="the strongSwan probe did not run")
+    algs, _, stats = out.split("@@algs", 1)[1].partition("@@stats")
+    m = re.search(r"^loaded plugins: (.*)$", stats, re.M)
+    plugins = tuple(p for p in (m.group(1).split() if m else ()) if p != "charon")
+    return Strongswan(plugins, parse_list_algs(algs))
+
+
+def merge_swan(hosts: list[Host]) -> Strongswan:
+    """The algorithms every host's charon loaded (one host's error makes them unreadable, with its name)."""
+    for h in hosts:
+        if h.caps.swan is not None and h.caps.swan.error:
+            return Strongswan(error=f"on {h.name}: {h.caps.swan.error}")
+    swans = [h.caps.swan for h in hosts if h.caps.swan is not None]
+    if not swans:
+        return Strongswan(error="charon or swanctl is not installed on the hosts (Debian packages strongswan-charon, "
+                                "strongswan-swanctl)")
+    kinds = set.intersection(*(set(s.algorithms) for s in swans))
+    algorithms = {k: tuple(a for a in swans[0].algorithms[k] if all(a in s.algorithms[k] for s in swans)) for k in kinds}
+    plugins = tuple(p for p in swans[0].plugins if all(p in s.plugins for s in swans))
+    return Strongswan(plugins, algorithms)
+
+
 def merge(hosts: list[Host]) -> Capabilities:
     """What every host offers: a feature one host lacks is unavailable, with that host's reason."""
     caps = Capabilities()
@@ -336,6 +388,8 @@ def merge(hosts: list[Host]) -> Capabilities:
             else:
                 merged[n] = Feature(True, getattr(hosts[0].caps, kind)[n].detail)
         setattr(caps, kind, merged)
+    if any(h.caps.swan is not None for h in hosts):
+        caps.swan = merge_swan(hosts)
     return caps
 
 
@@ -356,6 +410,8 @@ def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True
                 return f"{bed.source}: host {h.name}: {h.nic} does not have the address {h.address} " \
                        f"(it has: {h.facts.get('nic_addrs') or 'none'}); vnetbench does not configure it"
             h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {})
+            if probe_kernel and h.caps.tool("charon") and h.caps.tool("swanctl"):
+                h.caps.swan = strongswan(ex, prefix)
             return None
         except HostUnreachable as exc:
             return f"{bed.source}: host {h.name} ({h.target.destination}) cannot be reached over SSH: " \
@@ -410,7 +466,8 @@ def parse_objects(text: str) -> list[Obj]:
             continue
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
-            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"))
+            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"),
+                            {"mtu": int(e["mtu"])} if e.get("kind") == "mtu" and "mtu" in e else None)
         else:
             live.pop(key, None)
     return list(live.values())
@@ -434,6 +491,8 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
     if lines:
         parts.append(f"pids=$(printf '%s\\n' {' '.join(map(q, lines))} | ip -force -batch - 2>/dev/null); "
                      f"[ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
+    # a NIC's MTU changed by the run (allow_mtu) goes back to what it was, once the run's devices on it are gone
+    parts += [f"ip link set dev {q(o.name)} mtu {int(o.extra['mtu'])}" for o in objs if o.kind == "mtu" and o.extra]
     if remove_dir:
         parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
     return "; ".join(parts + ["true"])
@@ -458,6 +517,7 @@ def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[st
         what = [f"{entry['name']}: process {o.name} (pid {o.pid})" for o in objs
                 if o.kind == "process" and o.pid and (o.pid, o.start) in running]
         what += [f"{entry['name']}: {o.kind} {o.name}" for o in objs if o.kind in ("netns", "link") and o.name in present]
+        what += [f"{entry['name']}: MTU of {o.name} back to {o.extra['mtu']}" for o in objs if o.kind == "mtu" and o.extra]
         if not dry_run:
             ex.run_script(clean_script(prefix, objs), timeout=60, check=False)
         return what + [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"] * bool(text.strip()), None
