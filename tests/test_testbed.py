@@ -189,12 +189,24 @@ factors:
   overlay: [none]
   placement: [cross-host]
   encryption: [wireguard]
+  mtu: [1400]
 workloads:
   - type: iperf3
     duration: 3
     protocol: udp
     udp_rate: 50M
 """
+
+
+def allowing_mtu(lab, path):
+    """The lab's testbed file with `allow_mtu: true` on every host."""
+    text = (lab.dir / "testbed.yaml").read_text()
+    path.write_text(re.sub(r"(\n    address: .*)", r"\1\n    allow_mtu: true", text))
+    return path
+
+
+def _mtu(lab, h):
+    return int(re.search(r" mtu (\d+)", lab.on(h, "ip", "-o", "link", "show", h.nic)).group(1))
 
 
 def _wait_for(what, timeout=60):
@@ -234,13 +246,17 @@ def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(la
     node1 = lab.hosts[0]
     _plant(lab, node1)
     log = tmp_path / "commands.jsonl"
+    before = [_mtu(lab, h) for h in lab.hosts]
     try:
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
-                                 str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "k.db"), "--no-progress"],
+                                 str(allowing_mtu(lab, tmp_path / "tb.yaml")), "--db", str(tmp_path / "k.db"),
+                                 "--no-progress"],
                                 env=env_with(state_dir, log), cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        # killed while the hosts' OVS daemons and wireguard-go run, with their files in the run directories
+        # killed while the hosts' OVS daemons and wireguard-go run, with their files in the run directories, and
+        # the NICs at the scenario's MTU (allow_mtu)
         _wait_for(lambda: log.exists() and len(_daemons_of(_prefixes(log))) >= 6 and _busy(lab, node1))
+        assert [_mtu(lab, h) for h in lab.hosts[:2]] == [1400, 1400] and before[:2] == [1500, 1500]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert any(any(v.values()) for v in _ours(lab).values())
@@ -250,6 +266,8 @@ def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(la
         assert "node1: netns" in out and "node2: netns" in out, out
         assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
         assert not _daemons_of(_prefixes(log))
+        assert [_mtu(lab, h) for h in lab.hosts] == before, "clean puts the NICs' MTU back"
+        assert "MTU of eth1 back to 1500" in out
         assert _planted(lab, node1)
         assert not list(state_dir.iterdir())
         time.sleep(0.5)
@@ -395,13 +413,19 @@ def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
     assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
 
 
-def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, state_dir):
+def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, tmp_path, state_dir):
     out = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", lab.dir / "testbed.yaml",
                     env=env_with(state_dir)).stdout
     assert "root@node1.lab" in out and "root@node2.lab" in out and "root@node3.lab" not in out
     assert "link add vb0000-vx1 netns vb0000-h1 type vxlan" in out
     assert "master eth1" not in out and "dev eth1" not in out and "eth1 mtu" not in out
     assert not any(ln.startswith(("ip ", "tc ", "bridge ")) for ln in out.splitlines())  # nothing runs here
+    # a NIC's MTU is changed only where the testbed file allows it
+    spec = ROOT / "examples" / "quick.yaml"
+    mtu = tmp_path / "mtu.yaml"
+    mtu.write_text(spec.read_text().replace("factors:\n", "factors:\n  mtu: [1400]\n"))
+    out = vnetbench("plan", mtu, "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
+    assert "runnable" in out and " 0 runnable" in out and "allow_mtu: true" in out
 
 
 def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
