@@ -176,9 +176,15 @@ class TestbedSite:
         return out
 
     def _batches(self, topo, steps, check: bool = False) -> None:
+        self._build_scripts(topo, steps)
+        if check:
+            # Once every host's script is done: a host that pinged while its peer was still building would lose
+            # the first ARP request and wait the kernel's 1-s retransmit (seen in 1 build of 2 under load).
+            self._run_scripts({lb: ("set -e\n" + "\n".join(lines), []) for lb, lines in self._pings(topo).items()})
+
+    def _build_scripts(self, topo, steps) -> None:
         records, topo._records = list(topo._records), []
-        pings = self._pings(topo) if check else {}
-        if not steps and not records and not pings:
+        if not steps and not records:
             return
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
@@ -186,7 +192,7 @@ class TestbedSite:
             by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
         for step in steps:
             parts.setdefault(self.machine(topo, step.node), []).append(step)
-        labels = list(dict.fromkeys([*by_host, *parts, *pings]))
+        labels = list(dict.fromkeys([*by_host, *parts]))
         owners = self.touch(labels, run=False)
         jobs = {}
         for lb in labels:
@@ -197,8 +203,12 @@ class TestbedSite:
                 delim = f"VNETBENCH_{secrets.token_hex(6)}"
                 script.append(f"echo @@{k} >&2\n{shlex.join(ex.batch_cmd(step.tool))} <<'{delim}'\n"
                               + "\n".join(step.lines) + f"\n{delim}")
-            script += pings.get(lb, [])
-            jobs[lb] = (self.executor(lb), "\n".join(script), parts.get(lb, []))
+            jobs[lb] = ("\n".join(script), parts.get(lb, []))
+        self._run_scripts(jobs)
+
+    def _run_scripts(self, scripts: dict[str, tuple[str, list]]) -> None:
+        """One script per host, all hosts at once; the batch (or ping) that failed is named."""
+        jobs = {lb: (self.executor(lb), script, mine) for lb, (script, mine) in scripts.items()}
         errors = []
 
         def one(item):
