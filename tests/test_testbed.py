@@ -94,6 +94,8 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     r_rows, r_metrics = _scenarios(tmp_path / "r.db")
     l_rows, l_metrics = _scenarios(tmp_path / "l.db")
     assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    # the lab's NICs have no SR-IOV: a direct attachment is a macvlan there too
+    assert {json.loads(impl).get("attach") for k, _, impl, _ in r_rows if "attach=direct" in k} == {"macvlan"}
     # the same metrics, except the local machine's per-daemon CPU (no daemons in these scenarios anyway)
     assert {m for m in r_metrics if m[1] != "process_cpu_ratio"} == {m for m in l_metrics if m[1] != "process_cpu_ratio"}
     # every sample of a probe says which host it came from
@@ -438,3 +440,37 @@ def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_nam
                "link add vb12-e0 netns vb12-a type veth peer name vb12-t1", "link set eth1 master vb12-br"]
     assert [_foreign(ln, "vb12", "eth1") for ln in ok] == [None] * len(ok)
     assert all(_foreign(ln, "vb12", "eth1") for ln in refused)
+
+
+def test_sriov_virtual_functions_are_taken_only_when_free():
+    """The detection behind `attach: direct` on a testbed, on sysfs facts as the hosts report them."""
+    f = {"sriov_totalvfs": "8", "sriov_numvfs": "4",
+         # VF0 up (in use), VF1 in a bridge, VF2 bound to vfio (no netdev: a VM has it), VF3 free, VF4 with an address
+         "sriov_vfs": "0:ens1f0v0:1:0:0:1500 1:ens1f0v1:0:1:0:1500 2:-:0:0:0:0 3:ens1f0v3:0:0:0:9000 "
+                      "4:ens1f0v4:0:0:1:1500 5:$(reboot):0:0:0:1500"}
+    vfs = tb.virtual_functions(f)
+    assert [v.dev for v in vfs if v.free] == ["ens1f0v3"] and vfs[3].mtu == 9000
+    assert vfs[5].dev is None  # a name that is no interface name is never used
+    feature = tb.sriov(f, "ens1f0")
+    assert feature.ok and feature.detail.startswith("1 free virtual functions of ens1f0")
+    assert not tb.sriov({"sriov_totalvfs": "", "sriov_numvfs": ""}, "eth1").ok
+    assert "none enabled" in tb.sriov({"sriov_totalvfs": "8", "sriov_numvfs": "0"}, "eth1").detail
+    assert "in use" in tb.sriov(f | {"sriov_vfs": "0:ens1f0v0:1:0:0:1500"}, "ens1f0").detail
+    # the direct attachment takes VFs when every host has enough free ones for its VMs, else a macvlan
+    from vnetbench.capabilities import Capabilities, Feature
+    from vnetbench.datapaths.attach import DirectAttach
+    sc = {"pairs": 1, "placement": "cross-host"}
+    with_vf = Capabilities({}, {"macvlan": Feature(True), "sriov-vf": Feature(True, "1 free virtual functions per host")})
+    assert DirectAttach().check(sc, with_vf).implementation == "sriov-vf"
+    assert DirectAttach().check(sc | {"placement": "same-host"}, with_vf).implementation == "macvlan"
+    assert DirectAttach().check(sc, Capabilities({}, {"macvlan": Feature(True)})).implementation == "macvlan"
+    # the only line in a host's root namespace touching a device not the run's: moving a VF the run took
+    from vnetbench.sites import _foreign
+    assert _foreign("link set dev ens1f0v3 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"}) is None
+    assert _foreign("link set dev ens1f0v3 netns other", "vb12", "ens1f0", {"ens1f0v3"})
+    assert _foreign("link set dev ens1f0v1 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"})
+    # clean gives it back under its own name and MTU
+    objs = tb.parse_objects('{"op": "add", "kind": "vf", "name": "ens1f0v3", "ns": "vb12-h1v1", "dev": "vb12-e0", '
+                            '"mtu": 9000}')
+    script = tb.clean_script("vb12", objs)
+    assert "ip -n vb12-h1v1 link set dev vb12-e0 netns $$ name ens1f0v3" in script and "mtu 9000" in script

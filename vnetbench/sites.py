@@ -39,6 +39,7 @@ class TestbedSite:
         self._exec: dict[str, SshExecutor] = {}
         self._vni = 0
         self._touched: set[str] = set()
+        self._extra: dict[tuple[str, str], dict] = {}  # (kind, name) -> what a ledger record needs beyond its name
 
     # ---- mapping -------------------------------------------------------------------------------------------
     def host(self, label: str) -> tb.Host:
@@ -138,6 +139,21 @@ class TestbedSite:
         self._batches(topo, pending, check=True)
         topo.verified = True
 
+    def attach_vf(self, topo, vm, dev: str) -> None:
+        """Move a free SR-IOV virtual function of the host's NIC into the VM, as its NIC `dev`. Its name and MTU go
+        into the host's ledger first: teardown and `clean` give it back to the host as it was."""
+        h = self.host(vm.host)
+        used = topo.__dict__.setdefault("vfs", {})  # VM label -> VirtualFunction
+        taken = {v.dev for label, v in used.items() if topo.nodes[label].host == vm.host}
+        vf = next((v for v in tb.virtual_functions(h.facts) if v.free and v.dev not in taken), None)
+        if vf is None:
+            raise SiteError(f"no free SR-IOV virtual function of {h.nic} left on {h.name}")
+        used[vm.label] = vf
+        self._extra[("vf", vf.dev)] = {"ns": vm.netns, "dev": dev, "mtu": vf.mtu}
+        topo.record("vf", vf.dev, vm.host)
+        topo.ip(topo.nic_node(vm.host), f"link set dev {vf.dev} netns {vm.netns}")
+        topo.ip(vm.label, f"link set dev {vf.dev} name {dev}")
+
     def mtu_changes(self, topo) -> dict[str, tuple[str, int, int]]:
         """label -> (NIC, its MTU, the scenario's) for the hosts whose NIC MTU the scenario changes (allow_mtu)."""
         out = {}
@@ -189,7 +205,7 @@ class TestbedSite:
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
         for kind, name, node in records:
-            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
+            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         for step in steps:
             parts.setdefault(self.machine(topo, step.node), []).append(step)
         labels = list(dict.fromkeys([*by_host, *parts]))
@@ -236,7 +252,8 @@ class TestbedSite:
                     raise SiteError(f"a step for this machine's root namespace in a testbed topology: {step.lines}")
                 if topo.nodes[step.node].netns is None:
                     for line in step.lines:
-                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)))
+                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)),
+                                       {v.dev for v in topo.__dict__.get("vfs", {}).values()})
                         if bad:
                             raise SiteError(f"refusing to run `{line}` on {self.name(self.machine(topo, step.node))}: {bad}")
 
@@ -247,7 +264,7 @@ class TestbedSite:
             label = self.machine(topo, node) if node else None
             if label is None:
                 raise SiteError(f"record of {kind} {name} with no host in a testbed topology")
-            by_host.setdefault(label, []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
+            by_host.setdefault(label, []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         if not by_host:
             return
         self.touch(list(by_host))
@@ -273,6 +290,8 @@ class TestbedSite:
                 by_host.setdefault(self.machine(topo, node.label), []).append(tb.Obj("netns", node.netns))
         for label, (nic, old, _) in self.mtu_changes(topo).items():
             by_host.setdefault(label, []).insert(0, tb.Obj("mtu", nic, extra={"mtu": old}))
+        for label, vf in topo.__dict__.get("vfs", {}).items():
+            by_host.setdefault(topo.nodes[label].host, []).append(tb.Obj("vf", vf.dev, extra=self._extra[("vf", vf.dev)]))
         jobs = {}
         for label, objs in by_host.items():
             script = tb.clean_script(topo.prefix, objs, remove_dir=False)
@@ -364,10 +383,12 @@ def _append_script(prefix: str, lines: list[str]) -> str:
     return f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} >> {d}/objects.jsonl"
 
 
-def _foreign(line: str, prefix: str, nic: str) -> str | None:
-    """Why a line for a machine's root namespace is refused (None: it only adds a namespace of the run or creates a
-    device of the run straight into one)."""
+def _foreign(line: str, prefix: str, nic: str, vfs: set[str] = frozenset()) -> str | None:
+    """Why a line for a machine's root namespace is refused (None: it only adds a namespace of the run, creates a
+    device of the run straight into one, or moves a free virtual function the run took into one)."""
     words = line.split()
+    if len(words) == 6 and words[:3] == ["link", "set", "dev"] and words[4] == "netns" and words[3] in vfs:
+        return None if words[5].startswith(prefix + "-") else "a virtual function may only go into a namespace of the run"
     if words[:2] == ["netns", "add"] and len(words) == 3 and words[2].startswith(prefix + "-"):
         return None
     if words[:2] != ["link", "add"] or len(words) < 3 or not words[2].startswith(prefix + "-"):

@@ -240,9 +240,57 @@ echo "nic_addrs=$(ip -4 -o addr show dev $n 2>/dev/null | awk '{{print $4}}' | t
 echo "nic_driver=$(ethtool -i $n 2>/dev/null | sed -n 's/^driver: //p')"
 echo "nic_firmware=$(ethtool -i $n 2>/dev/null | sed -n 's/^firmware-version: //p')"
 echo "nic_offloads=$(ethtool -k $n 2>/dev/null | grep -E '^(tcp-segmentation-offload|generic-receive-offload|generic-segmentation-offload|rx-checksumming|tx-checksumming):' | tr -d ' ' | tr '\n' ' ')"
-echo "sriov_free=$(cat /sys/class/net/$n/device/sriov_totalvfs 2>/dev/null)"
+echo "sriov_totalvfs=$(cat /sys/class/net/$n/device/sriov_totalvfs 2>/dev/null)"
+echo "sriov_numvfs=$(cat /sys/class/net/$n/device/sriov_numvfs 2>/dev/null)"
+echo "sriov_vfs=$(for v in /sys/class/net/$n/device/virtfn*; do [ -e "$v" ] || continue; i=${{v##*/virtfn}}; \
+  d=$(ls "$v/net" 2>/dev/null | head -1); if [ -z "$d" ]; then printf '%s:-:0:0:0:0 ' "$i"; else \
+  printf '%s:%s:%s:%s:%s:%s ' "$i" "$d" "$(( $(cat /sys/class/net/$d/flags) & 1 ))" \
+  "$(test -e /sys/class/net/$d/master && echo 1 || echo 0)" "$(ip -o addr show dev $d scope global | wc -l)" \
+  "$(cat /sys/class/net/$d/mtu)"; fi; done)"
 echo "maxsessions=$(sshd -T 2>/dev/null | sed -n 's/^maxsessions //p')"
 """
+
+
+@dataclass(frozen=True)
+class VirtualFunction:
+    """An SR-IOV virtual function of a host's NIC, as sysfs shows it (facts: sriov_vfs)."""
+    index: int
+    dev: str | None      # its network device; None: bound to another driver (vfio: a VM has it)
+    up: bool
+    enslaved: bool
+    addresses: int       # global addresses on it
+    mtu: int
+
+    @property
+    def free(self) -> bool:
+        """Nobody uses it: a network device of its own that is down, in no bridge or bond, without an address."""
+        return self.dev is not None and not self.up and not self.enslaved and not self.addresses
+
+
+def virtual_functions(f: dict) -> list[VirtualFunction]:
+    out = []
+    for item in f.get("sriov_vfs", "").split():
+        parts = item.split(":")
+        if len(parts) == 6 and parts[0].isdigit() and all(p.isdigit() for p in parts[2:]):
+            dev = None if parts[1] == "-" or not IFNAME_RE.match(parts[1]) else parts[1]
+            out.append(VirtualFunction(int(parts[0]), dev, parts[2] == "1", parts[3] == "1", int(parts[4]),
+                                       int(parts[5])))
+    return sorted(out, key=lambda v: v.index)
+
+
+def sriov(f: dict, nic: str) -> Feature:
+    """Whether the NIC offers free virtual functions (vnetbench never enables VFs: sriov_numvfs is the host's)."""
+    total, num = f.get("sriov_totalvfs", ""), f.get("sriov_numvfs", "")
+    if not total.isdigit() or int(total) == 0:
+        return Feature(False, f"{nic} offers no SR-IOV virtual functions (no sriov_totalvfs)")
+    if not num.isdigit() or int(num) == 0:
+        return Feature(False, f"{nic} has SR-IOV ({total} virtual functions) but none enabled (sriov_numvfs 0; "
+                              f"vnetbench does not change it)")
+    free = [v.dev for v in virtual_functions(f) if v.free]
+    if not free:
+        return Feature(False, f"all {num} enabled virtual functions of {nic} are in use (up, enslaved, addressed "
+                              f"or bound to another driver)")
+    return Feature(True, f"{len(free)} free virtual functions of {nic}: {' '.join(free)}")
 
 
 def facts(host: Host, ex: SshExecutor) -> dict:
@@ -388,6 +436,9 @@ def merge(hosts: list[Host]) -> Capabilities:
             else:
                 merged[n] = Feature(True, getattr(hosts[0].caps, kind)[n].detail)
         setattr(caps, kind, merged)
+    if caps.kernel.get("sriov-vf", Feature(False)).ok:  # as many per host as the host with the fewest has
+        fewest = min(int(h.caps.kernel["sriov-vf"].detail.split()[0]) for h in hosts)
+        caps.kernel["sriov-vf"] = Feature(True, f"{fewest} free virtual functions per host")
     if any(h.caps.swan is not None for h in hosts):
         caps.swan = merge_swan(hosts)
     return caps
@@ -410,6 +461,7 @@ def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True
                 return f"{bed.source}: host {h.name}: {h.nic} does not have the address {h.address} " \
                        f"(it has: {h.facts.get('nic_addrs') or 'none'}); vnetbench does not configure it"
             h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {})
+            h.caps.kernel["sriov-vf"] = sriov(h.facts, h.nic)
             if probe_kernel and h.caps.tool("charon") and h.caps.tool("swanctl"):
                 h.caps.swan = strongswan(ex, prefix)
             return None
@@ -466,8 +518,8 @@ def parse_objects(text: str) -> list[Obj]:
             continue
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
-            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"),
-                            {"mtu": int(e["mtu"])} if e.get("kind") == "mtu" and "mtu" in e else None)
+            extra = {k: e[k] for k in ("mtu", "ns", "dev") if k in e} if e.get("kind") in ("mtu", "vf") else None
+            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), extra)
         else:
             live.pop(key, None)
     return list(live.values())
@@ -483,6 +535,15 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
         if o.kind == "process" and o.pid and o.start:
             parts.append(f"[ \"$(sed 's/.*) //' /proc/{int(o.pid)}/stat 2>/dev/null | cut -d' ' -f20)\" = {int(o.start)} ]"
                          f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null || kill -9 {int(o.pid)} 2>/dev/null; }}")
+    # a virtual function the run moved into a VM goes back to the host under its own name and MTU, before the VM's
+    # namespace goes (which would return it under the VM's name); if the namespace is gone already, it is renamed
+    for o in objs:
+        if o.kind == "vf" and o.extra and {"ns", "dev", "mtu"} <= set(o.extra):
+            ns, dev, mtu, name = q(o.extra["ns"]), q(o.extra["dev"]), int(o.extra["mtu"]), q(o.name)
+            parts.append(f"{{ ip -n {ns} link set dev {dev} down && ip -n {ns} link set dev {dev} mtu {mtu} && "
+                         f"ip -n {ns} link set dev {dev} netns $$ name {name}; }} 2>/dev/null || "
+                         f"{{ ip link set dev {dev} down && ip link set dev {dev} mtu {mtu} && "
+                         f"ip link set dev {dev} name {name}; }} 2>/dev/null")
     spaces = [o.name for o in reversed(objs) if o.kind == "netns" and o.name.startswith(prefix)]
     links = [o.name for o in reversed(objs) if o.kind == "link" and o.name.startswith(prefix)]
     # One ip: the pids in the namespaces are listed before the names go (the processes are killed right after;

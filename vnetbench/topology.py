@@ -218,6 +218,14 @@ class Topology:
                 f"link set {dev} up")
         return dev
 
+    def direct_nic(self, vm: Node, dev: str) -> None:
+        """A VM's NIC straight on its host's NIC: a macvlan of it, or on a testbed whose NIC offers one, a free SR-IOV
+        virtual function moved into the VM (the implementation says which)."""
+        if self.site and self.sc.implementation.get("attach") == "sriov-vf":
+            self.site.attach_vf(self, vm, dev)
+            return
+        self.ip(self.nic_node(vm.host), f"link add {dev} link {self.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
+
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
         n = list(self.nodes).index(label)
