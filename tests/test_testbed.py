@@ -95,7 +95,8 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     l_rows, l_metrics = _scenarios(tmp_path / "l.db")
     assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
     # the lab's NICs have no SR-IOV: a direct attachment is a macvlan there too
-    assert {json.loads(impl).get("attach") for k, _, impl, _ in r_rows if "attach=direct" in k} == {"macvlan"}
+    assert {json.loads(impl).get("attach") for k, st, impl, _ in r_rows if "attach=direct" in k and st == "done"} == {
+        "macvlan"}
     # the same metrics, except the local machine's per-daemon CPU (no daemons in these scenarios anyway)
     assert {m for m in r_metrics if m[1] != "process_cpu_ratio"} == {m for m in l_metrics if m[1] != "process_cpu_ratio"}
     # every sample of a probe says which host it came from
@@ -219,8 +220,15 @@ def _wait_for(what, timeout=60):
 
 
 def _busy(lab, h):
-    """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM)."""
-    return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do ip netns pids $n; done").strip() != ""
+    """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM), not in preflight's scratch ones."""
+    return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1 | grep -v -e '-probe$' -e '-swan$'); "
+                                 "do ip netns pids $n; done").strip() != ""
+
+
+def _client_running(lab, h):
+    """An iperf3 client runs in one of the host's namespaces: a trial is under way."""
+    return " -c " in lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
+                                           "do tr '\\0' ' ' < /proc/$p/cmdline; echo; done; done 2>/dev/null; true")
 
 
 def _plant(lab, h):
@@ -334,14 +342,14 @@ def test_a_host_lost_mid_run_fails_the_trial_and_clean_finishes_later(lab, tmp_p
                             env=env_with(state_dir), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        _wait_for(lambda: _busy(lab, node2))
-        time.sleep(1)
+        _wait_for(lambda: _client_running(lab, lab.hosts[0]))  # a trial runs (its server on node2 listens)
+        time.sleep(0.5)
         lab.stop_sshd(node2)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode in (1, 130), out + err  # 1: trials failed
         con = sqlite3.connect(tmp_path / "m.db")
         failed = con.execute("SELECT error FROM trials WHERE status = 'failed'").fetchall()
-        assert failed and all(e for (e,) in failed), failed
+        assert failed and all(e for (e,) in failed), (failed, out, err)
         assert "not cleaned: host node2" in err
         pending = vnetbench("clean", check=False, env=env_with(state_dir))
         assert pending.returncode != 0 and "pending: " in pending.stdout and "node2" in pending.stdout
