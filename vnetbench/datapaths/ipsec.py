@@ -367,7 +367,8 @@ class Ipsec(EncryptedTunnel):
                 other, peer_ts = self.addrs(topo, peer)
                 conns.append(self._connection(peer, me, other, my_ts, peer_ts))
                 secs.append(f"  ike-{peer} {{\n    id-a = {me}\n    id-b = {other}\n    secret = 0s{psk[link]}\n  }}\n")
-            topo.write_file(n, "swanctl.conf", "connections {\n" + "".join(conns) + "}\nsecrets {\n" + "".join(secs) + "}\n")
+            topo.write_file(n, "swanctl.conf",
+                            "connections {\n" + "".join(conns) + "}\nsecrets {\n" + "".join(secs) + "}\n")
 
     def _connection(self, peer, me, other, my_ts, peer_ts) -> str:
         props = (f"        esp_proposals = {self.esp_proposal()}\n" if self.esp else

@@ -2,8 +2,9 @@
 
 Every node of a peering (the VMs of each pair, or every host) gets an interface with a tunnel address; the
 workloads of vm-to-vm scenarios target the VMs' tunnel addresses, and host-to-host overlays run between the hosts'
-tunnel addresses. Keys: `wg genkey` / `wg pubkey` at build time, run on the node's machine, the private key written to a 0600 file
-in the node's directory (it never leaves that machine) and loaded with `wg set IF private-key FILE`; peers (public keys only) with `wg addconf`.
+tunnel addresses. Keys: `wg genkey` / `wg pubkey` at build time, run on the node's machine, the private key
+written to a 0600 file in the node's directory (it never leaves that machine) and loaded with
+`wg set IF private-key FILE`; peers (public keys only) with `wg addconf`.
 wireguard-go and every `wg` call addressing it run with the node's directory as /run, since the UAPI socket is
 fixed at /run/wireguard/<if>.sock.
 """
