@@ -86,20 +86,23 @@ class TestbedSite:
             return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
                     "xfrm policies), which vnetbench does not change on a testbed; use encryption_scope vm-to-vm")
         if (sc.labels.get("switch", "").split("(")[0] == "ovs" and sc.labels.get("attach") == "switch"
-                and sc.hosts > 1 and sc.labels.get("overlay") != "none"):
+                and sc.hosts > 1 and sc.labels.get("overlay") not in ("none", "vlan")):
             return (f"OVS with overlay {sc.labels.get('overlay')} over a testbed is not supported yet (its tunnel "
-                    f"ports would need the host's underlay address inside the run's namespace); overlay none is")
+                    f"ports would need the host's underlay address inside the run's namespace); overlays none and "
+                    f"vlan are")
         return None
 
     def notes(self, sc) -> list[str]:
+        out = []
         changed = [f"{h.name}'s {h.nic} from {h.facts['nic_mtu']}" for h in self.bed.hosts[:sc.hosts]
                    if int(h.facts.get("nic_mtu") or 0) not in (0, sc.underlay_mtu)]
         if changed:
-            return [f"testbed: MTU {sc.underlay_mtu} set on {', '.join(changed)} (allow_mtu), restored at teardown"]
-        if sc.labels.get("overlay") == "none" and sc.labels.get("attach") == "switch" and sc.hosts > 1:
-            return ["testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
-                    "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved"]
-        return []
+            out.append(f"testbed: MTU {sc.underlay_mtu} set on {', '.join(changed)} (allow_mtu), restored at teardown")
+        ovs_vlan = sc.labels.get("overlay") == "vlan" and sc.labels.get("switch", "").startswith("ovs")
+        if (sc.labels.get("overlay") == "none" or ovs_vlan) and sc.labels.get("attach") == "switch" and sc.hosts > 1:
+            out.append("testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
+                       "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved")
+        return out
 
     # ---- build -------------------------------------------------------------------------------------------------
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
