@@ -5,7 +5,10 @@ On a real host vnetbench creates only objects named with the run's prefix (names
 a VLAN of the NIC for a flat network, macvlans of the NIC), records each in that host's own ledger
 (/run/vnetbench/<prefix>/objects.jsonl) before creating it, and checks every batch line before anything is built:
 a line that would touch a device not named with the prefix (other than naming the NIC as a macvlan/VLAN parent)
-stops the build. The host's interfaces, addresses, routes and MTU are never changed.
+stops the build. The host's interfaces, addresses and routes are never changed; its NIC's MTU only where the
+testbed file allows it (`allow_mtu`), and a free SR-IOV virtual function may be lent to a VM: both are recorded in
+the host's ledger first and given back at teardown or by `clean`. The scenario's daemons (OVS, charon,
+wireguard-go, nginx) run on the hosts with their files under the host's run directory (`Executor.write_file` & co).
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ tunnel adds.
   attach=host the workloads target those tunnel addresses.
 
 Secrets (pre-shared keys, private keys) are generated at build time, written only to 0600 files in the node's
-directory under the run's work dir (0700), and the directories are removed at teardown; `clean` removes the
+directory under the run's work dir (0700) on the node's machine (over SSH: on stdin, never in an argv), and the
+directories are removed at teardown; `clean` removes the
 whole run directory after a crash. They never appear in an argv, a batch line, a log or the results.
 """
 from __future__ import annotations
