@@ -94,6 +94,9 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     r_rows, r_metrics = _scenarios(tmp_path / "r.db")
     l_rows, l_metrics = _scenarios(tmp_path / "l.db")
     assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    # the lab's NICs have no SR-IOV: a direct attachment is a macvlan there too
+    assert {json.loads(impl).get("attach") for k, st, impl, _ in r_rows if "attach=direct" in k and st == "done"} == {
+        "macvlan"}
     # the same metrics, except the local machine's per-daemon CPU (no daemons in these scenarios anyway)
     assert {m for m in r_metrics if m[1] != "process_cpu_ratio"} == {m for m in l_metrics if m[1] != "process_cpu_ratio"}
     # every sample of a probe says which host it came from
@@ -110,6 +113,69 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     assert not [n for n in netns_names() if n.startswith("vb") and (state_dir / n[:6]).exists()]
 
 
+DAEMONS = """name: daemons
+repetitions: 1
+factors:
+  switch: [ovs]
+  overlay: [none, vlan]
+  placement: [cross-host]
+  encryption: [none, {type: ipsec, keying: manual}, ipsec, wireguard]
+  encryption_scope: vm-to-vm
+exclude:
+  - {overlay: vlan, encryption: [ipsec, wireguard]}
+workloads:
+  - type: ping
+    count: 3
+    interval: 0.05
+  - type: http
+    clients: 1
+    rate: 5
+    duration: 1
+"""
+
+
+def _prefixes(log):
+    return set(re.findall(r"/run/vnetbench/(vb[0-9a-f]{4})/", log.read_text()))
+
+
+def _daemons_of(prefixes):
+    """Processes anywhere on this machine (the lab's machines are on it) started with a run's remote files."""
+    out = subprocess.run(["pgrep", "-af", "/run/vnetbench/vb"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if any(f"/run/vnetbench/{p}/" in ln for p in prefixes)]
+
+
+def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(lab, tmp_path, state_dir):
+    """OVS (private ovsdb-server/ovs-vswitchd), strongSwan, wireguard-go and nginx with their files on the remote
+    hosts: the same scenarios, implementations and metrics as the local run; secrets never in an argv."""
+    spec = tmp_path / "daemons.yaml"
+    spec.write_text(DAEMONS)
+    log = tmp_path / "commands.jsonl"
+    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+              env=env_with(state_dir, log))
+    vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
+    for side, db in (("remote", "r.db"), ("local", "l.db")):
+        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
+        assert not (bad := errors.fetchall()), (side, bad)
+    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
+    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
+    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    assert sum(st == "done" for _, st, _, _ in r_rows) >= 4  # ovs flat and VLAN, with strongSwan, with WireGuard
+    same = lambda metrics: {m for m in metrics if m[1] != "process_cpu_ratio"}  # noqa: E731
+    assert same(r_metrics) == same(l_metrics)
+    assert any(m[1] == "http_requests_per_s" for m in r_metrics)
+    argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert argvs and all(a[0] == "ssh" for a in argvs), [a for a in argvs if a[0] != "ssh"][:3]
+    text = log.read_text()
+    # the daemons ran there, with their files in the host's run directory; the secrets went on stdin only
+    (prefix,) = _prefixes(log)
+    for daemon in ("ovsdb-server", "ovs-vswitchd", "charon", "wireguard-go", "nginx"):
+        here = f"/run/vnetbench/{prefix}/"
+        assert re.search(rf"{daemon}[^\n]*{here}|{here}[^\n]*{daemon}", text), daemon
+    assert "secret" not in text and "PrivateKey" not in text and "[Peer]" not in text
+    assert nothing_left(lab), leftovers(lab)
+    assert not _daemons_of({prefix})
+
+
 LONG = """name: long
 repetitions: 20
 factors:
@@ -123,6 +189,33 @@ workloads:
 """
 
 
+LONG_DAEMONS = """name: long-daemons
+repetitions: 20
+factors:
+  switch: [ovs]
+  overlay: [none]
+  placement: [cross-host]
+  encryption: [wireguard]
+  mtu: [1400]
+workloads:
+  - type: iperf3
+    duration: 3
+    protocol: udp
+    udp_rate: 50M
+"""
+
+
+def allowing_mtu(lab, path):
+    """The lab's testbed file with `allow_mtu: true` on every host."""
+    text = (lab.dir / "testbed.yaml").read_text()
+    path.write_text(re.sub(r"(\n    address: .*)", r"\1\n    allow_mtu: true", text))
+    return path
+
+
+def _mtu(lab, h):
+    return int(re.search(r" mtu (\d+)", lab.on(h, "ip", "-o", "link", "show", h.nic)).group(1))
+
+
 def _wait_for(what, timeout=60):
     deadline = time.monotonic() + timeout
     while not what():
@@ -131,8 +224,15 @@ def _wait_for(what, timeout=60):
 
 
 def _busy(lab, h):
-    """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM)."""
-    return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do ip netns pids $n; done").strip() != ""
+    """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM), not in preflight's scratch ones."""
+    return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1 | grep -v -e '-probe$' -e '-swan$'); "
+                                 "do ip netns pids $n; done").strip() != ""
+
+
+def _client_running(lab, h):
+    """An iperf3 client runs in one of the host's namespaces: a trial is under way."""
+    return " -c " in lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
+                                           "do tr '\\0' ' ' < /proc/$p/cmdline; echo; done; done 2>/dev/null; true")
 
 
 def _plant(lab, h):
@@ -156,15 +256,21 @@ def _ours(lab):
 
 def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(lab, tmp_path, state_dir):
     spec = tmp_path / "long.yaml"
-    spec.write_text(LONG)
+    spec.write_text(LONG_DAEMONS)
     node1 = lab.hosts[0]
     _plant(lab, node1)
+    log = tmp_path / "commands.jsonl"
+    before = [_mtu(lab, h) for h in lab.hosts]
     try:
         proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
-                                 str(lab.dir / "testbed.yaml"), "--db", str(tmp_path / "k.db"), "--no-progress"],
-                                env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        _wait_for(lambda: _busy(lab, node1))
+                                 str(allowing_mtu(lab, tmp_path / "tb.yaml")), "--db", str(tmp_path / "k.db"),
+                                 "--no-progress"],
+                                env=env_with(state_dir, log), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        # killed while the hosts' OVS daemons and wireguard-go run, with their files in the run directories, and
+        # the NICs at the scenario's MTU (allow_mtu)
+        _wait_for(lambda: log.exists() and len(_daemons_of(_prefixes(log))) >= 6 and _busy(lab, node1))
+        assert [_mtu(lab, h) for h in lab.hosts[:2]] == [1400, 1400] and before[:2] == [1500, 1500]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert any(any(v.values()) for v in _ours(lab).values())
@@ -173,6 +279,9 @@ def test_kill9_then_clean_leaves_nothing_on_any_host_and_touches_nothing_else(la
         out = vnetbench("clean", env=env_with(state_dir)).stdout
         assert "node1: netns" in out and "node2: netns" in out, out
         assert all(not any(v.values()) for v in _ours(lab).values()), _ours(lab)
+        assert not _daemons_of(_prefixes(log))
+        assert [_mtu(lab, h) for h in lab.hosts] == before, "clean puts the NICs' MTU back"
+        assert "MTU of eth1 back to 1500" in out
         assert _planted(lab, node1)
         assert not list(state_dir.iterdir())
         time.sleep(0.5)
@@ -237,14 +346,14 @@ def test_a_host_lost_mid_run_fails_the_trial_and_clean_finishes_later(lab, tmp_p
                             env=env_with(state_dir), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        _wait_for(lambda: _busy(lab, node2))
-        time.sleep(1)
+        _wait_for(lambda: _client_running(lab, lab.hosts[0]))  # a trial runs (its server on node2 listens)
+        time.sleep(0.5)
         lab.stop_sshd(node2)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode in (1, 130), out + err  # 1: trials failed
         con = sqlite3.connect(tmp_path / "m.db")
         failed = con.execute("SELECT error FROM trials WHERE status = 'failed'").fetchall()
-        assert failed and all(e for (e,) in failed), failed
+        assert failed and all(e for (e,) in failed), (failed, out, err)
         assert "not cleaned: host node2" in err
         pending = vnetbench("clean", check=False, env=env_with(state_dir))
         assert pending.returncode != 0 and "pending: " in pending.stdout and "node2" in pending.stdout
@@ -318,13 +427,19 @@ def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
     assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
 
 
-def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, state_dir):
+def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, tmp_path, state_dir):
     out = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", lab.dir / "testbed.yaml",
                     env=env_with(state_dir)).stdout
     assert "root@node1.lab" in out and "root@node2.lab" in out and "root@node3.lab" not in out
     assert "link add vb0000-vx1 netns vb0000-h1 type vxlan" in out
     assert "master eth1" not in out and "dev eth1" not in out and "eth1 mtu" not in out
     assert not any(ln.startswith(("ip ", "tc ", "bridge ")) for ln in out.splitlines())  # nothing runs here
+    # a NIC's MTU is changed only where the testbed file allows it
+    spec = ROOT / "examples" / "quick.yaml"
+    mtu = tmp_path / "mtu.yaml"
+    mtu.write_text(spec.read_text().replace("factors:\n", "factors:\n  mtu: [1400]\n"))
+    out = vnetbench("plan", mtu, "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
+    assert "runnable" in out and " 0 runnable" in out and "allow_mtu: true" in out
 
 
 def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
@@ -337,3 +452,38 @@ def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_nam
                "link add vb12-e0 netns vb12-a type veth peer name vb12-t1", "link set eth1 master vb12-br"]
     assert [_foreign(ln, "vb12", "eth1") for ln in ok] == [None] * len(ok)
     assert all(_foreign(ln, "vb12", "eth1") for ln in refused)
+
+
+def test_sriov_virtual_functions_are_taken_only_when_free():
+    """The detection behind `attach: direct` on a testbed, on sysfs facts as the hosts report them."""
+    f = {"sriov_totalvfs": "8", "sriov_numvfs": "4",
+         # VF0 up (in use), VF1 in a bridge, VF2 bound to vfio (no netdev: a VM has it), VF3 free, VF4 with an address
+         "sriov_vfs": "0:ens1f0v0:1:0:0:1500 1:ens1f0v1:0:1:0:1500 2:-:0:0:0:0 3:ens1f0v3:0:0:0:9000 "
+                      "4:ens1f0v4:0:0:1:1500 5:$(reboot):0:0:0:1500"}
+    vfs = tb.virtual_functions(f)
+    assert [v.dev for v in vfs if v.free] == ["ens1f0v3"] and vfs[3].mtu == 9000
+    assert vfs[5].dev is None  # a name that is no interface name is never used
+    feature = tb.sriov(f, "ens1f0")
+    assert feature.ok and feature.detail.startswith("1 free virtual functions of ens1f0")
+    assert not tb.sriov({"sriov_totalvfs": "", "sriov_numvfs": ""}, "eth1").ok
+    assert "none enabled" in tb.sriov({"sriov_totalvfs": "8", "sriov_numvfs": "0"}, "eth1").detail
+    assert "in use" in tb.sriov(f | {"sriov_vfs": "0:ens1f0v0:1:0:0:1500"}, "ens1f0").detail
+    # the direct attachment takes VFs when every host has enough free ones for its VMs, else a macvlan
+    from vnetbench.capabilities import Capabilities, Feature
+    from vnetbench.datapaths.attach import DirectAttach
+    sc = {"pairs": 1, "placement": "cross-host"}
+    with_vf = Capabilities({}, {"macvlan": Feature(True),
+                                "sriov-vf": Feature(True, "1 free virtual functions per host")})
+    assert DirectAttach().check(sc, with_vf).implementation == "sriov-vf"
+    assert DirectAttach().check(sc | {"placement": "same-host"}, with_vf).implementation == "macvlan"
+    assert DirectAttach().check(sc, Capabilities({}, {"macvlan": Feature(True)})).implementation == "macvlan"
+    # the only line in a host's root namespace touching a device not the run's: moving a VF the run took
+    from vnetbench.sites import _foreign
+    assert _foreign("link set dev ens1f0v3 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"}) is None
+    assert _foreign("link set dev ens1f0v3 netns other", "vb12", "ens1f0", {"ens1f0v3"})
+    assert _foreign("link set dev ens1f0v1 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"})
+    # clean gives it back under its own name and MTU
+    objs = tb.parse_objects('{"op": "add", "kind": "vf", "name": "ens1f0v3", "ns": "vb12-h1v1", "dev": "vb12-e0", '
+                            '"mtu": 9000}')
+    script = tb.clean_script("vb12", objs)
+    assert "ip -n vb12-h1v1 link set dev vb12-e0 netns $$ name ens1f0v3" in script and "mtu 9000" in script

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -100,6 +101,74 @@ class Executor(ABC):
     def read_text(self, path: str) -> str:
         """A file as this place sees it (/proc/stat, /sys/class/net/...)."""
         return self.run(["cat", path]).stdout
+
+    # ---- the run's files where this place runs (configs, keys, sockets, pid files, logs of its daemons) ----------
+    def files_dir(self) -> str | None:
+        """Where this place keeps the run's files, if not in the local ledger's work directory (None: it sees
+        this machine's filesystem)."""
+        return None
+
+    def write_file(self, path: str, text: str, mode: int = 0o600) -> None:
+        """Create or replace a file with `mode`, never for a moment more open (the text may be a secret: it is
+        never put in an argv)."""
+        write_private(path, text, mode)
+
+    def make_dirs(self, paths: Sequence[str], mode: int = 0o700) -> None:
+        for p in paths:
+            os.makedirs(p, mode=mode, exist_ok=True)
+
+    def remove_dirs(self, paths: Sequence[str]) -> None:
+        for p in paths:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def answers(self, path: str) -> bool:
+        """Whether a unix socket accepts a connection."""
+        return socket_answers(path)
+
+    def tail(self, path: str, lines: int = 5) -> str:
+        """The last lines of a log, joined with ' | ' ('' if there is none)."""
+        try:
+            with open(path, errors="replace") as fh:
+                return " | ".join(ln.strip() for ln in fh.read().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def python(self, module: str) -> list[str]:
+        """The argv that runs one of vnetbench's standalone (standard library only) modules here."""
+        return [sys.executable, "-m", f"vnetbench.{module}"]
+
+    def privrun(self, directory: str, argv: Sequence[str]) -> list[str]:
+        """argv run with `directory` as its /run (fixed pid-file and socket paths stay private)."""
+        return [sys.executable, "-m", "vnetbench.privrun", directory, "--", *argv]
+
+
+def write_private(path: str | os.PathLike, text: str, mode: int = 0o600) -> None:
+    """Create or replace a file with `mode`, without a moment of wider permissions."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def socket_answers(path: str) -> bool:
+    """Whether a unix socket accepts a connection. Reached through /proc/self/fd so that a long state directory
+    cannot exceed the 108-byte limit of a socket address."""
+    import socket
+    try:
+        fd = os.open(os.path.dirname(path), os.O_PATH)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _batch_error(stderr: str, lines: Sequence[str]) -> str:
@@ -229,9 +298,12 @@ class SshExecutor(Executor):
 
     def __init__(self, target: SshTarget, ledger: Ledger | None = None, *, netns: str | None = None,
                  name: str | None = None, control: str | None = None, prefix: str | None = None,
-                 log: list[list[str]] | None = None, connect: bool = True):
+                 log: list[list[str]] | None = None, connect: bool = True, own_files: bool = False):
         super().__init__(ledger)
         self.target = target
+        # own_files: a machine with a filesystem of its own (a testbed host): the run's files are written there,
+        # under its run directory. Otherwise (a guest that sees this machine's files) they are written here.
+        self.own_files = own_files
         self.netns = netns
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
         # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
@@ -246,7 +318,7 @@ class SshExecutor(Executor):
     def in_netns(self, netns: str, name: str | None = None) -> "SshExecutor":
         """The same machine and connection, inside one of its network namespaces."""
         return SshExecutor(self.target, self.ledger, netns=netns, name=name, control=self.control,
-                           prefix=self.prefix, log=self.log, connect=self.connect)
+                           prefix=self.prefix, log=self.log, connect=self.connect, own_files=self.own_files)
 
     def _inner(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv] if self.netns else list(argv)
@@ -306,6 +378,69 @@ class SshExecutor(Executor):
     def read_text(self, path: str) -> str:
         return self.run(["cat", path]).stdout
 
+    # ---- the run's files on the remote machine (own_files) ----------------------------------------------------
+    def files_dir(self) -> str | None:
+        return f"{self.remote_dir}/work" if self.own_files else None
+
+    def write_file(self, path: str, text: str, mode: int = 0o600) -> None:
+        """The text goes on stdin (`cat > file`), never in an argv: a key or pre-shared key stays out of every
+        process list and of `plan`; the file is created with umask 077, so it is never more open than `mode`."""
+        if not self.own_files:
+            return super().write_file(path, text, mode)
+        q = shlex.quote(path)
+        self.run_script(f"umask 077 && mkdir -p {shlex.quote(os.path.dirname(path))} && rm -f {q} && cat > {q} && "
+                        f"chmod {mode:o} {q}", input=text, shown=["write", path], timeout=30)
+
+    def make_dirs(self, paths: Sequence[str], mode: int = 0o700) -> None:
+        if not self.own_files:
+            return super().make_dirs(paths, mode)
+        self.run(["mkdir", "-p", "-m", f"{mode:o}", "--", *paths])
+
+    def remove_dirs(self, paths: Sequence[str]) -> None:
+        if not self.own_files:
+            return super().remove_dirs(paths)
+        if paths:
+            self.run(["rm", "-rf", "--", *paths], check=False)
+
+    def exists(self, path: str) -> bool:
+        if not self.own_files:
+            return super().exists(path)
+        return self.run(["test", "-e", path], check=False).returncode == 0
+
+    def answers(self, path: str) -> bool:
+        if not self.own_files:
+            return super().answers(path)
+        return self.run(["test", "-S", path], check=False).returncode == 0
+
+    def tail(self, path: str, lines: int = 5) -> str:
+        if not self.own_files:
+            return super().tail(path, lines)
+        try:
+            out = self.run_script(f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null", check=False).stdout
+        except CommandError:
+            return ""
+        return " | ".join(ln.strip() for ln in out.splitlines())
+
+    def python(self, module: str) -> list[str]:
+        """A standalone module is copied once into the run's directory on the machine and run by its python3."""
+        if not self.own_files:
+            return super().python(module)
+        path = f"{self.remote_dir}/lib/{module}.py"
+        key = (self.target, path)
+        if key not in _COPIED and self.connect:  # (not connect: only shown by `plan`)
+            source = (Path(__file__).parent / f"{module}.py").read_text()
+            self.write_file(path, source, 0o600)
+            _COPIED.add(key)
+        return ["python3", path]
+
+    def privrun(self, directory: str, argv: Sequence[str]) -> list[str]:
+        """The same private /run as vnetbench.privrun, with util-linux's unshare (vnetbench is not installed on a
+        testbed host): a private mount namespace, `directory` bound on /run, then exec (the pid stays the daemon's)."""
+        if not self.own_files:
+            return super().privrun(directory, argv)
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", 'mount --bind "$0" /run && exec "$@"',
+                directory, *argv]
+
     def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
         token = secrets.token_hex(4)
@@ -345,6 +480,9 @@ class SshExecutor(Executor):
             shutil.rmtree(self.control, ignore_errors=True)
 
 
+_COPIED: set = set()  # (target, remote path) of the standalone modules already copied to a machine
+
+
 def close_master(target: SshTarget, control: str) -> None:
     subprocess.run([*target.argv(control)[:-3], "-O", "exit", target.destination], capture_output=True,
                    text=True, timeout=10)
@@ -373,6 +511,10 @@ class RemoteProcess(subprocess.Popen):
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
+
+    def kill_group(self) -> None:
+        """SIGKILL the remote process and its group (e.g. nginx's workers), as os.killpg does for a local one."""
+        self.kill()
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

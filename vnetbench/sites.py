@@ -5,7 +5,10 @@ On a real host vnetbench creates only objects named with the run's prefix (names
 a VLAN of the NIC for a flat network, macvlans of the NIC), records each in that host's own ledger
 (/run/vnetbench/<prefix>/objects.jsonl) before creating it, and checks every batch line before anything is built:
 a line that would touch a device not named with the prefix (other than naming the NIC as a macvlan/VLAN parent)
-stops the build. The host's interfaces, addresses, routes and MTU are never changed.
+stops the build. The host's interfaces, addresses and routes are never changed; its NIC's MTU only where the
+testbed file allows it (`allow_mtu`), and a free SR-IOV virtual function may be lent to a VM: both are recorded in
+the host's ledger first and given back at teardown or by `clean`. The scenario's daemons (OVS, charon,
+wireguard-go, nginx) run on the hosts with their files under the host's run directory (`Executor.write_file` & co).
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ class TestbedSite:
         self._exec: dict[str, SshExecutor] = {}
         self._vni = 0
         self._touched: set[str] = set()
+        self._extra: dict[tuple[str, str], dict] = {}  # (kind, name) -> what a ledger record needs beyond its name
 
     # ---- mapping -------------------------------------------------------------------------------------------
     def host(self, label: str) -> tb.Host:
@@ -75,25 +79,33 @@ class TestbedSite:
         for i in range(1, sc.hosts + 1):
             h = self.bed.hosts[i - 1]
             mtu = int(h.facts.get("nic_mtu") or 0)
-            if mtu and sc.underlay_mtu != mtu:
+            if mtu and sc.underlay_mtu != mtu and not h.allow_mtu:
                 return (f"needs an underlay MTU of {sc.underlay_mtu}, and {h.name}'s {h.nic} has {mtu} "
-                        f"(vnetbench does not change a real NIC's MTU)")
+                        f"(vnetbench changes a real NIC's MTU only where the testbed file says `allow_mtu: true` "
+                        f"for the host)")
         if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
             return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
-        local_files = {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}
-        for kind, names in local_files.items():
-            if sc.labels.get(kind, "").split("(")[0] in names:
-                return (f"{sc.labels[kind]} keeps its daemons' files on the machine running vnetbench; over SSH it "
-                        f"is not supported yet")
-        if any(w.kind in ("http",) for w in sc.workloads):
-            return "the http workload writes its nginx files locally; over SSH it is not supported yet"
+        if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host":
+            return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
+                    "xfrm policies), which vnetbench does not change on a testbed; use encryption_scope vm-to-vm")
+        if (sc.labels.get("switch", "").split("(")[0] == "ovs" and sc.labels.get("attach") == "switch"
+                and sc.hosts > 1 and sc.labels.get("overlay") not in ("none", "vlan")):
+            return (f"OVS with overlay {sc.labels.get('overlay')} over a testbed is not supported yet (its tunnel "
+                    f"ports would need the host's underlay address inside the run's namespace); overlays none and "
+                    f"vlan are")
         return None
 
     def notes(self, sc) -> list[str]:
-        if sc.labels.get("overlay") == "none" and sc.labels.get("attach") == "switch" and sc.hosts > 1:
-            return ["testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
-                    "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved"]
-        return []
+        out = []
+        changed = [f"{h.name}'s {h.nic} from {h.facts['nic_mtu']}" for h in self.bed.hosts[:sc.hosts]
+                   if int(h.facts.get("nic_mtu") or 0) not in (0, sc.underlay_mtu)]
+        if changed:
+            out.append(f"testbed: MTU {sc.underlay_mtu} set on {', '.join(changed)} (allow_mtu), restored at teardown")
+        ovs_vlan = sc.labels.get("overlay") == "vlan" and sc.labels.get("switch", "").startswith("ovs")
+        if (sc.labels.get("overlay") == "none" or ovs_vlan) and sc.labels.get("attach") == "switch" and sc.hosts > 1:
+            out.append("testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
+                       "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved")
+        return out
 
     # ---- build -------------------------------------------------------------------------------------------------
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
@@ -119,6 +131,7 @@ class TestbedSite:
         order; hosts do not wait for each other, since no batch on one host needs an object of another."""
         from .topology import BATCH_TOOLS
         self.guard(topo, waves)
+        self._set_mtu(topo)
         pending: list = []
         for wave in waves:
             if wave and wave[0].tool in BATCH_TOOLS:
@@ -131,6 +144,44 @@ class TestbedSite:
                 topo._run_step(step)
         self._batches(topo, pending, check=True)
         topo.verified = True
+
+    def attach_vf(self, topo, vm, dev: str) -> None:
+        """Move a free SR-IOV virtual function of the host's NIC into the VM, as its NIC `dev`. Its name and MTU go
+        into the host's ledger first: teardown and `clean` give it back to the host as it was."""
+        h = self.host(vm.host)
+        used = topo.__dict__.setdefault("vfs", {})  # VM label -> VirtualFunction
+        taken = {v.dev for label, v in used.items() if topo.nodes[label].host == vm.host}
+        vf = next((v for v in tb.virtual_functions(h.facts) if v.free and v.dev not in taken), None)
+        if vf is None:
+            raise SiteError(f"no free SR-IOV virtual function of {h.nic} left on {h.name}")
+        used[vm.label] = vf
+        self._extra[("vf", vf.dev)] = {"ns": vm.netns, "dev": dev, "mtu": vf.mtu}
+        topo.record("vf", vf.dev, vm.host)
+        topo.ip(topo.nic_node(vm.host), f"link set dev {vf.dev} netns {vm.netns}")
+        topo.ip(vm.label, f"link set dev {vf.dev} name {dev}")
+
+    def mtu_changes(self, topo) -> dict[str, tuple[str, int, int]]:
+        """label -> (NIC, its MTU, the scenario's) for the hosts whose NIC MTU the scenario changes (allow_mtu)."""
+        out = {}
+        for node in topo.hosts:
+            h = self.host(node.label)
+            old = int(h.facts.get("nic_mtu") or 0)
+            if h.allow_mtu and old and old != topo.sc.underlay_mtu:
+                out[node.label] = (h.nic, old, topo.sc.underlay_mtu)
+        return out
+
+    def _set_mtu(self, topo) -> None:
+        """The NIC's old MTU goes into the host's ledger first, so that teardown or `clean` puts it back."""
+        changes = self.mtu_changes(topo)
+        if not changes:
+            return
+        self.touch(list(changes))
+        jobs = {}
+        for label, (nic, old, new) in changes.items():
+            record = json.dumps({"op": "add", "kind": "mtu", "name": nic, "mtu": old})
+            jobs[label] = (self.executor(label), f"{_append_script(topo.prefix, [record])} && "
+                                                 f"ip link set dev {shlex.quote(nic)} mtu {int(new)}")
+        self._parallel(jobs)
 
     def _pings(self, topo) -> dict[str, list[str]]:
         """The ping check of every pair, run by the client's host at the end of its build script: one echo
@@ -147,17 +198,23 @@ class TestbedSite:
         return out
 
     def _batches(self, topo, steps, check: bool = False) -> None:
+        self._build_scripts(topo, steps)
+        if check:
+            # Once every host's script is done: a host that pinged while its peer was still building would lose
+            # the first ARP request and wait the kernel's 1-s retransmit (seen in 1 build of 2 under load).
+            self._run_scripts({lb: ("set -e\n" + "\n".join(lines), []) for lb, lines in self._pings(topo).items()})
+
+    def _build_scripts(self, topo, steps) -> None:
         records, topo._records = list(topo._records), []
-        pings = self._pings(topo) if check else {}
-        if not steps and not records and not pings:
+        if not steps and not records:
             return
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
         for kind, name, node in records:
-            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
+            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         for step in steps:
             parts.setdefault(self.machine(topo, step.node), []).append(step)
-        labels = list(dict.fromkeys([*by_host, *parts, *pings]))
+        labels = list(dict.fromkeys([*by_host, *parts]))
         owners = self.touch(labels, run=False)
         jobs = {}
         for lb in labels:
@@ -168,8 +225,12 @@ class TestbedSite:
                 delim = f"VNETBENCH_{secrets.token_hex(6)}"
                 script.append(f"echo @@{k} >&2\n{shlex.join(ex.batch_cmd(step.tool))} <<'{delim}'\n"
                               + "\n".join(step.lines) + f"\n{delim}")
-            script += pings.get(lb, [])
-            jobs[lb] = (self.executor(lb), "\n".join(script), parts.get(lb, []))
+            jobs[lb] = ("\n".join(script), parts.get(lb, []))
+        self._run_scripts(jobs)
+
+    def _run_scripts(self, scripts: dict[str, tuple[str, list]]) -> None:
+        """One script per host, all hosts at once; the batch (or ping) that failed is named."""
+        jobs = {lb: (self.executor(lb), script, mine) for lb, (script, mine) in scripts.items()}
         errors = []
 
         def one(item):
@@ -197,7 +258,8 @@ class TestbedSite:
                     raise SiteError(f"a step for this machine's root namespace in a testbed topology: {step.lines}")
                 if topo.nodes[step.node].netns is None:
                     for line in step.lines:
-                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)))
+                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)),
+                                       {v.dev for v in topo.__dict__.get("vfs", {}).values()})
                         if bad:
                             raise SiteError(f"refusing to run `{line}` on {self.name(self.machine(topo, step.node))}: {bad}")
 
@@ -208,7 +270,7 @@ class TestbedSite:
             label = self.machine(topo, node) if node else None
             if label is None:
                 raise SiteError(f"record of {kind} {name} with no host in a testbed topology")
-            by_host.setdefault(label, []).append(json.dumps({"op": "add", "kind": kind, "name": name}))
+            by_host.setdefault(label, []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         if not by_host:
             return
         self.touch(list(by_host))
@@ -232,6 +294,10 @@ class TestbedSite:
         for node in topo.nodes.values():
             if node.netns:
                 by_host.setdefault(self.machine(topo, node.label), []).append(tb.Obj("netns", node.netns))
+        for label, (nic, old, _) in self.mtu_changes(topo).items():
+            by_host.setdefault(label, []).insert(0, tb.Obj("mtu", nic, extra={"mtu": old}))
+        for label, vf in topo.__dict__.get("vfs", {}).items():
+            by_host.setdefault(topo.nodes[label].host, []).append(tb.Obj("vf", vf.dev, extra=self._extra[("vf", vf.dev)]))
         jobs = {}
         for label, objs in by_host.items():
             script = tb.clean_script(topo.prefix, objs, remove_dir=False)
@@ -323,10 +389,12 @@ def _append_script(prefix: str, lines: list[str]) -> str:
     return f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} >> {d}/objects.jsonl"
 
 
-def _foreign(line: str, prefix: str, nic: str) -> str | None:
-    """Why a line for a machine's root namespace is refused (None: it only adds a namespace of the run or creates a
-    device of the run straight into one)."""
+def _foreign(line: str, prefix: str, nic: str, vfs: set[str] = frozenset()) -> str | None:
+    """Why a line for a machine's root namespace is refused (None: it only adds a namespace of the run, creates a
+    device of the run straight into one, or moves a free virtual function the run took into one)."""
     words = line.split()
+    if len(words) == 6 and words[:3] == ["link", "set", "dev"] and words[4] == "netns" and words[3] in vfs:
+        return None if words[5].startswith(prefix + "-") else "a virtual function may only go into a namespace of the run"
     if words[:2] == ["netns", "add"] and len(words) == 3 and words[2].startswith(prefix + "-"):
         return None
     if words[:2] != ["link", "add"] or len(words) < 3 or not words[2].startswith(prefix + "-"):

@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from .capabilities import KERNEL_PROBES, TOOLS, Capabilities, Feature, batch_features
+from .capabilities import (GENL_FAMILIES, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS, TUN_DEVICE, XFRM_PROBES,
+                           Capabilities, Feature, Strongswan, batch_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
 from .ledger import Ledger, Obj, process_start_time
 
@@ -223,7 +224,7 @@ PLAN_CONTROL = f"{REMOTE_STATE_DIR}/vb0000/ssh"  # shown by `plan`, never used
 
 def executor(host: Host, ledger: Ledger | None = None, log=None, control: str | None = None) -> SshExecutor:
     return SshExecutor(host.target, ledger, name=host.name, log=log, control=control,
-                       connect=control != PLAN_CONTROL)
+                       connect=control != PLAN_CONTROL, own_files=True)
 
 
 FACTS_SCRIPT = r"""
@@ -239,9 +240,57 @@ echo "nic_addrs=$(ip -4 -o addr show dev $n 2>/dev/null | awk '{{print $4}}' | t
 echo "nic_driver=$(ethtool -i $n 2>/dev/null | sed -n 's/^driver: //p')"
 echo "nic_firmware=$(ethtool -i $n 2>/dev/null | sed -n 's/^firmware-version: //p')"
 echo "nic_offloads=$(ethtool -k $n 2>/dev/null | grep -E '^(tcp-segmentation-offload|generic-receive-offload|generic-segmentation-offload|rx-checksumming|tx-checksumming):' | tr -d ' ' | tr '\n' ' ')"
-echo "sriov_free=$(cat /sys/class/net/$n/device/sriov_totalvfs 2>/dev/null)"
+echo "sriov_totalvfs=$(cat /sys/class/net/$n/device/sriov_totalvfs 2>/dev/null)"
+echo "sriov_numvfs=$(cat /sys/class/net/$n/device/sriov_numvfs 2>/dev/null)"
+echo "sriov_vfs=$(for v in /sys/class/net/$n/device/virtfn*; do [ -e "$v" ] || continue; i=${{v##*/virtfn}}; \
+  d=$(ls "$v/net" 2>/dev/null | head -1); if [ -z "$d" ]; then printf '%s:-:0:0:0:0 ' "$i"; else \
+  printf '%s:%s:%s:%s:%s:%s ' "$i" "$d" "$(( $(cat /sys/class/net/$d/flags) & 1 ))" \
+  "$(test -e /sys/class/net/$d/master && echo 1 || echo 0)" "$(ip -o addr show dev $d scope global | wc -l)" \
+  "$(cat /sys/class/net/$d/mtu)"; fi; done)"
 echo "maxsessions=$(sshd -T 2>/dev/null | sed -n 's/^maxsessions //p')"
 """
+
+
+@dataclass(frozen=True)
+class VirtualFunction:
+    """An SR-IOV virtual function of a host's NIC, as sysfs shows it (facts: sriov_vfs)."""
+    index: int
+    dev: str | None      # its network device; None: bound to another driver (vfio: a VM has it)
+    up: bool
+    enslaved: bool
+    addresses: int       # global addresses on it
+    mtu: int
+
+    @property
+    def free(self) -> bool:
+        """Nobody uses it: a network device of its own that is down, in no bridge or bond, without an address."""
+        return self.dev is not None and not self.up and not self.enslaved and not self.addresses
+
+
+def virtual_functions(f: dict) -> list[VirtualFunction]:
+    out = []
+    for item in f.get("sriov_vfs", "").split():
+        parts = item.split(":")
+        if len(parts) == 6 and parts[0].isdigit() and all(p.isdigit() for p in parts[2:]):
+            dev = None if parts[1] == "-" or not IFNAME_RE.match(parts[1]) else parts[1]
+            out.append(VirtualFunction(int(parts[0]), dev, parts[2] == "1", parts[3] == "1", int(parts[4]),
+                                       int(parts[5])))
+    return sorted(out, key=lambda v: v.index)
+
+
+def sriov(f: dict, nic: str) -> Feature:
+    """Whether the NIC offers free virtual functions (vnetbench never enables VFs: sriov_numvfs is the host's)."""
+    total, num = f.get("sriov_totalvfs", ""), f.get("sriov_numvfs", "")
+    if not total.isdigit() or int(total) == 0:
+        return Feature(False, f"{nic} offers no SR-IOV virtual functions (no sriov_totalvfs)")
+    if not num.isdigit() or int(num) == 0:
+        return Feature(False, f"{nic} has SR-IOV ({total} virtual functions) but none enabled (sriov_numvfs 0; "
+                              f"vnetbench does not change it)")
+    free = [v.dev for v in virtual_functions(f) if v.free]
+    if not free:
+        return Feature(False, f"all {num} enabled virtual functions of {nic} are in use (up, enslaved, addressed "
+                              f"or bound to another driver)")
+    return Feature(True, f"{len(free)} free virtual functions of {nic}: {' '.join(free)}")
 
 
 def facts(host: Host, ex: SshExecutor) -> dict:
@@ -291,17 +340,86 @@ def kernel(ex: SshExecutor, prefix: str) -> dict[str, Feature]:
     ip_lines = [v for v in KERNEL_PROBES.values() if not v.startswith("tc ")]
     tc_lines = [v[3:] for v in KERNEL_PROBES.values() if v.startswith("tc ")]
     q = shlex.quote
+    # the rest, one line each: `@@F name ok` or `@@F name no why` (xfrm states in the scratch namespace, generic
+    # netlink families, the TUN device), as capabilities._kernel probes them locally
+    checks = [(name, f"ip -n {q(ns)} {shlex.join(argv)}") for name, argv in XFRM_PROBES.items()]
+    checks += [(name, f"ip netns exec {q(ns)} genl ctrl get name {q(family)}") for name, family in GENL_FAMILIES.items()]
+    checks += [("tun", f"test -c {q(TUN_DEVICE)}")]
+    rest = "; ".join(f"e=$({cmd} 2>&1 >/dev/null) && echo '@@F {name} ok' || echo \"@@F {name} no $(echo \"$e\" | head -1)\""
+                     for name, cmd in checks)
     script = (f"ip netns add {q(ns)} || exit 9; "
               f"printf '%s\\n' {' '.join(map(q, ip_lines))} | ip -n {q(ns)} -force -batch - 2>&1; echo @@tc; "
-              f"printf '%s\\n' {' '.join(map(q, tc_lines))} | tc -n {q(ns)} -force -batch - 2>&1; "
-              f"ip netns del {q(ns)}")
+              f"printf '%s\\n' {' '.join(map(q, tc_lines))} | tc -n {q(ns)} -force -batch - 2>&1; echo @@rest; "
+              f"{rest}; ip netns del {q(ns)}")
     out = ex.run_script(script, timeout=30, check=False).stdout
+    out, _, rest_out = out.partition("@@rest")
     ip_out, _, tc_out = out.partition("@@tc")
     found: dict[str, Feature] = {}
     for names, text in (([k for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")], ip_out),
                         ([k for k, v in KERNEL_PROBES.items() if v.startswith("tc ")], tc_out)):
         found |= batch_features(names, text)
+    for line in rest_out.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "@@F":
+            why = parts[3] if len(parts) > 3 else ""
+            if parts[1] == "tun" and parts[2] != "ok":
+                why = f"{TUN_DEVICE} missing"
+            elif parts[1] in GENL_FAMILIES and parts[2] != "ok":
+                why = f"generic netlink family {GENL_FAMILIES[parts[1]]} absent (module not loaded or not built)"
+            found[parts[1]] = Feature(parts[2] == "ok", "" if parts[2] == "ok" else why or "failed")
     return found
+
+
+SWAN_SCRIPT = r"""
+ns={ns}; d=$(mktemp -d /tmp/vnetbench-swan.XXXXXX) || exit 9; pid=
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; ip netns del $ns 2>/dev/null; rm -rf "$d"' EXIT
+ip netns add $ns || exit 9
+printf '%s' {conf} > "$d/strongswan.conf"
+P='mount --bind "$0" /run && exec "$@"'
+ip netns exec $ns unshare --mount --propagation private -- sh -c "$P" "$d" env STRONGSWAN_CONF=/run/strongswan.conf   {charon} >/dev/null 2>"$d/err" &
+pid=$!
+i=0; while [ ! -S "$d/charon.vici" ]; do
+  kill -0 $pid 2>/dev/null || {{ echo "@@error charon exited at start: $(tail -c 300 "$d/err")"; exit 0; }}
+  [ $i -ge 500 ] && {{ echo "@@error charon did not open its socket in 10 s"; exit 0; }}
+  sleep 0.02; i=$((i+1)); done
+sw() {{ ip netns exec $ns unshare --mount --propagation private -- sh -c "$P" "$d" swanctl "$@" --uri {vici}; }}
+i=0; until out=$(sw --list-algs 2>&1); do [ $i -ge 50 ] && break; sleep 0.05; i=$((i+1)); done
+echo @@algs; echo "$out"; echo @@stats; sw --stats 2>&1
+"""
+
+
+def strongswan(ex: SshExecutor, prefix: str) -> Strongswan:
+    """capabilities.probe_strongswan on a host: a charon started as a run starts it (same plugins, private /run,
+    scratch namespace), and the algorithms it really loaded. One round trip."""
+    vici = "unix:///run/charon.vici"
+    conf = (f"charon {{\n  load_modular = no\n  load = {STRONGSWAN_PLUGINS.format(kernel='kernel-netlink')}\n"
+            f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
+    script = SWAN_SCRIPT.format(ns=shlex.quote(f"{prefix}-swan"), conf=shlex.quote(conf),
+                                charon=shlex.quote(TOOLS["charon"][1][0]), vici=shlex.quote(vici))
+    out = ex.run_script(script, timeout=40, check=False).stdout
+    if "@@error " in out:
+        return Strongswan(error=out.split("@@error ", 1)[1].strip()[:300])
+    if "@@algs" not in out:
+        return Strongswan(error="the strongSwan probe did not run")
+    algs, _, stats = out.split("@@algs", 1)[1].partition("@@stats")
+    m = re.search(r"^loaded plugins: (.*)$", stats, re.M)
+    plugins = tuple(p for p in (m.group(1).split() if m else ()) if p != "charon")
+    return Strongswan(plugins, parse_list_algs(algs))
+
+
+def merge_swan(hosts: list[Host]) -> Strongswan:
+    """The algorithms every host's charon loaded (one host's error makes them unreadable, with its name)."""
+    for h in hosts:
+        if h.caps.swan is not None and h.caps.swan.error:
+            return Strongswan(error=f"on {h.name}: {h.caps.swan.error}")
+    swans = [h.caps.swan for h in hosts if h.caps.swan is not None]
+    if not swans:
+        return Strongswan(error="charon or swanctl is not installed on the hosts (Debian packages strongswan-charon, "
+                                "strongswan-swanctl)")
+    kinds = set.intersection(*(set(s.algorithms) for s in swans))
+    algorithms = {k: tuple(a for a in swans[0].algorithms[k] if all(a in s.algorithms[k] for s in swans)) for k in kinds}
+    plugins = tuple(p for p in swans[0].plugins if all(p in s.plugins for s in swans))
+    return Strongswan(plugins, algorithms)
 
 
 def merge(hosts: list[Host]) -> Capabilities:
@@ -318,6 +436,11 @@ def merge(hosts: list[Host]) -> Capabilities:
             else:
                 merged[n] = Feature(True, getattr(hosts[0].caps, kind)[n].detail)
         setattr(caps, kind, merged)
+    if caps.kernel.get("sriov-vf", Feature(False)).ok:  # as many per host as the host with the fewest has
+        fewest = min(int(h.caps.kernel["sriov-vf"].detail.split()[0]) for h in hosts)
+        caps.kernel["sriov-vf"] = Feature(True, f"{fewest} free virtual functions per host")
+    if any(h.caps.swan is not None for h in hosts):
+        caps.swan = merge_swan(hosts)
     return caps
 
 
@@ -338,6 +461,9 @@ def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True
                 return f"{bed.source}: host {h.name}: {h.nic} does not have the address {h.address} " \
                        f"(it has: {h.facts.get('nic_addrs') or 'none'}); vnetbench does not configure it"
             h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {})
+            h.caps.kernel["sriov-vf"] = sriov(h.facts, h.nic)
+            if probe_kernel and h.caps.tool("charon") and h.caps.tool("swanctl"):
+                h.caps.swan = strongswan(ex, prefix)
             return None
         except HostUnreachable as exc:
             return f"{bed.source}: host {h.name} ({h.target.destination}) cannot be reached over SSH: " \
@@ -392,7 +518,8 @@ def parse_objects(text: str) -> list[Obj]:
             continue
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
-            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"))
+            extra = {k: e[k] for k in ("mtu", "ns", "dev") if k in e} if e.get("kind") in ("mtu", "vf") else None
+            live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), extra)
         else:
             live.pop(key, None)
     return list(live.values())
@@ -408,6 +535,15 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
         if o.kind == "process" and o.pid and o.start:
             parts.append(f"[ \"$(sed 's/.*) //' /proc/{int(o.pid)}/stat 2>/dev/null | cut -d' ' -f20)\" = {int(o.start)} ]"
                          f" && {{ kill -9 -- -{int(o.pid)} 2>/dev/null || kill -9 {int(o.pid)} 2>/dev/null; }}")
+    # a virtual function the run moved into a VM goes back to the host under its own name and MTU, before the VM's
+    # namespace goes (which would return it under the VM's name); if the namespace is gone already, it is renamed
+    for o in objs:
+        if o.kind == "vf" and o.extra and {"ns", "dev", "mtu"} <= set(o.extra):
+            ns, dev, mtu, name = q(o.extra["ns"]), q(o.extra["dev"]), int(o.extra["mtu"]), q(o.name)
+            parts.append(f"{{ ip -n {ns} link set dev {dev} down && ip -n {ns} link set dev {dev} mtu {mtu} && "
+                         f"ip -n {ns} link set dev {dev} netns $$ name {name}; }} 2>/dev/null || "
+                         f"{{ ip link set dev {dev} down && ip link set dev {dev} mtu {mtu} && "
+                         f"ip link set dev {dev} name {name}; }} 2>/dev/null")
     spaces = [o.name for o in reversed(objs) if o.kind == "netns" and o.name.startswith(prefix)]
     links = [o.name for o in reversed(objs) if o.kind == "link" and o.name.startswith(prefix)]
     # One ip: the pids in the namespaces are listed before the names go (the processes are killed right after;
@@ -416,6 +552,8 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
     if lines:
         parts.append(f"pids=$(printf '%s\\n' {' '.join(map(q, lines))} | ip -force -batch - 2>/dev/null); "
                      f"[ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
+    # a NIC's MTU changed by the run (allow_mtu) goes back to what it was, once the run's devices on it are gone
+    parts += [f"ip link set dev {q(o.name)} mtu {int(o.extra['mtu'])}" for o in objs if o.kind == "mtu" and o.extra]
     if remove_dir:
         parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
     return "; ".join(parts + ["true"])
@@ -440,6 +578,7 @@ def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[st
         what = [f"{entry['name']}: process {o.name} (pid {o.pid})" for o in objs
                 if o.kind == "process" and o.pid and (o.pid, o.start) in running]
         what += [f"{entry['name']}: {o.kind} {o.name}" for o in objs if o.kind in ("netns", "link") and o.name in present]
+        what += [f"{entry['name']}: MTU of {o.name} back to {o.extra['mtu']}" for o in objs if o.kind == "mtu" and o.extra]
         if not dry_run:
             ex.run_script(clean_script(prefix, objs), timeout=60, check=False)
         return what + [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"] * bool(text.strip()), None

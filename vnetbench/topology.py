@@ -26,7 +26,7 @@ from typing import Callable
 
 from . import datapaths
 from .datapaths.base import BuildError, Tunnel
-from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from .guests.base import TAP_MTU, VM_NIC
 from .ledger import Ledger, kill_pids, pids_in_namespaces
 from .scenario import Scenario
@@ -122,8 +122,35 @@ class Topology:
         return self.elements["encryption"].transport_ip(self, host) or self.host_ip(host)
 
     def workdir(self, label: str) -> str:
+        """A node's directory for its daemons' files, on the machine the node is on: under the local ledger's work
+        directory, or on a testbed host under that host's run directory."""
+        if self.site:
+            return f"{REMOTE_STATE_DIR}/{self.prefix}/work/{label}"
         base = self.ledger.work if self.ledger else "/run/vnetbench/" + PLAN_PREFIX + "/work"
         return f"{base}/{label}"
+
+    def _by_machine(self, labels: list[str]) -> dict[str, list[str]]:
+        """Node labels grouped by the node whose executor reaches their machine's files (ROOT here)."""
+        out: dict[str, list[str]] = {}
+        for label in labels:
+            out.setdefault(self.root_of(label), []).append(label)
+        return out
+
+    def make_dirs(self, labels: list[str], mode: str | None = "700") -> None:
+        """A step that makes the nodes' directories (one command per machine)."""
+        for where, mine in self._by_machine(labels).items():
+            self.run(where, ["mkdir", "-p", *(["-m", mode] if mode else []), *[self.workdir(n) for n in mine]])
+
+    def remove_dirs(self, labels: list[str]) -> None:
+        """A step that removes the nodes' directories with everything in them (one command per machine)."""
+        for where, mine in self._by_machine(labels).items():
+            self.run(where, ["rm", "-rf", "--", *[self.workdir(n) for n in mine]])
+
+    def write_file(self, label: str, name: str, text: str, mode: int = 0o600) -> str:
+        """Write a file into a node's directory, on its machine (a secret goes on stdin, never in an argv)."""
+        path = f"{self.workdir(label)}/{name}"
+        self.executor(label).write_file(path, text, mode)
+        return path
 
     # ---- steps -------------------------------------------------------------------------------------------
     def record(self, kind: str, name: str, host: str = ROOT) -> None:
@@ -216,6 +243,14 @@ class Topology:
         self.ip(host, *[f"link set {dev} type macvlan macaddr add {self.mac(vm.label)}" for vm in others],
                 f"link set {dev} up")
         return dev
+
+    def direct_nic(self, vm: Node, dev: str) -> None:
+        """A VM's NIC straight on its host's NIC: a macvlan of it, or on a testbed whose NIC offers one, a free SR-IOV
+        virtual function moved into the VM (the implementation says which)."""
+        if self.site and self.sc.implementation.get("attach") == "sriov-vf":
+            self.site.attach_vf(self, vm, dev)
+            return
+        self.ip(self.nic_node(vm.host), f"link add {dev} link {self.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
 
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""

@@ -32,6 +32,11 @@ class DirectAttach(Attach):
     summary = "VM on a macvlan of the host NIC: no virtual switch (an SR-IOV virtual function stand-in)"
 
     def check(self, scenario, caps):
+        vfs = caps.kernel.get("sriov-vf")  # a testbed whose NICs have free SR-IOV virtual functions
+        need = scenario["pairs"] * (2 if scenario["placement"] == "same-host" else 1)  # VMs on the busiest host
+        if vfs is not None and vfs.ok and int(vfs.detail.split()[0]) >= need:
+            return Availability(True, "sriov-vf", notes=(f"a free SR-IOV virtual function of the host NIC per VM "
+                                                         f"({vfs.detail})",))
         return Availability(True, "macvlan") if caps.has("macvlan") else Availability.no(caps.missing_kernel("macvlan"))
 
     def build(self, topo):
@@ -39,7 +44,7 @@ class DirectAttach(Attach):
         for host in topo.hosts:
             topo.underlay_address(host.label, topo.ifname("u"))
         for vm in topo.vms:
-            topo.ip(topo.nic_node(vm.host), f"link add {vm_if} link {topo.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
+            topo.direct_nic(vm, vm_if)
         for vm in topo.vms:
             topo.vm_address(vm, vm_if)
 

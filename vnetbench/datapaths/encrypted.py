@@ -8,20 +8,18 @@ tunnel adds.
   attach=host the workloads target those tunnel addresses.
 
 Secrets (pre-shared keys, private keys) are generated at build time, written only to 0600 files in the node's
-directory under the run's work dir (0700), and the directories are removed at teardown; `clean` removes the
+directory under the run's work dir (0700) on the node's machine (over SSH: on stdin, never in an argv), and the
+directories are removed at teardown; `clean` removes the
 whole run directory after a crash. They never appear in an argv, a batch line, a log or the results.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..executor import Executor, socket_answers, write_private as _write_private
 from .base import BuildError, Encryption
 
 if TYPE_CHECKING:
@@ -40,10 +38,7 @@ def number(label: str) -> int:
 
 def write_private(path: str | Path, text: str) -> None:
     """Create or replace a file readable by its owner only, without a moment of wider permissions."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    _write_private(path, text, 0o600)
 
 
 def carries_ip_between_hosts(overlay: str) -> bool:
@@ -134,69 +129,53 @@ class EncryptedTunnel(Encryption):
     # ---- private directories and daemons --------------------------------------------------------------------
     @staticmethod
     def privrun(topo: "Topology", label: str, argv: list[str]) -> list[str]:
-        """argv run with the node's directory as its /run (fixed pid-file and socket paths stay private)."""
-        return [sys.executable, "-m", "vnetbench.privrun", topo.workdir(label), "--", *argv]
+        """argv run with the node's directory as its /run (fixed pid-file and socket paths stay private); the
+        node's executor knows how, where it runs."""
+        return topo.executor(label).privrun(topo.workdir(label), argv)
 
     def make_dirs(self, topo: "Topology", labels: list[str]) -> None:
-        topo.run("", ["mkdir", "-p", "-m", "700", *[topo.workdir(n) for n in labels]])
+        topo.make_dirs(labels)
 
     def teardown(self, topo: "Topology") -> None:
-        dirs = [topo.workdir(n) for n in self.members(self.peers(topo))]
-        topo.call("", f"remove {len(dirs)} node directories (configs, keys, sockets) under {Path(dirs[0]).parent}"
-                  if dirs else "nothing to remove", lambda: [shutil.rmtree(d, ignore_errors=True) for d in dirs])
+        labels = self.members(self.peers(topo))
+        if labels:
+            topo.remove_dirs(labels)
 
     @staticmethod
-    def wait_socket(topo: "Topology", name: str, path: str, log: str | None = None):
-        """A ready check: the daemon's control socket accepts a connection (and the daemon still runs)."""
+    def wait_socket(topo: "Topology", name: str, path: str, log: str | None = None, label: str | None = None):
+        """A ready check: the daemon's control socket accepts a connection (and the daemon still runs), asked
+        where the node runs."""
         def ready() -> None:
+            ex = topo.executor(label) if label else None
             deadline = time.monotonic() + READY_TIMEOUT_S
             while time.monotonic() < deadline:
                 proc = topo.daemons.get(name)
                 if proc is not None and proc.poll() is not None:
                     err = proc.stderr.read() if proc.stderr else ""
                     raise BuildError(f"{name} exited {proc.returncode} at start: {err.strip()[-500:]}"
-                                     f"{_tail(log)}")
+                                     f"{_tail(ex, log)}")
                 machine = getattr(topo, "machine", None)
                 if machine is not None:  # a guest's socket, reached from inside the guest (kernel: guest)
                     if machine.run(["python3", "-c", _ANSWERS_PY, path], check=False).returncode == 0:
                         return
-                elif _answers(path):
+                elif ex.answers(path) if ex else _answers(path):
                     return
                 time.sleep(0.01)
             raise BuildError(f"{name}: its control socket {path} did not answer within {READY_TIMEOUT_S:.0f} s"
-                             f"{_tail(log)}")
+                             f"{_tail(ex, log)}")
         return ready
 
 
 _ANSWERS_PY = ("import os, socket, sys; p = sys.argv[1]; fd = os.open(os.path.dirname(p), os.O_PATH); "
                "socket.socket(socket.AF_UNIX).connect(f'/proc/self/fd/{fd}/{os.path.basename(p)}')")
+_answers = socket_answers
 
 
-def _answers(path: str) -> bool:
-    """Whether a unix socket accepts a connection. Reached through /proc/self/fd so that a long state directory
-    cannot exceed the 108-byte limit of a socket address."""
-    try:
-        fd = os.open(os.path.dirname(path), os.O_PATH)
-    except OSError:
-        return False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _tail(log: str | None, lines: int = 5) -> str:
+def _tail(ex, log: str | None, lines: int = 5) -> str:
     if not log:
         return ""
-    try:
-        text = Path(log).read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return f"; last lines of {log}: " + " | ".join(text)
+    text = ex.tail(log, lines) if ex else Executor.tail(None, log, lines)
+    return f"; last lines of {log}: {text}" if text else ""
 
 
 def run_quiet(argv: list[str], stdin: str | None = None) -> str:

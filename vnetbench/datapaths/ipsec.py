@@ -27,7 +27,7 @@ from pydantic import ValidationInfo, field_validator
 from ..capabilities import STRONGSWAN_PLUGINS, TOOLS
 from . import register
 from .base import Availability, Options
-from .encrypted import EncryptedTunnel, write_private
+from .encrypted import EncryptedTunnel
 
 CHARON = TOOLS["charon"][1][0]
 PLUGIN_DIR = Path(CHARON).parent / "plugins"
@@ -329,13 +329,13 @@ class Ipsec(EncryptedTunnel):
 
     def _build_ike(self, topo, links, nodes):
         libipsec = self.impl != "kernel"
-        topo.call("", f"write strongswan.conf and swanctl.conf (0600; IKEv2 pre-shared keys generated now) for "
+        topo.call(nodes[0], f"write strongswan.conf and swanctl.conf (0600; IKEv2 pre-shared keys generated now) for "
                       f"{', '.join(nodes)}", lambda: self._write_ike(topo, links, nodes))
         for n in nodes:
             d = topo.workdir(n)
             argv = self.privrun(topo, n, ["env", "STRONGSWAN_CONF=/run/strongswan.conf", CHARON])
             topo.daemon(n, f"charon@{n}", argv,
-                        ready=self.wait_socket(topo, f"charon@{n}", f"{d}/charon.vici", f"{d}/charon.log"))
+                        ready=self.wait_socket(topo, f"charon@{n}", f"{d}/charon.vici", f"{d}/charon.log", label=n))
         for n in nodes:  # swanctl, too, sees the node's directory as /run (short socket paths)
             topo.run(n, self.privrun(topo, n, ["swanctl", "--load-all", "--noprompt", "--file", "/run/swanctl.conf",
                                                 "--uri", VICI]))
@@ -361,8 +361,7 @@ class Ipsec(EncryptedTunnel):
                 f"    }}\n  }}\n"
                 f"  plugins {{\n    vici {{\n      socket = {VICI}\n    }}\n{libipsec}  }}\n}}\n")
         for n in nodes:
-            d = Path(topo.workdir(n))
-            write_private(d / "strongswan.conf", conf)
+            topo.write_file(n, "strongswan.conf", conf)
             conns, secs = [], []
             for link in links:
                 if n not in link:
@@ -372,7 +371,8 @@ class Ipsec(EncryptedTunnel):
                 other, peer_ts = self.addrs(topo, peer)
                 conns.append(self._connection(peer, me, other, my_ts, peer_ts))
                 secs.append(f"  ike-{peer} {{\n    id-a = {me}\n    id-b = {other}\n    secret = 0s{psk[link]}\n  }}\n")
-            write_private(d / "swanctl.conf", "connections {\n" + "".join(conns) + "}\nsecrets {\n" + "".join(secs) + "}\n")
+            topo.write_file(n, "swanctl.conf",
+                            "connections {\n" + "".join(conns) + "}\nsecrets {\n" + "".join(secs) + "}\n")
 
     def _connection(self, peer, me, other, my_ts, peer_ts) -> str:
         props = (f"        esp_proposals = {self.esp_proposal()}\n" if self.esp else
@@ -387,7 +387,7 @@ class Ipsec(EncryptedTunnel):
 
     # ---- manual keys (kernel xfrm only) --------------------------------------------------------------------
     def _build_manual(self, topo, links, nodes):
-        topo.call("", f"write xfrm.batch (0600; ip xfrm states and policies with keys generated now) for "
+        topo.call(nodes[0], f"write xfrm.batch (0600; ip xfrm states and policies with keys generated now) for "
                       f"{', '.join(nodes)}", lambda: self._write_manual(topo, links, nodes))
         if self.host_to_host(topo.sc) and self.options.mode == "tunnel":
             for a, b in links:  # the peer's tunnel address is reached through the peer's underlay address
@@ -412,7 +412,7 @@ class Ipsec(EncryptedTunnel):
                     for direction in ("in", "fwd"):
                         lines[dst].append(f"xfrm policy add src {s} dst {d} dir {direction} {tmpls}")
         for n in nodes:
-            write_private(Path(topo.workdir(n)) / "xfrm.batch", "\n".join(lines[n]) + "\n")
+            topo.write_file(n, "xfrm.batch", "\n".join(lines[n]) + "\n")
 
     def _states(self, src: str, dst: str, reqid: int) -> tuple[list[str], str]:
         """xfrm state lines with fresh keys, and the policy's template list (ESP applied first, AH outermost)."""

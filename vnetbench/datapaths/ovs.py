@@ -29,7 +29,6 @@ for the overlay header.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -67,14 +66,6 @@ def _afxdp_built_in() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "libbpf" in out or "libxdp" in out
-
-
-def _tail(path: str, lines: int = 5) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            return " | ".join(ln.strip() for ln in fh.read().splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 @register
@@ -196,17 +187,18 @@ class Ovs(Switch):
         return f"02:00:0a:fa:00:{int(host[1:]):02x}"
 
     # ---- build -------------------------------------------------------------------------------------------
-    def _ready(self, topo, name: str, sock: str, log: str):
+    def _ready(self, topo, host: str, name: str, sock: str, log: str):
         def ready() -> None:
+            where = topo.executor(host)  # the daemon's files are on its host's machine
             deadline = time.monotonic() + READY_TIMEOUT_S
-            while not os.path.exists(sock):
+            while not where.exists(sock):
                 proc = topo.daemons.get(name)
                 if proc is not None and proc.poll() is not None:
                     err = proc.stderr.read() if proc.stderr else ""
-                    raise CommandError(name, proc.args, proc.returncode, f"{err.strip()} {_tail(log)}".strip())
+                    raise CommandError(name, proc.args, proc.returncode, f"{err.strip()} {where.tail(log)}".strip())
                 if time.monotonic() > deadline:
                     raise CommandError(name, ["ready"], -1, f"no control socket {sock} after {READY_TIMEOUT_S} s; "
-                                                            f"log: {_tail(log)}")
+                                                            f"log: {where.tail(log)}")
                 time.sleep(0.005)
         return ready
 
@@ -217,7 +209,7 @@ class Ovs(Switch):
         self._plugged = 0
         dp, mode = self._dp(topo), self._mode(topo)
         multi = len(topo.hosts) > 1
-        topo.run("", ["mkdir", "-p", *[topo.workdir(h.label) for h in topo.hosts]])
+        topo.make_dirs([h.label for h in topo.hosts], mode=None)
         for host in topo.hosts:
             h, f = host.label, self._files(topo, host.label)
             env = ["env", f"OVS_RUNDIR={f['dir']}", f"OVS_DBDIR={f['dir']}", f"OVS_LOGDIR={f['dir']}"]
@@ -225,10 +217,10 @@ class Ovs(Switch):
             topo.daemon(h, f"ovsdb-server@{h}", [*env, "ovsdb-server", f["db"], f"--remote=punix:{f['sock']}",
                                                  f"--unixctl={f['dbctl']}", f"--log-file={f['dblog']}",
                                                  "-vconsole:off", "-vfile:info"],
-                        ready=self._ready(topo, f"ovsdb-server@{h}", f["sock"], f["dblog"]))
+                        ready=self._ready(topo, h, f"ovsdb-server@{h}", f["sock"], f["dblog"]))
             topo.daemon(h, f"ovs-vswitchd@{h}", [*env, "ovs-vswitchd", f"unix:{f['sock']}", f"--unixctl={f['swctl']}",
                                                  f"--log-file={f['swlog']}", "-vconsole:off", "-vfile:info"],
-                        ready=self._ready(topo, f"ovs-vswitchd@{h}", f["swctl"], f["swlog"]))
+                        ready=self._ready(topo, h, f"ovs-vswitchd@{h}", f["swctl"], f["swlog"]))
         for host in topo.hosts:
             h = host.label
             argv = [*self.vsctl(topo, h), "--no-wait"]
@@ -240,6 +232,8 @@ class Ovs(Switch):
             underlay_dev = up
             # afxdp on the underlay veth too: as a plain (AF_PACKET) port it drops bursts at its socket buffer, which
             # cut cross-host TCP to ~0.4 Gbit/s with ~20k retransmits/3 s against ~1.6 Gbit/s and none (measured)
+            if multi and mode in ("flat", "vlan"):
+                up = topo.uplink(h)  # the emulated NIC, or on a testbed the run's macvlan of the real one
             uplink = [up] + (["--", "set", "interface", up, "type=afxdp"] if self.options.port_type == "afxdp" else [])
             if not multi:
                 pass  # one host: the underlay veth has nothing behind it; its address stays on the veth
@@ -357,4 +351,4 @@ class Ovs(Switch):
 
     def teardown(self, topo):
         # The daemons stop with the topology (SIGTERM); their database, sockets and logs go with this step.
-        topo.run("", ["rm", "-rf", "--", *[topo.workdir(h.label) for h in topo.hosts]])
+        topo.remove_dirs([h.label for h in topo.hosts])

@@ -2,18 +2,19 @@
 
 Every node of a peering (the VMs of each pair, or every host) gets an interface with a tunnel address; the
 workloads of vm-to-vm scenarios target the VMs' tunnel addresses, and host-to-host overlays run between the hosts'
-tunnel addresses. Keys: `wg genkey` / `wg pubkey` at build time, the private key written to a 0600 file in the
-node's directory and loaded with `wg set IF private-key FILE`; peers (public keys only) with `wg addconf`.
+tunnel addresses. Keys: `wg genkey` / `wg pubkey` at build time, run on the node's machine, the private key
+written to a 0600 file in the node's directory (it never leaves that machine) and loaded with
+`wg set IF private-key FILE`; peers (public keys only) with `wg addconf`.
 wireguard-go and every `wg` call addressing it run with the node's directory as /run, since the UAPI socket is
 fixed at /run/wireguard/<if>.sock.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import subprocess
 
 from . import register
 from .base import Availability
-from .encrypted import EncryptedTunnel, run_quiet, write_private
+from .encrypted import EncryptedTunnel
 
 PORT = 51820
 OVERHEAD = 60  # outer IPv4 20 + UDP 8 + WireGuard data header 16 + Poly1305 tag 16 (IPv6 outer: 80)
@@ -61,7 +62,7 @@ class WireGuard(EncryptedTunnel):
         nodes = self.members(links)
         dev = topo.ifname("wg")
         self.make_dirs(topo, nodes)
-        topo.call("", f"generate WireGuard keys with wg genkey/wg pubkey, write wg.key (0600) and peers.conf for "
+        topo.call(nodes[0], f"generate WireGuard keys with wg genkey/wg pubkey, write wg.key (0600) and peers.conf for "
                       f"{', '.join(nodes)}", lambda: self._write_keys(topo, links, nodes))
         for n in nodes:
             if self.kernel:
@@ -70,7 +71,7 @@ class WireGuard(EncryptedTunnel):
                 sock = f"{topo.workdir(n)}/wireguard/{dev}.sock"
                 topo.daemon(n, f"wireguard-go@{n}",
                             self.privrun(topo, n, ["env", "LOG_LEVEL=error", "wireguard-go", "-f", dev]),
-                            ready=self.wait_socket(topo, f"wireguard-go@{n}", sock))
+                            ready=self.wait_socket(topo, f"wireguard-go@{n}", sock, label=n))
         inside = "/run" if not self.kernel else None
         for n in nodes:
             d = inside or topo.workdir(n)
@@ -91,13 +92,16 @@ class WireGuard(EncryptedTunnel):
 
     def _write_keys(self, topo, links, nodes) -> None:
         public = {}
-        for n in nodes:
-            key_file = Path(topo.workdir(n)) / "wg.key"
-            write_private(key_file, run_quiet(["wg", "genkey"]) + "\n")
-            public[n] = run_quiet(["wg", "pubkey"], stdin=key_file.read_text())
+        for n in nodes:  # each node makes its own key: the private key never leaves the node's machine
+            key_file = f"{topo.workdir(n)}/wg.key"
+            out = topo.executor(n).run(["sh", "-c", 'umask 077 && wg genkey > "$1" && wg pubkey < "$1"', "sh",
+                                        key_file], timeout=20).stdout.strip()
+            if not out:
+                raise subprocess.SubprocessError(f"wg pubkey printed nothing on {n}")
+            public[n] = out
         for n in nodes:
             peers = [b if a == n else a for a, b in links if n in (a, b)]
             text = "".join(f"[Peer]\nPublicKey = {public[p]}\nEndpoint = {self.endpoint(topo, p)}\n"
                            f"AllowedIPs = {self.tunnel_addrs(p)[0]}/32, {self.tunnel_addrs(p)[1]}/128\n\n"
                            for p in peers)
-            write_private(Path(topo.workdir(n)) / "peers.conf", text)
+            topo.write_file(n, "peers.conf", text)

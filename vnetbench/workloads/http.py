@@ -18,7 +18,6 @@ window in which requests start: clients x rate when every request succeeds) and 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -122,9 +121,12 @@ class Http(Workload):
         return self.listen_ports(pair.index)[0]
 
     def _dir(self, pair: Pair) -> Path:
-        ledger = pair.server.node.ledger
-        if ledger is not None:
-            return Path(ledger.work) / f"http-{pair.server.label}-{self._port(pair)}"
+        node = pair.server.node
+        name = f"http-{pair.server.label}-{self._port(pair)}"
+        if node.files_dir():  # a machine with files of its own (a testbed host): its run directory
+            return Path(node.files_dir()) / name
+        if node.ledger is not None:
+            return Path(node.ledger.work) / name
         return Path(tempfile.gettempdir()) / f"vnetbench-http-{os.getpid()}-{self._port(pair)}"
 
     def _server(self, pair: Pair) -> list[str]:
@@ -134,7 +136,7 @@ class Http(Workload):
     def _client(self, pair: Pair, k: int) -> list[str]:
         p = self.params
         phase = k / (p.clients * p.rate)  # client k of n: the pair's requests evenly spread
-        argv = [sys.executable, "-m", "vnetbench.httpclient", "--host", pair.server.addr, "--port", str(self._port(pair)),
+        argv = [*pair.client.node.python("httpclient"), "--host", pair.server.addr, "--port", str(self._port(pair)),
                 "--path", PAGE, "--size", str(p.page_size), "--rate", f"{p.rate:g}", "--duration", f"{p.duration:g}",
                 "--timeout", f"{p.timeout:g}", "--phase", f"{phase:.6f}"]
         return argv + (["--keepalive"] if p.keepalive else [])
@@ -145,28 +147,28 @@ class Http(Workload):
                        for p in pairs for k in range(self.params.clients)]
 
     def _prepare(self, pair: Pair) -> Path:
-        d = self._dir(pair)
-        shutil.rmtree(d, ignore_errors=True)
-        (d / "www").mkdir(parents=True, mode=0o700)
-        (d / "tmp").mkdir(mode=0o700)
-        (d / "nginx.conf").write_text(nginx_conf(d, pair.server.addr, self._port(pair), self.params.server_workers))
-        (d / "www" / PAGE.lstrip("/")).write_bytes(b"x" * self.params.page_size)
+        d, node = self._dir(pair), pair.server.node
+        node.remove_dirs([str(d)])
+        node.make_dirs([str(d / "www"), str(d / "tmp")])
+        node.write_file(str(d / "nginx.conf"), nginx_conf(d, pair.server.addr, self._port(pair),
+                                                         self.params.server_workers), 0o644)
+        node.write_file(str(d / "www" / PAGE.lstrip("/")), "x" * self.params.page_size, 0o644)
         return d
 
     def _await_server(self, pair: Pair, proc: subprocess.Popen, timeout: float = 10.0) -> None:
         """nginx writes its pid file only once it holds its listening socket (a port taken by someone else makes it
         retry for ~2 s, then exit): wait for the pid file, then check the port listens."""
-        pidfile, deadline = self._dir(pair) / "nginx.pid", time.monotonic() + timeout
-        while not pidfile.exists() and proc.poll() is None and time.monotonic() < deadline:
+        node = pair.server.node
+        pidfile, deadline = str(self._dir(pair) / "nginx.pid"), time.monotonic() + timeout
+        while not node.exists(pidfile) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         try:
-            if not pidfile.exists() or proc.poll() is not None:
+            if not node.exists(pidfile) or proc.poll() is not None:
                 raise WorkloadError("exited" if proc.poll() is not None else f"no pid file after {timeout:.0f} s")
-            wait_listening(pair.server.node, self._port(pair))
+            wait_listening(node, self._port(pair))
         except WorkloadError as exc:
             _, err = stop_server(proc)
-            log = self._dir(pair) / "error.log"
-            said = (err or "").strip() or (log.read_text().strip() if log.exists() else "")
+            said = (err or "").strip() or node.tail(str(self._dir(pair) / "error.log"), 2)
             last = " | ".join(line.strip() for line in said.splitlines()[-2:])
             raise WorkloadError(f"nginx pair {pair.index} did not start ({exc}): {last[-400:]}") from None
 
@@ -202,8 +204,8 @@ class Http(Workload):
                 stop(proc)
             for proc in servers:
                 stop_server(proc)
-            for d in dirs:
-                shutil.rmtree(d, ignore_errors=True)
+            for pair, d in zip(pairs, dirs):
+                pair.server.node.remove_dirs([str(d)])
 
 
 def stop_server(proc: subprocess.Popen, grace: float = 3.0) -> tuple[str, str]:
@@ -216,7 +218,7 @@ def stop_server(proc: subprocess.Popen, grace: float = 3.0) -> tuple[str, str]:
         return proc.communicate(timeout=grace)
     except subprocess.TimeoutExpired:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            getattr(proc, "kill_group", lambda: os.killpg(proc.pid, signal.SIGKILL))()  # a remote one: its group there
         except ProcessLookupError:
             pass
         return proc.communicate()
