@@ -41,7 +41,7 @@ def interface(labels: dict) -> str:
     attach, enc = labels.get("attach", "switch"), labels.get("encryption", "none")
     enc_name = {"wireguard": "WireGuard", "ipsec": "IPsec"}.get(enc.split("(")[0], enc)
     if attach == "host":
-        return "native" if enc == "none" else enc_name
+        return with_kernel("native" if enc == "none" else enc_name, labels)
     overlay = {"vxlan": "VXLAN", "geneve": "Geneve", "gre": "GRE", "none": "flat", "vlan": "VLAN"}.get(
         labels.get("overlay", "none").split("(")[0], labels.get("overlay", "none"))
     name = overlay if labels.get("switch", "linuxbridge").startswith("linuxbridge") else \
