@@ -14,6 +14,7 @@ over SSH are another helper's work on sites.TestbedSite, which this site inherit
 from __future__ import annotations
 
 import shlex
+import shutil
 
 from .. import testbed as tb
 from ..ledger import Ledger
@@ -23,6 +24,19 @@ from .base import Fleet, GuestError
 SEGMENT = "underlay"
 DATA_NET = "10.252.0"
 MEM_MB = 512  # one host's switch, daemons and its VMs' tools
+
+
+def why_not(sc) -> str | None:
+    """Why a scenario cannot run with one guest per host (None: it can)."""
+    if sc.levels.get("hops", 0):
+        return "routers between host guests are not built yet (kernel: guest runs them)"
+    for kind, names in {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}.items():
+        if sc.labels.get(kind, "").split("(")[0] in names:
+            return (f"{sc.labels[kind]} keeps its daemons' files on this machine; over SSH it is not supported yet "
+                    f"(kernel: guest runs it)")
+    if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
+        return "host-to-host over IPv6: the host guests' underlay has IPv4 addresses only"
+    return None
 
 
 class GuestHostSite(TestbedSite):
@@ -37,6 +51,7 @@ class GuestHostSite(TestbedSite):
             self.fleet.boot()
         except GuestError:
             self.fleet.teardown()
+            shutil.rmtree(self.fleet.dir, ignore_errors=True)
             raise
         bed = tb.Testbed("guests", [tb.Host(f"guest-h{i}", g.executor.target, self.nic_name, f"{DATA_NET}.{i}",
                                             facts={"kernel": self.fleet.backend.support().kernel})
@@ -59,14 +74,7 @@ class GuestHostSite(TestbedSite):
     def check(self, sc) -> str | None:
         if sc.hosts > self.hosts:
             return f"the scenario needs {sc.hosts} hosts; {self.hosts} host guests were booted"
-        if sc.levels.get("hops", 0):
-            return "routers between host guests are not built yet (kernel: guest runs them)"
-        for kind, names in {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}.items():
-            if sc.labels.get(kind, "").split("(")[0] in names:
-                return f"{sc.labels[kind]} keeps its daemons' files on this machine; over SSH it is not supported yet"
-        if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
-            return "host-to-host over IPv6: the host guests' underlay has IPv4 addresses only"
-        return None
+        return why_not(sc)
 
     def prepare(self, sc) -> None:
         """Each guest's underlay NIC at the scenario's MTU, shaped to its rate (tbf) or not: the guests are the
@@ -116,3 +124,4 @@ class GuestHostSite(TestbedSite):
     def close(self) -> None:
         super().close()
         self.fleet.teardown()
+        shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
