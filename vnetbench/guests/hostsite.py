@@ -18,7 +18,9 @@ import shutil
 
 from .. import testbed as tb
 from ..ledger import Ledger
-from ..sites import TestbedSite
+from ..probes.interfaces import InterfaceProbe
+from ..probes.procstat import SystemProbe
+from ..sites import HostProbe, TestbedSite
 from .base import Fleet, GuestError
 
 SEGMENT = "underlay"
@@ -116,6 +118,19 @@ class GuestHostSite(TestbedSite):
                 f"cat /sys/class/net/{shlex.quote(self.nic_name)}/statistics/rx_bytes "
                 f"/sys/class/net/{shlex.quote(self.nic_name)}/statistics/tx_bytes", timeout=30).stdout.split()
             out[f"h{i}"] = {"rx_bytes": int(text[0]), "tx_bytes": int(text[1])}
+        return out
+
+    def probes(self, topo) -> list:
+        """As on a testbed, but window totals only (a reading at each end of the window, no series): every reading
+        is a command over SSH, which costs a one-CPU UML guest ~90 ms of its CPU (measured: 105 ms per read of
+        /proc/stat, the guest 84 % busy meanwhile). With the series (/proc/stat every 0.25 s, counters every 1 s)
+        a single TCP stream host to host carried 1.09 Gbit/s, 1.55 with /proc/stat every 1 s, 4.17 without."""
+        out = []
+        for h in topo.hosts:
+            name, machine = self.name(h.label), self.executor(h.label)
+            out += [HostProbe(SystemProbe(machine, interval=None), name),
+                    HostProbe(InterfaceProbe(h.exec, interval=None), name),
+                    HostProbe(InterfaceProbe(machine, interval=None), name, only=self.nic(h.label))]
         return out
 
     def environment(self) -> dict:
