@@ -33,7 +33,8 @@ LOSS = 1.10  # a tunnel "loses" when native carries at least 10 % more, and the 
 NOT_TESTED = "not tested (one run: no significance test is possible)"
 GUEST = " (guest kernel)"
 GUEST_CAVEAT = ("a guest row is not comparable with a row of the machine's kernel: the guest (User-Mode Linux) has one "
-                "CPU for both hosts and every system call and page fault of its processes goes through the host")
+                "CPU for both hosts, every system call and page fault of its processes goes through the host, and "
+                "the probes' readings of its counters (commands over SSH) take part of that CPU")
 
 
 def interface(labels: dict) -> str:
