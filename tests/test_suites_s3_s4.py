@@ -309,17 +309,36 @@ def test_s3_smoke(tmp_path, state_dir):
 
 
 @pytest.mark.net
+@pytest.mark.timeout(GUEST_SMOKE_BUDGET_S + 300)  # Linux Geneve and kernel IPsec run in a guest kernel
 def test_s4_smoke(tmp_path, state_dir):
-    db, out = run_smoke("s4", tmp_path, state_dir)
+    from vnetbench.guests import machine
+    guest = machine.capabilities()
+    db, out = run_smoke("s4", tmp_path, state_dir, SMOKE_BUDGET_S if guest is None else GUEST_SMOKE_BUDGET_S)
     result = analyses()["s4"]().run(Store(db), 1)
     table = {t.title.split(":")[0].split(" (")[0]: t for t in result.tables}
     ifaces = {r[0]: r for r in result.tables[0].rows}
-    assert {"native", "VXLAN", "WireGuard", "Geneve"} <= set(ifaces)
+    assert {"native", "VXLAN", "WireGuard"} <= set(ifaces)
     for name in ("native", "VXLAN", "WireGuard"):
         row = ifaces[name]
         assert re.match(r"[\d.]+ [MG]bit/s", row[3]) and re.match(r"[\d.]+ % \(", row[4]) and row[9].endswith("s"), row
-    if not detect().has("geneve"):
-        assert "skipped" in ifaces["Geneve"][3] and "geneve" in ifaces["Geneve"][3]
+        assert not row[1].startswith("uml-"), row  # the machine's own kernel
+    with sqlite3.connect(db) as c:
+        skipped = c.execute("SELECT labels, reason FROM scenarios WHERE campaign = 1 AND status = 'skipped'").fetchall()
+    if guest is None:
+        assert all("kernel guest" in reason for _, reason in skipped), skipped
+    else:  # Linux Geneve and kernel IPsec ran in the guest's kernel, and none of their scenarios was skipped
+        assert skipped == [], skipped
+        for name in ("native", "VXLAN", "Geneve", "IPsec"):
+            row = ifaces[f"{name} (guest kernel)"]
+            assert row[1].startswith("uml-") and re.match(r"[\d.]+ [kMG]?bit/s", row[3]) and row[9].endswith("s"), row
+        assert "kernel-geneve" in ifaces["Geneve (guest kernel)"][1]
+        assert "kernel-xfrm" in ifaces["IPsec (guest kernel)"][1] and ifaces["IPsec (guest kernel)"][2] == "1446"
+        cal = table["S4 — the same datapath in the machine's kernel and in a guest kernel"]
+        assert {r[0] for r in cal.rows} == {"native", "VXLAN"} and all(re.match(r"[\d.]+x", r[5]) for r in cal.rows)
+        assert "not comparable" in result.tables[0].note
+        assert sum(f.startswith("In the guest kernel") for f in result.findings) == 2
+        assert "Measured only in the guest (or with another implementation on the machine): Geneve, IPsec" in \
+            result.findings[-1]
     line = next(t for t in result.tables if "line rate" in t.title)
     assert all(r[2].endswith("%") for r in line.rows) and "10 Gbit/s" in line.note
     assert any("MTU 1500 vs 9000" in t for t in table)
@@ -328,7 +347,7 @@ def test_s4_smoke(tmp_path, state_dir):
     assert inner["native"] == ("1500", "9000") and inner["VXLAN"] == ("1450", "8950")
     assert inner["WireGuard"] == ("1440", "8940")
     assert {f.name for f in result.figures} >= {"s4-series", "s4-latency-cdf", "s4-mtu"}
-    assert len(result.findings) == 4
+    assert len(result.findings) == (4 if guest is None else 7)
 
 
 # ---- the analyses on known inputs ---------------------------------------------------------------------------
@@ -548,3 +567,38 @@ def test_s4_analysis_on_known_inputs(tmp_path):
     assert f[2].startswith("'OVS tunnels cost more CPU than Linux ones': confirmed: OVS+VXLAN 1.60 vs VXLAN 0.32")
     assert f[3] == ("'WireGuard uses several cores, IPsec one': confirmed on this 2-CPU machine: busiest WireGuard "
                     "process 130 % of a core; busiest IPsec process 95 % of a core (100 % = one core).")
+
+
+def test_s4_guest_rows_stay_apart_and_are_calibrated(tmp_path):
+    """Rows of a guest kernel are named so, compared with the guest's own native, and the datapaths measured in both
+    kernels give the guest/machine ratio; a guest's CPU count is its own (1), not the machine's (2)."""
+    b = Book(tmp_path / "s4.db", "name: t\nunderlay:\n  rate: 10gbit\n", {"cpu_count": 2})
+    one = {"type": "iperf3", "streams": 1}
+    guest = {"kernel": "uml-6.1.176"}
+    host = {"switch": "none", "overlay": "none", "encryption": "none", "attach": "host"}
+    for labels, impl, values in (
+            (s4_labels(), host, [9.0e9, 9.2e9]),
+            (s4_labels("switch", overlay="vxlan"), {"overlay": "kernel-vxlan"}, [8.0e9, 8.2e9]),
+            (s4_labels() | {"kernel": "guest"}, guest | host, [4.0e9, 4.2e9]),
+            (s4_labels(enc="ipsec"), {**host, "encryption": "strongswan kernel-libipsec"}, [0.4e9, 0.41e9]),
+            (s4_labels(enc="ipsec") | {"kernel": "guest"}, {**guest, **host, "encryption": "kernel-xfrm"}, [0.1e9, 0.11e9]),
+            (s4_labels("switch", overlay="vxlan") | {"kernel": "guest"}, guest | {"overlay": "kernel-vxlan"},
+             [2.0e9, 2.1e9]),
+            (s4_labels("switch", overlay="geneve") | {"kernel": "guest"}, guest | {"overlay": "kernel-geneve"},
+             [1.0e9, 1.1e9])):
+        b.trials(b.scenario(labels, impl=impl), "iperf3", one, tcp_runs(values, 0.5))
+    r = analyses()["s4"]().run(b.store, b.cid)
+    rows = {row[0]: row for row in r.tables[0].rows}
+    assert list(rows) == ["native", "VXLAN", "IPsec", "native (guest kernel)", "VXLAN (guest kernel)",
+                          "Geneve (guest kernel)", "IPsec (guest kernel)"]
+    assert rows["Geneve (guest kernel)"][1] == "uml-6.1.176 + kernel-geneve"
+    cal = next(t for t in r.tables if "calibration" in t.title)
+    assert [row[0] for row in cal.rows] == ["native", "VXLAN"]  # not IPsec: libipsec here, the kernel's in the guest
+    ratio = {row[0]: row[5] for row in cal.rows}
+    assert ratio["native"].startswith("0.45x (") and ratio["VXLAN"].startswith("0.25x (")  # 4.1/9.1, 2.05/8.1
+    shared_f, guest_f = r.findings[0], r.findings[4]
+    assert "VXLAN 1.12x" in shared_f and "Geneve" not in shared_f  # 9.1 / 8.1: against the machine's native
+    assert guest_f.startswith("In the guest kernel") and "VXLAN 2.00x" in guest_f and "Geneve 3.90x" in guest_f
+    assert "Measured only in the guest (or with another implementation on the machine): Geneve, IPsec" in r.findings[-1]
+    assert "not comparable" in r.findings[-1]
+    assert len(r.findings) == 7

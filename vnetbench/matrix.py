@@ -103,14 +103,21 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
     if reason := vms.decide(sc):
         sc.skip = reason
         return
-    if sc.levels.get("kernel") == "guest":  # checked against what the guest's own kernel and tools offer
+    if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # checked against what a guest's kernel offers
         from .guests import machine
         guest = machine.capabilities()
         if guest is None:
-            sc.skip = f"kernel guest: {machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}"
+            sc.skip = (f"kernel {sc.levels['kernel']}: "
+                       f"{machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
             return
         caps = guest
         sc.implementation["kernel"] = guest.tools["kernel"].detail
+        if sc.levels["kernel"] == "guest-per-host":
+            from .guests.hostsite import why_not
+            if why := why_not(sc):
+                sc.skip = f"kernel guest-per-host: {why}"
+                return
+            sc.implementation["kernel"] += " per host"
     for wl in sc.workloads:
         if not caps.tool(wl.tool):
             sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"

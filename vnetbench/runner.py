@@ -374,13 +374,14 @@ class Campaign:
         try:
             machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
             vm_guests = self.r.vm_guests.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
+            site = self.r.guest.host_site(sc) if sc.levels.get("kernel") == "guest-per-host" else self.r.site
         except GuestError as exc:
             self.failed_builds.add(sc.index)
             self.outcome.scenarios_failed += 1
             self.store.set_scenario(self.cid, sc.index, "failed", f"guest did not come up: {exc}")
             self.r.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
             return None
-        topo = Topology(sc, self.ledger, site=self.r.site, machine=machine, vm_guests=vm_guests)
+        topo = Topology(sc, self.ledger, site=site, machine=machine, vm_guests=vm_guests)
         began = time.monotonic()
         try:
             topo.build()
@@ -419,7 +420,7 @@ class Campaign:
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
         status, error, samples = "ok", None, []
         try:
-            samples, extra = measure(sc, topo, wl, self.r.site)
+            samples, extra = measure(sc, topo, wl, topo.site)
             meta |= extra
             verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
                                    foreign_busy=extra.get("foreign_busy_ratio"))

@@ -24,7 +24,8 @@ TOPOLOGY_FACTORS = {
     "mtu_policy": "lower-vm (cloud default: VM MTU = MTU - tunnel overhead) or raise-underlay",
     "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
     "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
-              "kernel, User-Mode Linux here, which has the datapaths this kernel may lack)",
+              "kernel, User-Mode Linux here, which has the datapaths this kernel may lack), or guest-per-host (each "
+              "emulated host is a guest of its own, its VMs namespaces inside it)",
     "vm_kernel": "shared (VMs are namespaces of the hosts' kernel) or guest (each VM a guest with its own kernel, "
                  "CPU counters and xfrm, on a tap into its host's switch); {type: guest, pairs: [..], side: "
                  "client|server|both} makes only those VMs guests",
@@ -40,7 +41,7 @@ CHOICES = {
     "ip_version": (4, 6),
     "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
-    "kernel": ("shared", "guest"),
+    "kernel": ("shared", "guest", "guest-per-host"),
 }
 
 

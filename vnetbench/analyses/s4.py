@@ -1,7 +1,11 @@
 """S4 — tunnel and encryption methods for multi-cloud: per interface (native, VXLAN, Geneve, OVS+VXLAN, OVS+Geneve,
 WireGuard, IPsec) the single-stream throughput with its 1 s series and CPU, the request/response latency and its CDF,
 the scaling over parallel streams, 4 parallel generators as a share of line rate, and MTU 1500 vs 9000; the study's
-findings checked."""
+findings checked.
+
+A row measured in a guest kernel (`kernel: guest`: User-Mode Linux, one CPU) is named so ("Geneve (guest kernel)")
+and compared only with rows of its own kernel; the datapaths measured in both kernels give the guest/shared ratio a
+reader needs to calibrate a guest-only row."""
 from __future__ import annotations
 
 import math
@@ -27,6 +31,10 @@ SINGLE, RR, GEN4 = "tcp1", "rr", "gen4"
 LINE_RATE_NEAR = 0.9
 LOSS = 1.10  # a tunnel "loses" when native carries at least 10 % more, and the difference is significant
 NOT_TESTED = "not tested (one run: no significance test is possible)"
+GUEST = " (guest kernel)"
+GUEST_CAVEAT = ("a guest row is not comparable with a row of the machine's kernel: the guest (User-Mode Linux) has one "
+                "CPU for both hosts, every system call and page fault of its processes goes through the host, and "
+                "the probes' readings of its counters (commands over SSH) take part of that CPU")
 
 
 def interface(labels: dict) -> str:
@@ -34,13 +42,27 @@ def interface(labels: dict) -> str:
     attach, enc = labels.get("attach", "switch"), labels.get("encryption", "none")
     enc_name = {"wireguard": "WireGuard", "ipsec": "IPsec"}.get(enc.split("(")[0], enc)
     if attach == "host":
-        return "native" if enc == "none" else enc_name
+        return with_kernel("native" if enc == "none" else enc_name, labels)
     overlay = {"vxlan": "VXLAN", "geneve": "Geneve", "gre": "GRE", "none": "flat", "vlan": "VLAN"}.get(
         labels.get("overlay", "none").split("(")[0], labels.get("overlay", "none"))
     name = overlay if labels.get("switch", "linuxbridge").startswith("linuxbridge") else \
         f"{labels.get('switch', '').split('(')[0].upper()}+{overlay}"
     name = name if attach == "switch" else f"{attach}: {name}"
-    return name if enc == "none" else f"{name} + {enc_name} ({labels.get('encryption_scope', '')})"
+    name = name if enc == "none" else f"{name} + {enc_name} ({labels.get('encryption_scope', '')})"
+    return with_kernel(name, labels)
+
+
+def with_kernel(name: str, labels: dict) -> str:
+    # a datapath measured in a guest's kernel says so: it is not the same machine as the others
+    return f"{name}{GUEST}" if labels.get("kernel") == "guest" else name
+
+
+def base(name: str) -> str:
+    return name.removesuffix(GUEST)
+
+
+def in_guest(name: str) -> bool:
+    return name.endswith(GUEST)
 
 
 def measure(t: Trial) -> str | None:
@@ -57,7 +79,17 @@ def measure(t: Trial) -> str | None:
 
 
 def _rank(name: str) -> tuple:
-    return (ORDER.index(name) if name in ORDER else len(ORDER), name)
+    b = base(name)
+    return (in_guest(name), ORDER.index(b) if b in ORDER else len(ORDER), b)
+
+
+def _cpus(t: Trial) -> int | None:
+    """A guest's CPUs (from the per-CPU shares its probe took); None on the machine's kernel (the campaign's)."""
+    if t.labels.get("kernel") != "guest":
+        return None
+    ids = {s["metadata"]["cpu"] for s in t.samples if s["metric"] == "cpu_busy_ratio"
+           and s["metadata"].get("scope") == "machine" and "cpu" in s["metadata"] and not s["metadata"].get("series")}
+    return len(ids) or None
 
 
 @register
@@ -91,6 +123,8 @@ class S4(Analysis):
             result.tables.append(self._scaling(ifaces))
         if len({k[2] for k in by if k[1] == SINGLE}) > 1:
             result.tables.append(self._mtu(ifaces))
+        if self._both_kernels(ifaces):
+            result.tables.append(self._kernels(ifaces))
         for fig in (self._series_figure(ifaces), self._cdf_figure(ifaces), self._scaling_figure(ifaces),
                     self._mtu_figure(ifaces)):
             if fig is not None:
@@ -113,10 +147,9 @@ class S4(Analysis):
         return median(self._cpu_per_gbit_runs(iface, m))
 
     def _cpu_per_gbit_runs(self, iface: str, m: str = SINGLE) -> list[float]:
-        if not self.cpus:
-            return []
-        return [t.machine("cpu_busy_ratio") * self.cpus / (tp / 1e9) for t in self._trials(iface, m)
-                if t.machine("cpu_busy_ratio") is not None and (tp := t.total("throughput_bps", direction="forward"))]
+        return [t.machine("cpu_busy_ratio") * cpus / (tp / 1e9) for t in self._trials(iface, m)
+                if (cpus := (_cpus(t) or self.cpus)) and t.machine("cpu_busy_ratio") is not None
+                and (tp := t.total("throughput_bps", direction="forward"))]
 
     # ---- tables ------------------------------------------------------------------------------------------
     def _interfaces(self, ifaces: list[str]) -> TableData:
@@ -148,7 +181,10 @@ class S4(Analysis):
             "over runs), as the study reports them. Sender/receiver CPU: the iperf3 processes' own CPU time over the "
             "test (100 % = one core). Machine CPU: all CPUs' busy share during the trial. Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core). Latency: "
             "sockperf TCP ping-pong round trips; min and max over all runs, p50/p90/p99 the median over runs of each "
-            "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's).")
+            "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's)."
+            + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
+               f"the guest's one CPU: {GUEST_CAVEAT}; compare them with each other, and see the guest vs machine "
+               f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else ""))
 
     def _line_rate(self, ifaces: list[str]) -> TableData:
         rows = []
@@ -210,6 +246,36 @@ class S4(Analysis):
                           f"throughput at {hi}", f"{hi} vs {lo}"], rows,
                          "mtu is the hosts' NIC MTU; each tunnel lowers the inner MTU by its header. '*': the two "
                          "differ significantly (Mann-Whitney and disjoint 95 % CIs).")
+
+    def _both_kernels(self, ifaces: list[str]) -> list[str]:
+        """The datapaths measured in the machine's kernel and in a guest's with the same implementation (base names;
+        IPsec is strongSwan's userspace ESP on one and the kernel's on the other: not the same datapath)."""
+        return [n for n in ifaces if not in_guest(n) and n + GUEST in ifaces and (ts := self._any(n))
+                and (tg := self._any(n + GUEST)) and _impl(ts) == _impl(tg)]
+
+    def _any(self, name: str) -> Trial | None:
+        return next(iter(self._trials(name, SINGLE) or self._trials(name, RR)), None)
+
+    def _kernels(self, ifaces: list[str]) -> TableData:
+        rows = []
+        for name in self._both_kernels(ifaces):
+            g = name + GUEST
+            p50 = lambda n: [v for t in self._trials(n, RR) if (v := t.mean("latency_p50_s")) is not None]  # noqa: E731
+            impl = lambda n: " + ".join(any_t_impl((self._trials(n, SINGLE) or self._trials(n, RR))[0]))  # noqa: E731
+            rows.append([name, impl(name) or "host kernel", impl(g) or DASH,
+                         mean_ci(self._tput(name), "bit/s"), mean_ci(self._tput(g), "bit/s"),
+                         _ratio(self._tput(name), self._tput(g)),
+                         mean_ci(p50(name), "s"), mean_ci(p50(g), "s"), _ratio(p50(name), p50(g)),
+                         _ratio(self._tput(name, GEN4), self._tput(g, GEN4))])
+        return TableData(
+            "S4 — the same datapath in the machine's kernel and in a guest kernel (calibration)",  # same implementation
+            ["interface", "implementation (machine)", "implementation (guest)", "throughput machine",
+             "throughput guest", "guest / machine", "latency p50 machine", "latency p50 guest", "guest / machine",
+             "4 generators guest / machine"], rows,
+            f"One TCP stream (receiver goodput) and sockperf p50, mean over runs ± 95 % CI; ratio of the means with "
+            f"its 95 % bootstrap CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
+            f"the ratio is the guest's cost on a datapath both kernels have, a yardstick for the rows only a guest "
+            f"could run (Geneve, kernel IPsec), not a correction to apply to them.")
 
     # ---- figures -----------------------------------------------------------------------------------------
     def _series_figure(self, ifaces: list[str]) -> FigureData | None:
@@ -333,11 +399,36 @@ class S4(Analysis):
 
     # ---- findings ----------------------------------------------------------------------------------------
     def _findings(self, ifaces: list[str]) -> list[str]:
+        out = self._kernel_findings(ifaces, guest=False)
+        out.append(self._ovs_finding())
+        out.append(self._cores_finding())
+        if any(in_guest(n) and (self._tput(n) or self._trials(n, RR)) for n in ifaces):
+            where = "In the guest kernel (compared with the guest's own native row): "
+            out += [where + f for f in self._kernel_findings(ifaces, guest=True)]
+            out.append(self._calibration_finding(ifaces))
+        return out
+
+    def _calibration_finding(self, ifaces: list[str]) -> str:
+        both = [n for n in self._both_kernels(ifaces) if self._tput(n) and self._tput(n + GUEST)]
+        parts = [f"{n} {_ratio(self._tput(n), self._tput(n + GUEST))}" for n in both]
+        only = [base(n) for n in ifaces if in_guest(n) and base(n) not in both and self._tput(n)]
+        text = f"Guest vs machine kernel: {GUEST_CAVEAT}. "
+        text += (f"Guest / machine single-stream throughput: {'; '.join(parts)}." if parts
+                 else "No datapath was measured in both kernels, so the guest's cost cannot be calibrated here.")
+        if only:
+            text += (f" Measured only in the guest (or with another implementation on the machine): {', '.join(only)}; "
+                     f"read them against the guest's own native row.")
+        return text
+
+    def _kernel_findings(self, ifaces: list[str], guest: bool) -> list[str]:
+        """'Tunnels lose' and 'encryption loses', each datapath against the native row of its own kernel."""
+        k = GUEST if guest else ""
+        ifaces = [n for n in ifaces if in_guest(n) == guest]
         out = []
-        native = self._tput("native")
+        native = self._tput("native" + k)
         nat = sum(native) / len(native) if native else None
         near = bool(nat and self.line_rate and nat >= LINE_RATE_NEAR * self.line_rate)
-        tunnels = [n for n in ifaces if n in TUNNELS and self._tput(n)]
+        tunnels = [n for n in ifaces if base(n) in TUNNELS and self._tput(n)]
         if nat and tunnels:
             parts, losing, untested = [], [], []
             for n in tunnels:
@@ -345,23 +436,23 @@ class S4(Analysis):
                 ratio = nat / (sum(vals) / len(vals))
                 testable = len(native) > 1 and len(vals) > 1
                 sig = testable and compare(native, vals).significant
-                parts.append(f"{n} {ratio:.2f}x" + ("" if sig else " (not significant)" if testable
+                parts.append(f"{base(n)} {ratio:.2f}x" + ("" if sig else " (not significant)" if testable
                                                     else " (one run: no test)"))
                 if ratio >= LOSS and sig:
                     losing.append((n, ratio))
                 elif not testable:
                     untested.append(n)
-            verdict = ("confirmed for " + ", ".join(n for n, _ in losing) if losing
+            verdict = ("confirmed for " + ", ".join(base(n) for n, _ in losing) if losing
                        else NOT_TESTED if untested else "not confirmed here")
             if losing and untested:
-                verdict += f"; not tested for {', '.join(untested)} (one run)"
-            big = [n for n, r in losing if r >= 3]
+                verdict += f"; not tested for {', '.join(base(n) for n in untested)} (one run)"
+            big = [base(n) for n, r in losing if r >= 3]
             text = (f"'Tunnels lose vs native (up to 3-5x without segmentation offload)': {verdict}; native / tunnel "
                     f"single-stream throughput: {'; '.join(parts)}.")
             if big:
                 text += f" {', '.join(big)} lose 3x or more."
             if near:
-                cost = {n: self._cpu_per_gbit(n) for n in ["native", *tunnels]}
+                cost = {base(n): self._cpu_per_gbit(n) for n in ["native" + k, *tunnels]}
                 shown = "; ".join(f"{n} {c:.2f}" for n, c in cost.items() if c is not None)
                 text += (f" Native reaches {nat / self.line_rate:.0%} of the {human(self.line_rate, 'bit/s')} line "
                          f"rate, which hides part of a tunnel's cost: CPU cores per Gbit/s carried: {shown}.")
@@ -369,7 +460,7 @@ class S4(Analysis):
         else:
             out.append("'Tunnels lose vs native': cannot be checked: "
                        + ("no native measurement." if not nat else "no tunnel interface was measured."))
-        enc = [n for n in ENCRYPTED if self._tput(n)]
+        enc = [n + k for n in ENCRYPTED if self._tput(n + k)]
         if nat and enc:
             ratios = {n: nat / (sum(v) / len(v)) for n in enc if (v := self._tput(n))}
             def verdict(r: float, n: str) -> str:
@@ -379,11 +470,14 @@ class S4(Analysis):
                 return size if compare(native, self._tput(n)).significant else f"{size}, not significant"
             impl = {n: sorted({t.samples[0]["implementation"].get("encryption", "") for t in self._trials(n, SINGLE)
                                if t.samples}) for n in enc}
-            out.append("'Encryption loses ~10x': " + "; ".join(f"native / {n} = {r:.1f}x ({verdict(r, n)}; "
+            out.append("'Encryption loses ~10x': " + "; ".join(f"native / {base(n)} = {r:.1f}x ({verdict(r, n)}; "
                                                                f"{', '.join(impl[n]) or 'implementation unknown'})"
                                                                for n, r in ratios.items()) + ".")
         else:
             out.append("'Encryption loses ~10x': cannot be checked: no encrypted interface (or no native) was measured.")
+        return out
+
+    def _ovs_finding(self) -> str:
         pairs = [(f"OVS+{t}", t) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}") and self._tput(t)]
         if pairs and self.cpus:
             parts, more, tested = [], [], []
@@ -399,13 +493,10 @@ class S4(Analysis):
                     tested.append(testable)
             verdict = ("cannot be checked" if not more else NOT_TESTED if not all(tested)
                        else "confirmed" if all(more) else "not confirmed here")
-            out.append(f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
-                       f"single stream). OVS here is the userspace datapath (no kernel module).")
-        else:
-            missing = "the machine's CPU count" if pairs else "an OVS tunnel and the same Linux tunnel"
-            out.append(f"'OVS tunnels cost more CPU than Linux ones': cannot be checked: needs {missing}.")
-        out.append(self._cores_finding())
-        return out
+            return (f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
+                    f"single stream). OVS here is the userspace datapath (no kernel module).")
+        missing = "the machine's CPU count" if pairs else "an OVS tunnel and the same Linux tunnel in one kernel"
+        return f"'OVS tunnels cost more CPU than Linux ones': cannot be checked: needs {missing}."
 
     def _cores_finding(self) -> str:
         """WireGuard several cores, IPsec one: the datapath processes' CPU in the busiest test (most streams)."""
@@ -456,6 +547,22 @@ def _processes(t: Trial) -> int:
 def any_t_impl(t: Trial) -> list[str]:
     impl = t.samples[0]["implementation"] if t.samples else {}
     return [v for v in impl.values() if v and v != "none"]
+
+
+def _impl(t: Trial) -> dict:
+    """What ran, the kernel aside."""
+    return {k: v for k, v in (t.samples[0]["implementation"] if t.samples else {}).items() if k != "kernel"}
+
+
+def _ratio(a: list[float], b: list[float]) -> str:
+    """b / a as a ratio of the means, with its 95 % bootstrap CI when both have two runs or more."""
+    if not a or not b or not sum(a):
+        return DASH
+    if len(a) < 2 or len(b) < 2:
+        return f"{(sum(b) / len(b)) / (sum(a) / len(a)):.2f}x (one run: no CI)"
+    c = compare(a, b)
+    lo, hi = c.ratio_ci
+    return f"{c.ratio:.2f}x" + (f" ({lo:.2f} .. {hi:.2f})" if math.isfinite(lo) else "")
 
 
 def _versus(b: list[float], a: list[float]) -> str:

@@ -11,6 +11,7 @@ guests.base) and `clean` removes it after a kill -9.
 from __future__ import annotations
 
 import shlex
+import shutil
 from functools import lru_cache
 
 from ..capabilities import GENL_FAMILIES, XFRM_PROBES, Capabilities, Feature
@@ -33,8 +34,26 @@ class GuestMachine:
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
         self.fleet: Fleet | None = None
+        self.hosts = None  # the GuestHostSite of `kernel: guest-per-host` scenarios
+
+    def host_site(self, sc):
+        """One guest per emulated host (guests.hostsite), booted at the first such scenario and kept while the
+        scenarios need no more hosts than it has; its underlay set to each scenario's MTU and rate."""
+        from .hostsite import GuestHostSite
+        if self.fleet is not None:  # both use the run's guest namespace: one kind of guests at a time
+            self.close()
+        if self.hosts is not None and self.hosts.hosts < sc.hosts:
+            self.hosts.close()
+            self.hosts = None
+        if self.hosts is None:
+            self.hosts = GuestHostSite(self.ledger, sc.hosts, BACKEND)
+        self.hosts.prepare(sc)
+        return self.hosts
 
     def executor(self):
+        if self.hosts is not None:  # both use the run's guest namespace: one kind of guests at a time
+            self.hosts.close()
+            self.hosts = None
         if self.fleet is None:
             self.fleet = Fleet(self.ledger, BACKEND, boot_timeout=60)
             self.fleet.add("m1", mem_mb=MEM_MB, share_run=True)
@@ -46,8 +65,12 @@ class GuestMachine:
         return self.fleet.guests["m1"].executor
 
     def close(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
+            self.hosts = None
         if self.fleet is not None:
             self.fleet.teardown()
+            shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
             self.fleet = None
 
 
