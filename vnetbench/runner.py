@@ -26,7 +26,7 @@ from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import GuestSystemProbe, SystemProbe, busy_ratio_now
+from .probes.procstat import GuestSystemProbe, StreamedSystemProbe, SystemProbe, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
@@ -460,13 +460,15 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
     Raises TrialFailure when the tool or a background load failed."""
     foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
-    # in a guest: the guest kernel's own /proc/stat and interface counters (its CPUs, interrupts, switches)
+    # in a guest: the guest kernel's own /proc/stat, streamed by one reader in it, and its interface counters at the
+    # window's two ends (a command over SSH per reading would take a third of a one-CPU guest: procstat.py)
     probes = site.probes(topo) if site else [
-        SystemProbe(topo.machine), *[InterfaceProbe(h.exec) for h in topo.hosts]] if topo.machine else [
+        InterfaceProbe(h.exec, interval=None) for h in topo.hosts] if topo.machine else [
         SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
         *[InterfaceProbe(h.exec) for h in topo.hosts]]
     # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
-    guest_probes = [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
+    guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
+    guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     for p in probes:
         p.start()
     probes += _start_guest_probes(guest_probes, probes)
