@@ -46,6 +46,15 @@ AFXDP_MAX_MTU = 3506          # measured: `ip link set mtu` on a veth whose peer
 VSCTL_TIMEOUT_S = 30
 READY_TIMEOUT_S = 15
 OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
+# Open vSwitch 3.1.0 caches its CPU count with a timestamp that starts at 0, so it counts no CPU until the kernel's
+# monotonic clock passes 10 s (fixed in 3.1.1, upstream commit fff04b838 "ovs-thread: Fix cpus not read for the first
+# 10s"). With per-CPU upcall dispatch it then opens 0 upcall handlers and loses every upcall: no flow is ever set up.
+# A guest booted a few seconds ago is that young, so its first ovs-vswitchd waits until the clock passes the mark.
+YOUNG_KERNEL_BUG = ("3.1.0",)
+YOUNG_KERNEL_S = 10.5
+YOUNG_KERNEL_NOTE = ("ovs: Open vSwitch {v} counts no CPU while the kernel has been up less than 10 s (fixed in 3.1.1), "
+                     "and with per-CPU upcall dispatch it would then lose every upcall: ovs-vswitchd starts only once "
+                     "the kernel has been up {s} s (a guest kernel booted just before waits for it once)")
 CSUM_NOTE = ("ovs: VM NICs run with `ethtool -K <if> tx off` (no TX checksum offload, hence no TSO) because the OVS "
              "userspace datapath does not complete partial checksums; other_config:userspace-tso-enable=false")
 
@@ -77,6 +86,15 @@ def _tail(path: str, lines: int = 5) -> str:
         return ""
 
 
+def wait_for_cpu_count(limit_s: float = 15) -> list[str]:
+    """A command that returns once an affected ovs-vswitchd would count the kernel's CPUs (YOUNG_KERNEL_BUG): at once
+    on a kernel up for longer (any machine's), after up to ~8 s on a guest kernel booted just before."""
+    versions = "|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)
+    return ["sh", "-c", f'case "$(ovs-vswitchd --version | head -n 1)" in {versions}) i=0; '
+                        f"until awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime || [ $i -ge {int(limit_s * 10)} ]; "
+                        f"do sleep 0.1; i=$((i+1)); done;; esac"]
+
+
 @register
 class Ovs(Switch):
     name = "ovs"
@@ -101,6 +119,8 @@ class Ovs(Switch):
             return Availability.no("datapath system needs the kernel's Open vSwitch datapath (module openvswitch): "
                                    + caps.missing_kernel("ovs-kernel-datapath") + "; use datapath netdev")
         impl, notes = f"ovs-{dp}", []
+        if dp == "system" and caps.tool("ovs-vswitchd").detail in YOUNG_KERNEL_BUG:
+            notes.append(YOUNG_KERNEL_NOTE.format(v=caps.tool("ovs-vswitchd").detail, s=YOUNG_KERNEL_S))
         if dp == "netdev":
             if not caps.tool("ethtool"):
                 return Availability.no("the OVS userspace datapath needs TX checksum offload off in the VMs: "
@@ -218,6 +238,8 @@ class Ovs(Switch):
         dp, mode = self._dp(topo), self._mode(topo)
         multi = len(topo.hosts) > 1
         topo.run("", ["mkdir", "-p", *[topo.workdir(h.label) for h in topo.hosts]])
+        if dp == "system":
+            topo.run("", wait_for_cpu_count())
         for host in topo.hosts:
             h, f = host.label, self._files(topo, host.label)
             env = ["env", f"OVS_RUNDIR={f['dir']}", f"OVS_DBDIR={f['dir']}", f"OVS_LOGDIR={f['dir']}"]
