@@ -52,9 +52,10 @@ OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
 # A guest booted a few seconds ago is that young, so its first ovs-vswitchd waits until the clock passes the mark.
 YOUNG_KERNEL_BUG = ("3.1.0",)
 YOUNG_KERNEL_S = 10.5
-YOUNG_KERNEL_NOTE = ("ovs: Open vSwitch {v} counts no CPU while the kernel has been up less than 10 s (fixed in 3.1.1), "
-                     "and with per-CPU upcall dispatch it would then lose every upcall: ovs-vswitchd starts only once "
-                     "the kernel has been up {s} s (a guest kernel booted just before waits for it once)")
+YOUNG_KERNEL_WAIT = "ovs: ovs-vswitchd starts once the kernel has been up"
+YOUNG_KERNEL_NOTE = (YOUNG_KERNEL_WAIT + " {s} s: Open vSwitch {v} counts no CPU before its 10th second (fixed in 3.1.1), "
+                     "and with per-CPU upcall dispatch it would then lose every upcall (a guest booted just before "
+                     "waits once)")
 CSUM_NOTE = ("ovs: VM NICs run with `ethtool -K <if> tx off` (no TX checksum offload, hence no TSO) because the OVS "
              "userspace datapath does not complete partial checksums; other_config:userspace-tso-enable=false")
 
@@ -87,12 +88,10 @@ def _tail(path: str, lines: int = 5) -> str:
 
 
 def wait_for_cpu_count(limit_s: float = 15) -> list[str]:
-    """A command that returns once an affected ovs-vswitchd would count the kernel's CPUs (YOUNG_KERNEL_BUG): at once
-    on a kernel up for longer (any machine's), after up to ~8 s on a guest kernel booted just before."""
-    versions = "|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)
-    return ["sh", "-c", f'case "$(ovs-vswitchd --version | head -n 1)" in {versions}) i=0; '
-                        f"until awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime || [ $i -ge {int(limit_s * 10)} ]; "
-                        f"do sleep 0.1; i=$((i+1)); done;; esac"]
+    """A command that returns once the kernel has been up YOUNG_KERNEL_S (an ovs-vswitchd of YOUNG_KERNEL_BUG then
+    counts its CPUs): at once on a kernel up for longer (any machine's), after up to ~8 s on a guest booted just now."""
+    return ["sh", "-c", f"i=0; until awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime || [ $i -ge {int(limit_s * 10)} ]; "
+                        f"do sleep 0.1; i=$((i+1)); done"]
 
 
 @register
@@ -119,8 +118,9 @@ class Ovs(Switch):
             return Availability.no("datapath system needs the kernel's Open vSwitch datapath (module openvswitch): "
                                    + caps.missing_kernel("ovs-kernel-datapath") + "; use datapath netdev")
         impl, notes = f"ovs-{dp}", []
-        if dp == "system" and caps.tool("ovs-vswitchd").detail in YOUNG_KERNEL_BUG:
-            notes.append(YOUNG_KERNEL_NOTE.format(v=caps.tool("ovs-vswitchd").detail, s=YOUNG_KERNEL_S))
+        version = caps.tools["ovs-vswitchd"].detail
+        if dp == "system" and version in YOUNG_KERNEL_BUG:
+            notes.append(YOUNG_KERNEL_NOTE.format(v=version, s=YOUNG_KERNEL_S))
         if dp == "netdev":
             if not caps.tool("ethtool"):
                 return Availability.no("the OVS userspace datapath needs TX checksum offload off in the VMs: "
@@ -238,7 +238,7 @@ class Ovs(Switch):
         dp, mode = self._dp(topo), self._mode(topo)
         multi = len(topo.hosts) > 1
         topo.run("", ["mkdir", "-p", *[topo.workdir(h.label) for h in topo.hosts]])
-        if dp == "system":
+        if dp == "system" and any(n.startswith(YOUNG_KERNEL_WAIT) for n in topo.sc.notes):
             topo.run("", wait_for_cpu_count())
         for host in topo.hosts:
             h, f = host.label, self._files(topo, host.label)
