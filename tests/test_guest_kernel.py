@@ -141,7 +141,7 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
 
 WIRE = {"vxlan": ("udp port 4789", "vni 101"), "gre": ("ip proto 47", "key=0x65"),
         "geneve": ("udp port 6081", "vni 0x65")}
-OVS_KERNEL = {"type": "ovs", "datapath": "system"}
+OVS_KERNEL = "ovs"  # datapath auto: the kernel's where the guest's probe saw OVS forward through it
 # the Linux bridge first: its builds take the time a young guest's first ovs-vswitchd would wait (datapaths/ovs.py)
 SWITCHED = ([("linuxbridge", o, f"kernel-{o}") for o in WIRE]
             + [(OVS_KERNEL, o, f"ovs-{o}") for o in ("vxlan", "gre")])  # OVS's Geneve port: built as its VXLAN one
