@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 from ..capabilities import GENL_FAMILIES, XFRM_PROBES, Capabilities, Feature
+from ..executor import CommandError
 from ..ledger import Ledger
 from .base import Fleet, GuestError
 
@@ -109,7 +110,10 @@ ip netns exec {sw} ovs-dpctl show 2>&1 | grep lookups
 kill $(cat $d/sw.pid $d/db.pid 2>/dev/null) 2>/dev/null
 ip netns del {sw}; ip netns del {a}; ip netns del {b}; rm -rf $d
 """
-    out = ex.run_script(script, timeout=90, check=False).stdout
+    try:
+        out = ex.run_script(script, timeout=90, check=False).stdout
+    except CommandError as exc:
+        return Feature(False, f"the guest's kernel has it, but probing Open vSwitch there failed: {exc}")
     lookups = next((ln.strip() for ln in out.splitlines() if "lookups:" in ln), "no datapath (ovs-dpctl show)")
     flows = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("@@flows ")), "0")
     if "@@ping" in out and flows != "0" and " lost:0" in lookups:
