@@ -134,7 +134,8 @@ def implementations(data: Dataset) -> dict[str, str]:
     for s in data.scenarios.values():
         if s["status"] == "done" and (e := env(s["labels"])):
             impl = s.get("implementation") or {}
-            out[e].add(" + ".join(v for k, v in impl.items() if k in ("kernel", "switch", "overlay") and v and v != "none"))
+            out[e].add(" + ".join(v for k, v in impl.items()
+                                  if k in ("kernel", "switch", "overlay") and v and v != "none"))
     return {e: " / ".join(sorted(v)) for e, v in out.items()}
 
 

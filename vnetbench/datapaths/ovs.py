@@ -47,15 +47,16 @@ VSCTL_TIMEOUT_S = 30
 READY_TIMEOUT_S = 15
 OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
 # Open vSwitch 3.1.0 caches its CPU count with a timestamp that starts at 0, so it counts no CPU until the kernel's
-# monotonic clock passes 10 s (fixed in 3.1.1, upstream commit fff04b838 "ovs-thread: Fix cpus not read for the first
-# 10s"). With per-CPU upcall dispatch it then opens 0 upcall handlers and loses every upcall: no flow is ever set up.
+# monotonic clock passes 10 s (fixed in 3.1.1: upstream b354cee2e, on branch-3.1 fff04b838, "ovs-thread: Fix cpus
+# not read for the first 10s"). With per-CPU upcall dispatch it then opens 0 upcall handlers and loses every upcall:
+# no flow is ever set up.
 # A guest booted a few seconds ago is that young, so its first ovs-vswitchd waits until the clock passes the mark.
 YOUNG_KERNEL_BUG = ("3.1.0",)
 YOUNG_KERNEL_S = 10.5
 YOUNG_KERNEL_WAIT = "ovs: ovs-vswitchd starts once the kernel has been up"
-YOUNG_KERNEL_NOTE = (YOUNG_KERNEL_WAIT + " {s} s: Open vSwitch {v} counts no CPU before its 10th second (fixed in 3.1.1), "
-                     "and with per-CPU upcall dispatch it would then lose every upcall (a guest booted just before "
-                     "waits once)")
+YOUNG_KERNEL_NOTE = (YOUNG_KERNEL_WAIT + " {s} s: Open vSwitch {v} counts no CPU before its 10th second (fixed in "
+                     "3.1.1), and with per-CPU upcall dispatch it would then lose every upcall (a guest booted just "
+                     "before waits once)")
 CSUM_NOTE = ("ovs: VM NICs run with `ethtool -K <if> tx off` (no TX checksum offload, hence no TSO) because the OVS "
              "userspace datapath does not complete partial checksums; other_config:userspace-tso-enable=false")
 
@@ -90,8 +91,8 @@ def _tail(path: str, lines: int = 5) -> str:
 def wait_for_cpu_count(limit_s: float = 15) -> list[str]:
     """A command that returns once the kernel has been up YOUNG_KERNEL_S (an ovs-vswitchd of YOUNG_KERNEL_BUG then
     counts its CPUs): at once on a kernel up for longer (any machine's), after up to ~8 s on a guest booted just now."""
-    return ["sh", "-c", f"i=0; until awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime || [ $i -ge {int(limit_s * 10)} ]; "
-                        f"do sleep 0.1; i=$((i+1)); done"]
+    young = f"awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime"
+    return ["sh", "-c", f"i=0; until {young} || [ $i -ge {int(limit_s * 10)} ]; do sleep 0.1; i=$((i+1)); done"]
 
 
 @register

@@ -89,6 +89,7 @@ def ovs_forwards(ex, prefix: str) -> Feature:
     datapaths/ovs.py waits for that, here as in a run)."""
     from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
     q = shlex.quote
+    young = "|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)
     d, sw, a, b = (q(f"/tmp/{prefix}-ovsprobe"), q(f"{prefix}-ps"), q(f"{prefix}-pa"), q(f"{prefix}-pb"))
     script = f"""
 d={d}; mkdir -p $d; export OVS_RUNDIR=$d OVS_DBDIR=$d OVS_LOGDIR=$d
@@ -99,7 +100,7 @@ ip -n {a} link set e0 up; ip -n {b} link set e0 up; ip -n {sw} link set pa up; i
 ovsdb-tool create $d/conf.db
 ip netns exec {sw} ovsdb-server $d/conf.db --remote=punix:$d/db.sock --unixctl=$d/db.ctl --pidfile=$d/db.pid \
   --detach --no-chdir -vconsole:off
-case "$(ovs-vswitchd --version | head -n 1)" in {"|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)}) {shlex.join(wait_for_cpu_count())};; esac
+case "$(ovs-vswitchd --version | head -n 1)" in {young}) {shlex.join(wait_for_cpu_count())};; esac
 ip netns exec {sw} ovs-vswitchd unix:$d/db.sock --unixctl=$d/sw.ctl --pidfile=$d/sw.pid --log-file=$d/sw.log \
   --detach --no-chdir -vconsole:off
 ovs-vsctl --db=unix:$d/db.sock --timeout=20 add-br br -- set bridge br datapath_type=system \
