@@ -141,22 +141,31 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
 
 WIRE = {"vxlan": ("udp port 4789", "vni 101"), "gre": ("ip proto 47", "key=0x65"),
         "geneve": ("udp port 6081", "vni 0x65")}
+OVS_KERNEL = "ovs"  # datapath auto: the kernel's where the guest's probe saw OVS forward through it
+# the Linux bridge first: its builds take the time a young guest's first ovs-vswitchd would wait (datapaths/ovs.py)
+SWITCHED = ([("linuxbridge", o, f"kernel-{o}") for o in WIRE]
+            + [(OVS_KERNEL, o, f"ovs-{o}") for o in ("vxlan", "gre")])  # OVS's Geneve port: built as its VXLAN one
 
 
-def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_dir):
-    """The Linux bridge with kernel GRE (keyed gretap), VXLAN and Geneve, which this machine's kernel may lack: on
-    the underlay each carries the tenant's key and exactly its overhead (GRE 42, VXLAN/Geneve 50); a VM that takes
-    an address in tenant 2's subnet reaches none of tenant 2's VMs."""
+def test_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_dir):
+    """The Linux bridge with kernel GRE (keyed gretap), VXLAN and Geneve, and Open vSwitch's kernel datapath with its
+    tunnel ports and with kernel VXLAN devices as ports, which this machine's kernel may lack: on the underlay each
+    carries the tenant's key and exactly its overhead (GRE 42, VXLAN/Geneve 50); a VM that takes an address in tenant
+    2's subnet reaches none of tenant 2's VMs; OVS forwards in the kernel (flows there, no upcall lost)."""
     import re
     ledger = Ledger.create()
     guest = machine.GuestMachine(ledger)
     try:
         ex = guest.executor()
-        for overlay, (expr, key) in WIRE.items():
-            text = (f"name: g\nrepetitions: 1\ntenants: 2\nfactors: {json.dumps({'kernel': 'guest', 'overlay': overlay, 'pairs': 2})}\n"
+        for switch, overlay, impl in SWITCHED:
+            expr, key = WIRE[overlay]
+            factors = {"kernel": "guest", "switch": switch, "overlay": overlay, "pairs": 2}
+            text = (f"name: g\nrepetitions: 1\ntenants: 2\nfactors: {json.dumps(factors)}\n"
                     f"workloads: [{{type: ping, count: 3}}]\n")
             (sc,) = expand(loads(text).experiment, detect())
-            assert sc.skip is None and sc.implementation["overlay"] == f"kernel-{overlay}", (sc.skip, sc.implementation)
+            assert sc.skip is None and sc.implementation["overlay"] == impl, (sc.skip, sc.implementation)
+            ovs = switch != "linuxbridge"
+            assert not ovs or sc.implementation["switch"] == "ovs-system", sc.implementation
             topo = Topology(sc, ledger, machine=ex)
             try:
                 topo.build()
@@ -164,20 +173,28 @@ def test_linux_bridge_overlays_in_a_guest_have_their_overhead_and_keep_tenants_a
                 h1 = topo.nodes["h1"].exec
                 dump = h1.spawn(["tcpdump", "-i", topo.nic("h1"), "-c", "2", "-e", "-nn", "-v", "-l",
                                  f"{expr} and greater 1000"], label="test tcpdump")
-                time.sleep(1.5)
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and "listening on" not in dump.stderr.readline():
+                    pass
                 p1.client.node.run(["ping", "-c", "2", "-i", "0.2", "-s", "1000", p1.server.addr])
                 out, _ = dump.communicate(timeout=20)
-                assert key in out, out
+                assert key in out, (impl, out)
                 outer, inner = map(int, re.findall(r"length (\d+):", out)[:2])
-                assert outer - inner == sc.overheads["overlay"], out
+                assert outer - inner == sc.overheads["overlay"], (impl, out)
                 prober, e0 = p1.client.node, topo.ifname("e0")
                 prober.run(["ip", "addr", "add", "10.102.0.201/24", "dev", e0])
                 for vm in (p2.client, p2.server):
                     got = prober.run(["ping", "-c", "2", "-i", "0.3", "-W", "1", "-I", "10.102.0.201", vm.addr],
                                      check=False)
-                    assert got.returncode != 0, f"{overlay}: tenant 1's VM reached tenant 2's {vm.label}"
+                    assert got.returncode != 0, f"{impl}: tenant 1's VM reached tenant 2's {vm.label}"
                 for p in (p1, p2):  # within each tenant traffic still flows
                     p.client.node.run(["ping", "-c", "1", "-W", "2", p.server.addr])
+                if ovs:  # through the kernel's flow table, every missed packet handed to ovs-vswitchd
+                    for h in ("h1", "h2"):
+                        show = topo.nodes[h].exec.run(["ovs-dpctl", "show"]).stdout
+                        hit, missed, lost = map(int, re.search(r"hit:(\d+) missed:(\d+) lost:(\d+)", show).groups())
+                        assert missed > 0 and lost == 0, (impl, h, show)
+                        assert re.search(r"flows: [1-9]", show), (impl, h, show)
             finally:
                 topo.teardown()
     finally:

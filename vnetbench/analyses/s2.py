@@ -128,12 +128,14 @@ def _best_cell(groups: dict[str, list[float]], better: str) -> str:
 
 
 def implementations(data: Dataset) -> dict[str, str]:
-    """Environment -> what carried its packets in this campaign, e.g. 'ovs-netdev + ovs-vxlan'."""
+    """Environment -> the kernel and what carried its packets in this campaign, e.g. 'ovs-netdev + ovs-vxlan' on this
+    machine's kernel, 'uml-6.1.176 + ovs-system + ovs-gre' in a guest's."""
     out: dict[str, set[str]] = defaultdict(set)
     for s in data.scenarios.values():
         if s["status"] == "done" and (e := env(s["labels"])):
             impl = s.get("implementation") or {}
-            out[e].add(" + ".join(v for k, v in impl.items() if k in ("switch", "overlay") and v and v != "none"))
+            out[e].add(" + ".join(v for k, v in impl.items()
+                                  if k in ("kernel", "switch", "overlay") and v and v != "none"))
     return {e: " / ".join(sorted(v)) for e, v in out.items()}
 
 
@@ -149,7 +151,11 @@ def implementation_note(data: Dataset) -> str:
                  "OVS vs Linux bridge verdicts here therefore compare userspace OVS with the kernel bridge; they do "
                  "not tell how kernel OVS would fare, and OVS+VXLAN vs OVS+GRE compares two userspace tunnels.")
     elif ovs:
-        text += ". Open vSwitch ran in the kernel, as in the study."
+        text += ". Open vSwitch ran in the kernel (datapath system), as in the study"
+        guests = sorted({v.split(" + ")[0] for v in impl.values() if v.startswith("uml-")})
+        text += (f", in a guest kernel ({', '.join(guests)}: User-Mode Linux, one CPU) like every environment "
+                 "here: figures compare the technologies with each other, not with this machine's kernel."
+                 if guests else ".")
     return text
 
 

@@ -13,7 +13,7 @@ Layout per host (userspace datapath, `datapath_type=netdev`):
   tunnel: kernel   (vxlan only) per tenant a kernel VXLAN device added to `bi` as an ordinary port; the kernel
                    encapsulates and routes, the host address stays on the underlay veth
 With the kernel datapath (`system`) tunnels are kernel vports, so `bp` is not needed and the address stays on the NIC
-(not testable here: this kernel has no openvswitch module, so `datapath: system` is skipped with that reason).
+(this machine's kernel has no openvswitch module; a guest's has: `kernel: guest`, see guests/machine.py's probe).
 Tunnel ports are `protected` (no forwarding among them: split horizon for more than two hosts).
 
 port_type afxdp: the VM ports and the underlay veth are AF_XDP ports polled by a PMD thread (an XDP program on each
@@ -45,6 +45,17 @@ AFXDP_MAX_MTU = 3506          # measured: `ip link set mtu` on a veth whose peer
 VSCTL_TIMEOUT_S = 30
 READY_TIMEOUT_S = 15
 OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
+# Open vSwitch 3.1.0 caches its CPU count with a timestamp that starts at 0, so it counts no CPU until the kernel's
+# monotonic clock passes 10 s (fixed in 3.1.1: upstream b354cee2e, on branch-3.1 fff04b838, "ovs-thread: Fix cpus
+# not read for the first 10s"). With per-CPU upcall dispatch it then opens 0 upcall handlers and loses every upcall:
+# no flow is ever set up.
+# A guest booted a few seconds ago is that young, so its first ovs-vswitchd waits until the clock passes the mark.
+YOUNG_KERNEL_BUG = ("3.1.0",)
+YOUNG_KERNEL_S = 10.5
+YOUNG_KERNEL_WAIT = "ovs: ovs-vswitchd starts once the kernel has been up"
+YOUNG_KERNEL_NOTE = (YOUNG_KERNEL_WAIT + " {s} s: Open vSwitch {v} counts no CPU before its 10th second (fixed in "
+                     "3.1.1), and with per-CPU upcall dispatch it would then lose every upcall (a guest booted just "
+                     "before waits once)")
 CSUM_NOTE = ("ovs: VM NICs run with `ethtool -K <if> tx off` (no TX checksum offload, hence no TSO) because the OVS "
              "userspace datapath does not complete partial checksums; other_config:userspace-tso-enable=false")
 
@@ -66,6 +77,13 @@ def _afxdp_built_in() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "libbpf" in out or "libxdp" in out
+
+
+def wait_for_cpu_count(limit_s: float = 15) -> list[str]:
+    """A command that returns once the kernel has been up YOUNG_KERNEL_S (an ovs-vswitchd of YOUNG_KERNEL_BUG then
+    counts its CPUs): at once on a kernel up for longer (any machine's), after up to ~8 s on a guest booted just now."""
+    young = f"awk '{{exit $1 < {YOUNG_KERNEL_S}}}' /proc/uptime"
+    return ["sh", "-c", f"i=0; until {young} || [ $i -ge {int(limit_s * 10)} ]; do sleep 0.1; i=$((i+1)); done"]
 
 
 @register
@@ -92,6 +110,9 @@ class Ovs(Switch):
             return Availability.no("datapath system needs the kernel's Open vSwitch datapath (module openvswitch): "
                                    + caps.missing_kernel("ovs-kernel-datapath") + "; use datapath netdev")
         impl, notes = f"ovs-{dp}", []
+        version = caps.tools["ovs-vswitchd"].detail
+        if dp == "system" and version in YOUNG_KERNEL_BUG:
+            notes.append(YOUNG_KERNEL_NOTE.format(v=version, s=YOUNG_KERNEL_S))
         if dp == "netdev":
             if not caps.tool("ethtool"):
                 return Availability.no("the OVS userspace datapath needs TX checksum offload off in the VMs: "
@@ -210,6 +231,8 @@ class Ovs(Switch):
         dp, mode = self._dp(topo), self._mode(topo)
         multi = len(topo.hosts) > 1
         topo.make_dirs([h.label for h in topo.hosts], mode=None)
+        if dp == "system" and any(n.startswith(YOUNG_KERNEL_WAIT) for n in topo.sc.notes):
+            topo.run("", wait_for_cpu_count())
         for host in topo.hosts:
             h, f = host.label, self._files(topo, host.label)
             env = ["env", f"OVS_RUNDIR={f['dir']}", f"OVS_DBDIR={f['dir']}", f"OVS_LOGDIR={f['dir']}"]
