@@ -626,8 +626,8 @@ class Topology:
             try:
                 self.nodes[vm.guest].exec.run_script(
                     f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "
-                    f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {NIC} 2>/dev/null; "
-                    f"ip -n {ns} link set {NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true",
+                    f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {VM_NIC} 2>/dev/null; "
+                    f"ip -n {ns} link set {VM_NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true",
                     timeout=30, check=False)
             except CommandError:
                 pass
