@@ -1,5 +1,6 @@
 """Guests with their own kernel (User-Mode Linux): boot in parallel, reach over SSH, data NICs between them, console
 tail when a guest does not come up, and nothing left after teardown or after kill -9 + clean."""
+import json
 import os
 import signal
 import subprocess
@@ -100,3 +101,22 @@ def test_a_guest_network_that_fails_half_built_is_removed(state_dir, monkeypatch
     fleet.teardown()
     assert fleet.netns not in netns_names()
     led.remove_all()
+
+
+def test_guest_probe_is_kept_only_for_the_same_key_and_a_day(tmp_path, monkeypatch):
+    from vnetbench.capabilities import Capabilities, Feature
+    from vnetbench.guests import machine
+    monkeypatch.setattr(machine, "PROBE_CACHE", tmp_path / "probe.json")
+    caps = Capabilities(tools={"iperf3": Feature(True, "3.12")}, kernel={"gre": Feature(False, "no module")})
+    machine._keep_probe("k1", caps)
+    back = machine._cached_probe("k1")
+    assert back.tools == caps.tools and back.kernel == caps.kernel
+    assert machine._cached_probe("k2") is None  # another kernel, package set or probing code: probed again
+    data = json.loads((tmp_path / "probe.json").read_text())
+    data["time"] -= machine.PROBE_MAX_AGE_S + 1
+    (tmp_path / "probe.json").write_text(json.dumps(data))
+    assert machine._cached_probe("k1") is None
+    (tmp_path / "probe.json").unlink()
+    machine._keep_probe("k1", Capabilities(kernel={"ovs-kernel-datapath": Feature(False, "probe timed out")}))
+    assert not (tmp_path / "probe.json").exists()  # an unsettled answer is asked again next time
+    assert machine._probe_key() == machine._probe_key()

@@ -155,6 +155,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                       f"{guest['boot_s']:.2f} s" if guest.get("boot_s") else "-",
                       f"{guest['memory_mb']:.0f} MB" if guest.get("memory_mb") else "-", ", ".join(extra))
         out.print(table)
+        if guest.get("probed", "now") != "now":
+            out.print(f"guest probed {guest['probed']}; delete that file to probe again")
     table = Table(title="datapaths", title_justify="left")
     for col in ("factor", "level", "available", "implementation / reason"):
         table.add_column(col)

@@ -10,10 +10,16 @@ guests.base) and `clean` removes it after a kill -9.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shlex
 import shutil
+import time
+from contextlib import suppress
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from pathlib import Path
 
 from ..capabilities import GENL_FAMILIES, XFRM_PROBES, Capabilities, Feature
 from ..executor import CommandError
@@ -169,15 +175,22 @@ def info() -> dict:
         out |= {"available": False, "reason": "a guest did not come up (run the tests in tests/test_guests.py)"}
     if caps is not None:
         out |= {"boot_s": BOOT.get("boot_s"), "memory_mb": BOOT.get("memory_mb"),
+                "probed": (time.strftime("%Y-%m-%d %H:%M:%S UTC (kept in " + str(PROBE_CACHE) + ")",
+                                         time.gmtime(BOOT["probed_at"])) if "probed_at" in BOOT else "now"),
                 "kernel_features": {k: v.ok for k, v in caps.kernel.items()}}
     return out
 
 
 @lru_cache(maxsize=1)
 def capabilities() -> Capabilities | None:
-    """What a guest offers (booting one for a few seconds); None if guests cannot run here."""
+    """What a guest offers (booting one for ~15 s: OVS's kernel datapath is tried with real traffic); None if guests
+    cannot run here. A probe's result is kept on disk (PROBE_CACHE) for the same guest kernel, tools and vnetbench
+    code, for a day: every `vnetbench run` with guest scenarios would otherwise pay for it again."""
     if not support().ok:
         return None
+    key = _probe_key()
+    if (cached := _cached_probe(key)) is not None:
+        return cached
     ledger = Ledger.create()
     machine = GuestMachine(ledger)
     try:
@@ -185,9 +198,64 @@ def capabilities() -> Capabilities | None:
         caps.tools["kernel"] = Feature(True, support().kernel)
         g = machine.fleet.guests["m1"]
         BOOT["boot_s"], BOOT["memory_mb"] = g.boot_s, machine.fleet.memory_mb(g)
+        _keep_probe(key, caps)
         return caps
     except GuestError:
         return None
     finally:
         machine.close()
         ledger.remove_all()
+
+
+PROBE_CACHE = Path(os.environ.get("VNETBENCH_CACHE_DIR", "/var/cache/vnetbench")) / "guest-probe.json"
+PROBE_MAX_AGE_S = 86400
+
+
+def _probe_key() -> str:
+    """What a guest probe's answer depends on: the guest kernel binary, every installed package (dpkg's status
+    changes with each install or removal: the tools the guest runs come from the machine's own root), the machine's
+    kernel and CPU flags (the AVX workaround), and vnetbench's own probing code."""
+    from . import uml
+    parts = [support().kernel, os.uname().release]
+    for path in (shutil.which(uml.LINUX_UML) or "", "/var/lib/dpkg/status"):
+        with suppress(OSError):
+            st = os.stat(path)
+            parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    here = Path(__file__).resolve().parent
+    for src in (here / "machine.py", here / "uml.py", here / "base.py", here / "nofpx.py",
+                here.parent / "capabilities.py", here.parent / "testbed.py"):
+        with suppress(OSError):
+            parts.append(hashlib.sha256(src.read_bytes()).hexdigest())
+    with suppress(OSError):
+        parts.append(hashlib.sha256(b"".join(ln for ln in Path("/proc/cpuinfo").read_bytes().splitlines(True)
+                                             if ln.startswith(b"flags"))).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _cached_probe(key: str) -> Capabilities | None:
+    try:
+        data = json.loads(PROBE_CACHE.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("key") != key or not 0 <= time.time() - data.get("time", 0) < PROBE_MAX_AGE_S:
+        return None
+    BOOT.update(data.get("boot", {}))
+    BOOT["probed_at"] = data["time"]
+    return Capabilities(tools={k: Feature(*v) for k, v in data["tools"].items()},
+                        kernel={k: Feature(*v) for k, v in data["kernel"].items()})
+
+
+def _keep_probe(key: str, caps: Capabilities) -> None:
+    """Only a probe whose every answer is settled is kept: one that timed out on a busy machine, or a datapath the
+    guest's kernel has that did not forward (a ping lost to load?), is asked again."""
+    if any("timed out" in f.detail or "timeout" in f.detail.lower() or f.detail.startswith("the guest's kernel has it")
+           for f in [*caps.tools.values(), *caps.kernel.values()] if not f.ok):
+        return
+    data = {"key": key, "time": time.time(), "boot": dict(BOOT),
+            "tools": {k: [f.ok, f.detail] for k, f in caps.tools.items()},
+            "kernel": {k: [f.ok, f.detail] for k, f in caps.kernel.items()}}
+    with suppress(OSError):
+        PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = PROBE_CACHE.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(PROBE_CACHE)
