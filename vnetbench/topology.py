@@ -73,6 +73,7 @@ class Topology:
         self.site = site  # None: emulated hosts on this machine
         self.machine = machine  # where the emulated hosts' namespaces live: None = this machine; else a guest
         self.vm_guests = vm_guests or {}  # VM label -> guests.vms.GuestVm: the VMs with a kernel of their own
+        self.known_macs: dict[str, str] = {}  # VM label -> its veth, on a testbed where its MAC is topo.mac(label)
         self._guest_nics: dict[str, str] = {}  # guest VM label -> its NIC's name in its namespace
         self.ledger = ledger
         self.prefix = prefix or (ledger.prefix if ledger else PLAN_PREFIX)
@@ -273,6 +274,8 @@ class Topology:
         if na.guest:
             return self._guest_port(na, a_if, nb, b_if)
         mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
+        if mac:
+            self.known_macs[a] = a_if  # a VM whose MAC is known before it exists (the testbed's ping check uses it)
         self.ip(self.root_of(a), f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if} netns {nb.netns}")
 
     def _guest_port(self, vm: Node, vm_if: str, host: Node, port: str) -> None:
