@@ -32,6 +32,27 @@ def netns_names() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
+def uml_pids(prefix: str) -> list[int]:
+    """The host processes of the run's User-Mode Linux guests."""
+    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def clean_after_kill(prefix: str, state_dir: Path) -> None:
+    """`clean` after a kill -9 of a run with guests: it removes the run, and nothing of it is left (no guest process,
+    namespace, ledger directory, file in /dev/shm or /tmp, or link in the machine's own namespace)."""
+    from vnetbench import ledger
+    removed, running = ledger.clean()
+    assert prefix not in running and any(prefix in r for r in removed)
+    time.sleep(0.5)
+    assert not uml_pids(prefix)
+    assert not [n for n in netns_names() if n.startswith(prefix)]
+    assert not (state_dir / prefix).exists()
+    assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert prefix not in links
+
+
 def vnetbench(*args, env=None, check=True, timeout=600):
     proc = subprocess.run([sys.executable, "-m", "vnetbench", *map(str, args)], capture_output=True, text=True,
                           env=env or os.environ.copy(), timeout=timeout, cwd=ROOT)

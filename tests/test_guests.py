@@ -12,15 +12,11 @@ import pytest
 from vnetbench import ledger
 from vnetbench.guests import backend
 from vnetbench.guests.base import Fleet, GuestError
-from conftest import netns_names
+from conftest import clean_after_kill, uml_pids, netns_names
 
 pytestmark = [pytest.mark.net,
               pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")]
 
-
-def _uml_pids(prefix: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def test_two_guests_boot_talk_and_leave_nothing(state_dir):
@@ -43,7 +39,7 @@ def test_two_guests_boot_talk_and_leave_nothing(state_dir):
             assert 10 < fleet.memory_mb(g) < 200  # a bound, not the benchmark figure (bench/guests.py)
     finally:
         fleet.teardown()
-    assert not _uml_pids(led.prefix)
+    assert not uml_pids(led.prefix)
     assert fleet.netns not in netns_names()
     led.remove_all()
 
@@ -59,7 +55,7 @@ def test_a_guest_that_does_not_come_up_fails_with_its_console(state_dir, monkeyp
             fleet.boot()
     finally:
         fleet.teardown()
-    assert not _uml_pids(led.prefix)
+    assert not uml_pids(led.prefix)
     led.remove_all()
 
 
@@ -75,18 +71,12 @@ def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, w
         assert child.stdout.readline().strip() == "up"
     else:
         deadline = time.monotonic() + 20
-        while len(_uml_pids(prefix)) < 2 and time.monotonic() < deadline:
+        while len(uml_pids(prefix)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert _uml_pids(prefix)
+    assert uml_pids(prefix)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    removed, running = ledger.clean()
-    assert prefix not in running and any(prefix in r for r in removed)
-    time.sleep(0.5)
-    assert not _uml_pids(prefix)
-    assert not [n for n in netns_names() if n.startswith(prefix)]
-    assert not (state_dir / prefix).exists()
-    assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
+    clean_after_kill(prefix, state_dir)
 
 
 def test_a_guest_network_that_fails_half_built_is_removed(state_dir, monkeypatch):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import netns_names
+from conftest import clean_after_kill, uml_pids, netns_names
 from vnetbench import ledger
 from vnetbench.capabilities import detect
 from vnetbench.guests import backend
@@ -29,10 +29,6 @@ factors: {{kernel: guest-per-host, switch: linuxbridge, overlay: vxlan, duration
 workloads: [{{type: iperf3}}]
 """
 
-
-def _uml_pids(prefix: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def test_a_vm_pair_crosses_between_two_guest_kernels(state_dir):
@@ -64,7 +60,7 @@ def test_a_vm_pair_crosses_between_two_guest_kernels(state_dir):
         topo.teardown()
     finally:
         site.close()
-    assert not _uml_pids(led.prefix)
+    assert not uml_pids(led.prefix)
     assert not [n for n in netns_names() if n.startswith(led.prefix)]
     led.remove_all()
 
@@ -92,12 +88,7 @@ def test_kill_9_while_traffic_runs_then_clean_leaves_nothing(tmp_path, state_dir
     finally:
         run.send_signal(signal.SIGKILL)
         run.wait()
-    removed, running = ledger.clean()
-    assert prefix not in running and any(prefix in r for r in removed)
-    time.sleep(0.5)
-    assert not _uml_pids(prefix)
-    assert not [n for n in netns_names() if n.startswith(prefix)]
-    assert not (state_dir / prefix).exists()
+    clean_after_kill(prefix, state_dir)
 
 
 def _segment_bytes(prefix: str) -> int:

@@ -1,7 +1,6 @@
 """VM kernels (`vm_kernel: guest`): the factor's levels and their one-line errors, which VMs a level makes guests and
 why a scenario cannot have them, and kill -9 of a run while its guest VM carries traffic, then `clean`. S5 with its
 guest VMs end to end (per-VM counters, the report's per-VM table) is tests/test_suite_s5.py's smoke test."""
-import os
 import signal
 import subprocess
 import textwrap
@@ -9,8 +8,7 @@ import time
 
 import pytest
 
-from conftest import netns_names, start_run, trial_rows
-from vnetbench import ledger
+from conftest import clean_after_kill, uml_pids, netns_names, start_run, trial_rows
 from vnetbench.guests import backend, vms
 from vnetbench.matrix import expand
 from vnetbench.spec import SpecError, loads
@@ -89,10 +87,6 @@ def _prefix(db) -> str | None:
     return row[0] if row else None
 
 
-def _uml_pids(prefix: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
 
 @pytest.mark.net
 @pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
@@ -105,8 +99,8 @@ def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_p
         deadline, prefix = time.monotonic() + 90, None
         while time.monotonic() < deadline:  # the guest is up and iperf3 runs into it: its server listens there
             prefix = prefix or _prefix(db)  # the run's (the capability probe's scratch ledger comes first)
-            if prefix and _uml_pids(prefix) and f"{prefix}-h2" in netns_names():
-                guest_iperf = subprocess.run(["pgrep", "-f", f"iperf3 -c 10.101.0.2"], capture_output=True).returncode
+            if prefix and uml_pids(prefix) and f"{prefix}-h2" in netns_names():
+                guest_iperf = subprocess.run(["pgrep", "-f", "iperf3 -c 10.101.0.2"], capture_output=True).returncode
                 if guest_iperf == 0:
                     break
             assert run.poll() is None, run.communicate()
@@ -118,12 +112,4 @@ def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_p
         run.send_signal(signal.SIGKILL)
         run.communicate()
     assert not trial_rows(db)  # killed mid-trial: nothing finished
-    removed, running = ledger.clean()
-    assert prefix not in running and any(prefix in r for r in removed)
-    time.sleep(0.5)
-    assert not _uml_pids(prefix)
-    assert not [n for n in netns_names() if n.startswith(prefix)]
-    assert not (state_dir / prefix).exists()
-    assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert prefix not in links  # no tap or veth of the run left in the machine's own namespace
+    clean_after_kill(prefix, state_dir)
