@@ -124,7 +124,9 @@ def test_smoke_profile_end_to_end(tmp_path, state_dir):
     for row in study.rows[:2]:
         intr, ctx = float(row[2]), float(row[3])
         assert intr > 0 and ctx > 0
-        assert row[4] == f"{100 * ctx / intr:.1f} %" or abs(float(row[4].split()[0]) - 100 * ctx / intr) < 0.2
+        # the cells are rounded to whole events/s: the ratio of the rounded cells may differ by that rounding
+        slack = 100 * ctx / intr * (0.5 / intr + 0.5 / ctx) + 0.05
+        assert abs(float(row[4].split()[0]) - 100 * ctx / intr) <= slack, (row, slack)
     tenants = next(t for t in result.tables if t.title == "S5 — the tenants during the attack")
     assert len(tenants.rows) == 11 and len(result.figures) == 3
     assert any(f.startswith("Conversion rate") for f in result.findings)
