@@ -73,6 +73,21 @@ def test_doctor_per_host(lab, state_dir):
         assert data["hosts"][h.name]["kernel"]["vxlan"]["ok"]
 
 
+
+def _run_both(spec, lab, tmp_path, state_dir, log):
+    """The spec over the lab and locally: no trial fails on either side, and both ran the same scenarios with the
+    same implementations. Returns each side's scenario rows and metrics."""
+    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+              env=env_with(state_dir, log))
+    vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
+    for side, db in (("remote", "r.db"), ("local", "l.db")):
+        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
+        assert not (bad := errors.fetchall()), (side, bad)
+    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
+    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
+    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    return r_rows, r_metrics, l_rows, l_metrics
+
 def _scenarios(db):
     con = sqlite3.connect(db)
     rows = con.execute("SELECT key, status, implementation, reason FROM scenarios ORDER BY idx").fetchall()
@@ -85,15 +100,7 @@ def test_quick_over_ssh_gives_what_the_local_run_gives_and_leaves_nothing(lab, t
     spec = tmp_path / "quick.yaml"
     spec.write_text(SHORT)
     log = tmp_path / "commands.jsonl"
-    remote = vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
-                       env=env_with(state_dir, log))
-    local = vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
-    for side, db in (("remote", "r.db"), ("local", "l.db")):
-        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
-        assert not (bad := errors.fetchall()), (side, bad)
-    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
-    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
-    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    r_rows, r_metrics, l_rows, l_metrics = _run_both(spec, lab, tmp_path, state_dir, log)
     # the lab's NICs have no SR-IOV: a direct attachment is a macvlan there too
     assert {json.loads(impl).get("attach") for k, st, impl, _ in r_rows if "attach=direct" in k and st == "done"} == {
         "macvlan"}
@@ -150,15 +157,7 @@ def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(
     spec = tmp_path / "daemons.yaml"
     spec.write_text(DAEMONS)
     log = tmp_path / "commands.jsonl"
-    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
-              env=env_with(state_dir, log))
-    vnetbench("run", spec, "--db", tmp_path / "l.db", "--no-progress", env=env_with(state_dir))
-    for side, db in (("remote", "r.db"), ("local", "l.db")):
-        errors = sqlite3.connect(tmp_path / db).execute("SELECT scenario, kind, error FROM trials WHERE status != 'ok'")
-        assert not (bad := errors.fetchall()), (side, bad)
-    r_rows, r_metrics = _scenarios(tmp_path / "r.db")
-    l_rows, l_metrics = _scenarios(tmp_path / "l.db")
-    assert [(k, st, impl) for k, st, impl, _ in r_rows] == [(k, st, impl) for k, st, impl, _ in l_rows]
+    r_rows, r_metrics, l_rows, l_metrics = _run_both(spec, lab, tmp_path, state_dir, log)
     assert sum(st == "done" for _, st, _, _ in r_rows) >= 4  # ovs flat and VLAN, with strongSwan, with WireGuard
     same = lambda metrics: {m for m in metrics if m[1] != "process_cpu_ratio"}  # noqa: E731
     assert same(r_metrics) == same(l_metrics)
