@@ -295,3 +295,29 @@ def test_a_series_above_its_total_is_invalid_one_short_by_its_tail_is_not():
     assert not guards.check_series(_series(100e6, [92e6]))              # a 1-s run's tail: 8 % short is fine
     assert guards.check_series(_series(100e6, [80e6] * 10))             # 10 s, 20 % short: not a tail
     assert not guards.check_series(_series(100e6, [97e6, 99e6, 98e6]))
+
+
+@pytest.mark.net
+def test_a_hung_tool_gets_one_more_try_and_the_trial_says_so(tmp_path, state_dir, monkeypatch):
+    """A tool that overruns its bound (injected: the first ping is a `sleep`) says nothing about the datapath: the
+    trial is tried once more, is ok, and keeps the first attempt's reason. A second hang fails the trial."""
+    from vnetbench.runner import Runner
+    from vnetbench.spec import loads
+    from vnetbench.store import Store
+    from vnetbench.workloads import ping
+
+    real, calls = ping.Ping._argv, []
+
+    def hangs_first(self, pair):
+        calls.append(1)
+        return ["sleep", "60"] if len(calls) in (1, 3, 4) else real(self, pair)
+    monkeypatch.setattr(ping.Ping, "_argv", hangs_first)
+    collect = ping.collect_ping
+    monkeypatch.setattr(ping, "collect_ping", lambda proc, timeout, what: collect(proc, min(timeout, 1.0), what))
+    spec = loads("name: hang\nrepetitions: 2\nworkloads:\n  - {type: ping, count: 3, interval: 0.02}\n")
+    store = Store(tmp_path / "r.db")
+    outcome = Runner(store, progress=False).run(spec)
+    first, second = store.trials(outcome.campaign)
+    assert first["status"] == "ok" and "did not finish within 1 s" in first["metadata"]["retried_after"]
+    assert second["status"] == "failed" and "did not finish within 1 s" in second["error"]
+    assert "retried_after" in second["metadata"] and len(calls) == 4

@@ -286,6 +286,8 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
               f"{outcome.trials_failed} failed" + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
               + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
                  if outcome.trials_noisy else "")
+              + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
+                 if outcome.trials_retried else "")
               + f" (results in {db})")
     problems = []
     if outcome.trials_failed:

@@ -33,7 +33,7 @@ from .sample import Sample
 from .store import Store, StoreError
 from .guests.base import GuestError
 from .topology import BuildError, Topology
-from .workloads.base import WorkloadError
+from .workloads.base import ToolHung, WorkloadError
 
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
 BUILD_OVERHEAD_S = 1.0
@@ -42,7 +42,12 @@ FOREIGN_SAMPLE_S = 0.2   # the machine's busy share just before a trial: load th
 
 
 class TrialFailure(Exception):
-    """Something that fails one trial (not the campaign), with the reason to store."""
+    """Something that fails one trial (not the campaign), with the reason to store. `hung`: a tool overran its
+    bound, which says nothing about the datapath, so the trial gets one more try."""
+
+    def __init__(self, message: str, hung: bool = False):
+        super().__init__(message)
+        self.hung = hung
 
 
 class Background(threading.Thread):
@@ -113,6 +118,7 @@ class Outcome:
     scenarios_failed: int = 0       # failed to build: none of their trials ran
     scenarios_runnable: int = 0
     signal: int | None = None       # what interrupted the run: SIGINT or SIGTERM
+    trials_retried: int = 0  # a tool hung on the first attempt; the second one is the trial
     trials_noisy: int = 0   # ok, but measured under steal or foreign load (metadata `noisy` says which)
     stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
     builds: int = 0                                         # topologies built, and the seconds their builds and
@@ -418,25 +424,15 @@ class Campaign:
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
-        status, error, samples = "ok", None, []
-        try:
-            samples, extra = measure(sc, topo, wl, topo.site)
-            meta |= extra
-            verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
-                                   foreign_busy=extra.get("foreign_busy_ratio"))
-            samples = verdict.samples
-            noisy = verdict.noisy + extra.get("background_uncovered", [])
-            if noisy:
-                meta["noisy"] = noisy
-                self.outcome.trials_noisy += 1
-            if verdict.invalid:
-                status, error = "invalid", "; ".join(verdict.invalid)
-        except TrialFailure as exc:
-            status, error = "failed", str(exc)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # a parser or probe bug fails this trial, not the campaign
-            status, error, samples = "failed", _last_line(exc), []
+        status, error, samples, extra, hung = self._attempt(sc, topo, wl)
+        if hung:  # the first attempt's reason stays with the trial: a reader sees it was tried twice
+            self.r.console.print(f"[yellow]trial hung[/] (scenario {sc.index}, rep {rep}, {wl.kind}): {error}; "
+                                 "trying once more", highlight=False)
+            meta["retried_after"] = error
+            self.outcome.trials_retried += 1
+            started = time.time()
+            status, error, samples, extra, _ = self._attempt(sc, topo, wl)
+        meta |= extra
         if status == "failed":
             samples = []
         try:
@@ -454,6 +450,24 @@ class Campaign:
             self.r.console.print(f"[{'red' if status == 'failed' else 'yellow'}]trial {status}[/] "
                                  f"(scenario {sc.index}, rep {rep}, {wl.kind}): {error}", highlight=False)
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
+
+    def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
+        """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung."""
+        try:
+            samples, extra = measure(sc, topo, wl, topo.site)
+        except TrialFailure as exc:
+            return "failed", str(exc), [], {}, exc.hung
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # a parser or probe bug fails this trial, not the campaign
+            return "failed", _last_line(exc), [], {}, False
+        verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
+                               foreign_busy=extra.get("foreign_busy_ratio"))
+        noisy = verdict.noisy + extra.get("background_uncovered", [])
+        if noisy:
+            extra["noisy"] = noisy
+            self.outcome.trials_noisy += 1
+        return ("invalid" if verdict.invalid else "ok"), "; ".join(verdict.invalid) or None, verdict.samples, extra, False
 
 
 def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], dict]:
@@ -473,7 +487,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         p.start()
     probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
-    error, samples, window, uncovered = None, [], None, []
+    error, hung, samples, window, uncovered = None, False, [], None, []
     try:
         for b in background:
             b.start()
@@ -481,7 +495,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
             b.wait_ready()
         samples = wl.run(wl.select(topo.pairs))
     except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
-        error = str(exc)
+        error, hung = str(exc), isinstance(exc, ToolHung)
     except TrialFailure as exc:
         error = str(exc)
     finally:
@@ -495,7 +509,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
             except TrialFailure as exc:
                 error = error or str(exc)
     if error:
-        raise TrialFailure(error)
+        raise TrialFailure(error, hung)
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
     meta = {"foreign_busy_ratio": foreign}

@@ -23,6 +23,11 @@ class WorkloadError(RuntimeError):
     """The tool failed: the trial is marked failed with this message (the tool's stderr), the campaign goes on."""
 
 
+class ToolHung(WorkloadError):
+    """The tool overran its time bound (iperf3 3.12 can stay in its end-of-test exchange for good): the runner
+    tries such a trial once more and keeps the first attempt's reason in the trial's metadata."""
+
+
 class Params(BaseModel):
     """Base of every workload's parameters; unknown fields are errors so typos are caught."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -115,9 +120,9 @@ def bounded(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        raise WorkloadError(f"{what} did not finish within {timeout:.0f} s: {err.strip()[-300:]}") from None
+        out, err = stop(proc)  # SIGTERM first: iperf3 and ping then print where they were
+        said = (err.strip() or out.strip())[-300:]
+        raise ToolHung(f"{what} did not finish within {timeout:.0f} s" + (f": {said}" if said else "")) from None
 
 
 def said(text: str, limit: int = 500) -> str:
