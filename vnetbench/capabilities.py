@@ -37,6 +37,7 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "ovs-vswitchd": ("openvswitch-switch", ["ovs-vswitchd", "--version"], r"\) (\S+)"),
     "ovsdb-server": ("openvswitch-switch", ["ovsdb-server", "--version"], r"\) (\S+)"),
     "ovs-vsctl": ("openvswitch-switch", ["ovs-vsctl", "--version"], r"\) (\S+)"),
+    "ovsdb-tool": ("openvswitch-common", ["ovsdb-tool", "--version"], r"\) (\S+)"),
     "charon": ("strongswan-charon", ["/usr/lib/ipsec/charon", "--version"], r"(\d[\w.]+)"),
     "swanctl": ("strongswan-swanctl", ["swanctl", "--version"], r"(\d[\w.]+)"),
     "wireguard-go": ("wireguard-go", ["wireguard-go", "--version"], r"v?(\d[\w.\-+]+)"),
@@ -69,6 +70,27 @@ XFRM_PROBES = {
 }
 GENL_FAMILIES = {"ovs-kernel-datapath": "ovs_datapath"}
 TUN_DEVICE = "/dev/net/tun"
+
+# Where distributions put charon (Debian first: TOOLS' own path); its plugins are in `plugins/` beside it.
+CHARON_PATHS = ("/usr/lib/ipsec/charon", "/usr/libexec/ipsec/charon", "/usr/lib/strongswan/charon",
+                "/usr/libexec/strongswan/charon")
+OSSL_LEGACY = ("/usr/lib/x86_64-linux-gnu/ossl-modules/legacy.so", "/usr/lib/aarch64-linux-gnu/ossl-modules/legacy.so",
+               "/usr/lib64/ossl-modules/legacy.so", "/usr/lib/ossl-modules/legacy.so")
+# What the installed packages offer beyond a tool's presence, asked of the machine that runs them (this one, or each
+# testbed host over SSH: the same script): one `@@F name ok DETAIL` or `@@F name no WHY` line each.
+INSTALLED_SCRIPT = r"""
+c=; for p in {charons}; do [ -x "$p" ] && {{ c=$p; break; }}; done
+if [ -n "$c" ]; then echo "@@F charon ok $c"; else echo "@@F charon no charon is not installed (Debian package strongswan-charon; looked in {charons})"; fi
+d=${{c%/*}}/plugins
+if [ -n "$c" ] && [ -e "$d/libstrongswan-kernel-libipsec.so" ]; then echo "@@F strongswan-kernel-libipsec ok $d"
+else echo "@@F strongswan-kernel-libipsec no strongSwan's kernel-libipsec plugin is not installed (Debian package libcharon-extra-plugins)"; fi
+b=; [ -n "$c" ] && [ -e "$d/libstrongswan-gcrypt.so" ] && b="gcrypt plugin"
+[ -z "$b" ] && for p in {legacy}; do [ -e "$p" ] && {{ b="OpenSSL legacy provider"; break; }}; done
+if [ -n "$b" ]; then echo "@@F strongswan-blowfish ok $b"; else echo "@@F strongswan-blowfish no strongSwan has no Blowfish: it needs its gcrypt plugin (Debian package libstrongswan-extra-plugins) or OpenSSL's legacy provider"; fi
+v=$(command -v ovs-vswitchd)
+if [ -n "$v" ] && ldd "$v" 2>/dev/null | grep -qE 'libbpf|libxdp'; then echo "@@F ovs-afxdp ok linked to libxdp/libbpf"
+else echo "@@F ovs-afxdp no this ovs-vswitchd is built without AF_XDP support (not linked to libxdp/libbpf)"; fi
+""".format(charons=" ".join(CHARON_PATHS), legacy=" ".join(OSSL_LEGACY))
 
 # strongSwan: the plugins every charon of a run loads (datapaths/ipsec.py), the ones that can provide each
 # algorithm, and the Debian package of each plugin (what a user installs when one is missing).
@@ -120,6 +142,8 @@ class Capabilities:
     tools: dict[str, Feature] = field(default_factory=dict)
     kernel: dict[str, Feature] = field(default_factory=dict)
     swan: Strongswan | None = None  # probed on first use: only a spec with IPsec pays for starting a charon
+    # what the installed packages offer (INSTALLED_SCRIPT); None: this machine's, probed on first use
+    installed: dict[str, Feature] | None = None
 
     def strongswan(self) -> Strongswan:
         if self.swan is None:
@@ -127,6 +151,11 @@ class Capabilities:
                 Strongswan(error="charon or swanctl is not installed (Debian packages strongswan-charon, "
                                  "strongswan-swanctl)")
         return self.swan
+
+    def offer(self, name: str) -> Feature:
+        """A feature of the installed packages (INSTALLED_SCRIPT), e.g. charon's path or strongSwan's Blowfish."""
+        found = self.installed if self.installed is not None else local_installed()
+        return found.get(name, Feature(False, f"{name}: not probed"))
 
     def tool(self, name: str) -> bool:
         return self.tools.get(name, Feature(False)).ok
@@ -136,6 +165,9 @@ class Capabilities:
 
     def missing_tool(self, name: str) -> str:
         pkg = TOOLS[name][0] if name in TOOLS else name
+        found = self.tools.get(name)
+        if found is not None and found.detail.startswith("on "):  # a testbed's: the hosts that lack it (merge)
+            return f"{name} is missing {found.detail}"
         return f"{name} is not installed (Debian package {pkg})"
 
     def missing_kernel(self, feature: str) -> str:
@@ -144,6 +176,8 @@ class Capabilities:
     def as_dict(self) -> dict:
         return {"tools": {k: asdict(v) for k, v in self.tools.items()},
                 "kernel": {k: asdict(v) for k, v in self.kernel.items()},
+                "installed": {k: asdict(v) for k, v in
+                              (self.installed if self.installed is not None else local_installed()).items()},
                 "strongswan": self.strongswan().as_dict()}
 
 
@@ -154,8 +188,26 @@ def detect() -> Capabilities:
     return caps
 
 
+@lru_cache(maxsize=1)
+def local_installed() -> dict[str, Feature]:
+    proc = subprocess.run(["sh", "-c", INSTALLED_SCRIPT], capture_output=True, text=True, timeout=30)
+    return parse_features(proc.stdout)
+
+
+def parse_features(text: str) -> dict[str, Feature]:
+    """`@@F name ok DETAIL` / `@@F name no WHY` lines (the probes run by a shell script, here or on a host)."""
+    found: dict[str, Feature] = {}
+    for line in text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "@@F":
+            found[parts[1]] = Feature(parts[2] == "ok", parts[3] if len(parts) > 3 else "")
+    return found
+
+
 def _tool(name: str) -> Feature:
     pkg, argv, pattern = TOOLS[name]
+    if name == "charon":  # wherever this distribution puts it
+        argv = [next((p for p in CHARON_PATHS if shutil.which(p)), argv[0]), *argv[1:]]
     if not shutil.which(argv[0]):
         return Feature(False, f"not installed (Debian package {pkg})")
     try:
@@ -231,7 +283,8 @@ def probe_strongswan(load: str | None = None) -> Strongswan:
             f"charon {{\n  load_modular = no\n  load = {load}\n"
             f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
         priv = [sys.executable, "-m", "vnetbench.privrun", str(run_dir), "--"]
-        charon = node.spawn([*priv, "env", "STRONGSWAN_CONF=/run/strongswan.conf", TOOLS["charon"][1][0]],
+        path = local_installed().get("charon", Feature(False)).detail or TOOLS["charon"][1][0]
+        charon = node.spawn([*priv, "env", "STRONGSWAN_CONF=/run/strongswan.conf", path],
                             label="charon-probe", stdout=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + STRONGSWAN_PROBE_TIMEOUT_S

@@ -110,7 +110,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     """What this machine (or each testbed host) offers: tools, kernel features and every datapath, with the reason
     when unavailable."""
     need_root()
-    from .capabilities import detect
+    from .capabilities import detect, local_installed
     bed, caps = load_testbed(testbed)
     caps = caps or detect()
     paths = datapath_report(caps)
@@ -134,9 +134,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                           f"{f['clock_offset_s'] * 1e3:+.1f} ms" if f.get("clock_offset_s") is not None else "?",
                           f"{f['round_trip_s'] * 1e3:.1f} ms")
         out.print(table)
-    groups = [(f"{title} on {h.name}", getattr(h.caps, attr)) for h in bed.hosts
-              for title, attr in (("tools", "tools"), ("kernel features", "kernel"))] if bed else \
-        [("tools", caps.tools), ("kernel features", caps.kernel)]
+    groups = [(f"{title} on {h.name}", getattr(h.caps, attr) or {}) for h in bed.hosts
+              for title, attr in (("tools", "tools"), ("kernel features", "kernel"), ("installed", "installed"))] \
+        if bed else [("tools", caps.tools), ("kernel features", caps.kernel), ("installed", local_installed())]
     for title, items in groups:
         table = Table(title=title, title_justify="left")
         for col in ("name", "available", "version / reason"):

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import testbed as tb
 from .executor import REMOTE_STATE_DIR, CommandError, SshExecutor, _batch_error
 from .ledger import Ledger
+from .datapaths.ovs import KERNEL_TUNNEL_IN_OVS
 from .probes.interfaces import InterfaceProbe
 from .probes.procstat import SystemProbe
 from .sample import Sample
@@ -57,6 +58,11 @@ class TestbedSite:
     def nic(self, label: str) -> str:
         return self.host(label).nic
 
+    def tool_path(self, topo, label: str, tool: str):
+        """The Feature of the host running a node that says where a tool is (its path may differ per host)."""
+        h = self.host(self.machine(topo, label))
+        return h.caps.offer(tool) if h.caps is not None and h.caps.installed is not None else None
+
     def executor(self, label: str) -> SshExecutor:
         h = self.host(label)
         if h.name not in self._exec:
@@ -88,12 +94,22 @@ class TestbedSite:
         if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host":
             return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
                     "xfrm policies), which vnetbench does not change on a testbed; use encryption_scope vm-to-vm")
-        if (sc.labels.get("switch", "").split("(")[0] == "ovs" and sc.labels.get("attach") == "switch"
-                and sc.hosts > 1 and sc.labels.get("overlay") not in ("none", "vlan")):
-            return (f"OVS with overlay {sc.labels.get('overlay')} over a testbed is not supported yet (its tunnel "
-                    f"ports would need the host's underlay address inside the run's namespace); overlays none and "
-                    f"vlan are")
-        return None
+        return self._ovs_tunnel_problem(sc)
+
+    @staticmethod
+    def _ovs_tunnel_problem(sc) -> str | None:
+        """OVS's own tunnel ports route their packets out of an OVS bridge that holds the tunnel's local address
+        (userspace datapath) or through the host's stack from the namespace OVS runs in: either way they need the
+        host's underlay address inside the run's namespace, which vnetbench does not move. A kernel VXLAN device
+        made from the host's root namespace (`tunnel: kernel`) has its socket on the host's address instead."""
+        if (sc.labels.get("switch", "").split("(")[0] != "ovs" or sc.labels.get("attach") != "switch"
+                or sc.hosts < 2 or sc.labels.get("overlay") in ("none", "vlan")
+                or sc.implementation.get("overlay") == KERNEL_TUNNEL_IN_OVS):
+            return None
+        return (f"OVS's own {sc.labels.get('overlay')} tunnel ports would need the host's underlay address inside "
+                f"the run's namespace (the userspace datapath routes tunnels out of an OVS bridge holding it), and "
+                f"vnetbench never moves a testbed host's address; use switch {{type: ovs, tunnel: kernel}} with "
+                f"overlay vxlan (a kernel VXLAN device on the host's address as an OVS port), or overlays none/vlan")
 
     def notes(self, sc) -> list[str]:
         out = []

@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
-from .capabilities import (GENL_FAMILIES, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS, TUN_DEVICE, XFRM_PROBES,
-                           Capabilities, Feature, Strongswan, batch_features, parse_list_algs)
+from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS,
+                           TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
+                           parse_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
 from .ledger import Ledger, Obj, process_start_time
 
@@ -313,19 +314,31 @@ def clock_offset(ex: SshExecutor, rounds: int = 5) -> dict:
     return {"clock_offset_s": round(best[1], 6), "round_trip_s": round(best[0], 6)}
 
 
+MISSING = "-vnetbench-missing-"
+
+
+def installed(ex: SshExecutor) -> dict[str, Feature]:
+    """What the host's packages offer (capabilities.INSTALLED_SCRIPT, as this machine probes itself)."""
+    return parse_features(ex.run_script(INSTALLED_SCRIPT, timeout=30, check=False).stdout)
+
+
 def tools(ex: SshExecutor) -> dict[str, Feature]:
     """Tool versions on the host, as capabilities.TOOLS asks for them: one round trip for all."""
-    script = "; ".join(f"echo '@@{name}'; if command -v {shlex.quote(argv[0])} >/dev/null; then "
-                       f"{shlex.join(argv)} 2>&1 </dev/null | head -c 2000; else echo '@@missing'; fi"
+    def find(name: str, argv0: str) -> str:  # charon: wherever the host's distribution puts it
+        paths = CHARON_PATHS if name == "charon" else (argv0,)
+        return (f"c=$(for p in {' '.join(map(shlex.quote, paths))}; do q=$(command -v \"$p\") && [ -x \"$q\" ] && "
+                f"{{ echo \"$q\"; break; }}; done)")
+    script = "; ".join(f"echo '@@{name}'; {find(name, argv[0])}; if [ -n \"$c\" ]; then "
+                       f"\"$c\" {shlex.join(argv[1:])} 2>&1 </dev/null | head -c 2000; else echo '{MISSING}'; fi"
                        for name, (_, argv, _) in TOOLS.items())
     out = ex.run_script(script, timeout=30, check=False).stdout
     found: dict[str, Feature] = {}
     for chunk in out.split("@@")[1:]:
         name, _, text = chunk.partition("\n")
-        if name == "missing" or name not in TOOLS:
+        if name not in TOOLS:
             continue
         pkg, _, pattern = TOOLS[name]
-        if text.startswith("missing"):
+        if text.startswith(MISSING):
             found[name] = Feature(False, f"not installed (Debian package {pkg})")
         else:
             m = re.search(pattern, text)
@@ -388,14 +401,14 @@ echo @@algs; echo "$out"; echo @@stats; sw --stats 2>&1
 """
 
 
-def strongswan(ex: SshExecutor, prefix: str) -> Strongswan:
+def strongswan(ex: SshExecutor, prefix: str, charon: str = TOOLS["charon"][1][0]) -> Strongswan:
     """capabilities.probe_strongswan on a host: a charon started as a run starts it (same plugins, private /run,
     scratch namespace), and the algorithms it really loaded. One round trip."""
     vici = "unix:///run/charon.vici"
     conf = (f"charon {{\n  load_modular = no\n  load = {STRONGSWAN_PLUGINS.format(kernel='kernel-netlink')}\n"
             f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
     script = SWAN_SCRIPT.format(ns=shlex.quote(f"{prefix}-swan"), conf=shlex.quote(conf),
-                                charon=shlex.quote(TOOLS["charon"][1][0]), vici=shlex.quote(vici))
+                                charon=shlex.quote(charon), vici=shlex.quote(vici))
     out = ex.run_script(script, timeout=40, check=False).stdout
     if "@@error " in out:
         return Strongswan(error=out.split("@@error ", 1)[1].strip()[:300])
@@ -425,12 +438,13 @@ def merge_swan(hosts: list[Host]) -> Strongswan:
 def merge(hosts: list[Host]) -> Capabilities:
     """What every host offers: a feature one host lacks is unavailable, with that host's reason."""
     caps = Capabilities()
-    for kind in ("tools", "kernel"):
-        names = {n for h in hosts for n in getattr(h.caps, kind)}
+    caps.installed = {}
+    for kind in ("tools", "kernel", "installed"):
+        names = {n for h in hosts for n in getattr(h.caps, kind) or {}}
         merged = {}
         for n in sorted(names):
-            missing = [(h.name, getattr(h.caps, kind).get(n, Feature(False, "not probed"))) for h in hosts
-                       if not getattr(h.caps, kind).get(n, Feature(False)).ok]
+            missing = [(h.name, (getattr(h.caps, kind) or {}).get(n, Feature(False, "not probed"))) for h in hosts
+                       if not (getattr(h.caps, kind) or {}).get(n, Feature(False)).ok]
             if missing:
                 merged[n] = Feature(False, "; ".join(f"on {name}: {f.detail or 'unavailable'}" for name, f in missing))
             else:
@@ -460,10 +474,10 @@ def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True
             if h.address not in [a.split("/")[0] for a in h.facts.get("nic_addrs", "").split()]:
                 return f"{bed.source}: host {h.name}: {h.nic} does not have the address {h.address} " \
                        f"(it has: {h.facts.get('nic_addrs') or 'none'}); vnetbench does not configure it"
-            h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {})
+            h.caps = Capabilities(tools(ex), kernel(ex, prefix) if probe_kernel else {}, installed=installed(ex))
             h.caps.kernel["sriov-vf"] = sriov(h.facts, h.nic)
             if probe_kernel and h.caps.tool("charon") and h.caps.tool("swanctl"):
-                h.caps.swan = strongswan(ex, prefix)
+                h.caps.swan = strongswan(ex, prefix, h.caps.offer("charon").detail)
             return None
         except HostUnreachable as exc:
             return f"{bed.source}: host {h.name} ({h.target.destination}) cannot be reached over SSH: " \

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import datapaths
+from .capabilities import local_installed
 from .datapaths.base import BuildError, Tunnel
 from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from .guests.base import TAP_MTU, VM_NIC
@@ -208,6 +209,13 @@ class Topology:
             self.batch("bridge", host, f"fdb append 00:00:00:00:00:00 dev {tunnel.dev} dst {remote}")
 
     # ---- names that depend on the site ---------------------------------------------------------------------
+    def tool_path(self, label: str, tool: str, default: str) -> str:
+        """Where a tool (found by capabilities.INSTALLED_SCRIPT, e.g. charon) is on the machine running a node's
+        steps: each testbed host may keep it elsewhere."""
+        where = getattr(self.site, "tool_path", None)
+        found = where(self, label, tool) if where else local_installed().get(tool)
+        return found.detail if found is not None and found.ok else default
+
     def nic(self, host: str) -> str:
         """The host's underlay NIC: the emulated one, or the testbed's (whose settings are never changed)."""
         return self.site.nic(host) if self.site else self.ifname("u")

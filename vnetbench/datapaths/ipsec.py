@@ -18,7 +18,6 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -31,8 +30,6 @@ from .encrypted import EncryptedTunnel
 
 CHARON = TOOLS["charon"][1][0]
 PLUGIN_DIR = Path(CHARON).parent / "plugins"
-OSSL_LEGACY = ("/usr/lib/x86_64-linux-gnu/ossl-modules/legacy.so", "/usr/lib/aarch64-linux-gnu/ossl-modules/legacy.so",
-               "/usr/lib64/ossl-modules/legacy.so", "/usr/lib/ossl-modules/legacy.so")
 IKE_PROPOSAL = "aes256-sha256-x25519"
 VICI = "unix:///run/charon.vici"  # as charon and swanctl see it: the node's directory is their /run
 LIBIPSEC_TUN_MTU = 1400  # strongSwan 5.9.8 creates ipsec0 at 1400 and reads it with a buffer of that size
@@ -120,12 +117,6 @@ class IpsecOptions(Options):
 def _algorithm(ike: str) -> str:
     """The name `swanctl --list-algs` gives a cipher: without its key size (AES_GCM_16_128 -> AES_GCM_16)."""
     return re.sub(r"_(128|192|256)$", "", ike)
-
-
-@lru_cache(maxsize=1)
-def _blowfish() -> bool:
-    """strongSwan has Blowfish through its gcrypt plugin or OpenSSL's legacy provider (OpenSSL 3)."""
-    return (PLUGIN_DIR / "libstrongswan-gcrypt.so").exists() or any(Path(p).exists() for p in OSSL_LEGACY)
 
 
 @register
@@ -224,15 +215,13 @@ class Ipsec(EncryptedTunnel):
         for tool in ("charon", "swanctl"):
             if not caps.tool(tool):
                 return Availability.no(f"the kernel has no xfrm ESP ({kernel_why}) and {caps.missing_tool(tool)}")
-        if not (PLUGIN_DIR / "libstrongswan-kernel-libipsec.so").exists():
-            return Availability.no(f"the kernel has no xfrm ESP ({kernel_why}) and strongSwan's kernel-libipsec "
-                                   f"plugin is not installed (Debian package libcharon-extra-plugins)")
+        if not (plugin := caps.offer("strongswan-kernel-libipsec")).ok:
+            return Availability.no(f"the kernel has no xfrm ESP ({kernel_why}) and {plugin.detail}")
         if not caps.has("tun"):
             return Availability.no(f"the kernel has no xfrm ESP ({kernel_why}) and kernel-libipsec needs a TUN "
                                    f"device: {caps.missing_kernel('tun')}")
-        if o.cipher == "blowfish-cbc" and not _blowfish():
-            return Availability.no("strongSwan has no Blowfish here: it needs its gcrypt plugin or OpenSSL's "
-                                   "legacy provider")
+        if o.cipher == "blowfish-cbc" and not (blowfish := caps.offer("strongswan-blowfish")).ok:
+            return Availability.no(blowfish.detail)
         problem = self.charon_problem(caps, esp=True)
         if problem:
             return Availability.no(problem)
@@ -333,7 +322,8 @@ class Ipsec(EncryptedTunnel):
                       f"{', '.join(nodes)}", lambda: self._write_ike(topo, links, nodes))
         for n in nodes:
             d = topo.workdir(n)
-            argv = self.privrun(topo, n, ["env", "STRONGSWAN_CONF=/run/strongswan.conf", CHARON])
+            argv = self.privrun(topo, n, ["env", "STRONGSWAN_CONF=/run/strongswan.conf",
+                                          topo.tool_path(n, "charon", CHARON)])
             topo.daemon(n, f"charon@{n}", argv,
                         ready=self.wait_socket(topo, f"charon@{n}", f"{d}/charon.vici", f"{d}/charon.log", label=n))
         for n in nodes:  # swanctl, too, sees the node's directory as /run (short socket paths)

@@ -29,10 +29,7 @@ for the overlay header.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
-from functools import lru_cache
 from typing import Literal
 
 from . import register
@@ -45,6 +42,7 @@ AFXDP_MAX_MTU = 3506          # measured: `ip link set mtu` on a veth whose peer
 VSCTL_TIMEOUT_S = 30
 READY_TIMEOUT_S = 15
 OVS_TUNNEL_TYPES = {"vxlan": "vxlan", "gre": "gre", "geneve": "geneve"}
+KERNEL_TUNNEL_IN_OVS = "kernel-vxlan-in-ovs"  # the overlay's implementation with tunnel: kernel
 # Open vSwitch 3.1.0 caches its CPU count with a timestamp that starts at 0, so it counts no CPU until the kernel's
 # monotonic clock passes 10 s (fixed in 3.1.1: upstream b354cee2e, on branch-3.1 fff04b838, "ovs-thread: Fix cpus
 # not read for the first 10s"). With per-CPU upcall dispatch it then opens 0 upcall handlers and loses every upcall:
@@ -64,19 +62,6 @@ class OvsOptions(Options):
     datapath: Literal["auto", "netdev", "system"] = "auto"
     port_type: Literal["veth", "afxdp"] = "veth"
     tunnel: Literal["ovs", "kernel"] = "ovs"
-
-
-@lru_cache(maxsize=1)
-def _afxdp_built_in() -> bool:
-    """Debian links ovs-vswitchd against libxdp/libbpf when it is built with AF_XDP support."""
-    path = shutil.which("ovs-vswitchd")
-    if not path:
-        return False
-    try:
-        out = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "libbpf" in out or "libxdp" in out
 
 
 def wait_for_cpu_count(limit_s: float = 15) -> list[str]:
@@ -103,8 +88,8 @@ class Ovs(Switch):
         for tool in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl"):
             if not caps.tool(tool):
                 return Availability.no(caps.missing_tool(tool))
-        if not shutil.which("ovsdb-tool"):
-            return Availability.no("ovsdb-tool is not installed (Debian package openvswitch-common)")
+        if not caps.tool("ovsdb-tool"):
+            return Availability.no(caps.missing_tool("ovsdb-tool"))
         dp = self.datapath(caps)
         if dp == "system" and not caps.has("ovs-kernel-datapath"):
             return Availability.no("datapath system needs the kernel's Open vSwitch datapath (module openvswitch): "
@@ -121,9 +106,8 @@ class Ovs(Switch):
         if self.options.port_type == "afxdp":
             if dp != "netdev":
                 return Availability.no("afxdp ports belong to the userspace datapath; use datapath netdev")
-            if not _afxdp_built_in():
-                return Availability.no("this ovs-vswitchd is built without AF_XDP support "
-                                       "(not linked to libxdp/libbpf)")
+            if not (afxdp := caps.offer("ovs-afxdp")).ok:
+                return Availability.no(afxdp.detail)
             mtu = max(scenario.vm_mtu, scenario.underlay_mtu if scenario.hosts > 1 else 0)
             if mtu > AFXDP_MAX_MTU:
                 return Availability.no(f"afxdp ports put an XDP program on the veths OVS owns, and a veth whose peer "
@@ -148,7 +132,7 @@ class Ovs(Switch):
             if not caps.has("vxlan"):
                 return Availability.no("tunnel: kernel needs the kernel's vxlan device: "
                                        + caps.missing_kernel("vxlan"))
-            return Availability(True, "kernel-vxlan-in-ovs")
+            return Availability(True, KERNEL_TUNNEL_IN_OVS)
         if name == "none":
             return Availability(True, "flat (underlay in the OVS bridge)")
         if name == "vlan":
