@@ -39,7 +39,8 @@ def one_scenario(caps, **factors):
 # ---- availability, without the network -----------------------------------------------------------------
 
 def fake_caps(**kernel) -> Capabilities:
-    tools = {t: Feature(True, "3.1.0") for t in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ethtool", "ping")}
+    tools = {t: Feature(True, "3.1.0") for t in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ovsdb-tool", "ethtool",
+                                                 "ping")}
     feats = {"veth": True, "bridge": True, "vxlan": True, "gre": False, "gretap": False, "geneve": False,
              "vlan": False, "ovs-kernel-datapath": False} | kernel
     return Capabilities(tools=tools,

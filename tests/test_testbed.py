@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import testbed as tb
+from vnetbench.capabilities import local_installed
 from vnetbench.executor import close_master
 
 QUICK = (ROOT / "examples" / "quick.yaml").read_text()
@@ -62,8 +63,23 @@ def test_ansible_inventory(tmp_path):
         ("node2", "root@node2.lab", 2222, "eth1", "192.0.2.12")]
 
 
-def test_doctor_per_host(lab, state_dir):
-    proc = vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir))
+# On one lab machine only (its own mount namespace): ovsdb-tool is not executable, and strongSwan's plugin
+# directory is a copy without kernel-libipsec.
+HIDE = ("touch /tmp/no-ovsdb-tool && mount --bind /tmp/no-ovsdb-tool \"$(command -v ovsdb-tool)\" && "
+        "p=\"${0%/*}/plugins\" && cp -a \"$p\" /tmp/plugins && rm -f /tmp/plugins/libstrongswan-kernel-libipsec.so && "
+        "mount --bind /tmp/plugins \"$p\"")
+UNHIDE = "umount \"$(command -v ovsdb-tool)\"; umount \"${0%/*}/plugins\"; rm -rf /tmp/plugins /tmp/no-ovsdb-tool"
+
+
+def test_doctor_per_host_and_each_hosts_own_tools(lab, state_dir):
+    """doctor shows every host's facts, tools and installed packages; a tool or plugin one host lacks makes the
+    datapaths that need it unavailable with that host's name."""
+    node2, charon = lab.hosts[1], local_installed()["charon"].detail  # the lab's machines are this one's files
+    try:
+        lab.on(node2, "sh", "-c", HIDE, charon)
+        proc = vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir))
+    finally:
+        lab.on(node2, "sh", "-c", UNHIDE, charon)
     data = json.loads(proc.stdout)
     assert set(data["hosts"]) == {"node1", "node2", "node3"}
     for h in lab.hosts:
@@ -71,6 +87,15 @@ def test_doctor_per_host(lab, state_dir):
         assert facts["nic_addrs"].split()[0] == f"{h.address}/24"
         assert abs(facts["clock_offset_s"]) < 0.5 and facts["round_trip_s"] > 0
         assert data["hosts"][h.name]["kernel"]["vxlan"]["ok"]
+        lacks = h is node2
+        assert data["hosts"][h.name]["tools"]["ovsdb-tool"]["ok"] is not lacks
+        assert data["hosts"][h.name]["installed"]["strongswan-kernel-libipsec"]["ok"] is not lacks
+        assert data["hosts"][h.name]["installed"]["charon"]["detail"] == charon
+    reasons = {(d["factor"], d["level"]): d["reason"] for d in data["datapaths"]}
+    assert "ovsdb-tool is missing on node2: not installed" in reasons[("switch+overlay", "ovs+none")]
+    assert "node1" not in reasons[("switch+overlay", "ovs+none")]
+    if not data["kernel"]["xfrm-esp"]["ok"]:  # IPsec falls back to charon's userspace ESP, whose plugin node2 lacks
+        assert "on node2: strongSwan's kernel-libipsec plugin is not installed" in reasons[("encryption", "ipsec")]
 
 
 
@@ -130,6 +155,8 @@ factors:
   encryption_scope: vm-to-vm
 exclude:
   - {overlay: vlan, encryption: [ipsec, wireguard]}
+include:  # OVS with kernel VXLAN devices as its tunnel ports, made from each host's root namespace on its address
+  - {switch: {type: ovs, tunnel: kernel}, overlay: vxlan}
 workloads:
   - type: ping
     count: 3
@@ -158,7 +185,9 @@ def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(
     spec.write_text(DAEMONS)
     log = tmp_path / "commands.jsonl"
     r_rows, r_metrics, l_rows, l_metrics = _run_both(spec, lab, tmp_path, state_dir, log)
-    assert sum(st == "done" for _, st, _, _ in r_rows) >= 4  # ovs flat and VLAN, with strongSwan, with WireGuard
+    assert sum(st == "done" for _, st, _, _ in r_rows) >= 5  # ovs flat, VLAN, VXLAN; with strongSwan, WireGuard
+    vxlan = [json.loads(impl) for k, st, impl, _ in r_rows if "overlay=vxlan" in k and st == "done"]
+    assert [i["overlay"] for i in vxlan] == ["kernel-vxlan-in-ovs"], r_rows
     same = lambda metrics: {m for m in metrics if m[1] != "process_cpu_ratio"}  # noqa: E731
     assert same(r_metrics) == same(l_metrics)
     assert any(m[1] == "http_requests_per_s" for m in r_metrics)
@@ -486,3 +515,60 @@ def test_sriov_virtual_functions_are_taken_only_when_free():
                             '"mtu": 9000}')
     script = tb.clean_script("vb12", objs)
     assert "ip -n vb12-h1v1 link set dev vb12-e0 netns $$ name ens1f0v3" in script and "mtu 9000" in script
+
+
+def test_each_hosts_own_packages_decide_with_that_hosts_name():
+    """What the installed packages offer is asked of each host (the script's output as the hosts report it): a
+    datapath one host cannot run is unavailable with that host's reason; charon is started at each host's own
+    path. OVS's own tunnel ports stay skipped on a testbed; its kernel VXLAN devices (tunnel: kernel) do not."""
+    from types import SimpleNamespace
+
+    from vnetbench import spec as specmod
+    from vnetbench.capabilities import TOOLS, Capabilities, Feature, Strongswan, parse_features
+    from vnetbench.executor import SshTarget
+    from vnetbench.matrix import expand
+    from vnetbench.sites import TestbedSite
+    said = {"node1": "@@F charon ok /usr/libexec/strongswan/charon\n@@F strongswan-kernel-libipsec ok /usr/libexec/"
+                     "strongswan/plugins\n@@F strongswan-blowfish ok gcrypt plugin\n@@F ovs-afxdp ok linked\n",
+            "node2": "noise\n@@F charon ok /usr/lib/ipsec/charon\n@@F strongswan-kernel-libipsec ok /usr/lib/ipsec/plugins"
+                     "\n@@F strongswan-blowfish no strongSwan has no Blowfish: it needs its gcrypt plugin\n"
+                     "@@F ovs-afxdp no this ovs-vswitchd is built without AF_XDP support\n"}
+    algs = {"encryption": ("AES_CBC", "AES_GCM_16", "BLOWFISH_CBC"), "integrity": ("HMAC_SHA2_256_128",),
+            "prf": ("PRF_HMAC_SHA2_256",), "ke": ("CURVE_25519",)}
+    hosts = []
+    for name, out in said.items():
+        h = tb.Host(name, SshTarget(f"root@{name}"), "eth1", f"192.0.2.{len(hosts) + 1}")
+        h.caps = Capabilities({t: Feature(True, "1.0") for t in TOOLS},
+                              {k: Feature(True) for k in ("veth", "bridge", "vxlan", "macvlan", "tun")} |
+                              {"xfrm-esp": Feature(False, "Requested type not found.")},
+                              Strongswan(("openssl",), algs), installed=parse_features(out))
+        hosts.append(h)
+    hosts[1].caps.tools["ovsdb-tool"] = Feature(False, "not installed (Debian package openvswitch-common)")
+    caps = tb.merge(hosts)
+    assert caps.offer("charon").ok and not caps.offer("ovs-afxdp").ok
+    exp = specmod.Experiment(name="t", workloads=[{"type": "ping"}], factors={
+        "switch": ["linuxbridge", {"type": "ovs", "port_type": "afxdp"}],
+        "encryption": ["none", {"type": "ipsec", "cipher": "blowfish-cbc", "integrity": "hmac-sha256"}],
+        "placement": "cross-host"})
+    skips = {sc.key.split(", encryption_scope")[0]: sc.skip for sc in expand(exp, caps)}
+    assert skips["switch=ovs(afxdp), overlay=none, encryption=none"] == \
+        "switch ovs(afxdp): ovsdb-tool is missing on node2: not installed (Debian package openvswitch-common)"
+    hosts[1].caps.tools["ovsdb-tool"] = Feature(True, "3.1.0")
+    skips = {sc.key.split(", encryption_scope")[0]: sc.skip for sc in expand(exp, tb.merge(hosts))}
+    assert skips["switch=ovs(afxdp), overlay=none, encryption=none"].endswith(
+        "on node2: this ovs-vswitchd is built without AF_XDP support")
+    assert skips["switch=linuxbridge, overlay=none, encryption=ipsec(blowfish-cbc,hmac-sha256)"].endswith(
+        "on node2: strongSwan has no Blowfish: it needs its gcrypt plugin")
+    assert skips["switch=linuxbridge, overlay=none, encryption=none"] is None
+    # each host's charon where that host has it
+    site = TestbedSite(tb.Testbed("lab.yaml", hosts), None)
+    topo = SimpleNamespace(nodes={f"h{i}v1": SimpleNamespace(role="vm", host=f"h{i}") for i in (1, 2)})
+    assert [site.tool_path(topo, f"h{i}v1", "charon").detail for i in (1, 2)] == [
+        "/usr/libexec/strongswan/charon", "/usr/lib/ipsec/charon"]
+    # OVS across hosts on a testbed: kernel VXLAN devices as its ports run, its own tunnel ports do not
+    exp = specmod.Experiment(name="t", workloads=[{"type": "ping"}], factors={
+        "switch": ["ovs", {"type": "ovs", "tunnel": "kernel"}], "overlay": ["vxlan", "none"],
+        "placement": "cross-host"})
+    why = {sc.key.split(", encryption")[0]: sc.skip or site.check(sc) for sc in expand(exp, tb.merge(hosts))}
+    assert why["switch=ovs(kernel), overlay=vxlan"] is None and why["switch=ovs, overlay=none"] is None
+    assert why["switch=ovs, overlay=vxlan"].startswith("OVS's own vxlan tunnel ports would need the host's underlay")
