@@ -3,6 +3,7 @@ sshd and private /run, /tmp and home) on a lab switch. vnetbench reaches them on
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -63,23 +64,23 @@ def test_ansible_inventory(tmp_path):
         ("node2", "root@node2.lab", 2222, "eth1", "192.0.2.12")]
 
 
-# On one lab machine only (its own mount namespace): ovsdb-tool is not executable, and strongSwan's plugin
-# directory is a copy without kernel-libipsec.
-HIDE = ("touch /tmp/no-ovsdb-tool && mount --bind /tmp/no-ovsdb-tool \"$(command -v ovsdb-tool)\" && "
-        "p=\"${0%/*}/plugins\" && cp -a \"$p\" /tmp/plugins && rm -f /tmp/plugins/libstrongswan-kernel-libipsec.so && "
-        "mount --bind /tmp/plugins \"$p\"")
-UNHIDE = "umount \"$(command -v ovsdb-tool)\"; umount \"${0%/*}/plugins\"; rm -rf /tmp/plugins /tmp/no-ovsdb-tool"
+# On one lab machine only (its own mount namespace): ovsdb-tool ($1) is not executable, and strongSwan's plugin
+# directory (beside charon, $0) is a copy without kernel-libipsec.
+HIDE = ("touch /tmp/no-ovsdb-tool && mount --bind /tmp/no-ovsdb-tool \"$1\" && p=\"${0%/*}/plugins\" && "
+        "cp -a \"$p\" /tmp/plugins && rm -f /tmp/plugins/libstrongswan-kernel-libipsec.so && mount --bind /tmp/plugins \"$p\"")
+UNHIDE = "umount \"$1\"; umount \"${0%/*}/plugins\"; rm -rf /tmp/plugins /tmp/no-ovsdb-tool; ! mountpoint -q \"$1\""
 
 
 def test_doctor_per_host_and_each_hosts_own_tools(lab, state_dir):
     """doctor shows every host's facts, tools and installed packages; a tool or plugin one host lacks makes the
     datapaths that need it unavailable with that host's name."""
-    node2, charon = lab.hosts[1], local_installed()["charon"].detail  # the lab's machines are this one's files
+    # the lab's machines have this machine's files
+    node2, paths = lab.hosts[1], [local_installed()["charon"].detail, shutil.which("ovsdb-tool")]
     try:
-        lab.on(node2, "sh", "-c", HIDE, charon)
+        lab.on(node2, "sh", "-c", HIDE, *paths)
         proc = vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir))
     finally:
-        lab.on(node2, "sh", "-c", UNHIDE, charon)
+        lab.on(node2, "sh", "-c", UNHIDE, *paths)
     data = json.loads(proc.stdout)
     assert set(data["hosts"]) == {"node1", "node2", "node3"}
     for h in lab.hosts:
@@ -90,7 +91,7 @@ def test_doctor_per_host_and_each_hosts_own_tools(lab, state_dir):
         lacks = h is node2
         assert data["hosts"][h.name]["tools"]["ovsdb-tool"]["ok"] is not lacks
         assert data["hosts"][h.name]["installed"]["strongswan-kernel-libipsec"]["ok"] is not lacks
-        assert data["hosts"][h.name]["installed"]["charon"]["detail"] == charon
+        assert data["hosts"][h.name]["installed"]["charon"]["detail"] == paths[0]
     reasons = {(d["factor"], d["level"]): d["reason"] for d in data["datapaths"]}
     assert "ovsdb-tool is missing on node2: not installed" in reasons[("switch+overlay", "ovs+none")]
     assert "node1" not in reasons[("switch+overlay", "ovs+none")]
