@@ -91,9 +91,11 @@ class TestbedSite:
                         f"for the host)")
         if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
             return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
-        if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host":
+        if self.run_underlay(sc) and not self.bed.run_subnet:
             return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
-                    "xfrm policies), which vnetbench does not change on a testbed; use encryption_scope vm-to-vm")
+                    "xfrm policies), which vnetbench does not change on a testbed: give the testbed file "
+                    "`run_subnet:` (an IPv4 subnet nothing on the hosts' link uses) for endpoints of the run's own, "
+                    "or use encryption_scope vm-to-vm")
         return self._ovs_tunnel_problem(sc)
 
     @staticmethod
@@ -111,8 +113,22 @@ class TestbedSite:
                 f"vnetbench never moves a testbed host's address; use switch {{type: ovs, tunnel: kernel}} with "
                 f"overlay vxlan (a kernel VXLAN device on the host's address as an OVS port), or overlays none/vlan")
 
+    @staticmethod
+    def run_underlay(sc) -> bool:
+        """Whether the scenario's hosts talk through endpoints of the run's own (`run_subnet`) rather than the hosts'
+        addresses: host-to-host encryption, whose tunnel must not enter a host's own stack."""
+        return sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host"
+
+    def underlay_ip(self, label: str) -> tuple[str, int]:
+        """A scenario host's run-owned underlay address (and prefix length), from the testbed's run_subnet."""
+        return self.bed.run_address(int(label[1:]))
+
     def notes(self, sc) -> list[str]:
         out = []
+        if self.run_underlay(sc) and self.bed.run_subnet:
+            out.append(f"testbed: the hosts' endpoints are the run's own: a macvlan of each NIC in the run's host "
+                       f"namespace, addressed from run_subnet {self.bed.run_subnet}; the encryption runs there, never "
+                       f"in the hosts' own stacks")
         changed = [f"{h.name}'s {h.nic} from {h.facts['nic_mtu']}" for h in self.bed.hosts[:sc.hosts]
                    if int(h.facts.get("nic_mtu") or 0) not in (0, sc.underlay_mtu)]
         if changed:
@@ -208,7 +224,8 @@ class TestbedSite:
                 continue
             node = topo.nodes[p.meta["client"]]
             argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", "3", p.server.addr]
-            argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" else argv
+            inside = node.role == "vm" or (node.netns and self.run_underlay(topo.sc))
+            argv = ["ip", "netns", "exec", node.netns, *argv] if inside else argv
             why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
                    f"3 s: this topology does not pass traffic")
             out.setdefault(self.machine(topo, node.label), []).append(

@@ -39,7 +39,7 @@ from .ledger import Ledger, Obj, process_start_time
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 HOST_KEYS = {"ssh", "port", "identity", "known_hosts", "nic", "address", "user", "allow_mtu"}
-TOP_KEYS = {"ssh_config", "known_hosts", "identity", "hosts", "flat_vlan", "strict_host_keys"}
+TOP_KEYS = {"ssh_config", "known_hosts", "identity", "hosts", "flat_vlan", "strict_host_keys", "run_subnet"}
 FLAT_VLAN = 3999
 
 
@@ -68,9 +68,17 @@ class Testbed:
     source: str
     hosts: list[Host]
     flat_vlan: int = FLAT_VLAN
+    # An IPv4 subnet nothing on the hosts' link uses: the run's own endpoints (a macvlan of each host's NIC in the
+    # run's host namespace) take their addresses from it, for what must not touch the hosts' own stacks.
+    run_subnet: str | None = None
 
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
+
+    def run_address(self, index: int) -> tuple[str, int]:
+        """The run's own address of host number `index` (1-based) and the subnet's prefix length."""
+        net = ipaddress.ip_network(self.run_subnet)
+        return str(net.network_address + index), net.prefixlen
 
 
 # ---- loading -------------------------------------------------------------------------------------------------------
@@ -127,6 +135,9 @@ def load(path: str | Path) -> Testbed:
     vlan = data.get("flat_vlan", FLAT_VLAN) if "hosts" in data else FLAT_VLAN
     if not isinstance(vlan, int) or not 1 <= vlan <= 4094:
         bad(("flat_vlan",), "a VLAN id 1..4094")
+    subnet = data.get("run_subnet") if "hosts" in data else (data["all"].get("vars") or {}).get("vnetbench_run_subnet")
+    if subnet is not None:
+        subnet = _run_subnet(subnet, hosts, ("run_subnet",) if "hosts" in data else ("all",), bad)
     seen: dict[str, str] = {}
     for h in hosts:
         if h.address in seen:
@@ -134,7 +145,23 @@ def load(path: str | Path) -> Testbed:
         seen[h.address] = h.name
     if problems:
         raise TestbedError(problems)
-    return Testbed(source, hosts, vlan)
+    return Testbed(source, hosts, vlan, subnet)
+
+
+def _run_subnet(value: Any, hosts: list[Host], loc: tuple, bad) -> str | None:
+    try:
+        net = ipaddress.ip_network(str(value), strict=True)
+        if net.version != 4:
+            raise ValueError
+    except ValueError:
+        bad(loc, "run_subnet: an IPv4 subnet that nothing on the hosts' link uses, e.g. 10.99.0.0/24")
+        return None
+    if net.num_addresses - 2 < len(hosts):
+        bad(loc, f"run_subnet: {net} has too few addresses for {len(hosts)} hosts")
+    inside = [h.name for h in hosts if ipaddress.ip_address(h.address) in net]
+    if inside:
+        bad(loc, f"run_subnet: {net} holds the address of {', '.join(inside)}: give a subnet nothing on the link uses")
+    return str(net)
 
 
 def _path(value: Any, base: Path) -> str:

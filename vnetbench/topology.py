@@ -108,9 +108,14 @@ class Topology:
         """Routers between h1 and h2 (the `hops` factor); 0: the hosts share one link."""
         return self.sc.levels.get("hops", 0) if self.sc.hosts == 2 else 0
 
+    @property
+    def run_underlay(self) -> bool:
+        """On a testbed: the hosts talk through the run's own macvlans of their NICs (site.run_underlay)."""
+        return bool(self.site) and getattr(self.site, "run_underlay", lambda sc: False)(self.sc)
+
     def host_ip(self, host: str) -> str:
         if self.site:
-            return self.site.address(host)
+            return self.site.underlay_ip(host)[0] if self.run_underlay else self.site.address(host)
         if self.hops and host == "h2":  # across routers: the last link's subnet, 10.250.<hops>.0/24
             return f"10.250.{self.hops}.2"
         return f"{UNDERLAY_NET}.{int(host[1:])}"
@@ -228,7 +233,7 @@ class Topology:
         """Create a host's tunnel devices (`link add NAME type vxlan ...`). On a real host the device is created
         from the machine's root namespace straight into the host's namespace: its socket uses the machine's
         underlay address, the device itself is the run's alone."""
-        if not self.site:
+        if not self.site or self.run_underlay:  # run_underlay: the host's endpoints are in its namespace
             self.ip(host, *lines)
             return
         ns = self.nodes[host].netns
@@ -350,7 +355,7 @@ class Topology:
 
     def _endpoint(self, node: Node) -> Endpoint:
         addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
-        if self.site and node.role == "host":  # host to host: the machines themselves, on their own addresses
+        if self.site and node.role == "host" and not self.run_underlay:  # the machines, on their own addresses
             return Endpoint(self.site.executor(node.label), addr, node.label)
         return Endpoint(node.exec, addr, node.label)
 
@@ -367,6 +372,8 @@ class Topology:
             self.ip(node.label, "link set lo up")
         if not self.site:
             self._underlay()
+        elif self.run_underlay:
+            self._run_nics()
         els = self.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
         els["attach"].build(self)
@@ -398,6 +405,14 @@ class Topology:
                 self.batch("tc", h.label, f"qdisc add dev {up} root tbf rate {self.sc.underlay_rate}bit "
                                           f"burst {burst} latency 50ms")
 
+    def _run_nics(self) -> None:
+        """On a testbed, the run's own underlay: a macvlan of each host's NIC in the run's host namespace (the NIC
+        and the host's addresses untouched); underlay_address gives it an address from the testbed's run_subnet."""
+        for h in self.hosts:
+            self.ip(self.nic_node(h.label), f"link add {self.ifname('u')} link {self.nic(h.label)} netns {h.netns} "
+                                            f"type macvlan mode bridge")
+            self.ip(h.label, f"link set {self.ifname('u')} mtu {self.sc.underlay_mtu} up")
+
     def _routers(self, mtu: int) -> None:
         """h1 - r1 - ... - rN - h2: link k (0..N) is the subnet 10.250.k.0/24 (fd00:250:k::/64), its west end .1
         and its east end .2. Each router forwards and has a route to every subnet beyond its neighbours; the hosts
@@ -428,6 +443,9 @@ class Topology:
         (hops), the host also gets a default route to its neighbouring router. A real host has its address
         already: nothing is changed there."""
         if self.site:
+            if self.run_underlay:
+                ip, plen = self.site.underlay_ip(host)
+                self.ip(host, f"addr add {ip}/{plen} dev {dev}", f"link set {dev} up")
             return
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
