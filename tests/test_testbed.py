@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import testbed as tb
@@ -51,6 +52,20 @@ def test_testbed_file_problems_are_one_line_each(tmp_path, state_dir):
     assert any(ln.startswith(f"{bad}:7: hosts.node2.ssh:") for ln in lines), lines
     assert any(ln.startswith(f"{bad}:10: hosts.node2.colour: unknown key") for ln in lines), lines
     assert "Traceback" not in proc.stderr and len(lines) == 3
+
+
+def test_run_subnet_problems(tmp_path):
+    """run_subnet: an IPv4 subnet with room for every host that holds none of the hosts' own addresses."""
+    hosts = "hosts:\n  node1: {nic: eth1, address: 10.0.0.1}\n  node2: {nic: eth1, address: 10.0.0.2}\n"
+    for subnet, why in (("10.0.0.0/24", "holds the address of node1, node2"), ("10.9.0.0/31", "too few addresses"),
+                        ("fd00::/64", "an IPv4 subnet"), ("10.9.0.1/24", "an IPv4 subnet")):
+        (tmp_path / "tb.yaml").write_text(f"run_subnet: {subnet}\n" + hosts)
+        with pytest.raises(tb.TestbedError) as err:
+            tb.load(tmp_path / "tb.yaml")
+        (line,) = err.value.lines
+        assert line.startswith(f"{tmp_path / 'tb.yaml'}:1: run_subnet: ") and why in line and "run_subnet: run_subnet" not in line, line
+    (tmp_path / "tb.yaml").write_text("run_subnet: 10.9.0.0/24\n" + hosts)
+    assert tb.load(tmp_path / "tb.yaml").run_address(2) == ("10.9.0.2", 24)
 
 
 def test_ansible_inventory(tmp_path):
@@ -156,8 +171,10 @@ factors:
   encryption_scope: vm-to-vm
 exclude:
   - {overlay: vlan, encryption: [ipsec, wireguard]}
-include:  # OVS with kernel VXLAN devices as its tunnel ports, made from each host's root namespace on its address
+include:  # OVS with kernel VXLAN devices as its tunnel ports, made from each host's root namespace on its address;
+  # and inside the run's host namespaces over WireGuard between the run's own endpoints (the lab's run_subnet)
   - {switch: {type: ovs, tunnel: kernel}, overlay: vxlan}
+  - {switch: {type: ovs, tunnel: kernel}, overlay: vxlan, encryption: wireguard, encryption_scope: host-to-host}
 workloads:
   - type: ping
     count: 3
@@ -167,6 +184,11 @@ workloads:
     rate: 5
     duration: 1
 """
+
+
+def _stack(lab, h):
+    """A lab machine's own addresses, routes and xfrm states and policies."""
+    return lab.on(h, "sh", "-c", "ip -o addr; ip route; ip -6 route; ip xfrm state; ip xfrm policy")
 
 
 def _prefixes(log):
@@ -185,10 +207,14 @@ def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(
     spec = tmp_path / "daemons.yaml"
     spec.write_text(DAEMONS)
     log = tmp_path / "commands.jsonl"
+    stacks = [_stack(lab, h) for h in lab.hosts[:2]]
     r_rows, r_metrics, l_rows, l_metrics = _run_both(spec, lab, tmp_path, state_dir, log)
     assert sum(st == "done" for _, st, _, _ in r_rows) >= 5  # ovs flat, VLAN, VXLAN; with strongSwan, WireGuard
     vxlan = [json.loads(impl) for k, st, impl, _ in r_rows if "overlay=vxlan" in k and st == "done"]
-    assert [i["overlay"] for i in vxlan] == ["kernel-vxlan-in-ovs"], r_rows
+    assert [(i["overlay"], i["encryption"].split("-")[0]) for i in vxlan] == [
+        ("kernel-vxlan-in-ovs", "none"), ("kernel-vxlan-in-ovs", "wireguard")], r_rows
+    # host-to-host WireGuard ran between the run's own endpoints: the hosts' own stacks are as they were
+    assert [_stack(lab, h) for h in lab.hosts[:2]] == stacks
     same = lambda metrics: {m for m in metrics if m[1] != "process_cpu_ratio"}  # noqa: E731
     assert same(r_metrics) == same(l_metrics)
     assert any(m[1] == "http_requests_per_s" for m in r_metrics)
@@ -475,7 +501,8 @@ def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_nam
     from vnetbench.sites import _foreign
     ok = ["netns add vb12-h1", "link add vb12-vx1 netns vb12-h1 type vxlan id 101 local 192.0.2.1 dstport 4789",
           "link add vb12-e0 link eth1 netns vb12-h1v2 type macvlan mode bridge",
-          "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1"]
+          "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1",
+          "link add vb12-u link eth1 netns vb12-h1 type macvlan mode bridge"]
     refused = ["netns add other", "link set eth1 mtu 9000", "addr add 192.0.2.9/24 dev eth1", "route add default via 1.1.1.1",
                "link add vb12-br type bridge", "link add vb12-e0 link eth0 netns vb12-x type macvlan",
                "link add vb12-e0 netns vb12-a type veth peer name vb12-t1", "link set eth1 master vb12-br"]

@@ -154,13 +154,13 @@ def _run_subnet(value: Any, hosts: list[Host], loc: tuple, bad) -> str | None:
         if net.version != 4:
             raise ValueError
     except ValueError:
-        bad(loc, "run_subnet: an IPv4 subnet that nothing on the hosts' link uses, e.g. 10.99.0.0/24")
+        bad(loc, "an IPv4 subnet that nothing on the hosts' link uses, e.g. 10.99.0.0/24")
         return None
     if net.num_addresses - 2 < len(hosts):
-        bad(loc, f"run_subnet: {net} has too few addresses for {len(hosts)} hosts")
+        bad(loc, f"{net} has too few addresses for {len(hosts)} hosts")
     inside = [h.name for h in hosts if ipaddress.ip_address(h.address) in net]
     if inside:
-        bad(loc, f"run_subnet: {net} holds the address of {', '.join(inside)}: give a subnet nothing on the link uses")
+        bad(loc, f"{net} holds the address of {', '.join(inside)}: give a subnet nothing on the link uses")
     return str(net)
 
 

@@ -160,7 +160,9 @@ class Lab:
     def testbed_file(self, path: Path | None = None, hosts: list[LabHost] | None = None) -> Path:
         """A vnetbench testbed file for this lab (an ssh_config of its own, since ~/.ssh is the user's)."""
         path = path or self.dir / "testbed.yaml"
-        lines = [f"ssh_config: {self.dir / 'ssh_config'}", "hosts:"]
+        # the run's own endpoints (host-to-host encryption): a subnet nothing on the lab's link uses
+        run_subnet = self.subnet.replace("10.77.", "10.78.", 1) + ".0/24"
+        lines = [f"ssh_config: {self.dir / 'ssh_config'}", f"run_subnet: {run_subnet}", "hosts:"]
         for h in hosts or self.hosts:
             lines += [f"  {h.name}:", f"    ssh: root@{h.fqdn}", f"    nic: {h.nic}", f"    address: {h.address}"]
         path.write_text("\n".join(lines) + "\n")
@@ -260,7 +262,7 @@ def _free_subnet() -> str:
     used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     while True:
         subnet = f"10.77.{secrets.randbelow(250) + 1}"
-        if f" {subnet}." not in used:
+        if f" {subnet}." not in used and f" {subnet.replace('10.77.', '10.78.', 1)}." not in used:
             return subnet
 
 

@@ -500,8 +500,11 @@ class Topology:
         for st in region:
             merged.setdefault((st.tool, st.node), Step(st.node, st.tool)).lines.extend(st.lines)
         vm = {n.label for n in self.vms}
-        order = [lambda s: s.tool == "ip" and s.node not in vm, lambda s: s.tool == "ip" and s.node in vm,
-                 lambda s: s.tool != "ip"]
+        # a testbed machine's root namespace first, as ROOT's lines are here: it only creates devices into the others
+        machine = {n.label for n in self.nodes.values() if n.role == "machine"}
+        order = [lambda s: s.tool == "ip" and s.node in machine,
+                 lambda s: s.tool == "ip" and s.node not in vm and s.node not in machine,
+                 lambda s: s.tool == "ip" and s.node in vm, lambda s: s.tool != "ip"]
         return [w for w in ([s for s in merged.values() if pick(s)] for pick in order) if w]
 
     def _execute(self) -> None:
