@@ -91,33 +91,39 @@ class TestbedSite:
                         f"for the host)")
         if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
             return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
-        if self.run_underlay(sc) and not self.bed.run_subnet:
+        if self.host_to_host_encryption(sc) and not self.bed.run_subnet:
             return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
                     "xfrm policies), which vnetbench does not change on a testbed: give the testbed file "
                     "`run_subnet:` (an IPv4 subnet nothing on the hosts' link uses) for endpoints of the run's own, "
                     "or use encryption_scope vm-to-vm")
-        return self._ovs_tunnel_problem(sc)
+        if self.ovs_tunnel_ports(sc) and not self.bed.run_subnet:
+            return (f"OVS's own {sc.labels.get('overlay')} tunnel ports would need the host's underlay address inside "
+                    f"the run's namespace (the userspace datapath routes tunnels out of an OVS bridge holding it), "
+                    f"and vnetbench never moves a testbed host's address: give the testbed file `run_subnet:` (an "
+                    f"IPv4 subnet nothing on the hosts' link uses) for endpoints of the run's own, or use switch "
+                    f"{{type: ovs, tunnel: kernel}} with overlay vxlan (a kernel VXLAN device on the host's address "
+                    f"as an OVS port)")
+        return None
 
     @staticmethod
-    def _ovs_tunnel_problem(sc) -> str | None:
-        """OVS's own tunnel ports route their packets out of an OVS bridge that holds the tunnel's local address
-        (userspace datapath) or through the host's stack from the namespace OVS runs in: either way they need the
-        host's underlay address inside the run's namespace, which vnetbench does not move. A kernel VXLAN device
-        made from the host's root namespace (`tunnel: kernel`) has its socket on the host's address instead."""
-        if (sc.labels.get("switch", "").split("(")[0] != "ovs" or sc.labels.get("attach") != "switch"
-                or sc.hosts < 2 or sc.labels.get("overlay") in ("none", "vlan")
-                or sc.implementation.get("overlay") == KERNEL_TUNNEL_IN_OVS):
-            return None
-        return (f"OVS's own {sc.labels.get('overlay')} tunnel ports would need the host's underlay address inside "
-                f"the run's namespace (the userspace datapath routes tunnels out of an OVS bridge holding it), and "
-                f"vnetbench never moves a testbed host's address; use switch {{type: ovs, tunnel: kernel}} with "
-                f"overlay vxlan (a kernel VXLAN device on the host's address as an OVS port), or overlays none/vlan")
+    def ovs_tunnel_ports(sc) -> bool:
+        """OVS's own tunnel ports across hosts: they route their packets out of an OVS bridge that holds the tunnel's
+        local address (userspace datapath), so they need an underlay address inside the run's namespace. A kernel
+        VXLAN device made from the host's root namespace (`tunnel: kernel`) has its socket on the host's address."""
+        return (sc.labels.get("switch", "").split("(")[0] == "ovs" and sc.labels.get("attach") == "switch"
+                and sc.hosts > 1 and sc.labels.get("overlay") not in ("none", "vlan")
+                and sc.implementation.get("overlay") != KERNEL_TUNNEL_IN_OVS)
 
     @staticmethod
-    def run_underlay(sc) -> bool:
-        """Whether the scenario's hosts talk through endpoints of the run's own (`run_subnet`) rather than the hosts'
-        addresses: host-to-host encryption, whose tunnel must not enter a host's own stack."""
+    def host_to_host_encryption(sc) -> bool:
         return sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "host-to-host"
+
+    @classmethod
+    def run_underlay(cls, sc) -> bool:
+        """Whether the scenario's hosts talk through endpoints of the run's own (`run_subnet`) rather than the hosts'
+        addresses: host-to-host encryption, whose tunnel must not enter a host's own stack, and OVS's own tunnel
+        ports, which need their local address in the run's namespace."""
+        return cls.host_to_host_encryption(sc) or cls.ovs_tunnel_ports(sc)
 
     def underlay_ip(self, label: str) -> tuple[str, int]:
         """A scenario host's run-owned underlay address (and prefix length), from the testbed's run_subnet."""
@@ -127,8 +133,8 @@ class TestbedSite:
         out = []
         if self.run_underlay(sc) and self.bed.run_subnet:
             out.append(f"testbed: the hosts' endpoints are the run's own: a macvlan of each NIC in the run's host "
-                       f"namespace, addressed from run_subnet {self.bed.run_subnet}; the encryption runs there, never "
-                       f"in the hosts' own stacks")
+                       f"namespace, addressed from run_subnet {self.bed.run_subnet}; the tunnels run there, never in "
+                       f"the hosts' own stacks")
         changed = [f"{h.name}'s {h.nic} from {h.facts['nic_mtu']}" for h in self.bed.hosts[:sc.hosts]
                    if int(h.facts.get("nic_mtu") or 0) not in (0, sc.underlay_mtu)]
         if changed:

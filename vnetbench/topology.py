@@ -266,6 +266,14 @@ class Topology:
             return
         self.ip(self.nic_node(vm.host), f"link add {dev} link {self.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
 
+    def underlay_mac(self, host: str) -> str | None:
+        """The MAC of a host's run-owned underlay macvlan on a testbed (run_underlay), known to every host beforehand
+        (an OVS bridge that owns it takes it); None where the underlay is not the run's own."""
+        if not self.run_underlay:
+            return None
+        p = self.prefix[2:6]
+        return f"02:75:{p[:2]}:{p[2:]}:00:{int(host[1:]):02x}"
+
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
         n = list(self.nodes).index(label)
@@ -410,7 +418,7 @@ class Topology:
         and the host's addresses untouched); underlay_address gives it an address from the testbed's run_subnet."""
         for h in self.hosts:
             self.ip(self.nic_node(h.label), f"link add {self.ifname('u')} link {self.nic(h.label)} netns {h.netns} "
-                                            f"type macvlan mode bridge")
+                                            f"address {self.underlay_mac(h.label)} type macvlan mode bridge")
             self.ip(h.label, f"link set {self.ifname('u')} mtu {self.sc.underlay_mtu} up")
 
     def _routers(self, mtu: int) -> None:

@@ -254,7 +254,7 @@ class Ovs(Switch):
             elif mode == "tunnel":
                 if dp == "netdev":
                     argv += ["--", "add-br", bp, "--", "set", "bridge", bp, f"datapath_type={dp}",
-                             f"other_config:hwaddr={self._hwaddr(h)}",
+                             f"other_config:hwaddr={topo.underlay_mac(h) or self._hwaddr(h)}",
                              "--", "set", "interface", bp, f"mtu_request={topo.sc.underlay_mtu}",
                              "--", "add-port", bp, *uplink]
                     underlay_dev = bp
@@ -274,9 +274,11 @@ class Ovs(Switch):
                     argv += ["--", "add-port", bi, tun.dev, f"tag={self._tag(t)}"]
             if underlay_dev != up:
                 # The kernel stack still sees every frame on a veth that OVS reads with a packet socket: it must
-                # neither answer ARP for the bridge's address nor speak IPv6 there.
+                # neither answer ARP for the bridge's address nor speak IPv6 there, nor take in a tunnel packet that
+                # reaches it with the bridge's MAC (a testbed's run-owned macvlan has it: rp_filter drops them there,
+                # as their source is routed through the bridge, instead of answering "protocol unreachable").
                 topo.run(h, ["sysctl", "-q", "-w", f"net.ipv4.conf.{up}.arp_ignore=1",
-                             f"net.ipv6.conf.{up}.disable_ipv6=1"])
+                             f"net.ipv6.conf.{up}.disable_ipv6=1", f"net.ipv4.conf.{up}.rp_filter=1"])
             for tun in tunnels:
                 topo.add_tunnel(h, tun)
                 topo.ip(h, f"link set {tun.dev} mtu {topo.sc.vm_mtu} up")
@@ -318,7 +320,8 @@ class Ovs(Switch):
                 continue
             remote = topo.host_ip(other.label)
             if remote.rsplit(".", 1)[0] == topo.host_ip(h).rsplit(".", 1)[0]:
-                topo.run(h, [*self.appctl(topo, h), "tnl/neigh/set", dev, remote, self._hwaddr(other.label)])
+                topo.run(h, [*self.appctl(topo, h), "tnl/neigh/set", dev, remote,
+                             topo.underlay_mac(other.label) or self._hwaddr(other.label)])
             else:
                 routed.append(remote)
         if not routed:
