@@ -175,6 +175,7 @@ include:  # OVS with kernel VXLAN devices as its tunnel ports, made from each ho
   # and inside the run's host namespaces over WireGuard between the run's own endpoints (the lab's run_subnet)
   - {switch: {type: ovs, tunnel: kernel}, overlay: vxlan}
   - {switch: {type: ovs, tunnel: kernel}, overlay: vxlan, encryption: wireguard, encryption_scope: host-to-host}
+  - {overlay: geneve}  # OVS's own tunnel ports, on the run's own endpoints too
 workloads:
   - type: ping
     count: 3
@@ -210,9 +211,9 @@ def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(
     stacks = [_stack(lab, h) for h in lab.hosts[:2]]
     r_rows, r_metrics, l_rows, l_metrics = _run_both(spec, lab, tmp_path, state_dir, log)
     assert sum(st == "done" for _, st, _, _ in r_rows) >= 5  # ovs flat, VLAN, VXLAN; with strongSwan, WireGuard
-    vxlan = [json.loads(impl) for k, st, impl, _ in r_rows if "overlay=vxlan" in k and st == "done"]
-    assert [(i["overlay"], i["encryption"].split("-")[0]) for i in vxlan] == [
-        ("kernel-vxlan-in-ovs", "none"), ("kernel-vxlan-in-ovs", "wireguard")], r_rows
+    tunnels = [json.loads(impl) for k, st, impl, _ in r_rows if "overlay=vxlan" in k or "overlay=geneve" in k]
+    assert [(i["overlay"], i["encryption"].split("-")[0]) for i in tunnels] == [
+        ("kernel-vxlan-in-ovs", "none"), ("kernel-vxlan-in-ovs", "wireguard"), ("ovs-geneve", "none")], r_rows
     # host-to-host WireGuard ran between the run's own endpoints: the hosts' own stacks are as they were
     assert [_stack(lab, h) for h in lab.hosts[:2]] == stacks
     same = lambda metrics: {m for m in metrics if m[1] != "process_cpu_ratio"}  # noqa: E731
@@ -600,3 +601,7 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     why = {sc.key.split(", encryption")[0]: sc.skip or site.check(sc) for sc in expand(exp, tb.merge(hosts))}
     assert why["switch=ovs(kernel), overlay=vxlan"] is None and why["switch=ovs, overlay=none"] is None
     assert why["switch=ovs, overlay=vxlan"].startswith("OVS's own vxlan tunnel ports would need the host's underlay")
+    # ... unless the testbed file gives a subnet for endpoints of the run's own
+    site.bed.run_subnet = "10.9.0.0/24"
+    assert all(site.check(sc) is None for sc in expand(exp, tb.merge(hosts)) if not sc.skip)
+    assert [site.run_underlay(sc) for sc in expand(exp, tb.merge(hosts)) if not sc.skip] == [True, False, False]
