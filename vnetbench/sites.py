@@ -123,6 +123,8 @@ class TestbedSite:
         """Whether the scenario's hosts talk through endpoints of the run's own (`run_subnet`) rather than the hosts'
         addresses: host-to-host encryption, whose tunnel must not enter a host's own stack, and OVS's own tunnel
         ports, which need their local address in the run's namespace."""
+        if getattr(cls, "owns_hosts", False):  # a site whose hosts are the run's own has its underlay already
+            return False
         return cls.host_to_host_encryption(sc) or cls.ovs_tunnel_ports(sc)
 
     def underlay_ip(self, label: str) -> tuple[str, int]:
