@@ -199,20 +199,18 @@ def test_s4_512_streams_on_a_10g_underlay_never_report_goodput_above_the_ceiling
     spec.write_text("name: s4g\nrepetitions: 1\nunderlay: {rate: 10gbit}\nfactors:\n  attach: host\n"
                     "workloads:\n  - {type: iperf3, streams: 512, processes: auto, duration: 2}\n")
     db = tmp_path / "r.db"
-    # an impossible sum is caught as an invalid trial (exit 1 says so), never stored as a result
-    run = vnetbench("run", spec, "--db", db, "--no-progress", check=False)
-    assert run.returncode == 0 or run.returncode == 1 and "invalid" in run.stdout + run.stderr, run.stderr
+    # the four processes' bytes are summed over the time all of them ran (placed by their exits, 0.1-s receiver
+    # intervals): the sum stays under the ceiling (spawn-placed 1-s intervals gave up to 15 Gbit/s)
+    vnetbench("run", spec, "--db", db, "--no-progress")
     ceiling = guards.payload_ceiling(10e9, 1500)
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT t.status, t.error, s.value, s.metadata FROM trials t LEFT JOIN samples s "
                          "ON s.trial = t.id AND s.metric = 'throughput_bps'").fetchall()
     assert rows
     for status, error, value, meta in rows:
-        if status == "ok":
-            assert value <= ceiling * (1 + guards.TOLERANCE)
-            assert json.loads(meta)["processes"] == 4
-        else:
-            assert status == "invalid" and "ceiling" in error
+        assert status == "ok", error
+        assert value <= ceiling * (1 + guards.TOLERANCE)
+        assert json.loads(meta)["processes"] == 4
 
 
 @pytest.mark.net
