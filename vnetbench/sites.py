@@ -69,6 +69,12 @@ class TestbedSite:
             self._exec[h.name] = tb.executor(h, self.ledger, self.log, None if self.ledger else tb.PLAN_CONTROL)
         return self._exec[h.name]
 
+    def mac_serial(self) -> int:
+        """A number for each topology's run-owned MACs: the previous scenario's macvlans die with its namespaces
+        asynchronously, and a macvlan whose MAC its NIC still holds cannot come up (EADDRINUSE)."""
+        self._mac_serial = getattr(self, "_mac_serial", 0) % 255 + 1
+        return self._mac_serial
+
     def vni_offset(self) -> int:
         self._vni = self._vni % 16000 + 1
         return self._vni * 1000

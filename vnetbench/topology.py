@@ -271,8 +271,10 @@ class Topology:
         (an OVS bridge that owns it takes it); None where the underlay is not the run's own."""
         if not self.run_underlay:
             return None
+        if not hasattr(self, "_mac_serial"):
+            self._mac_serial = self.site.mac_serial()
         p = self.prefix[2:6]
-        return f"02:75:{p[:2]}:{p[2:]}:00:{int(host[1:]):02x}"
+        return f"02:75:{p[:2]}:{p[2:]}:{self._mac_serial:02x}:{int(host[1:]):02x}"
 
     def mac(self, label: str) -> str:
         """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
