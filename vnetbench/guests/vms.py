@@ -88,9 +88,6 @@ def decide(sc) -> str | None:
                 f"{'no VM' if sc.levels.get('attach') == 'host' else 'no switch port'} (use attach switch)")
     if sc.levels.get("kernel", "shared") != "shared":
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
-    if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "vm-to-vm":
-        return ("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet (its capability check would be "
-                "the machine's, not the guests' kernels'); use kernel: guest, where the whole topology has the guest's xfrm")
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
     from . import backend
@@ -99,6 +96,48 @@ def decide(sc) -> str | None:
         return f"vm_kernel guest: {sup.reason}"
     sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
     return None
+
+
+def encrypting_vms(sc) -> list[str]:
+    """The VMs whose kernels hold a vm-to-vm tunnel's ends (both VMs of every pair), [] without one."""
+    if sc.labels.get("encryption", "none") == "none" or sc.levels.get("encryption_scope") != "vm-to-vm":
+        return []
+    from ..topology import Topology
+    return list(dict.fromkeys(p.meta[side] for p in Topology(sc, None).pairs for side in ("client", "server")))
+
+
+def check_encryption(sc, element, caps):
+    """vm-to-vm encryption whose ends are guest VMs is checked against the guests' kernel (its xfrm, as the guest
+    probe found it), not the machine's; an end that is not a guest has the machine's kernel, which must offer the
+    same implementation (kernel xfrm at both ends: an IKE peer in userspace libipsec encapsulates ESP in UDP, a
+    kernel peer does not). None: not such a scenario (the matrix's own check stands)."""
+    from ..datapaths.base import Availability
+    ends = encrypting_vms(sc)
+    guests = set(wanted(sc))
+    if not ends or not guests.intersection(ends):
+        return None
+    from . import machine
+    caps_g = machine.capabilities()
+    if caps_g is None:
+        return Availability.no(f"its ends are guest VMs whose kernel could not be probed: "
+                               f"{machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+    kernel = caps_g.tools["kernel"].detail
+    shared = [vm for vm in ends if vm not in guests]
+    if shared:
+        here = element.check(sc, caps)
+        why = here.reason if not here.ok else None
+        if here.ok and not here.implementation.startswith(("kernel-", "kernel ")):
+            why = f"there it would be {here.implementation}, which cannot peer with the guest's kernel"
+        if why:
+            return Availability.no(f"{', '.join(shared)} {'is' if len(shared) == 1 else 'are'} not a guest VM, so "
+                                   f"{'its' if len(shared) == 1 else 'their'} end of the tunnel is in this machine's "
+                                   f"kernel: {why}; make both VMs of every pair guests (vm_kernel side: both)")
+    avail = element.check(sc, caps_g)  # last: the element keeps the guest kernel's implementation
+    if not avail.ok:
+        return Availability.no(f"in the guest VMs' kernel ({kernel}): {avail.reason}")
+    where = f"{kernel} in the guest VMs" + (f" and this machine's kernel in {', '.join(shared)}" if shared else "")
+    return Availability(True, f"{kernel} + {avail.implementation}",
+                        notes=(f"the tunnel's ends run in the VMs' own kernels: {where}", *avail.notes))
 
 
 def segment(label: str) -> str:
