@@ -127,7 +127,8 @@ def check_encryption(sc, element, caps):
         here = element.check(sc, caps)
         why = here.reason if not here.ok else None
         if here.ok and not here.implementation.startswith(("kernel-", "kernel ")):
-            why = f"there it would be {here.implementation}, which cannot peer with the guest's kernel"
+            why = (f"there it would be {here.implementation}, not a kernel's xfrm as in the guest: the two ends "
+                   f"would run different IPsec implementations")
         if why:
             return Availability.no(f"{', '.join(shared)} {'is' if len(shared) == 1 else 'are'} not a guest VM, so "
                                    f"{'its' if len(shared) == 1 else 'their'} end of the tunnel is in this machine's "
