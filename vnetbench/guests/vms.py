@@ -13,6 +13,7 @@ A level is `shared`, `guest`, or `{type: guest, pairs: [1, 2], side: server}` (o
 """
 from __future__ import annotations
 
+import shutil
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -175,6 +176,7 @@ class VmGuests:
     def close(self) -> None:
         if self.fleet is not None:
             self.fleet.teardown()
+            shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
         self.fleet, self.labels = None, ()
 
 
