@@ -287,7 +287,7 @@ class Topology:
         self.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {g.bridge} up")
         if self.sc.implementation.get("switch", "").startswith("ovs-netdev"):
             # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
-            # vector tap whose offloads `ethtool` in the guest does not turn off); without it no TCP crosses
+            # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
             self.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
         self.ip(vm.guest, f"link set {g.nic} netns {vm.netns}")
         self.ip(vm.label, f"link set {g.nic} name {vm_if}")
