@@ -10,6 +10,10 @@ as everywhere else, and the guest is reused by the next topology: booted once pe
 rebooted only when a scenario wants other VMs.
 
 A level is `shared`, `guest`, or `{type: guest, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side).
+
+VM-to-VM encryption between guest VMs runs in their own kernels (their xfrm; a charon in each guest for IKE): it is
+checked against the guest kernel's capabilities (`check_encryption`), and a tunnel with one end in a namespace VM
+(that is, in this machine's kernel) runs only if this kernel offers the same implementation.
 """
 from __future__ import annotations
 
@@ -113,9 +117,9 @@ def check_encryption(sc, element, caps):
     same implementation (kernel xfrm at both ends: an IKE peer in userspace libipsec encapsulates ESP in UDP, a
     kernel peer does not). None: not such a scenario (the matrix's own check stands)."""
     from ..datapaths.base import Availability
-    ends = encrypting_vms(sc)
     guests = set(wanted(sc))
-    if not ends or not guests.intersection(ends):
+    ends = encrypting_vms(sc) if guests else []
+    if not guests.intersection(ends):
         return None
     from . import machine
     caps_g = machine.capabilities()
