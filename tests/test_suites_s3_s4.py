@@ -86,6 +86,24 @@ def test_iperf3_processes_add_up():
     assert mean == pytest.approx(one(samples, "throughput_bps", **meta), rel=1e-3)  # adds up to the total
 
 
+def test_iperf3_processes_are_placed_by_their_exit():
+    """Processes connect their streams for different times after their spawn: each is placed by its exit (its
+    last interval ends just before it), never before its spawn, and the series has the step asked for."""
+    docs = [json.loads(fixture(n)) for n in ("tcp.json", "tcp_multi.json")]
+    texts = [fixture("tcp.json"), fixture("tcp_multi.json")]
+    t0 = max(d["start"]["timestamp"]["timesecs"] for d in docs) + 0.5  # both spawned then
+    last = [max(iv["sum"]["end"] for iv in d["intervals"]) for d in docs]
+    ended = [t0 + last[0] + 0.6, t0 + last[1] + 0.3]  # the first one connected its streams later
+    samples = parse_iperf3_processes(texts, [t0, t0], ended, 0.5, pair=1)
+    lo, hi = by(samples, "throughput_bps")[0].metadata["window"]
+    assert lo == pytest.approx(t0 + 0.6)  # the later of the two starts
+    assert hi == pytest.approx(min(t0 + 0.6 + docs[0]["server_output_json"]["intervals"][-1]["sum"]["end"],
+                                   t0 + 0.3 + docs[1]["server_output_json"]["intervals"][-1]["sum"]["end"]))
+    assert {round(s.metadata["seconds"], 6) for s in by(samples, "throughput_interval_bps")[:-1]} == {0.5}
+    early = parse_iperf3_processes(texts, [t0, t0], [t0, t0], pair=1)  # an exit can never place one before its spawn
+    assert by(early, "throughput_bps")[0].metadata["window"][0] == pytest.approx(t0)
+
+
 def test_iperf3_udp_processes_count_loss_over_all_datagrams():
     docs = [json.loads(fixture(n)) for n in ("udp.json", "udp_loss.json")]
     samples = parse_iperf3_processes([fixture("udp.json"), fixture("udp_loss.json")], pair=1)
@@ -112,6 +130,11 @@ def test_iperf3_processes_param():
     assert [wl._port(pair2, k) for k in range(2)] == [6002, 6003]  # pair 1 has 6000 and 6001
     client = wl._client(pair2, 1)
     assert client[client.index("-P") + 1] == "2" and client[client.index("-p") + 1] == "6003"
+    # the receiver of a split pair reports every 0.1 s (its bytes are summed over the time all processes ran)
+    server = wl._server(pair2, 1)
+    assert server[server.index("-i") + 1] == "0.1"
+    single = cls(P.model_validate({"streams": 4, "interval": 0.5}))._server(pair2)
+    assert single[single.index("-i") + 1] == "0.5"  # the client's -i does not reach the server: it gets its own
 
 
 # ---- hops: the spec and the matrix ---------------------------------------------------------------------------

@@ -79,13 +79,22 @@ def _names() -> list[str]:
         return []
 
 
+# One command per place (over SSH, into a guest, each command is a round trip): links, qdiscs, then every
+# interface's offloads, the three parts split by marker lines.
+_INTERFACES_SCRIPT = ('ip -j -d link show; echo; echo "@@TC"; tc -j qdisc show; echo; echo "@@ETHTOOL"; '
+                      'for i in $(ls /sys/class/net); do echo "@@ $i"; ethtool -k "$i" 2>/dev/null; done')
+
+
 def interfaces(where: Executor, names: list[str] | None = None) -> dict[str, dict]:
     """MTU, kind, qdiscs (with their options, e.g. a tbf rate) and offloads of the interfaces of one place (a
     namespace of the run, or the machine): what shapes the packets a figure counts. `names` limits the list."""
+    text = where.run(["sh", "-c", _INTERFACES_SCRIPT], check=False, timeout=30).stdout
+    link_part, _, rest = text.partition("\n@@TC\n")
+    tc_part, _, eth_part = rest.partition("\n@@ETHTOOL\n")
     try:
-        links = json.loads(where.run(["ip", "-j", "-d", "link", "show"], check=False, timeout=10).stdout or "[]")
-        qdiscs = json.loads(where.run(["tc", "-j", "qdisc", "show"], check=False, timeout=10).stdout or "[]")
-    except (json.JSONDecodeError, OSError):
+        links = json.loads(link_part.strip() or "[]")
+        qdiscs = json.loads(tc_part.strip() or "[]")
+    except json.JSONDecodeError:
         return {}
     out: dict[str, dict] = {}
     for link in links:
@@ -95,12 +104,9 @@ def interfaces(where: Executor, names: list[str] | None = None) -> dict[str, dic
         out[name] = {"mtu": link.get("mtu"), "kind": (link.get("linkinfo") or {}).get("info_kind", ""),
                      "qdiscs": [{"kind": q.get("kind"), "root": bool(q.get("root")), "options": q.get("options", {})}
                                 for q in qdiscs if q.get("dev") == name]}
-    if out:
-        script = 'for i; do echo "@@ $i"; ethtool -k "$i" 2>/dev/null; done'
-        proc = where.run(["sh", "-c", script, "sh", *out], check=False, timeout=30)
-        for dev, features in parse_ethtool_k(proc.stdout).items():
-            if dev in out:
-                out[dev]["offloads"] = {k: v for k, v in features.items() if k in OFFLOADS}
+    for dev, features in parse_ethtool_k(eth_part).items():
+        if dev in out:
+            out[dev]["offloads"] = {k: v for k, v in features.items() if k in OFFLOADS}
     return out
 
 

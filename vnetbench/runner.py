@@ -273,16 +273,19 @@ class Campaign:
         self.max_reps = exp.max_repetitions
         self.done = self.store.done_trials(cid)
         self.values = adaptive.stored_values(self.store, cid, scenarios, self.rule)
-        self.topo: tuple[int, Topology] | None = None  # the topology standing now, kept while its scenario runs on
+        # the topology standing now (by Scenario.topology_key), kept while scenarios that share it run on it
+        self.topo: tuple[str, Topology] | None = None
         self.failed_builds: set[int] = set()
         self.ran: set[int] = set()
         self.described: set[int] = set()
+        self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
         runnable = [sc for sc in self.scenarios if self._todo_any(sc)]
-        total = sum(BUILD_OVERHEAD_S * (self.max_reps if self.plan["order"] == "random" else 1)
-                    + sum(self._todo_seconds(sc, rep) for rep in range(1, self.max_reps + 1)) for sc in runnable)
+        builds = len({sc.topology_key for sc in runnable}) * (self.max_reps if self.plan["order"] == "random" else 1)
+        total = BUILD_OVERHEAD_S * builds + sum(self._todo_seconds(sc, rep) for sc in runnable
+                                                for rep in range(1, self.max_reps + 1))
         self.task = self.bar.add_task("starting", total=max(total, 1e-9))
         try:
             if self.plan["order"] == "random":
@@ -298,6 +301,7 @@ class Campaign:
         for rep in range(1, self.max_reps + 1):
             block = list(active)
             rng.shuffle(block)  # shuffled even when nothing in it is left to do, so a resume repeats the order
+            block = by_topology(block)
             for k, sc in enumerate(block, 1):
                 self._repetition(sc, rep, f"block {rep}, {k}/{len(block)}")
             active = [sc for sc in active if not self._stopped(sc, rep)]
@@ -313,7 +317,6 @@ class Campaign:
                 if self._stopped(sc, rep):
                     break
             self._finish(sc)
-            self._teardown()
 
     def _stopped(self, sc: Scenario, rep: int) -> bool:
         if sc.index in self.failed_builds:
@@ -370,13 +373,25 @@ class Campaign:
                 time.sleep(self.exp.cooldown)
 
     def _topology(self, sc: Scenario, position: str) -> Topology | None:
-        if self.topo is not None and self.topo[0] == sc.index:
-            return self.topo[1]
-        self._teardown()
-        self.bar.update(self.task, description=f"{position} building: {self.r._short(sc)}")
         if sc.index not in self.ran:
             self.store.set_scenario(self.cid, sc.index, "running")
             self.ran.add(sc.index)
+        key = sc.topology_key
+        if self.topo is None or self.topo[0] != key:
+            topo = self._build(sc, position)
+            if topo is None:
+                return None
+            self.topo = (key, topo)
+        if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
+            if key not in self.descriptions:
+                self.descriptions[key] = environment.scenario_interfaces(self.topo[1])
+            self.store.set_scenario_environment(self.cid, sc.index, self.descriptions[key])
+            self.described.add(sc.index)
+        return self.topo[1]
+
+    def _build(self, sc: Scenario, position: str) -> Topology | None:
+        self._teardown()
+        self.bar.update(self.task, description=f"{position} building: {self.r._short(sc)}")
         try:
             if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # one kind of guests at a time: they share
                 self.r.vm_guests.close()                                 # the run's guest namespace and keys
@@ -407,11 +422,7 @@ class Campaign:
             raise
         self.outcome.builds += 1
         self.outcome.topology_s += time.monotonic() - began
-        if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
-            self.store.set_scenario_environment(self.cid, sc.index, environment.scenario_interfaces(topo))
-            self.described.add(sc.index)
         self.bar.advance(self.task, BUILD_OVERHEAD_S)
-        self.topo = (sc.index, topo)
         return topo
 
     def _teardown(self) -> None:
@@ -472,6 +483,16 @@ class Campaign:
             extra["noisy"] = noisy
             self.outcome.trials_noisy += 1
         return ("invalid" if verdict.invalid else "ok"), "; ".join(verdict.invalid) or None, verdict.samples, extra, False
+
+
+def by_topology(block: list[Scenario]) -> list[Scenario]:
+    """A shuffled block with the scenarios that share a topology next to each other (the groups in the order of
+    their first member, each group's members in shuffled order): a split-plot order, where the topology, the
+    factor that is costly to change, is randomised per block and the workloads' parameters within it."""
+    groups: dict[str, list[Scenario]] = {}
+    for sc in block:
+        groups.setdefault(sc.topology_key, []).append(sc)
+    return [sc for group in groups.values() for sc in group]
 
 
 def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], dict]:

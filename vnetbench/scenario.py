@@ -7,6 +7,7 @@ spec, validate, matrix and topology all read them from here. It imports nothing 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,14 @@ class Scenario:
     @property
     def key(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.labels.items())
+
+    @property
+    def topology_key(self) -> str:
+        """What the built topology depends on: scenarios with the same key run on one build (they differ only in
+        their workloads' parameters, e.g. a message size)."""
+        topo = {f: self.levels[f] for f in TOPOLOGY_FACTORS if f in self.levels}
+        return json.dumps([topo, self.hosts, self.tenants, self.underlay_rate, self.overheads, self.implementation],
+                          sort_keys=True, default=str)
 
     def __getitem__(self, factor: str) -> Any:
         return self.levels[factor]

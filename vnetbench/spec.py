@@ -56,8 +56,9 @@ class Experiment(Strict):
     repetitions: Annotated[int, Field(ge=1, le=1000)] | Repetitions = Field(3, description="how many times each scenario's workloads "
                                            "run, or {min, max, target, metric} to stop once the CI is narrow enough")
     order: Literal["random", "sequential"] = Field(
-        "random", description="random: blocks of one repetition of every scenario, shuffled (seeded); sequential: "
-                              "all repetitions of a scenario, then the next")
+        "random", description="random: blocks of one repetition of every scenario, shuffled (seeded), scenarios "
+                              "that share a topology next to each other; sequential: all repetitions of a "
+                              "scenario, then the next")
     seed: int | None = Field(None, ge=0, description="seed of the random order (default: drawn and recorded)")
     hosts: int | None = Field(None, ge=1, le=16, description="emulated physical hosts; default 2 if any pair is cross-host, else 1")
     tenants: int = Field(1, ge=1, le=8, description="tenant networks sharing the hosts; pairs are spread over them")

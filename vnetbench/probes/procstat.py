@@ -238,37 +238,26 @@ GUEST_READ_S = 0.25
 GUEST_START_S = 20.0  # python starting in a busy one-CPU guest
 
 
-@register
-class StreamedSystemProbe(SystemProbe):
-    """SystemProbe's metrics for a guest kernel: one reader runs in the guest for the trial and streams its counters;
-    each reading is stamped on this machine's clock when it arrives (the trial's one timebase). A command over SSH
-    per reading would cost a one-CPU UML guest ~90 ms of its CPU each (measured: 105 ms per read), a third of the
-    guest at 0.25 s: the probe would eat the throughput it measures."""
+class _Stream:
+    """One reader in a guest and the readings it sent, each stamped on this machine's clock when it arrived."""
 
-    kind = "streamed-system"
+    KEEP = 2400  # readings kept: 10 min at 0.25 s, far more than a trial
 
-    def __init__(self, executor: Executor, interval: float = GUEST_READ_S, series: float = SERIES_S,
-                 meta: dict | None = None, label: str = "guest"):
-        super().__init__(executor, interval, series, meta=meta)
-        self.label = label
-        self._proc = None
-        self._got = threading.Condition()
-        self.error: str | None = None
+    def __init__(self, executor: Executor, interval: float, label: str):
+        self.interval, self.error = interval, None
+        self.snaps: list[Snapshot] = []
+        self.rx: list[tuple[float, dict[str, float]]] = []
+        self.got = threading.Condition()
+        self.proc = executor.spawn(["python3", "-u", "-c", GUEST_READER % interval], label=f"procstat {label}")
+        self.thread = threading.Thread(target=self._receive, name="vnetbench-guest-probe", daemon=True)
+        self.thread.start()
 
-    def start(self) -> None:
-        self._snaps, self._rx, self.error = [], [], None
-        self._proc = self.executor.spawn(["python3", "-u", "-c", GUEST_READER % self.interval],
-                                         label=f"procstat {self.label}")
-        self._thread = threading.Thread(target=self._receive, name="vnetbench-vm-probe", daemon=True)
-        self._thread.start()
-        if not self._wait(1, GUEST_START_S):
-            self._end()
-            raise RuntimeError(f"probe of guest {self.label}: no reading within {GUEST_START_S:.0f} s"
-                               f"{': ' + self.error if self.error else ''}")
+    def alive(self) -> bool:
+        return self.thread.is_alive() and self.proc.poll() is None
 
     def _receive(self) -> None:
         stat, soft, dev, part = [], [], [], None
-        for line in self._proc.stdout:
+        for line in self.proc.stdout:
             if line == "@@S\n":
                 part = soft
             elif line == "@@N\n":
@@ -276,34 +265,82 @@ class StreamedSystemProbe(SystemProbe):
             elif line == "@@E\n":
                 t = time.time()
                 snap = Snapshot(t, parse_proc_stat("".join(stat)), parse_softirqs("".join(soft)))
-                with self._got:
-                    self._rx.append((t, rx_packets("".join(dev))))
-                    self._snaps.append(snap)
-                    self._got.notify_all()
+                with self.got:
+                    self.rx.append((t, rx_packets("".join(dev))))
+                    self.snaps.append(snap)
+                    del self.snaps[:-self.KEEP], self.rx[:-self.KEEP]
+                    self.got.notify_all()
                 stat, soft, dev, part = [], [], [], None
             else:
                 (stat if part is None else part).append(line)
-        self.error = (self._proc.stderr.read() or "").strip()[-300:] if self._proc.stderr else None
+        self.error = (self.proc.stderr.read() or "").strip()[-300:] if self.proc.stderr else None
+        with self.got:
+            self.got.notify_all()
 
-    def _wait(self, n: int, timeout: float) -> bool:
-        with self._got:
-            return self._got.wait_for(lambda: len(self._snaps) >= n or not self._thread.is_alive(), timeout) \
-                and len(self._snaps) >= n
+    def wait_after(self, t: float, timeout: float) -> bool:
+        """Wait for a reading that arrived after t."""
+        with self.got:
+            return self.got.wait_for(lambda: (self.snaps and self.snaps[-1].t > t) or not self.thread.is_alive(),
+                                     timeout) and bool(self.snaps) and self.snaps[-1].t > t
 
-    def _end(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+    def since(self, t: float) -> tuple[list[Snapshot], list]:
+        """The readings from the last one at or before t on."""
+        with self.got:
+            k = max([i for i, snap in enumerate(self.snaps) if snap.t <= t] or [0])
+            return self.snaps[k:], self.rx[k:]
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
         try:
-            self._proc.wait(timeout=10)
+            self.proc.wait(timeout=10)
         except Exception:
             pass
-        self._thread.join(timeout=10)
+        self.thread.join(timeout=10)
+
+
+@register
+class StreamedSystemProbe(SystemProbe):
+    """SystemProbe's metrics for a guest kernel: one reader runs in the guest and streams its counters; each reading
+    is stamped on this machine's clock when it arrives (the trial's one timebase). A command over SSH per reading
+    would cost a one-CPU UML guest ~90 ms of its CPU each (measured: 105 ms per read), a third of the guest at
+    0.25 s: the probe would eat the throughput it measures. The reader is kept for the guest's life and shared by the
+    trials' probes (`shared`): starting python in a one-CPU guest for every trial cost each trial ~0.3 s."""
+
+    kind = "streamed-system"
+    shared = True
+
+    def __init__(self, executor: Executor, interval: float = GUEST_READ_S, series: float = SERIES_S,
+                 meta: dict | None = None, label: str = "guest"):
+        super().__init__(executor, interval, series, meta=meta)
+        self.label = label
+        self._stream: _Stream | None = None
+        self._t0 = 0.0
+        self._rx: list = []
+
+    def _open(self) -> _Stream:
+        kept = getattr(self.executor, "_vb_procstat", None) if self.shared else None
+        if kept is not None and kept.alive() and kept.interval == self.interval:
+            return kept
+        stream = _Stream(self.executor, self.interval, self.label)
+        if self.shared:
+            self.executor._vb_procstat = stream
+        return stream
+
+    def start(self) -> None:
+        self._stream, self._t0 = self._open(), time.time()
+        if not self._stream.wait_after(0.0, GUEST_START_S):
+            self._stream.end()
+            raise RuntimeError(f"probe of guest {self.label}: no reading within {GUEST_START_S:.0f} s"
+                               f"{': ' + self._stream.error if self._stream.error else ''}")
 
     def stop(self, window=None) -> list[Sample]:
-        if not self._snaps:
+        if self._stream is None:
             raise RuntimeError(f"{type(self).__name__}.stop() before start()")
-        self._wait(len(self._snaps) + 1, 4 * self.interval + 2)  # one reading after the window's end
-        self._end()
+        self._stream.wait_after(time.time(), 4 * self.interval + 2)  # one reading after the window's end
+        self._snaps, self._rx = self._stream.since(self._t0)
+        if not self.shared:
+            self._stream.end()
         return self._samples(list(self._snaps), window)
 
 
@@ -314,6 +351,7 @@ class GuestSystemProbe(StreamedSystemProbe):
     received (if_rx_packets_per_s with scope=vm: what reached the VM, e.g. of a flood)."""
 
     kind = "vm-system"
+    shared = False  # its reader runs in the VM's namespace, which the topology's teardown removes
 
     def __init__(self, executor: Executor, vm: str, interval: float = GUEST_READ_S, series: float = SERIES_S):
         super().__init__(executor, interval, series, meta={"scope": "vm", "vm": vm}, label=f"VM {vm}")

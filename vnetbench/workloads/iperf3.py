@@ -21,12 +21,16 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
 - Timebase: start.timestamp.timesecs is when the client connected, in whole seconds; interval start/end are seconds
   from the test's start (after -O, from the end of the omitted seconds). The test's start on the machine's clock is
   the later of timesecs and the moment we spawned the client (a few ms before it connects): every t is absolute.
+  Several processes of a pair are placed by their exit instead (their last interval ends a few ms before it): each
+  connects its streams for a different time after its spawn (up to a second for 128 streams on a busy machine), and
+  spawn-time placement summed one process's time alone on the link with another's, up to 1.3x the line rate.
 """
 from __future__ import annotations
 
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
@@ -43,6 +47,7 @@ IDLE_PING_INTERVAL_S = 0.05
 MIN_INTERVAL_S = 0.05  # iperf3's shortest -i is 0.1 s
 MAX_UDP_RATE = 100_000_000_000  # UDP is never sent unbounded (-b 0): cap the offered rate at 100 Gbit/s
 MAX_STREAMS_PER_PROCESS = 128  # iperf3 3.12 refuses -P above 128
+FINE_INTERVAL_S = 0.1  # the receiver's interval when a pair's streams are split over several processes
 
 
 def _direction(doc: dict, bidir_reverse: bool) -> str:
@@ -159,6 +164,14 @@ def parse_iperf3(text: str, began: float | None = None, **meta: Any) -> list[Sam
             + _interval_samples(doc, meta, began))
 
 
+def _anchored(doc: dict, ended: float) -> float:
+    """When the measured part began, counted back from the process's exit: its last interval ended just before
+    it (the result exchange takes a few ms). Processes of a pair connect their streams for different times (up to a
+    second for 128 streams on a busy machine) after they were spawned, so the spawn time misplaces them."""
+    ends = [iv["sum"]["end"] for iv in doc.get("intervals", []) if not iv["sum"]["omitted"]]
+    return ended - max(ends) if ends else ended
+
+
 def _merge_end(ends: list[dict]) -> dict:
     """One `end` whose sums add up those of several processes (rates, bytes, packets, retransmits, CPU); UDP
     jitter is the mean weighted by each receiver's packets."""
@@ -208,15 +221,19 @@ def _grid_series(per_process: Sequence[Sequence[Interval]], step: float, directi
 
 
 def _step(doc: dict) -> float:
-    lengths = [iv["sum"]["seconds"] for iv in doc.get("intervals", []) if not iv["sum"]["omitted"]]
-    return round(max(lengths), 1) if lengths else 1.0
+    """The series' step: the typical interval (the median: a busy machine stretches some of them)."""
+    lengths = sorted(iv["sum"]["seconds"] for iv in doc.get("intervals", []) if not iv["sum"]["omitted"])
+    return max(round(lengths[len(lengths) // 2], 1), 0.1) if lengths else 1.0
 
 
-def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None = None, **meta: Any) -> list[Sample]:
+def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None = None,
+                           ended: Sequence[float] | None = None, step: float | None = None,
+                           **meta: Any) -> list[Sample]:
     """Samples of one pair whose streams were split over several client processes (one JSON output each,
-    began: when each was spawned; without it they are taken to have started together). Goodput (receiver and
-    sender) is the processes' bytes summed over the window all of them were measuring; counts are added up;
-    metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
+    began: when each was spawned, ended: when each exited; without them they are taken to have started together;
+    step: the series' step, the -i asked for (without it, the client's typical interval).
+    Goodput (receiver and sender) is the processes' bytes summed over the window all of them were measuring; counts
+    are added up; metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
     docs = [_load(t) for t in texts]
     began = list(began) if began is not None else [None] * len(docs)
     if len(docs) == 1:
@@ -227,6 +244,8 @@ def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None =
     # Fixtures without spawn times: every process on its own clock from 0, as if they started together.
     starts = [_measuring(d, b) if b is not None else d["start"]["test_start"].get("omit", 0)
               for d, b in zip(docs, began)]
+    if ended is not None:
+        starts = [max(s, _anchored(d, e)) for d, s, e in zip(docs, starts, ended)]
     merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
     windows, series = {}, []
     for sender in (False, True):
@@ -242,7 +261,7 @@ def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None =
                 merged["end"][key]["bits_per_second"] = sum(bytes_in(iv, lo, hi) for iv in ivs) * 8 / (hi - lo)
             if not sender:
                 windows[direction] = [lo, hi]
-                series += _grid_series(ivs, _step(docs[0]), direction, m)
+                series += _grid_series(ivs, step or _step(docs[0]), direction, m)
     return _end_samples(merged, _udp(docs[0]), m, windows) + _cpu_samples(merged, m) + series
 
 
@@ -339,8 +358,11 @@ class Iperf3(Workload):
         return self.listen_ports(pair.index)[k]
 
     def _server(self, pair: Pair, k: int = 0) -> list[str]:
-        # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself.
-        return ["iperf3", "-s", "-1", "-J", "-p", str(self._port(pair, k))]
+        # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself;
+        # -i: the client's does not reach the server. Several processes of a pair report every 0.1 s, so that
+        # their bytes are summed over the time all of them ran, not smeared over 1-s intervals (regridded to -i).
+        step = FINE_INTERVAL_S if self.params.n_processes > 1 else self.params.interval
+        return ["iperf3", "-s", "-1", "-J", "-i", f"{step:g}", "-p", str(self._port(pair, k))]
 
     def _client(self, pair: Pair, k: int = 0) -> list[str]:
         p, addr = self.params, pair.server.addr
@@ -432,13 +454,19 @@ def _nth(k: int, params: Iperf3Params) -> str:
 
 
 def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -> list[Sample]:
-    outs = []
-    for k, proc, _ in procs:  # every process ran for the same seconds: one deadline for all
+    """The pair's samples; its processes are waited for at once, so each one's exit is timed (see the module doc)."""
+    def one(item):
+        k, proc, _ = item
         what = f"iperf3 pair {pair.index}{_nth(k, params)}"
-        out, _ = finish(proc, _left(end), what)
+        out, _ = finish(proc, _left(end), what)  # every process ran for the same seconds: one deadline for all
         try:
             _load(out)
         except WorkloadError as exc:
             raise WorkloadError(f"{what}: {exc}") from None
-        outs.append(out)
-    return parse_iperf3_processes(outs, [b for *_, b in procs], pair=pair.index)
+        return out, time.time()
+    if len(procs) == 1:
+        return parse_iperf3(one(procs[0])[0], procs[0][2], pair=pair.index)
+    with ThreadPoolExecutor(max_workers=len(procs)) as pool:
+        done = list(pool.map(one, procs))
+    return parse_iperf3_processes([o for o, _ in done], [b for *_, b in procs], [t for _, t in done],
+                                  params.interval, pair=pair.index)
