@@ -37,7 +37,6 @@ def test_a_vm_pair_crosses_between_two_guest_kernels(state_dir):
     led = ledger.Ledger.create()
     site = GuestHostSite(led, 2)
     try:
-        site.prepare(sc)
         topo = Topology(sc, led, site=site)
         topo.build()
         g1, g2 = site.executor("h1"), site.executor("h2")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from dataclasses import replace
 
 from .. import testbed as tb
 from ..ledger import Ledger
@@ -32,17 +33,17 @@ def why_not(sc) -> str | None:
     """Why a scenario cannot run with one guest per host (None: it can)."""
     if sc.levels.get("hops", 0):
         return "routers between host guests are not built yet (kernel: guest runs them)"
-    for kind, names in {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}.items():
+    for kind, names in {"switch": {"ovs"}, "encryption": {"wireguard"}}.items():
         if sc.labels.get(kind, "").split("(")[0] in names:
             return (f"{sc.labels[kind]} keeps its daemons' files on this machine; over SSH it is not supported yet "
                     f"(kernel: guest runs it)")
-    if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
-        return "host-to-host over IPv6: the host guests' underlay has IPv4 addresses only"
     return None
 
 
 class GuestHostSite(TestbedSite):
     """One guest per emulated host, booted in parallel; h<i> is guest i, its underlay address 10.252.0.<i>."""
+
+    owns_hosts = True
 
     def __init__(self, ledger: Ledger, hosts: int, backend: str = "uml", boot_timeout: float = 60):
         self.fleet = Fleet(ledger, backend, boot_timeout=boot_timeout)
@@ -60,9 +61,8 @@ class GuestHostSite(TestbedSite):
                                     for i, g in enumerate(self.fleet.guests.values(), 1)])
         super().__init__(bed, ledger)
         self._exec = {h.name: g.executor for h, g in zip(bed.hosts, self.fleet.guests.values())}
-        self._nic: tuple[int, str | None] | None = None
-        self._parallel({f"h{i}": (self._exec[h.name], f"ip addr add {h.address}/24 dev {shlex.quote(h.nic)}")
-                        for i, h in enumerate(bed.hosts, 1)})
+        for ex in self._exec.values():  # a testbed host's files (daemons' configs, keys) live in its own /run
+            ex.own_files = True
 
     @property
     def hosts(self) -> int:
@@ -78,21 +78,37 @@ class GuestHostSite(TestbedSite):
             return f"the scenario needs {sc.hosts} hosts; {self.hosts} host guests were booted"
         return why_not(sc)
 
-    def prepare(self, sc) -> None:
-        """Each guest's underlay NIC at the scenario's MTU, shaped to its rate (tbf) or not: the guests are the
-        run's own, so this is the emulated underlay, not a real host's NIC."""
-        want = (sc.underlay_mtu, sc.underlay_rate)
-        if self._nic == want:
-            return
-        nic = shlex.quote(self.nic_name)
-        script = f"ip link set {nic} mtu {int(sc.underlay_mtu)} up; tc qdisc del dev {nic} root 2>/dev/null; true"
-        if sc.underlay_rate:
-            from ..units import parse_rate
-            rate = int(parse_rate(sc.underlay_rate))
-            burst = max(rate // 8 // 1000, 2 * sc.underlay_mtu)  # 1 ms at the rate, at least two frames
-            script += f"; tc qdisc add dev {nic} root tbf rate {rate}bit burst {burst} latency 50ms"
-        self._parallel({f"h{i}": (self._exec[h.name], script) for i, h in enumerate(self.bed.hosts, 1)})
-        self._nic = want
+    # ---- build: the guest's NIC is the host's, for the scenario ----------------------------------------------
+    def underlay(self, topo) -> None:
+        """Each guest's underlay NIC goes into its host's namespace of the run (Topology.owned_hosts): the host's
+        address, tunnels, xfrm, daemons and host-to-host traffic are there, as with emulated hosts. The NIC is set
+        to the scenario's MTU and shaped to its rate (tbf): the guests are the run's own, so this is the emulated
+        underlay, not a real host's NIC."""
+        sc, nic = topo.sc, self.nic_name
+        for h in topo.hosts:
+            topo.ip(topo.root_of(h.label), self._move(h.netns))
+            topo.ip(h.label, f"link set {nic} mtu {int(sc.underlay_mtu)} up")
+            if sc.underlay_rate:
+                rate = int(sc.underlay_rate)
+                burst = max(rate // 8 // 1000, 2 * sc.underlay_mtu)  # 1 ms at the rate, at least two frames
+                topo.batch("tc", h.label, f"qdisc replace dev {nic} root tbf rate {rate}bit burst {burst} latency 50ms")
+
+    def _move(self, netns: str) -> str:
+        return f"link set dev {self.nic_name} netns {netns}"
+
+    def guard(self, topo, waves) -> None:
+        """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""
+        mine = {self._move(h.netns) for h in topo.hosts}
+        super().guard(topo, [[replace(st, lines=[ln for ln in st.lines if ln not in mine]) for st in wave]
+                             for wave in waves])
+
+    def teardown(self, topo) -> None:
+        """The NIC back in the guest's root namespace first (a deleted namespace gives a device back only later,
+        asynchronously), then the real host's teardown."""
+        q = shlex.quote
+        self._parallel({h.label: (self.executor(h.label), f"ip -n {q(h.netns)} link set dev {q(self.nic_name)} "
+                                                          f"netns 1 2>/dev/null; true") for h in topo.hosts})
+        super().teardown(topo)
 
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
         """The run's directory in each guest; no testbed-host record in the local ledger: the guests themselves
@@ -111,12 +127,15 @@ class GuestHostSite(TestbedSite):
         return self._exec[self.host(label).name]
 
     def nic_counters(self) -> dict[str, dict[str, int]]:
-        """rx/tx bytes of each guest's underlay NIC, read inside the guest (its own kernel's counters)."""
+        """rx/tx bytes of each guest's underlay NIC, read inside the guest (its own kernel's counters), in the host's
+        namespace of the run while a scenario has it."""
         out = {}
         for i, h in enumerate(self.bed.hosts, 1):
+            f = f"/sys/class/net/{shlex.quote(self.nic_name)}/statistics"
+            ns = shlex.quote(f"{self.ledger.prefix}-h{i}")
             text = self._exec[h.name].run_script(
-                f"cat /sys/class/net/{shlex.quote(self.nic_name)}/statistics/rx_bytes "
-                f"/sys/class/net/{shlex.quote(self.nic_name)}/statistics/tx_bytes", timeout=30).stdout.split()
+                f"ip netns exec {ns} cat {f}/rx_bytes {f}/tx_bytes 2>/dev/null || cat {f}/rx_bytes {f}/tx_bytes",
+                timeout=30).stdout.split()
             out[f"h{i}"] = {"rx_bytes": int(text[0]), "tx_bytes": int(text[1])}
         return out
 
@@ -129,8 +148,7 @@ class GuestHostSite(TestbedSite):
         for h in topo.hosts:
             name, machine = self.name(h.label), self.executor(h.label)
             out += [HostProbe(SystemProbe(machine, interval=None), name),
-                    HostProbe(InterfaceProbe(h.exec, interval=None), name),
-                    HostProbe(InterfaceProbe(machine, interval=None), name, only=self.nic(h.label))]
+                    HostProbe(InterfaceProbe(h.exec, interval=None), name)]  # the NIC is in the host's namespace
         return out
 
     def environment(self) -> dict:
