@@ -33,10 +33,13 @@ def why_not(sc) -> str | None:
     """Why a scenario cannot run with one guest per host (None: it can)."""
     if sc.levels.get("hops", 0):
         return "routers between host guests are not built yet (kernel: guest runs them)"
-    for kind, names in {"switch": {"ovs"}, "encryption": {"wireguard"}}.items():
-        if sc.labels.get(kind, "").split("(")[0] in names:
-            return (f"{sc.labels[kind]} keeps its daemons' files on this machine; over SSH it is not supported yet "
-                    f"(kernel: guest runs it)")
+    if sc.labels.get("encryption", "").split("(")[0] == "wireguard":
+        from .machine import capabilities
+        caps = capabilities()
+        kernel, go = (caps.kernel.get("wireguard"), caps.tools.get("wireguard-go")) if caps else (None, None)
+        if not (kernel and kernel.ok) and not (go and go.ok):
+            return (f"WireGuard: the guest's kernel has no wireguard device ({kernel.detail if kernel else 'not probed'})"
+                    f", and wireguard-go cannot run in it: {go.detail if go else 'not probed'}")
     return None
 
 
@@ -95,6 +98,14 @@ class GuestHostSite(TestbedSite):
 
     def _move(self, netns: str) -> str:
         return f"link set dev {self.nic_name} netns {netns}"
+
+    def execute(self, topo, waves) -> None:
+        """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
+        batch may bring up a VM port that the machine's makes (OVS with a tunnel overlay sets the host's address
+        before the VMs are attached)."""
+        def mine_first(step) -> bool:
+            return getattr(topo.nodes.get(step.node), "role", None) != "machine"
+        super().execute(topo, [sorted(wave, key=mine_first) for wave in waves])
 
     def guard(self, topo, waves) -> None:
         """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""
