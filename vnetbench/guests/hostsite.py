@@ -1,15 +1,18 @@
 """`kernel: guest-per-host`: each emulated host is a guest with its own kernel; its VMs are namespaces inside it, and
-its switch, overlays and encryption run in that guest's kernel.
+its switch, overlays, encryption and underlay shaping run in that guest's kernel.
 
 The guests are a testbed like any other (sites.TestbedSite): h1..hN are machines reached over SSH, each with an
 underlay NIC (`<prefix>-u` inside the guest) on one data segment, a bridge in the run's guest namespace
-(`<prefix>-gn`, see guests.base) joining the guests' taps. The guests are the run's own, so unlike a real testbed
-host their NIC's MTU and egress rate (tbf) are set for each scenario. The run's directory is shared into every guest
-at the same path, so daemons' configs and logs written by the build are seen on both sides.
+(`<prefix>-gn`, see guests.base) joining the guests' taps. Unlike a real testbed host, a guest is the run's own
+(`owns_hosts`): for each scenario its NIC goes into the host's namespace of the run, where the topology gives it the
+host's address, MTU and rate (tbf), as with emulated hosts. So what a real testbed refuses runs here: the OVS kernel
+datapath with tunnel overlays (its tunnel vports next to the underlay address), host-to-host encryption (xfrm in the
+host's namespace protects its tunnels), host-to-host IPv6. Daemons' files (OVS databases, charon's configs, xfrm
+batches with keys) are written into each guest's own /run over SSH, like a testbed host's.
 
 What stays in the single-guest mode (`kernel: guest`), and why: routers between the hosts (`hops`; a router would be
-one more guest, or a namespace on the segment, neither built yet); OVS, IPsec and WireGuard (their daemons' files
-over SSH are another helper's work on sites.TestbedSite, which this site inherits when it lands).
+one more guest, or a namespace on the segment, neither built yet). WireGuard runs in neither: the guest's kernel has
+no wireguard device, and wireguard-go is refused by the guest probe (guests/machine.py).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import shutil
 from dataclasses import replace
 
 from .. import testbed as tb
+from ..executor import _COPIED
 from ..ledger import Ledger
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
@@ -167,5 +171,7 @@ class GuestHostSite(TestbedSite):
 
     def close(self) -> None:
         super().close()
+        targets = {ex.target for ex in self._exec.values()}  # a later fleet's guests have none of its copied modules
+        _COPIED.difference_update({k for k in _COPIED if k[0] in targets})
         self.fleet.teardown()
         shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
