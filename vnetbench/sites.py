@@ -36,6 +36,10 @@ class SiteError(RuntimeError):
 class TestbedSite:
     """The testbed's first N hosts are the scenario's h1..hN."""
 
+    # A site whose hosts are the run's own (guests.hostsite): its NIC and address are given to the host's namespace
+    # of the run (Topology.owned_hosts), host-to-host traffic starts there.
+    owns_hosts = False
+
     def __init__(self, bed: tb.Testbed, ledger: Ledger | None, log: list | None = None):
         self.bed, self.ledger, self.log = bed, ledger, log
         self.flat_vlan = bed.flat_vlan
@@ -192,7 +196,7 @@ class TestbedSite:
                 continue
             node = topo.nodes[p.meta["client"]]
             argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", "3", p.server.addr]
-            argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" else argv
+            argv = ["ip", "netns", "exec", node.netns, *argv] if node.role == "vm" or self.owns_hosts else argv
             why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
                    f"3 s: this topology does not pass traffic")
             out.setdefault(self.machine(topo, node.label), []).append(

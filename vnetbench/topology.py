@@ -214,13 +214,19 @@ class Topology:
 
     def nic_node(self, host: str) -> str:
         """The node whose namespace holds the host's NIC (where macvlans of it are made)."""
-        return self.root_of(host) if self.site else host
+        return self.root_of(host) if self.site and not self.owned_hosts else host
+
+    @property
+    def owned_hosts(self) -> bool:
+        """A site whose hosts are the run's own (guests.hostsite): as with emulated hosts, a host's NIC and underlay
+        address are in its namespace, where its tunnels are made."""
+        return bool(getattr(self.site, "owns_hosts", False))
 
     def tunnel(self, host: str, *lines: str) -> None:
         """Create a host's tunnel devices (`link add NAME type vxlan ...`). On a real host the device is created
         from the machine's root namespace straight into the host's namespace: its socket uses the machine's
         underlay address, the device itself is the run's alone."""
-        if not self.site:
+        if not self.site or self.owned_hosts:
             self.ip(host, *lines)
             return
         ns = self.nodes[host].netns
@@ -235,7 +241,7 @@ class Topology:
         """The device a host's flat (no overlay) bridge takes as its port to the provider network: the emulated NIC
         itself; on a real host, a source-mode macvlan of the NIC that receives the frames of the other hosts' VMs
         (the NIC itself is never enslaved, and keeps its address)."""
-        if not self.site:
+        if not self.site or self.owned_hosts:
             return self.ifname("u")
         dev = self.ifname("fl")
         others = [vm for vm in self.vms if vm.host != host]
@@ -346,7 +352,7 @@ class Topology:
 
     def _endpoint(self, node: Node) -> Endpoint:
         addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
-        if self.site and node.role == "host":  # host to host: the machines themselves, on their own addresses
+        if self.site and node.role == "host" and not self.owned_hosts:  # host to host: the machines themselves, on their own addresses
             return Endpoint(self.site.executor(node.label), addr, node.label)
         return Endpoint(node.exec, addr, node.label)
 
@@ -363,6 +369,8 @@ class Topology:
             self.ip(node.label, "link set lo up")
         if not self.site:
             self._underlay()
+        elif self.owned_hosts:
+            self.site.underlay(self)
         els = self.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
         els["attach"].build(self)
@@ -423,7 +431,7 @@ class Topology:
         """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it). Across routers
         (hops), the host also gets a default route to its neighbouring router. A real host has its address
         already: nothing is changed there."""
-        if self.site:
+        if self.site and not self.owned_hosts:
             return
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
