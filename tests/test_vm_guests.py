@@ -1,6 +1,7 @@
 """VM kernels (`vm_kernel: guest`): the factor's levels and their one-line errors, which VMs a level makes guests and
 why a scenario cannot have them, and kill -9 of a run while its guest VM carries traffic, then `clean`. S5 with its
 guest VMs end to end (per-VM counters, the report's per-VM table) is tests/test_suite_s5.py's smoke test."""
+import json
 import signal
 import subprocess
 import textwrap
@@ -56,8 +57,8 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
     sc.levels["attach"] = "direct"
     assert "attach direct has no switch port" in vms.decide(sc) and vms.wanted(sc) == []
     sc = scenarios("guest")[0]
-    sc.labels["encryption"] = "ipsec"
-    assert vms.decide(sc).startswith("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet")
+    sc.labels["encryption"] = "ipsec"  # its ends are the guests' kernels (vms.check_encryption: the e2e test below)
+    assert vms.decide(sc) is None and vms.encrypting_vms(sc) == ["h1v1", "h2v2", "h1v3", "h2v4"]
     sc = scenarios("{type: guest, pairs: [3]}")[0]
     assert vms.decide(sc) == "vm_kernel guest: pair 3 is a guest but the scenario has 2 pairs"
 
@@ -113,3 +114,77 @@ def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_p
         run.communicate()
     assert not trial_rows(db)  # killed mid-trial: nothing finished
     clean_after_kill(prefix, state_dir)
+
+
+S1_ESP = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}  # S1's transform, IKEv2
+
+
+def _throughput(sc, topo) -> float:
+    """The scenario's own workload (a 1-s iperf3 TCP stream) between the pair's VMs, as the runner runs it."""
+    samples = sc.workloads[0].run(topo.pairs)
+    return next(s.value for s in samples if s.metric == "throughput_bps")
+
+
+@pytest.mark.net
+@pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clear_text(state_dir, tmp_path):
+    """Both VMs of a cross-host pair are guests: the IPsec between them is their own kernels' ESP (this machine's
+    kernel has none), keyed by a charon inside each guest. On the underlay between the hosts (this machine's veth)
+    the marker crosses in clear without encryption and never with it; ESP costs throughput; nothing is left."""
+    from test_encryption import MARKER, read_pcap
+    from test_guest_kernel import protocols
+    from vnetbench.capabilities import detect
+    from vnetbench.ledger import Ledger
+    from vnetbench.topology import Topology
+    caps = detect()
+    text = SPEC.format(level="guest", duration=1).replace("pairs: 2", "pairs: 1")
+    text = text.replace("factors:\n", "factors:\n  encryption: [none, " + json.dumps(S1_ESP) + ", "
+                        + json.dumps(S1_ESP | {"keying": "manual"}) + "]\n  encryption_scope: vm-to-vm\n")
+    runs = expand(loads(text, "vmk.yaml").experiment, caps)
+    for sc in runs:
+        assert sc.skip is None, sc.skip
+    kernel = backend("uml").support().kernel  # e.g. uml-6.1.176: the results name the kernel the ESP ran in
+    assert [sc.implementation["encryption"] for sc in runs[1:]] == [
+        f"{kernel} + kernel-xfrm + strongswan-{caps.tools['charon'].detail} IKEv2", f"{kernel} + kernel-xfrm manual keys"]
+    # a namespace VM at one end: that end's xfrm would be this machine's kernel's
+    half = expand(loads(text.replace("vm_kernel: guest", "vm_kernel: {type: guest, side: server}"), "vmk.yaml")
+                  .experiment, caps)[1]
+    if not caps.has("xfrm-esp"):
+        assert half.skip.startswith("encryption ipsec(aes-256-cbc,hmac-sha512): h1v1 is not a guest VM"), half.skip
+    ledger = Ledger.create()
+    guests = vms.VmGuests(ledger)
+    bps, t0 = {}, time.monotonic()
+    try:
+        for sc in runs:
+            topo = Topology(sc, ledger, vm_guests=guests.for_scenario(sc))
+            pcap = tmp_path / f"wire-{sc.index}.pcap"
+            try:
+                topo.build()
+                dump = topo.nodes["h1"].exec.spawn(["tcpdump", "-i", topo.ifname("u"), "-n", "-U", "--immediate-mode",
+                                                    "-s", "0", "-w", str(pcap)], label="test tcpdump")
+                line = ""
+                while "listening on" not in line and dump.poll() is None:
+                    line = dump.stderr.readline()
+                pair = topo.pairs[0]
+                ping = pair.client.node.run(["ping", "-c", "3", "-i", "0.1", "-W", "2", "-s", "200", "-p",
+                                             MARKER.hex(), pair.server.addr], check=False)
+                assert ping.returncode == 0, (sc.labels["encryption"], ping.stdout)
+                time.sleep(0.2)
+                dump.send_signal(signal.SIGINT)
+                dump.communicate(timeout=10)
+                if sc.index < 3:  # throughput with and without S1's ESP
+                    bps[sc.labels["encryption"]] = _throughput(sc, topo)
+            finally:
+                topo.teardown()
+            frames = read_pcap(pcap)
+            clear, protos = sum(MARKER in f for f in frames), protocols(frames)
+            if sc.labels["encryption"] == "none":
+                assert clear >= 3 and 50 not in protos, (clear, protos)  # the control sees the marker
+            else:
+                assert clear == 0 and protos.count(50) >= 6 and 1 not in protos, (sc.labels["encryption"], clear, protos)
+        print(f"guest VMs, 1-s TCP: {bps} ({time.monotonic() - t0:.1f} s)")
+        assert 0 < bps["ipsec(aes-256-cbc,hmac-sha512)"] < bps["none"], bps
+    finally:
+        guests.close()
+        ledger.remove_all()
+    assert not uml_pids(ledger.prefix) and not [n for n in netns_names() if n.startswith(ledger.prefix)]

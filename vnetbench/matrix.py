@@ -124,6 +124,8 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
     switch = elements["switch"]
     checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in elements.items()}
+    if (in_vms := vms.check_encryption(sc, elements["encryption"], caps)) is not None:
+        checks["encryption"] = in_vms  # vm-to-vm encryption in guest VMs: their own kernels' xfrm
     _overheads(sc, elements)
     if sc.levels["attach"] == "switch":
         checks["overlay"] = switch.overlay_support(elements["overlay"], sc, caps)

@@ -393,6 +393,10 @@ class Campaign:
         self._teardown()
         self.bar.update(self.task, description=f"{position} building: {self.r._short(sc)}")
         try:
+            if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # one kind of guests at a time: they share
+                self.r.vm_guests.close()                                 # the run's guest namespace and keys
+            elif sc.levels.get("vm_kernel", "shared") != "shared":
+                self.r.guest.close()
             machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
             vm_guests = self.r.vm_guests.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
             site = self.r.guest.host_site(sc) if sc.levels.get("kernel") == "guest-per-host" else self.r.site

@@ -37,6 +37,10 @@ class SiteError(RuntimeError):
 class TestbedSite:
     """The testbed's first N hosts are the scenario's h1..hN."""
 
+    # A site whose hosts are the run's own (guests.hostsite): its NIC and address are given to the host's namespace
+    # of the run (Topology.owned_hosts), host-to-host traffic starts there.
+    owns_hosts = False
+
     def __init__(self, bed: tb.Testbed, ledger: Ledger | None, log: list | None = None):
         self.bed, self.ledger, self.log = bed, ledger, log
         self.flat_vlan = bed.flat_vlan
@@ -129,7 +133,7 @@ class TestbedSite:
         """Whether the scenario's hosts talk through endpoints of the run's own (`run_subnet`) rather than the hosts'
         addresses: host-to-host encryption, whose tunnel must not enter a host's own stack, and OVS's own tunnel
         ports, which need their local address in the run's namespace."""
-        if getattr(cls, "owns_hosts", False):  # a site whose hosts are the run's own has its underlay already
+        if cls.owns_hosts:  # a site whose hosts are the run's own (guests.hostsite) has its underlay already
             return False
         return cls.host_to_host_encryption(sc) or cls.ovs_tunnel_ports(sc)
 
@@ -238,7 +242,7 @@ class TestbedSite:
                 continue
             node = topo.nodes[p.meta["client"]]
             argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", "3", p.server.addr]
-            inside = node.role == "vm" or (node.netns and self.run_underlay(topo.sc))
+            inside = node.role == "vm" or self.owns_hosts or (node.netns and self.run_underlay(topo.sc))
             argv = ["ip", "netns", "exec", node.netns, *argv] if inside else argv
             why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
                    f"3 s: this topology does not pass traffic")

@@ -218,7 +218,8 @@ class Topology:
         """Where a tool (found by capabilities.INSTALLED_SCRIPT, e.g. charon) is on the machine running a node's
         steps: each testbed host may keep it elsewhere."""
         where = getattr(self.site, "tool_path", None)
-        found = where(self, label, tool) if where else local_installed().get(tool)
+        found = where(self, label, tool) if where else None
+        found = found if found is not None else local_installed().get(tool)  # a guest sees this machine's files
         return found.detail if found is not None and found.ok else default
 
     def nic(self, host: str) -> str:
@@ -227,13 +228,19 @@ class Topology:
 
     def nic_node(self, host: str) -> str:
         """The node whose namespace holds the host's NIC (where macvlans of it are made)."""
-        return self.root_of(host) if self.site else host
+        return self.root_of(host) if self.site and not self.owned_hosts else host
+
+    @property
+    def owned_hosts(self) -> bool:
+        """A site whose hosts are the run's own (guests.hostsite): as with emulated hosts, a host's NIC and underlay
+        address are in its namespace, where its tunnels are made."""
+        return bool(getattr(self.site, "owns_hosts", False))
 
     def tunnel(self, host: str, *lines: str) -> None:
         """Create a host's tunnel devices (`link add NAME type vxlan ...`). On a real host the device is created
         from the machine's root namespace straight into the host's namespace: its socket uses the machine's
         underlay address, the device itself is the run's alone."""
-        if not self.site or self.run_underlay:  # run_underlay: the host's endpoints are in its namespace
+        if not self.site or self.owned_hosts or self.run_underlay:  # run_underlay: the host's endpoints are there
             self.ip(host, *lines)
             return
         ns = self.nodes[host].netns
@@ -248,7 +255,7 @@ class Topology:
         """The device a host's flat (no overlay) bridge takes as its port to the provider network: the emulated NIC
         itself; on a real host, a source-mode macvlan of the NIC that receives the frames of the other hosts' VMs
         (the NIC itself is never enslaved, and keeps its address)."""
-        if not self.site:
+        if not self.site or self.owned_hosts:
             return self.ifname("u")
         dev = self.ifname("fl")
         others = [vm for vm in self.vms if vm.host != host]
@@ -308,6 +315,10 @@ class Topology:
         gn_end = self.ifname(f"g{vm.label.split('v')[1]}")
         self.ip(ROOT, f"link add {gn_end} netns {g.netns} type veth peer name {port} netns {host.netns}")
         self.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {g.bridge} up")
+        if self.sc.implementation.get("switch", "").startswith("ovs-netdev"):
+            # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
+            # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
+            self.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
         self.ip(vm.guest, f"link set {g.nic} netns {vm.netns}")
         self.ip(vm.label, f"link set {g.nic} name {vm_if}")
         self._guest_nics[vm.label] = vm_if
@@ -365,7 +376,7 @@ class Topology:
 
     def _endpoint(self, node: Node) -> Endpoint:
         addr = node.v6 if self.sc["ip_version"] == 6 else node.v4
-        if self.site and node.role == "host" and not self.run_underlay:  # the machines, on their own addresses
+        if self.site and node.role == "host" and not self.owned_hosts and not self.run_underlay:  # the machines
             return Endpoint(self.site.executor(node.label), addr, node.label)
         return Endpoint(node.exec, addr, node.label)
 
@@ -382,6 +393,8 @@ class Topology:
             self.ip(node.label, "link set lo up")
         if not self.site:
             self._underlay()
+        elif self.owned_hosts:
+            self.site.underlay(self)
         elif self.run_underlay:
             self._run_nics()
         els = self.elements
@@ -452,7 +465,7 @@ class Topology:
         """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it). Across routers
         (hops), the host also gets a default route to its neighbouring router. A real host has its address
         already: nothing is changed there."""
-        if self.site:
+        if self.site and not self.owned_hosts:
             if self.run_underlay:
                 ip, plen = self.site.underlay_ip(host)
                 self.ip(host, f"addr add {ip}/{plen} dev {dev}", f"link set {dev} up")

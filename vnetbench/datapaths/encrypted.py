@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..executor import Executor, socket_answers, write_private as _write_private
+from ..executor import Executor, SshExecutor, socket_answers, write_private as _write_private
 from .base import BuildError, Encryption
 
 if TYPE_CHECKING:
@@ -154,8 +154,8 @@ class EncryptedTunnel(Encryption):
                     err = proc.stderr.read() if proc.stderr else ""
                     raise BuildError(f"{name} exited {proc.returncode} at start: {err.strip()[-500:]}"
                                      f"{_tail(ex, log)}")
-                machine = getattr(topo, "machine", None)
-                if machine is not None:  # a guest's socket, reached from inside the guest (kernel: guest)
+                machine = getattr(topo, "machine", None) or _guest(ex)
+                if machine is not None:  # a guest's socket, reached from inside the guest (kernel or vm_kernel guest)
                     if machine.run(["python3", "-c", _ANSWERS_PY, path], check=False).returncode == 0:
                         return
                 elif ex.answers(path) if ex else _answers(path):
@@ -169,6 +169,12 @@ class EncryptedTunnel(Encryption):
 _ANSWERS_PY = ("import os, socket, sys; p = sys.argv[1]; fd = os.open(os.path.dirname(p), os.O_PATH); "
                "socket.socket(socket.AF_UNIX).connect(f'/proc/self/fd/{fd}/{os.path.basename(p)}')")
 _answers = socket_answers
+
+
+def _guest(ex) -> "Executor | None":
+    """A guest's executor (SSH to a kernel that sees this machine's files through hostfs): a socket its daemon
+    made there answers only inside the guest."""
+    return ex if isinstance(ex, SshExecutor) and ex.files_dir() is None else None
 
 
 def _tail(ex, log: str | None, lines: int = 5) -> str:

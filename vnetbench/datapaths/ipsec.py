@@ -189,7 +189,7 @@ class Ipsec(EncryptedTunnel):
 
     # ---- availability ------------------------------------------------------------------------------------
     def adopt(self, implementation):
-        self.impl = "kernel" if implementation.startswith("kernel-xfrm") else \
+        self.impl = "kernel" if "kernel-xfrm" in implementation else \
             "libipsec" if "kernel-libipsec" in implementation else None
 
     def check(self, scenario, caps):

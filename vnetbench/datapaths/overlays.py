@@ -90,3 +90,15 @@ class Vlan(Overlay):
 
     def check(self, scenario, caps):
         return Availability(True, "802.1q")
+
+    def build(self, topo):
+        """Linux bridge: per tenant, an 802.1Q sub-interface of the host's NIC (tag 100 + tenant) is the tenant
+        bridge's port to the provider network (OVS tags its own ports)."""
+        if topo.sc["attach"] != "switch" or topo.sc.element("switch") != "linuxbridge" or len(topo.hosts) < 2:
+            return
+        for host in topo.hosts:
+            for t in range(1, topo.sc.tenants + 1):
+                dev = topo.ifname(f"vl{t}")
+                topo.ip(topo.nic_node(host.label),
+                        f"link add {dev} link {topo.nic(host.label)} netns {host.netns} type vlan id {100 + t}")
+                topo.tunnel_port(host.label, t, dev)

@@ -216,7 +216,8 @@ class Ovs(Switch):
         multi = len(topo.hosts) > 1
         topo.make_dirs([h.label for h in topo.hosts], mode=None)
         if dp == "system" and any(n.startswith(YOUNG_KERNEL_WAIT) for n in topo.sc.notes):
-            topo.run("", wait_for_cpu_count())
+            for host in topo.hosts:  # on each host's kernel (guest-per-host: each its own; else one, at once)
+                topo.run(host.label, wait_for_cpu_count())
         for host in topo.hosts:
             h, f = host.label, self._files(topo, host.label)
             env = ["env", f"OVS_RUNDIR={f['dir']}", f"OVS_DBDIR={f['dir']}", f"OVS_LOGDIR={f['dir']}"]

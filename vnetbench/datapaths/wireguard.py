@@ -33,7 +33,7 @@ class WireGuard(EncryptedTunnel):
         return inner + OVERHEAD
 
     def adopt(self, implementation):
-        self.kernel = implementation == "kernel-wireguard"
+        self.kernel = implementation.endswith("kernel-wireguard")  # "uml-6.1.176 + kernel-wireguard" in guest VMs
 
     def check(self, scenario, caps):
         problem = self.scope_problem(scenario)

@@ -1,22 +1,27 @@
 """`kernel: guest-per-host`: each emulated host is a guest with its own kernel; its VMs are namespaces inside it, and
-its switch, overlays and encryption run in that guest's kernel.
+its switch, overlays, encryption and underlay shaping run in that guest's kernel.
 
 The guests are a testbed like any other (sites.TestbedSite): h1..hN are machines reached over SSH, each with an
 underlay NIC (`<prefix>-u` inside the guest) on one data segment, a bridge in the run's guest namespace
-(`<prefix>-gn`, see guests.base) joining the guests' taps. The guests are the run's own, so unlike a real testbed
-host their NIC's MTU and egress rate (tbf) are set for each scenario. The run's directory is shared into every guest
-at the same path, so daemons' configs and logs written by the build are seen on both sides.
+(`<prefix>-gn`, see guests.base) joining the guests' taps. Unlike a real testbed host, a guest is the run's own
+(`owns_hosts`): for each scenario its NIC goes into the host's namespace of the run, where the topology gives it the
+host's address, MTU and rate (tbf), as with emulated hosts. So what a real testbed refuses runs here: the OVS kernel
+datapath with tunnel overlays (its tunnel vports next to the underlay address), host-to-host encryption (xfrm in the
+host's namespace protects its tunnels), host-to-host IPv6. Daemons' files (OVS databases, charon's configs, xfrm
+batches with keys) are written into each guest's own /run over SSH, like a testbed host's.
 
 What stays in the single-guest mode (`kernel: guest`), and why: routers between the hosts (`hops`; a router would be
-one more guest, or a namespace on the segment, neither built yet); OVS, IPsec and WireGuard (their daemons' files
-over SSH are another helper's work on sites.TestbedSite, which this site inherits when it lands).
+one more guest, or a namespace on the segment, neither built yet). WireGuard runs in neither: the guest's kernel has
+no wireguard device, and wireguard-go is refused by the guest probe (guests/machine.py).
 """
 from __future__ import annotations
 
 import shlex
 import shutil
+from dataclasses import replace
 
 from .. import testbed as tb
+from ..executor import _COPIED
 from ..ledger import Ledger
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
@@ -32,17 +37,20 @@ def why_not(sc) -> str | None:
     """Why a scenario cannot run with one guest per host (None: it can)."""
     if sc.levels.get("hops", 0):
         return "routers between host guests are not built yet (kernel: guest runs them)"
-    for kind, names in {"switch": {"ovs"}, "encryption": {"ipsec", "wireguard"}}.items():
-        if sc.labels.get(kind, "").split("(")[0] in names:
-            return (f"{sc.labels[kind]} keeps its daemons' files on this machine; over SSH it is not supported yet "
-                    f"(kernel: guest runs it)")
-    if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
-        return "host-to-host over IPv6: the host guests' underlay has IPv4 addresses only"
+    if sc.labels.get("encryption", "").split("(")[0] == "wireguard":
+        from .machine import capabilities
+        caps = capabilities()
+        kernel, go = (caps.kernel.get("wireguard"), caps.tools.get("wireguard-go")) if caps else (None, None)
+        if not (kernel and kernel.ok) and not (go and go.ok):
+            return (f"WireGuard: the guest's kernel has no wireguard device ({kernel.detail if kernel else 'not probed'})"
+                    f", and wireguard-go cannot run in it: {go.detail if go else 'not probed'}")
     return None
 
 
 class GuestHostSite(TestbedSite):
     """One guest per emulated host, booted in parallel; h<i> is guest i, its underlay address 10.252.0.<i>."""
+
+    owns_hosts = True
 
     def __init__(self, ledger: Ledger, hosts: int, backend: str = "uml", boot_timeout: float = 60):
         self.fleet = Fleet(ledger, backend, boot_timeout=boot_timeout)
@@ -60,9 +68,8 @@ class GuestHostSite(TestbedSite):
                                     for i, g in enumerate(self.fleet.guests.values(), 1)])
         super().__init__(bed, ledger)
         self._exec = {h.name: g.executor for h, g in zip(bed.hosts, self.fleet.guests.values())}
-        self._nic: tuple[int, str | None] | None = None
-        self._parallel({f"h{i}": (self._exec[h.name], f"ip addr add {h.address}/24 dev {shlex.quote(h.nic)}")
-                        for i, h in enumerate(bed.hosts, 1)})
+        for ex in self._exec.values():  # a testbed host's files (daemons' configs, keys) live in its own /run
+            ex.own_files = True
 
     @property
     def hosts(self) -> int:
@@ -78,21 +85,45 @@ class GuestHostSite(TestbedSite):
             return f"the scenario needs {sc.hosts} hosts; {self.hosts} host guests were booted"
         return why_not(sc)
 
-    def prepare(self, sc) -> None:
-        """Each guest's underlay NIC at the scenario's MTU, shaped to its rate (tbf) or not: the guests are the
-        run's own, so this is the emulated underlay, not a real host's NIC."""
-        want = (sc.underlay_mtu, sc.underlay_rate)
-        if self._nic == want:
-            return
-        nic = shlex.quote(self.nic_name)
-        script = f"ip link set {nic} mtu {int(sc.underlay_mtu)} up; tc qdisc del dev {nic} root 2>/dev/null; true"
-        if sc.underlay_rate:
-            from ..units import parse_rate
-            rate = int(parse_rate(sc.underlay_rate))
-            burst = max(rate // 8 // 1000, 2 * sc.underlay_mtu)  # 1 ms at the rate, at least two frames
-            script += f"; tc qdisc add dev {nic} root tbf rate {rate}bit burst {burst} latency 50ms"
-        self._parallel({f"h{i}": (self._exec[h.name], script) for i, h in enumerate(self.bed.hosts, 1)})
-        self._nic = want
+    # ---- build: the guest's NIC is the host's, for the scenario ----------------------------------------------
+    def underlay(self, topo) -> None:
+        """Each guest's underlay NIC goes into its host's namespace of the run (Topology.owned_hosts): the host's
+        address, tunnels, xfrm, daemons and host-to-host traffic are there, as with emulated hosts. The NIC is set
+        to the scenario's MTU and shaped to its rate (tbf): the guests are the run's own, so this is the emulated
+        underlay, not a real host's NIC."""
+        sc, nic = topo.sc, self.nic_name
+        for h in topo.hosts:
+            topo.ip(topo.root_of(h.label), self._move(h.netns))
+            topo.ip(h.label, f"link set {nic} mtu {int(sc.underlay_mtu)} up")
+            if sc.underlay_rate:
+                rate = int(sc.underlay_rate)
+                burst = max(rate // 8 // 1000, 2 * sc.underlay_mtu)  # 1 ms at the rate, at least two frames
+                topo.batch("tc", h.label, f"qdisc replace dev {nic} root tbf rate {rate}bit burst {burst} latency 50ms")
+
+    def _move(self, netns: str) -> str:
+        return f"link set dev {self.nic_name} netns {netns}"
+
+    def execute(self, topo, waves) -> None:
+        """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
+        batch may bring up a VM port that the machine's makes (OVS with a tunnel overlay sets the host's address
+        before the VMs are attached)."""
+        def mine_first(step) -> bool:
+            return getattr(topo.nodes.get(step.node), "role", None) != "machine"
+        super().execute(topo, [sorted(wave, key=mine_first) for wave in waves])
+
+    def guard(self, topo, waves) -> None:
+        """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""
+        mine = {self._move(h.netns) for h in topo.hosts}
+        super().guard(topo, [[replace(st, lines=[ln for ln in st.lines if ln not in mine]) for st in wave]
+                             for wave in waves])
+
+    def teardown(self, topo) -> None:
+        """The NIC back in the guest's root namespace first (a deleted namespace gives a device back only later,
+        asynchronously), then the real host's teardown."""
+        q = shlex.quote
+        self._parallel({h.label: (self.executor(h.label), f"ip -n {q(h.netns)} link set dev {q(self.nic_name)} "
+                                                          f"netns 1 2>/dev/null; true") for h in topo.hosts})
+        super().teardown(topo)
 
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
         """The run's directory in each guest; no testbed-host record in the local ledger: the guests themselves
@@ -111,12 +142,15 @@ class GuestHostSite(TestbedSite):
         return self._exec[self.host(label).name]
 
     def nic_counters(self) -> dict[str, dict[str, int]]:
-        """rx/tx bytes of each guest's underlay NIC, read inside the guest (its own kernel's counters)."""
+        """rx/tx bytes of each guest's underlay NIC, read inside the guest (its own kernel's counters), in the host's
+        namespace of the run while a scenario has it."""
         out = {}
         for i, h in enumerate(self.bed.hosts, 1):
+            f = f"/sys/class/net/{shlex.quote(self.nic_name)}/statistics"
+            ns = shlex.quote(f"{self.ledger.prefix}-h{i}")
             text = self._exec[h.name].run_script(
-                f"cat /sys/class/net/{shlex.quote(self.nic_name)}/statistics/rx_bytes "
-                f"/sys/class/net/{shlex.quote(self.nic_name)}/statistics/tx_bytes", timeout=30).stdout.split()
+                f"ip netns exec {ns} cat {f}/rx_bytes {f}/tx_bytes 2>/dev/null || cat {f}/rx_bytes {f}/tx_bytes",
+                timeout=30).stdout.split()
             out[f"h{i}"] = {"rx_bytes": int(text[0]), "tx_bytes": int(text[1])}
         return out
 
@@ -129,8 +163,7 @@ class GuestHostSite(TestbedSite):
         for h in topo.hosts:
             name, machine = self.name(h.label), self.executor(h.label)
             out += [HostProbe(SystemProbe(machine, interval=None), name),
-                    HostProbe(InterfaceProbe(h.exec, interval=None), name),
-                    HostProbe(InterfaceProbe(machine, interval=None), name, only=self.nic(h.label))]
+                    HostProbe(InterfaceProbe(h.exec, interval=None), name)]  # the NIC is in the host's namespace
         return out
 
     def environment(self) -> dict:
@@ -138,5 +171,7 @@ class GuestHostSite(TestbedSite):
 
     def close(self) -> None:
         super().close()
+        targets = {ex.target for ex in self._exec.values()}  # a later fleet's guests have none of its copied modules
+        _COPIED.difference_update({k for k in _COPIED if k[0] in targets})
         self.fleet.teardown()
         shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own

@@ -46,7 +46,7 @@ class GuestMachine:
 
     def host_site(self, sc):
         """One guest per emulated host (guests.hostsite), booted at the first such scenario and kept while the
-        scenarios need no more hosts than it has; its underlay set to each scenario's MTU and rate."""
+        scenarios need no more hosts than it has (each topology sets the underlay to its MTU and rate)."""
         from .hostsite import GuestHostSite
         if self.fleet is not None:  # both use the run's guest namespace: one kind of guests at a time
             self.close()
@@ -55,7 +55,6 @@ class GuestMachine:
             self.hosts = None
         if self.hosts is None:
             self.hosts = GuestHostSite(self.ledger, sc.hosts, BACKEND)
-        self.hosts.prepare(sc)
         return self.hosts
 
     def executor(self):

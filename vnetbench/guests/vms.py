@@ -10,9 +10,14 @@ as everywhere else, and the guest is reused by the next topology: booted once pe
 rebooted only when a scenario wants other VMs.
 
 A level is `shared`, `guest`, or `{type: guest, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side).
+
+VM-to-VM encryption between guest VMs runs in their own kernels (their xfrm; a charon in each guest for IKE): it is
+checked against the guest kernel's capabilities (`check_encryption`), and a tunnel with one end in a namespace VM
+(that is, in this machine's kernel) runs only if this kernel offers the same implementation.
 """
 from __future__ import annotations
 
+import shutil
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -88,9 +93,6 @@ def decide(sc) -> str | None:
                 f"{'no VM' if sc.levels.get('attach') == 'host' else 'no switch port'} (use attach switch)")
     if sc.levels.get("kernel", "shared") != "shared":
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
-    if sc.labels.get("encryption", "none") != "none" and sc.levels.get("encryption_scope") == "vm-to-vm":
-        return ("vm_kernel guest: vm-to-vm encryption in guest VMs is not built yet (its capability check would be "
-                "the machine's, not the guests' kernels'); use kernel: guest, where the whole topology has the guest's xfrm")
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
     from . import backend
@@ -99,6 +101,49 @@ def decide(sc) -> str | None:
         return f"vm_kernel guest: {sup.reason}"
     sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
     return None
+
+
+def encrypting_vms(sc) -> list[str]:
+    """The VMs whose kernels hold a vm-to-vm tunnel's ends (both VMs of every pair), [] without one."""
+    if sc.labels.get("encryption", "none") == "none" or sc.levels.get("encryption_scope") != "vm-to-vm":
+        return []
+    from ..topology import Topology
+    return list(dict.fromkeys(p.meta[side] for p in Topology(sc, None).pairs for side in ("client", "server")))
+
+
+def check_encryption(sc, element, caps):
+    """vm-to-vm encryption whose ends are guest VMs is checked against the guests' kernel (its xfrm, as the guest
+    probe found it), not the machine's; an end that is not a guest has the machine's kernel, which must offer the
+    same implementation (kernel xfrm at both ends: an IKE peer in userspace libipsec encapsulates ESP in UDP, a
+    kernel peer does not). None: not such a scenario (the matrix's own check stands)."""
+    from ..datapaths.base import Availability
+    guests = set(wanted(sc))
+    ends = encrypting_vms(sc) if guests else []
+    if not guests.intersection(ends):
+        return None
+    from . import machine
+    caps_g = machine.capabilities()
+    if caps_g is None:
+        return Availability.no(f"its ends are guest VMs whose kernel could not be probed: "
+                               f"{machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+    kernel = caps_g.tools["kernel"].detail
+    shared = [vm for vm in ends if vm not in guests]
+    if shared:
+        here = element.check(sc, caps)
+        why = here.reason if not here.ok else None
+        if here.ok and not here.implementation.startswith(("kernel-", "kernel ")):
+            why = (f"there it would be {here.implementation}, not a kernel's xfrm as in the guest: the two ends "
+                   f"would run different IPsec implementations")
+        if why:
+            return Availability.no(f"{', '.join(shared)} {'is' if len(shared) == 1 else 'are'} not a guest VM, so "
+                                   f"{'its' if len(shared) == 1 else 'their'} end of the tunnel is in this machine's "
+                                   f"kernel: {why}; make both VMs of every pair guests (vm_kernel side: both)")
+    avail = element.check(sc, caps_g)  # last: the element keeps the guest kernel's implementation
+    if not avail.ok:
+        return Availability.no(f"in the guest VMs' kernel ({kernel}): {avail.reason}")
+    where = f"{kernel} in the guest VMs" + (f" and this machine's kernel in {', '.join(shared)}" if shared else "")
+    return Availability(True, f"{kernel} + {avail.implementation}",
+                        notes=(f"the tunnel's ends run in the VMs' own kernels: {where}", *avail.notes))
 
 
 def segment(label: str) -> str:
@@ -135,6 +180,7 @@ class VmGuests:
     def close(self) -> None:
         if self.fleet is not None:
             self.fleet.teardown()
+            shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
         self.fleet, self.labels = None, ()
 
 
