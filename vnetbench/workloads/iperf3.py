@@ -200,8 +200,12 @@ def bytes_in(ivs: Sequence[Interval], lo: float, hi: float) -> float:
 def common_window(per_process: Sequence[Sequence[Interval]]) -> tuple[float, float]:
     """The window every process was measuring: from the latest start to the earliest end."""
     lo, hi = max(ivs[0][0] for ivs in per_process), min(ivs[-1][1] for ivs in per_process)
-    if hi <= lo:
-        raise WorkloadError("the iperf3 processes of a pair measured no common window")
+    if hi <= lo:  # e.g. through OVS's userspace datapath one process took seconds longer to connect its streams
+        t0 = min(ivs[0][0] for ivs in per_process)
+        spans = ", ".join(f"{ivs[0][0] - t0:.1f}-{ivs[-1][1] - t0:.1f}" for ivs in per_process)
+        raise WorkloadError(f"the {len(per_process)} iperf3 processes of a pair never measured at the same time "
+                            f"(their windows, in s from the first one's start: {spans}): their streams were not "
+                            f"concurrent, so their sum is no measurement")
     return lo, hi
 
 
