@@ -65,7 +65,7 @@ case "$what" in
     exit "$rc" ;;
   test)
     .venv/bin/vnetbench clean >/dev/null
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests ;;
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 tests ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
   *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;
 esac
