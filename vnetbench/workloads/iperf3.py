@@ -21,9 +21,11 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
 - Timebase: start.timestamp.timesecs is when the client connected, in whole seconds; interval start/end are seconds
   from the test's start (after -O, from the end of the omitted seconds). The test's start on the machine's clock is
   the later of timesecs and the moment we spawned the client (a few ms before it connects): every t is absolute.
-  Several processes of a pair are placed by their exit instead (their last interval ends a few ms before it): each
-  connects its streams for a different time after its spawn (up to a second for 128 streams on a busy machine), and
-  spawn-time placement summed one process's time alone on the link with another's, up to 1.3x the line rate.
+  Several processes of a pair: their receivers report every 0.1 s, so that bytes are summed over the time all of
+  them ran (1-s receiver intervals spread a process's time alone on the link over the common window: up to 1.5x the
+  line rate). Their exits are timed too: one that ends much later than planned may have started late (through OVS's
+  userspace datapath 128 streams took seconds to connect), so the processes may not have run together: that trial
+  fails (placing them by their exits instead mistook a late result exchange for a late start).
 """
 from __future__ import annotations
 
@@ -164,12 +166,13 @@ def parse_iperf3(text: str, began: float | None = None, **meta: Any) -> list[Sam
             + _interval_samples(doc, meta, began))
 
 
-def _anchored(doc: dict, ended: float) -> float:
-    """When the measured part began, counted back from the process's exit: its last interval ended just before
-    it (the result exchange takes a few ms). Processes of a pair connect their streams for different times (up to a
-    second for 128 streams on a busy machine) after they were spawned, so the spawn time misplaces them."""
+LATE_EXIT_S = 2.0  # a late result exchange seen here took up to ~1.1 s
+
+
+def _late(doc: dict, start: float, ended: float) -> float:
+    """Seconds a process exited after its last interval, as placed from its spawn."""
     ends = [iv["sum"]["end"] for iv in doc.get("intervals", []) if not iv["sum"]["omitted"]]
-    return ended - max(ends) if ends else ended
+    return ended - start - max(ends, default=0.0)
 
 
 def _merge_end(ends: list[dict]) -> dict:
@@ -234,7 +237,8 @@ def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None =
                            ended: Sequence[float] | None = None, step: float | None = None,
                            **meta: Any) -> list[Sample]:
     """Samples of one pair whose streams were split over several client processes (one JSON output each,
-    began: when each was spawned, ended: when each exited; without them they are taken to have started together;
+    began: when each was spawned (they are placed from it), ended: when each exited (a check that none started far
+    later); without them they are taken to have started together;
     step: the series' step, the -i asked for (without it, the client's typical interval).
     Goodput (receiver and sender) is the processes' bytes summed over the window all of them were measuring; counts
     are added up; metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
@@ -249,7 +253,13 @@ def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None =
     starts = [_measuring(d, b) if b is not None else d["start"]["test_start"].get("omit", 0)
               for d, b in zip(docs, began)]
     if ended is not None:
-        starts = [max(s, _anchored(d, e)) for d, s, e in zip(docs, starts, ended)]
+        late = [_late(d, st, e) for d, st, e in zip(docs, starts, ended)]
+        duration = docs[0]["start"]["test_start"].get("duration", 0)
+        if max(late) > max(duration, LATE_EXIT_S):
+            raise WorkloadError(f"an iperf3 process of pair {meta.get('pair')} ended {max(late):.1f} s after its "
+                                f"{duration}-s test should have (the processes ended "
+                                f"{', '.join(f'{x:.1f}' for x in late)} s late): it may have started that late, so "
+                                f"the processes may not have run together and their sum is no measurement")
     merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
     windows, series = {}, []
     for sender in (False, True):
