@@ -87,20 +87,21 @@ def test_iperf3_processes_add_up():
     assert mean == pytest.approx(one(samples, "throughput_bps", **meta), rel=1e-3)  # adds up to the total
 
 
-def test_iperf3_processes_that_may_not_have_run_together_fail():
-    """Processes are placed from their spawn and summed at the step asked for; their exits are timed, and one that
-    ended far later than its test should have (it may have started that late) fails the pair, naming the delay."""
-    docs = [json.loads(fixture(n)) for n in ("tcp.json", "tcp_multi.json")]
-    texts = [fixture("tcp.json"), fixture("tcp_multi.json")]
-    t0 = max(d["start"]["timestamp"]["timesecs"] for d in docs) + 0.5  # both spawned then
+def test_iperf3_processes_are_placed_by_their_start_up_delay():
+    """Each process is placed from its spawn plus its start-up delay, known from its exit but capped at the pair's
+    median (a late result exchange is not a late start); one that ended later than the others by more than the
+    test's length may not have run with them: the pair fails, naming the delays. The series has the step asked for."""
+    docs = [json.loads(fixture(n)) for n in ("tcp.json", "tcp_multi.json", "tcp.json")]
+    texts = [fixture("tcp.json"), fixture("tcp_multi.json"), fixture("tcp.json")]
+    t0 = max(d["start"]["timestamp"]["timesecs"] for d in docs) + 0.5  # all spawned then
     last = [max(iv["sum"]["end"] for iv in d["intervals"]) for d in docs]
-    ended = [t0 + last[0] + 0.05, t0 + last[1] + 1.2]  # the second one's result exchange took 1.2 s
-    samples = parse_iperf3_processes(texts, [t0, t0], ended, 0.5, pair=1)
+    ended = [t0 + last[0] + 0.4, t0 + last[1] + 0.6, t0 + last[2] + 1.5]  # connected after 0.4 and 0.6 s, ...
+    samples = parse_iperf3_processes(texts, [t0] * 3, ended, 0.5, pair=1)
     lo, _ = by(samples, "throughput_bps")[0].metadata["window"]
-    assert lo == pytest.approx(t0)
+    assert lo == pytest.approx(t0 + 0.6)  # ... the third by the median, 0.6 s: its exchange was late
     assert {round(s.metadata["seconds"], 6) for s in by(samples, "throughput_interval_bps")[:-1]} == {0.5}
-    with pytest.raises(WorkloadError, match=r"ended 4\.6 s after its 2-s test should have"):
-        parse_iperf3_processes(texts, [t0, t0], [ended[0], t0 + last[1] + 4.6], pair=1)
+    with pytest.raises(WorkloadError, match=r"ended 3\.4 s later than the others .* 0\.4, 0\.6, 4\.0 s after"):
+        parse_iperf3_processes(texts, [t0] * 3, [ended[0], ended[1], t0 + last[2] + 4.0], pair=1)
 
 
 def test_iperf3_udp_processes_count_loss_over_all_datagrams():
