@@ -278,16 +278,22 @@ class Topology:
         (an OVS bridge that owns it takes it); None where the underlay is not the run's own."""
         if not self.run_underlay:
             return None
+        p = self.prefix[2:6]
+        return f"02:75:{p[:2]}:{p[2:]}:{self.mac_serial:02x}:{int(host[1:]):02x}"
+
+    @property
+    def mac_serial(self) -> int:
+        """This build's number in the run's MACs: a MAC never moves from one host to another within a run (the lab
+        switch would send its frames to the old host until the new one speaks: TCP stalled at 0 bytes)."""
         if not hasattr(self, "_mac_serial"):
             self._mac_serial = self.site.mac_serial()
-        p = self.prefix[2:6]
-        return f"02:75:{p[:2]}:{p[2:]}:{self._mac_serial:02x}:{int(host[1:]):02x}"
+        return self._mac_serial
 
     def mac(self, label: str) -> str:
-        """A VM's MAC on a testbed (locally administered, with the run's prefix in it)."""
+        """A VM's MAC on a testbed (locally administered, with the run's prefix and the build's number in it)."""
         n = list(self.nodes).index(label)
         p = self.prefix[2:6]
-        return f"02:76:{p[:2]}:{p[2:]}:{n // 256:02x}:{n % 256:02x}"
+        return f"06:{self.mac_serial:02x}:{p[:2]}:{p[2:]}:{n // 256:02x}:{n % 256:02x}"
     def root_of(self, label: str) -> str:
         """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
         on a testbed the VM's host (a real host's own root namespace)."""
