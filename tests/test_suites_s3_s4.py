@@ -22,7 +22,7 @@ from vnetbench.store import Store
 from vnetbench.topology import Topology
 from vnetbench.workloads import load_all as workloads
 from vnetbench.workloads.base import WorkloadError
-from vnetbench.workloads.iperf3 import parse_iperf3, parse_iperf3_processes
+from vnetbench.workloads.iperf3 import parse_iperf3, parse_iperf3_processes, server_intervals
 
 FIX = Path(__file__).parent / "fixtures" / "iperf3"
 SMOKE_BUDGET_S = 150  # the smoke profiles take ~20-25 s here; generous for a machine shared with other tests
@@ -87,21 +87,41 @@ def test_iperf3_processes_add_up():
     assert mean == pytest.approx(one(samples, "throughput_bps", **meta), rel=1e-3)  # adds up to the total
 
 
-def test_iperf3_processes_are_placed_by_their_start_up_delay():
-    """Each process is placed from its spawn plus its start-up delay, known from its exit but capped at the pair's
-    median (a late result exchange is not a late start); one that ended later than the others by more than the
-    test's length may not have run with them: the pair fails, naming the delays. The series has the step asked for."""
-    docs = [json.loads(fixture(n)) for n in ("tcp.json", "tcp_multi.json", "tcp.json")]
-    texts = [fixture("tcp.json"), fixture("tcp_multi.json"), fixture("tcp.json")]
-    t0 = max(d["start"]["timestamp"]["timesecs"] for d in docs) + 0.5  # all spawned then
-    last = [max(iv["sum"]["end"] for iv in d["intervals"]) for d in docs]
-    ended = [t0 + last[0] + 0.4, t0 + last[1] + 0.6, t0 + last[2] + 1.5]  # connected after 0.4 and 0.6 s, ...
-    samples = parse_iperf3_processes(texts, [t0] * 3, ended, 0.5, pair=1)
-    lo, _ = by(samples, "throughput_bps")[0].metadata["window"]
-    assert lo == pytest.approx(t0 + 0.6)  # ... the third by the median, 0.6 s: its exchange was late
-    assert {round(s.metadata["seconds"], 6) for s in by(samples, "throughput_interval_bps")[:-1]} == {0.5}
-    with pytest.raises(WorkloadError, match=r"ended 3\.4 s later than the others .* 0\.4, 0\.6, 4\.0 s after"):
-        parse_iperf3_processes(texts, [t0] * 3, [ended[0], ended[1], t0 + last[2] + 4.0], pair=1)
+def _split_fixture():
+    """Two processes of one pair (2 and 3 streams of 200 Mbit/s), the second started 0.3 s after the first: their
+    clients' JSON and their servers' text as it arrived, stamped (recorded on loopback)."""
+    texts = [fixture(f"split{k}_client.json") for k in (1, 2)]
+    servers = [[tuple(x) for x in json.loads(fixture(f"split{k}_server.json"))] for k in (1, 2)]
+    return texts, servers
+
+
+def test_iperf3_processes_are_placed_by_their_servers_stamped_lines():
+    """Each process is placed where its server's interval lines arrived (the least delayed line minus its end), so
+    their bytes are summed over the time all of them really ran; the series has the step asked for."""
+    texts, servers = _split_fixture()
+    starts = [server_intervals(s, False)[0] for s in servers]
+    assert starts[1] - starts[0] == pytest.approx(0.3, abs=0.05)  # the 0.3 s between the two spawns
+    for lines, start in zip(servers, starts):  # no interval line arrived before its interval ended
+        ends = [float(re.search(r"-\s*(\d+\.\d+)\s+sec", x)[1]) for _, x in lines if "[SUM]" in x]
+        assert ends and all(t >= start + b for (t, x), b in zip([y for y in lines if "[SUM]" in y[1]], ends))
+    samples = parse_iperf3_processes(texts, servers, 0.5, pair=1)
+    lo, hi = by(samples, "throughput_bps")[0].metadata["window"]
+    assert lo == pytest.approx(starts[1]) and hi > lo
+    # 5 streams of 200 Mbit/s ran together over the window: 1 Gbit/s, not the sum of the two totals
+    assert one(samples, "throughput_bps", direction="forward") == pytest.approx(1e9, rel=0.03)
+    assert {round(s.metadata["seconds"], 6) for s in by(samples, "throughput_interval_bps")[:-1]} <= {0.5}
+
+
+def test_iperf3_split_server_lines_must_add_up_to_the_servers_total():
+    """A misread server line (here one interval's rate made 10x) contradicts the total the server reported: the
+    pair fails, naming both figures."""
+    texts, servers = _split_fixture()
+    k = next(i for i, (_, x) in enumerate(servers[0]) if x.startswith("[SUM]") and "0.50-0.60" in x)
+    t, line = servers[0][k]
+    rate = re.search(r"(\d+) Kbits/sec", line)[1]
+    servers[0][k] = (t, line.replace(rate + " Kbits", rate + "0 Kbits"))
+    with pytest.raises(WorkloadError, match=r"intervals add up to \d+ bytes, its total says \d+"):
+        parse_iperf3_processes(texts, servers, 0.5, pair=1)
 
 
 def test_iperf3_udp_processes_count_loss_over_all_datagrams():

@@ -246,13 +246,9 @@ class TestbedSite:
             if p.index in skip:
                 continue
             node = topo.nodes[p.meta["client"]]
-            argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", str(PING_CHECK_S), p.server.addr]
             inside = node.role == "vm" or self.owns_hosts or (node.netns and self.run_underlay(topo.sc))
-            argv = ["ip", "netns", "exec", node.netns, *argv] if inside else argv
-            why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
-                   f"{PING_CHECK_S} s: this topology does not pass traffic")
-            out.setdefault(self.machine(topo, node.label), []).append(
-                f"{shlex.join(argv)} >/dev/null || {{ echo {shlex.quote('@@ping ' + why)} >&2; exit 3; }}")
+            argv, why = _ping_check(p, node.netns if inside else None)
+            out.setdefault(self.machine(topo, node.label), []).append(f"{argv} >/dev/null || {why}")
         return out
 
     def _batches(self, topo, steps, check: bool = False) -> None:
@@ -279,13 +275,9 @@ class TestbedSite:
                 continue
             ns, addr = shlex.quote(topo.nodes[client].netns), shlex.quote(p.server.addr)
             neigh = f"ip -n {ns} neigh replace {addr} lladdr {topo.mac(server)} dev {shlex.quote(dev)} nud permanent"
-            ping = shlex.join(["ip", "netns", "exec", topo.nodes[client].netns,
-                               "ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", str(PING_CHECK_S), p.server.addr])
-            why = (f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to ping within "
-                   f"{PING_CHECK_S} s: this topology does not pass traffic")
+            ping, why = _ping_check(p, topo.nodes[client].netns)
             out.setdefault(self.machine(topo, client), []).append((p.index, (
-                f"echo @@ping >&2\n{neigh}\nr=0; {ping} >/dev/null || r=$?\n"
-                f"[ $r = 0 ] || {{ echo {shlex.quote('@@ping ' + why)} >&2; exit 3; }}")))
+                f"echo @@ping >&2\n{neigh}\nr=0; {ping} >/dev/null || r=$?\n[ $r = 0 ] || {why}")))
             sns, sdev = shlex.quote(topo.nodes[server].netns), shlex.quote(topo.known_macs[server])
             out.setdefault(self.machine(topo, server), []).append((p.index, (
                 f"ip -n {sns} neigh replace {shlex.quote(p.client.addr)} lladdr {topo.mac(client)} dev {sdev} "
@@ -502,3 +494,13 @@ def _foreign(line: str, prefix: str, nic: str, vfs: set[str] = frozenset()) -> s
         if "netns" not in rest:
             return "a veth peer must be created inside one of the run's namespaces"
     return None
+
+
+def _ping_check(pair, netns: str | None) -> tuple[str, str]:
+    """The shell line of a pair's ping check (one echo answered within PING_CHECK_S, asked every 10 ms; in `netns`
+    if given), and the line that reports its failure (@@ping, exit 3)."""
+    argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.01", "-w", str(PING_CHECK_S), pair.server.addr]
+    argv = ["ip", "netns", "exec", netns, *argv] if netns else argv
+    why = (f"pair {pair.index} ({pair.client.label} -> {pair.server.label} {pair.server.addr}): no reply to ping "
+           f"within {PING_CHECK_S} s: this topology does not pass traffic")
+    return shlex.join(argv), f"{{ echo {shlex.quote('@@ping ' + why)} >&2; exit 3; }}"

@@ -5,6 +5,7 @@ bounded in time, and returns Samples. Parsing of the tool's output lives in the 
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -123,6 +124,34 @@ def bounded(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str
         out, err = stop(proc)  # SIGTERM first: iperf3 and ping then print where they were
         said = (err.strip() or out.strip())[-300:]
         raise ToolHung(f"{what} did not finish within {timeout:.0f} s" + (f": {said}" if said else "")) from None
+
+
+class Stamped:
+    """A running tool's stdout read as it comes, each line stamped (time.time()) when it arrived here: the one
+    timebase for tools that report intervals relative to their own start. Start it once the tool is up (it owns the
+    pipe from then on); `lines()` waits for the tool's end of output."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self._chunks = proc, []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 65536):
+            self._chunks.append((time.time(), chunk))
+
+    def lines(self, timeout: float) -> list[tuple[float, str]]:
+        """(arrival, line) of every complete line; a tool still running after `timeout` s is stopped first."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            stop(self.proc)
+            self._thread.join(2.0)
+        out, rest = [], b""
+        for t, chunk in list(self._chunks):
+            *done, rest = (rest + chunk).split(b"\n")
+            out += [(t, line.decode(errors="replace")) for line in done]
+        return out
 
 
 def said(text: str, limit: int = 500) -> str:

@@ -21,21 +21,22 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
 - Timebase: start.timestamp.timesecs is when the client connected, in whole seconds; interval start/end are seconds
   from the test's start (after -O, from the end of the omitted seconds). The test's start on the machine's clock is
   the later of timesecs and the moment we spawned the client (a few ms before it connects): every t is absolute.
-  Several processes of a pair: their receivers report every 0.1 s, so that bytes are summed over the time all of
-  them ran (1-s receiver intervals spread a process's time alone on the link over the common window: up to 1.5x the
-  line rate). Each is placed from its spawn plus its start-up delay (connecting 128 streams takes 0.6-1.1 s here),
-  known from its exit: at most exit - spawn - its intervals, and at most the pair's median of that (one process's
-  result exchange can be a second late: S4's 4 generators). One that ends later than the others by more than the
-  test's length may have started that late (through OVS's userspace datapath 128 streams took seconds to
-  connect): the processes may not have run together, and that trial fails.
+  Several processes of a pair: each server prints its intervals as text every 0.1 s (-f k --forceflush), read and
+  stamped here as the lines arrive (over SSH too: the servers of a pair share one host and its delay). A line cannot
+  arrive before its interval ends, so the least delayed one places the process: its arrival minus its interval's
+  end. (Placing by spawn or exit times was off by up to a second, the time 128 streams take to connect or a late
+  result exchange, and a process's time alone on the link was then summed with the others': 11.1 Gbit/s on a
+  10 Gbit/s underlay.) Those 0.1-s lines hold the server's side of the bytes (rate x printed length; they must add
+  up to the total the server reported, within 2 % and one interval). Processes whose windows never overlap (through
+  OVS's userspace datapath 128 streams took seconds to connect) did not run together: that trial fails.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from statistics import median
 from typing import Any, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
@@ -43,7 +44,7 @@ from pydantic import Field, field_validator, model_validator
 from ..sample import Sample
 from ..units import parse_rate
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
+from .base import Command, Pair, Params, Stamped, Workload, WorkloadError, finish, stop, wait_listening
 from .ping import collect_ping, parse_ping, parse_rtts, ping_argv
 
 PING_INTERVAL_S = 0.2
@@ -169,27 +170,42 @@ def parse_iperf3(text: str, began: float | None = None, **meta: Any) -> list[Sam
             + _interval_samples(doc, meta, began))
 
 
-LATE_EXIT_S = 2.0  # a late result exchange seen here took up to ~1.1 s
+# One interval line of a split pair's server (text, -f k): [id or SUM][role]  a-b sec  transfer  rate Kbits/sec ...
+_SERVER_LINE = re.compile(r"^\[(?P<id>SUM|\s*\d+)\](?:\[(?P<role>TX|RX)-S\])?\s+(?P<a>\d+\.\d+)-\s*(?P<b>\d+\.\d+)"
+                          r"\s+sec\s+\S+\s+\w?Bytes\s+(?P<rate>\d+(?:\.\d+)?)\s+Kbits/sec(?P<rest>.*)$")
 
 
-def _placed(docs: list[dict], starts: list[float], ended: list[float], pair: Any) -> list[float]:
-    """Each process's measuring start: its spawn plus its start-up delay, which is at most the time it ended late
-    (exit - spawn - its intervals) and is taken as at most the pair's median of those: a process that ended later
-    than the others had a slow result exchange, or started late; if by more than the test's length (2 s at least),
-    the processes may not have run together and the pair fails."""
-    last = [max([iv["sum"]["end"] for iv in d.get("intervals", []) if not iv["sum"]["omitted"]], default=0.0)
-            for d in docs]
-    offs = [e - st - n for st, e, n in zip(starts, ended, last)]
-    typical = median(offs)
-    shifts = [max(0.0, min(off, typical)) for off in offs]
-    late = [off - shift for off, shift in zip(offs, shifts)]
-    duration = docs[0]["start"]["test_start"].get("duration", 0)
-    if max(late) > max(duration, LATE_EXIT_S):
-        raise WorkloadError(f"an iperf3 process of pair {pair} ended {max(late):.1f} s later than the others (they "
-                            f"ended {', '.join(f'{x:.1f}' for x in offs)} s after their {duration}-s tests): it may "
-                            f"have started that late, so the processes may not have run together and their sum is "
-                            f"no measurement")
-    return [st + shift for st, shift in zip(starts, shifts)]
+def server_intervals(lines: Sequence[tuple[float, str]], reverse: bool) -> tuple[float, dict[str, list[Interval]]]:
+    """A split pair's server on our timebase, from its stamped text (-i 0.1 -f k --forceflush): when its measured
+    part began (the earliest arrival of an interval line minus that interval's end: a line cannot come before its
+    interval ends; the least delayed one is the best) and its measured intervals per role ("rx", "tx"), bytes from
+    the rate (kbit/s, 1000 bits) times the printed length, relative to that start. The summary lines (sender,
+    receiver) and omitted intervals are not intervals."""
+    rows: dict[str, dict[str, list]] = {}
+    for t, line in lines:
+        m = _SERVER_LINE.match(line)
+        if not m or "(omitted)" in m["rest"] or re.search(r"\b(sender|receiver)\s*$", m["rest"]):
+            continue
+        role = (m["role"] or ("TX" if reverse else "RX")).lower()
+        a, b = float(m["a"]), float(m["b"])
+        key = "sum" if m["id"] == "SUM" else "streams"
+        rows.setdefault(role, {}).setdefault(key, []).append((t, a, b, float(m["rate"]) * 1e3 / 8 * (b - a)))
+    # With one stream a process prints no [SUM] line: its stream's lines are the sums.
+    picked = {role: by.get("sum") or by["streams"] for role, by in rows.items()}
+    if not picked:
+        raise WorkloadError("an iperf3 server of a split pair printed no interval lines")
+    start = min(t - b for ivs in picked.values() for t, _, b, _ in ivs)
+    return start, {role: [(a, b, n) for _, a, b, n in ivs] for role, ivs in picked.items()}
+
+
+def _checked(ivs: Sequence[Interval], exact: float | None, what: str) -> None:
+    """The server's printed intervals must add up to the total it reported to the client (two counters of the same
+    bytes): a misread line would show here. The printed rates are rounded, and after -O iperf3 prints the first
+    measured interval with no length (its bytes count in the total only): one interval's worth more is allowed."""
+    got = sum(n for *_, n in ivs)
+    slack = 0.02 * (exact or 0) + (sorted(n for *_, n in ivs)[len(ivs) // 2] if ivs else 0)  # the typical one
+    if exact and abs(got - exact) > slack:
+        raise WorkloadError(f"{what}: its 0.1-s intervals add up to {got:.0f} bytes, its total says {exact:.0f}")
 
 
 def _merge_end(ends: list[dict]) -> dict:
@@ -250,31 +266,27 @@ def _step(doc: dict) -> float:
     return max(round(lengths[len(lengths) // 2], 1), 0.1) if lengths else 1.0
 
 
-def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None = None,
-                           ended: Sequence[float] | None = None, step: float | None = None,
-                           **meta: Any) -> list[Sample]:
-    """Samples of one pair whose streams were split over several client processes (one JSON output each,
-    began: when each was spawned, ended: when each exited (see _placed); without them they are taken to have
-    started together;
+def parse_iperf3_processes(texts: Sequence[str], servers: Sequence[Sequence[tuple[float, str]]] | None = None,
+                           step: float | None = None, **meta: Any) -> list[Sample]:
+    """Samples of one pair whose streams were split over several client processes (one JSON output each).
+    servers: each server's stamped text (see server_intervals), which places the process on our timebase and holds
+    the server's side of the intervals; without them (recorded fixtures) the servers' JSON is in each client's
+    output and every process is taken to have started at 0.
     step: the series' step, the -i asked for (without it, the client's typical interval).
     Goodput (receiver and sender) is the processes' bytes summed over the window all of them were measuring; counts
     are added up; metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
     docs = [_load(t) for t in texts]
-    began = list(began) if began is not None else [None] * len(docs)
     if len(docs) == 1:
-        return parse_iperf3(texts[0], began[0], **meta)
+        return parse_iperf3(texts[0], **meta)
     m = meta | {"processes": len(docs),
                 "ports": [d["start"]["connected"][0]["remote_port"] for d in docs],
                 "process_streams": [d["start"]["test_start"]["num_streams"] for d in docs]}
-    # Fixtures without spawn times: every process on its own clock from 0, as if they started together.
-    starts = [_measuring(d, b) if b is not None else d["start"]["test_start"].get("omit", 0)
-              for d, b in zip(docs, began)]
-    if ended is not None:
-        starts = _placed(docs, starts, ended, meta.get("pair"))
+    placed = [_placed_server(d, lines, meta.get("pair"), k) for k, (d, lines)
+              in enumerate(zip(docs, servers or [None] * len(docs)))]
     merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
     windows, series = {}, []
     for sender in (False, True):
-        per = [_intervals(d, s, sender) for d, s in zip(docs, starts)]
+        per = [_process_intervals(d, start, side, sender) for d, (start, side) in zip(docs, placed)]
         for direction in per[0]:
             ivs = [p.get(direction) for p in per]
             if not all(ivs):
@@ -288,6 +300,34 @@ def parse_iperf3_processes(texts: Sequence[str], began: Sequence[float] | None =
                 windows[direction] = [lo, hi]
                 series += _grid_series(ivs, step or _step(docs[0]), direction, m)
     return _end_samples(merged, _udp(docs[0]), m, windows) + _cpu_samples(merged, m) + series
+
+
+def _placed_server(doc: dict, lines: Sequence[tuple[float, str]] | None, pair: Any,
+                   k: int) -> tuple[float, dict[str, list[Interval]]]:
+    """(when process k's measured part began on our timebase, its server's intervals per direction and side)."""
+    if lines is None:
+        return doc["start"]["test_start"].get("omit", 0), {}
+    start, roles = server_intervals(lines, bool(doc["start"]["test_start"].get("reverse")))
+    what = f"iperf3 server of pair {pair} process {k + 1}"
+    side = {}
+    # The server receives the forward direction and sends the reverse one (-R, or --bidir's second direction).
+    for role, direction, sender, total in (("rx", "forward", False, "sum_received"),
+                                           ("tx", "reverse", True, "sum_sent_bidir_reverse"
+                                            if "sum_sent_bidir_reverse" in doc["end"] else "sum_sent")):
+        if role in roles:
+            side[(direction, sender)] = ivs = [(start + a, start + b, n) for a, b, n in roles[role]]
+            _checked(ivs, doc["end"].get(total, {}).get("bytes"), what)
+    return start, side
+
+
+def _process_intervals(doc: dict, start: float, side: dict, sender: bool) -> dict[str, list[Interval]]:
+    """direction -> one process's intervals on our timebase: the client's own, and the server's (from its stamped
+    text, or from its JSON in the client's output)."""
+    out = _intervals(doc, start, sender)
+    for (direction, is_sender), ivs in side.items():
+        if is_sender == sender:
+            out[direction] = ivs
+    return out
 
 
 def aggregate(samples: Sequence[Sample]) -> list[Sample]:
@@ -384,10 +424,12 @@ class Iperf3(Workload):
 
     def _server(self, pair: Pair, k: int = 0) -> list[str]:
         # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself;
-        # -i: the client's does not reach the server. Several processes of a pair report every 0.1 s, so that
-        # their bytes are summed over the time all of them ran, not smeared over 1-s intervals (regridded to -i).
-        step = FINE_INTERVAL_S if self.params.n_processes > 1 else self.params.interval
-        return ["iperf3", "-s", "-1", "-J", "-i", f"{step:g}", "-p", str(self._port(pair, k))]
+        # -i: the client's does not reach the server. The servers of a split pair print text as it happens (every
+        # 0.1 s, rates in kbit/s), read and stamped here: that places each process on our timebase (module doc).
+        port = ["-p", str(self._port(pair, k))]
+        if self.params.n_processes > 1:
+            return ["iperf3", "-s", "-1", "-i", f"{FINE_INTERVAL_S:g}", "-f", "k", "--forceflush", *port]
+        return ["iperf3", "-s", "-1", "-J", "-i", f"{self.params.interval:g}", *port]
 
     def _client(self, pair: Pair, k: int = 0) -> list[str]:
         p, addr = self.params, pair.server.addr
@@ -438,6 +480,7 @@ class Iperf3(Workload):
                         self._server(pair, k), label=f"iperf3 server pair {pair.index}{_nth(k, p)}")))
             for pair, k, server in servers:
                 self._await_server(pair, server, k)
+            stamped = {(pair.index, k): Stamped(server) for pair, k, server in servers if p.n_processes > 1}
             idle = self._idle_rtts(pairs, pings) if p.latency == "ping" else []
             pings.clear()
             for pair in pairs:
@@ -450,7 +493,8 @@ class Iperf3(Workload):
             self.signal_running([c for _, _, c, _ in clients] + pings)
             end = time.monotonic() + p.duration + p.omit + 10
             samples = [s for pair in pairs
-                       for s in _client_samples(pair, [(k, c, b) for q, k, c, b in clients if q is pair], end, p)]
+                       for s in _client_samples(pair, [(k, c, b) for q, k, c, b in clients if q is pair], end, p,
+                                                [stamped[(pair.index, k)] for k in procs] if stamped else None)]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
@@ -478,8 +522,9 @@ def _nth(k: int, params: Iperf3Params) -> str:
     return f" process {k + 1}/{params.n_processes}" if params.n_processes > 1 else ""
 
 
-def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -> list[Sample]:
-    """The pair's samples; its processes are waited for at once, so each one's exit is timed (see the module doc)."""
+def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
+                    servers: list[Stamped] | None) -> list[Sample]:
+    """The pair's samples; a split pair's processes are waited for at once, then their servers' stamped text."""
     def one(item):
         k, proc, _ = item
         what = f"iperf3 pair {pair.index}{_nth(k, params)}"
@@ -488,10 +533,10 @@ def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params) -
             _load(out)
         except WorkloadError as exc:
             raise WorkloadError(f"{what}: {exc}") from None
-        return out, time.time()
+        return out
     if len(procs) == 1:
-        return parse_iperf3(one(procs[0])[0], procs[0][2], pair=pair.index)
+        return parse_iperf3(one(procs[0]), procs[0][2], pair=pair.index)
     with ThreadPoolExecutor(max_workers=len(procs)) as pool:
         done = list(pool.map(one, procs))
-    return parse_iperf3_processes([o for o, _ in done], [b for *_, b in procs], [t for _, t in done],
-                                  params.interval, pair=pair.index)
+    # A one-off server (-1) exits once its client has its results.
+    return parse_iperf3_processes(done, [s.lines(_left(end)) for s in servers], params.interval, pair=pair.index)
