@@ -96,3 +96,24 @@ def test_a_parameter_set_in_an_entry_is_pinned_for_that_entry():
     with pytest.raises(SpecError) as exc:
         loads("name: m\nfactors: {protocol: [tcp, udp]}\nworkloads: [{type: iperf3, protocol: udp}]\n")
     assert "sets it itself (iperf3)" in exc.value.lines[0]
+
+
+def test_a_datagram_too_big_once_encrypted_is_left_out_saying_why():
+    """The sender's kernel encrypts a datagram whole (xfrm, end to end) and fragments it after: a 65507-byte ping
+    plus ESP no longer fits in one IPv4 packet. That workload is left out with the largest payload that fits (as
+    computed: 65446 with AES-256-CBC + HMAC-SHA-512 in transport mode); the others run; alone, it skips the scenario.
+    Host to host with VMs, the VMs fragment first: nothing is left out."""
+    caps = caps_without()
+    caps.kernel["xfrm-esp"] = Feature(True, "")
+    esp = "{type: ipsec, keying: manual, mode: transport, cipher: aes-256-cbc, integrity: hmac-sha512}"
+    text = (f"name: m\nfactors: {{encryption: {esp}, kernel: shared}}\nworkloads:\n"
+            "  - {type: ping, ping_size: 56}\n  - {type: ping, ping_size: 65507}\n  - {type: ping, ping_size: 65446}\n")
+    (s,) = scen(text, caps)
+    assert s.skip is None and [w.params.ping_size for w in s.workloads] == [56, 65446] and s.workload_ids == [0, 2]
+    assert any(n.startswith("workload 2 (ping, 65507-byte payloads) left out") and "65446-byte payloads fit" in n
+               for n in s.notes), s.notes
+    (alone,) = scen(f"name: m\nfactors: {{encryption: {esp}}}\nworkloads: [{{type: ping, ping_size: 65507}}]\n", caps)
+    assert alone.skip and "left out" in alone.skip
+    (gateway,) = scen(f"name: m\nfactors: {{encryption: {esp.replace('transport', 'tunnel')}, overlay: vxlan, "
+                      f"encryption_scope: host-to-host}}\nworkloads: [{{type: ping, ping_size: 65507}}]\n", caps)
+    assert gateway.skip is None and len(gateway.workloads) == 1

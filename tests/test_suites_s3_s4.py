@@ -111,6 +111,11 @@ def test_iperf3_processes_are_placed_by_their_servers_stamped_lines():
     # 5 streams of 200 Mbit/s ran together over the window: 1 Gbit/s, not the sum of the two totals
     assert one(samples, "throughput_bps", direction="forward") == pytest.approx(1e9, rel=0.03)
     assert {round(s.metadata["seconds"], 6) for s in by(samples, "throughput_interval_bps")[:-1]} <= {0.5}
+    # each process runs SPLIT_SLACK_S longer than asked; the window is cut to the duration asked
+    cut = parse_iperf3_processes(texts, servers, 0.1, duration=0.5, pair=1)
+    lo, hi = by(cut, "throughput_bps")[0].metadata["window"]
+    assert (lo, hi) == pytest.approx((starts[1], starts[1] + 0.5))
+    assert len(by(cut, "throughput_interval_bps")) == 5
 
 
 def test_iperf3_split_server_lines_must_add_up_to_the_servers_total():

@@ -181,6 +181,11 @@ class Dataset:
             return f"n/a (failed: {reason})"
         if status in ("pending", "running"):
             return "n/a (not run: the campaign was interrupted)"
+        if workload is not None:  # a workload the matrix left out of this scenario says why in its notes
+            left = [n for n in scenario.get("notes") or [] if n.startswith(f"workload {workload + 1} (")
+                    and " left out: " in n]
+            if left:
+                return f"n/a (left out: {left[0].split(' left out: ', 1)[1]})"
         failed = self.failed_trials(scenario["idx"], workload)
         if failed:
             return f"n/a (trials failed: {failed[0].get('error') or 'no error recorded'})"

@@ -407,6 +407,9 @@ class Ipsec(EncryptedTunnel):
     def _states(self, src: str, dst: str, reqid: int) -> tuple[list[str], str]:
         """xfrm state lines with fresh keys, and the policy's template list (ESP applied first, AH outermost)."""
         mode = self.options.mode
+        # A tunnel's outer header is IPv4 and it carries IPv6 too: without af-unspec the kernel drops an inner
+        # packet of the other family (strongSwan sets the same flag on the SAs it installs).
+        flag = " flag af-unspec" if mode == "tunnel" else ""
         states, tmpls = [], []
         if self.esp:
             c, i = self.cipher, self.integrity
@@ -416,13 +419,15 @@ class Ipsec(EncryptedTunnel):
             else:
                 key = f"0x{secrets.token_hex(c.key)}" if c.key else '""'
                 algo = f"enc {c.xfrm} {key} auth-trunc {i.xfrm} 0x{secrets.token_hex(i.key)} {i.icv * 8}"
-            states.append(f"xfrm state add src {src} dst {dst} proto esp spi {spi} reqid {reqid} mode {mode} {algo}")
+            states.append(f"xfrm state add src {src} dst {dst} proto esp spi {spi} reqid {reqid} mode {mode} {algo}"
+                          + flag)
             tmpls.append(f"tmpl src {src} dst {dst} proto esp reqid {reqid} mode {mode}")
         if self.ah:
             i = self.integrity
             ah_mode = "transport" if self.esp else mode  # AH over ESP: the ESP SA already tunnels
             spi = f"0x{secrets.randbits(31) | 0x100:08x}"
             states.append(f"xfrm state add src {src} dst {dst} proto ah spi {spi} reqid {reqid} mode {ah_mode} "
-                          f"auth-trunc {i.xfrm} 0x{secrets.token_hex(i.key)} {i.icv * 8}")
+                          f"auth-trunc {i.xfrm} 0x{secrets.token_hex(i.key)} {i.icv * 8}"
+                          + (flag if ah_mode == "tunnel" else ""))
             tmpls.append(f"tmpl src {src} dst {dst} proto ah reqid {reqid} mode {ah_mode}")
         return states, " ".join(tmpls)

@@ -103,6 +103,11 @@ class Workload(ABC):
         """The ports this workload's server(s) for pair `index` listen on (checked for clashes before a run)."""
         return []
 
+    def largest_datagram(self) -> int | None:
+        """Bytes above IP of the largest datagram it sends whole (ICMP or UDP header included), which the sending
+        stack fragments only after any transform of its own; None when the stack cuts the stream itself (TCP)."""
+        return None
+
     @abstractmethod
     def expected_duration(self) -> float:
         """Seconds one trial takes, for the progress estimate."""

@@ -78,6 +78,9 @@ class Netperf(Workload):
     def expected_duration(self) -> float:
         return self.params.duration + 1
 
+    def largest_datagram(self) -> int | None:
+        return (self.params.message_size or 64) + 8 if self.params.test == "UDP_RR" else None
+
     def listen_ports(self, index: int) -> list[int]:
         return [self.params.port + index - 1]
 

@@ -108,6 +108,9 @@ class Ping(Workload):
     def expected_duration(self) -> float:
         return self.params.count * self.params.interval
 
+    def largest_datagram(self) -> int:
+        return self.params.ping_size + 8  # the ICMP header
+
     def _argv(self, pair: Pair) -> list[str]:
         p = self.params
         return ping_argv(pair.server.addr, p.count, p.interval, p.ping_size, p.deadline())
