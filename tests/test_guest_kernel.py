@@ -254,3 +254,32 @@ def test_esp_tunnel_carries_ipv6_and_the_largest_datagram_is_as_computed(state_d
     finally:
         guest.close()
         ledger.remove_all()
+
+
+def test_underlay_delay_and_loss_run_in_a_guests_kernel(state_dir):
+    """`underlay: {delay, loss}` puts netem on each host NIC in the guest's kernel (this machine's may have none):
+    an echo crosses two NICs, so every round trip takes at least twice the delay, and little more on an idle link;
+    with 10 % dropped on each NIC about 19 % of the echoes go unanswered."""
+    import re
+    text = ("name: g\nrepetitions: 1\nunderlay: {delay: 20ms, loss: 10%}\nfactors: {kernel: guest, attach: host}\n"
+            "workloads: [{type: ping, count: 3}]\n")
+    (sc,) = expand(loads(text).experiment, detect())
+    assert sc.skip is None, sc.skip
+    ledger = Ledger.create()
+    guest = machine.GuestMachine(ledger)
+    try:
+        topo = Topology(sc, ledger, machine=guest.executor())
+        try:
+            topo.build()
+            (pair,) = topo.pairs
+            out = pair.client.node.run(["ping", "-n", "-q", "-c", "200", "-i", "0.01", "-W", "1", pair.server.addr],
+                                       check=False).stdout
+        finally:
+            topo.teardown()
+    finally:
+        guest.close()
+        ledger.remove_all()
+    sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
+    rtt_min, rtt_avg = map(float, re.search(r"= ([\d.]+)/([\d.]+)/", out).groups())
+    assert 40.0 <= rtt_min and rtt_avg < 40.0 + 30.0, out
+    assert 0.05 <= 1 - got / sent <= 0.40, out  # expected 0.19; 200 echoes: +-0.03 (one standard deviation)

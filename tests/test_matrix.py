@@ -117,3 +117,20 @@ def test_a_datagram_too_big_once_encrypted_is_left_out_saying_why():
     (gateway,) = scen(f"name: m\nfactors: {{encryption: {esp.replace('transport', 'tunnel')}, overlay: vxlan, "
                       f"encryption_scope: host-to-host}}\nworkloads: [{{type: ping, ping_size: 65507}}]\n", caps)
     assert gateway.skip is None and len(gateway.workloads) == 1
+
+
+def test_underlay_delay_and_loss_need_netem():
+    """netem (delay, jitter, loss on each host NIC) is a kernel feature: without it the scenario is skipped, naming
+    what was asked, why, and where it runs; with it, the NIC gets netem at the root and the rate under it."""
+    text = BASE + "underlay: {rate: 1G, delay: 10ms, jitter: 1ms, loss: 0.5%}\n"
+    (s,) = scen(text, caps_without("netem"))
+    assert s.skip.startswith("underlay delay, jitter, loss: kernel has no netem") and "kernel: guest" in s.skip
+    caps = caps_without()
+    caps.kernel["netem"] = Feature(True, "")
+    (s,) = scen(text, caps)
+    assert s.skip is None and s.underlay_impairment == {"delay_s": 0.01, "jitter_s": 0.001, "loss_ratio": 0.005}
+    assert s.underlay_qdiscs("u") == ["qdisc add dev u root handle 1: netem limit 91666 delay 10000us 1000us loss 0.5%",
+                                      "qdisc add dev u parent 1: handle 2: tbf rate 1000000000bit burst 125000 "
+                                      "latency 50ms"]
+    (plain,) = scen(BASE, caps)
+    assert plain.underlay_qdiscs("u") == [] and plain.topology_key != s.topology_key

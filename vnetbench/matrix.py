@@ -81,7 +81,8 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
     cross = levels["placement"] == "cross-host"
     hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
     sc = Scenario(index=index, levels=levels, labels=labels, workload_params=entries, workload_ids=ids,
-                  hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate, workloads=wls)
+                  hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate,
+                  underlay_impairment=exp.underlay.impairment(), workloads=wls)
     _overheads(sc, elements)
     return sc
 
@@ -118,6 +119,11 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
                 sc.skip = f"kernel guest-per-host: {why}"
                 return
             sc.implementation["kernel"] += " per host"
+    if sc.underlay_impairment and not caps.has("netem"):
+        hint = "; kernel: guest runs it in a guest's own kernel" if sc.levels.get("kernel") == "shared" else ""
+        sc.skip = (f"underlay {', '.join(k.split('_')[0] for k in sc.underlay_impairment)}: "
+                   f"{caps.missing_kernel('netem')}{hint}")
+        return
     for wl in sc.workloads:
         if not caps.tool(wl.tool):
             sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"

@@ -74,6 +74,8 @@ class Scenario:
     hosts: int
     tenants: int
     underlay_rate: int | None
+    # What netem adds on each host NIC: delay_s, jitter_s, loss_ratio (only those set).
+    underlay_impairment: dict[str, float] = field(default_factory=dict)
     # Bytes of encapsulation each element takes between the VM MTU and the underlay MTU (the underlay is IPv4),
     # as the matrix worked them out with the implementation it chose.
     overheads: dict[str, int] = field(default_factory=dict)
@@ -93,8 +95,29 @@ class Scenario:
         """What the built topology depends on: scenarios with the same key run on one build (they differ only in
         their workloads' parameters, e.g. a message size)."""
         topo = {f: self.levels[f] for f in TOPOLOGY_FACTORS if f in self.levels}
-        return json.dumps([topo, self.hosts, self.tenants, self.underlay_rate, self.overheads, self.implementation],
+        return json.dumps([topo, self.hosts, self.tenants, self.underlay_rate, self.underlay_impairment, self.overheads,
+                           self.implementation],
                           sort_keys=True, default=str)
+
+    def underlay_qdiscs(self, dev: str) -> list[str]:
+        """tc batch lines that shape a host NIC to the underlay: netem (delay, jitter, loss) at the root and the
+        rate (tbf) under it, or the rate alone. Burst: 1 ms at the rate, at least 64 KiB. netem's queue holds a
+        delay's worth of packets at 100 Gbit/s (its default, 1000 packets, would drop at a few Gbit/s)."""
+        imp, out, parent = self.underlay_impairment, [], "root"
+        if imp:
+            args = ""
+            if imp.get("delay_s"):
+                args += f" delay {imp['delay_s'] * 1e6:.0f}us" + (f" {imp['jitter_s'] * 1e6:.0f}us"
+                                                                   if imp.get("jitter_s") else "")
+            if imp.get("loss_ratio"):
+                args += f" loss {imp['loss_ratio'] * 100:g}%"
+            limit = max(1000, int(100e9 / 8 / 1500 * (imp.get("delay_s", 0) + imp.get("jitter_s", 0))))
+            out.append(f"qdisc add dev {dev} root handle 1: netem limit {limit}{args}")
+            parent = "parent 1: handle 2:"
+        if self.underlay_rate:
+            burst = max(self.underlay_rate // 8 // 1000, 64 * 1024)
+            out.append(f"qdisc add dev {dev} {parent} tbf rate {self.underlay_rate}bit burst {burst} latency 50ms")
+        return out
 
     def __getitem__(self, factor: str) -> Any:
         return self.levels[factor]
@@ -122,5 +145,6 @@ class Scenario:
         """The scenario as plain data (JSON-serialisable when its levels are)."""
         return {"index": self.index, "levels": self.levels, "labels": self.labels,
                 "workload_params": self.workload_params, "workload_ids": self.workload_ids, "hosts": self.hosts,
-                "tenants": self.tenants, "underlay_rate": self.underlay_rate, "overheads": self.overheads,
+                "tenants": self.tenants, "underlay_rate": self.underlay_rate,
+                "underlay_impairment": self.underlay_impairment, "overheads": self.overheads,
                 "skip": self.skip, "implementation": self.implementation, "notes": self.notes}

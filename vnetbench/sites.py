@@ -95,8 +95,9 @@ class TestbedSite:
             return f"the scenario needs {sc.hosts} hosts; the testbed {self.bed.source} has {len(self.bed.hosts)}"
         if sc.levels.get("hops", 0):
             return "routers between the hosts (hops) exist only in the emulated underlay"
-        if sc.underlay_rate:
-            return "vnetbench does not shape a real NIC (underlay.rate); the testbed's links run at their own rate"
+        if sc.underlay_rate or sc.underlay_impairment:
+            return ("vnetbench does not shape a real NIC (underlay rate, delay, jitter, loss); the testbed's links run "
+                    "as they are")
         for i in range(1, sc.hosts + 1):
             h = self.bed.hosts[i - 1]
             mtu = int(h.facts.get("nic_mtu") or 0)

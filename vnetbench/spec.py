@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from . import yamlread
 from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS  # noqa: F401 (declared there)
 from .strict import Strict, not_a_bool, one_line, pydantic_message  # noqa: F401 (shared by every input model)
-from .units import parse_rate
+from .units import parse_duration, parse_percent, parse_rate
 from .validate import Problem, check
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -22,10 +22,34 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class Underlay(Strict):
     rate: int | None = Field(None, description="egress rate limit of each host NIC in bit/s ('10gbit', '1G'); none = unlimited")
 
+    delay: float | None = Field(None, description="one-way delay each host NIC adds (netem), e.g. '10ms'")
+    jitter: float | None = Field(None, description="variation of that delay (netem; needs delay), e.g. '1ms'")
+    loss: float | None = Field(None, description="share of packets each host NIC drops at random (netem), e.g. '0.5%'")
+
     @field_validator("rate", mode="before")
     @classmethod
     def _rate(cls, v: Any) -> Any:
         return None if v is None else parse_rate(v)
+
+    @field_validator("delay", "jitter", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _loss(cls, v: Any) -> Any:
+        return None if v is None else parse_percent(v)
+
+    @model_validator(mode="after")
+    def _jitter_needs_delay(self) -> "Underlay":
+        if self.jitter and not self.delay:
+            raise ValueError("jitter varies the delay: give delay too (e.g. delay: 10ms, jitter: 1ms)")
+        return self
+
+    def impairment(self) -> dict[str, float]:
+        """What netem adds on each host NIC (delay_s, jitter_s, loss_ratio), only what is set and non-zero."""
+        return {k: v for k, v in (("delay_s", self.delay), ("jitter_s", self.jitter), ("loss_ratio", self.loss)) if v}
 
 
 class Repetitions(Strict):

@@ -429,10 +429,8 @@ class Topology:
                 self.ip("tor", f"link set {port} mtu {mtu} master {tor} up")
         for h in self.hosts:
             self.ip(h.label, f"link set {up} mtu {mtu} up")
-            if self.sc.underlay_rate:
-                burst = max(self.sc.underlay_rate // 8 // 1000, 64 * 1024)  # >= 1 ms of traffic
-                self.batch("tc", h.label, f"qdisc add dev {up} root tbf rate {self.sc.underlay_rate}bit "
-                                          f"burst {burst} latency 50ms")
+            if qdiscs := self.sc.underlay_qdiscs(up):
+                self.batch("tc", h.label, *qdiscs)
 
     def _run_nics(self) -> None:
         """On a testbed, the run's own underlay: a macvlan of each host's NIC in the run's host namespace (the NIC

@@ -24,6 +24,40 @@ def parse_rate(value: object) -> int:
     return int(rate)
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|ms|us|µs)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """A duration in seconds from '10ms', '250us', '0.1s' or a number of seconds; raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '10ms', '250us'")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    elif m := _DURATION.match(str(value)):
+        secs = float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}[m.group(2)]
+    else:
+        raise ValueError(f"'{value}' is not a duration; write it like '10ms', '250us' or a number of seconds")
+    if not 0 <= secs <= 10:
+        raise ValueError(f"{secs:g} s is out of range; use 0 to 10 s")
+    return secs
+
+
+def parse_percent(value: object) -> float:
+    """A ratio (0..1) from '0.5%' or a number of percent; raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("a loss is a percentage like '0.5%'")
+    if isinstance(value, (int, float)):
+        pct = float(value)
+    elif m := _PERCENT.match(str(value)):
+        pct = float(m.group(1))
+    else:
+        raise ValueError(f"'{value}' is not a percentage; write it like '0.5%'")
+    if not 0 <= pct <= 100:
+        raise ValueError(f"{pct:g} % is out of range; use 0 to 100 %")
+    return pct / 100
+
+
 def scale(value: float, unit: str) -> tuple[float, str]:
     """(divisor, unit name) a person reads `value` in: 1e9 and 'Gbit/s' for 9.41e9 bit/s, 1e-6 and 'µs' ..."""
     if unit == "ratio":

@@ -89,16 +89,14 @@ class GuestHostSite(TestbedSite):
     def underlay(self, topo) -> None:
         """Each guest's underlay NIC goes into its host's namespace of the run (Topology.owned_hosts): the host's
         address, tunnels, xfrm, daemons and host-to-host traffic are there, as with emulated hosts. The NIC is set
-        to the scenario's MTU and shaped to its rate (tbf): the guests are the run's own, so this is the emulated
+        to the scenario's MTU and shaped to its underlay (netem, tbf): the guests are the run's own, so this is the emulated
         underlay, not a real host's NIC."""
         sc, nic = topo.sc, self.nic_name
         for h in topo.hosts:
             topo.ip(topo.root_of(h.label), self._move(h.netns))
             topo.ip(h.label, f"link set {nic} mtu {int(sc.underlay_mtu)} up")
-            if sc.underlay_rate:
-                rate = int(sc.underlay_rate)
-                burst = max(rate // 8 // 1000, 2 * sc.underlay_mtu)  # 1 ms at the rate, at least two frames
-                topo.batch("tc", h.label, f"qdisc replace dev {nic} root tbf rate {rate}bit burst {burst} latency 50ms")
+            if qdiscs := sc.underlay_qdiscs(nic):
+                topo.batch("tc", h.label, *qdiscs)
 
     def _move(self, netns: str) -> str:
         return f"link set dev {self.nic_name} netns {netns}"
@@ -119,10 +117,12 @@ class GuestHostSite(TestbedSite):
 
     def teardown(self, topo) -> None:
         """The NIC back in the guest's root namespace first (a deleted namespace gives a device back only later,
-        asynchronously), then the real host's teardown."""
-        q = shlex.quote
-        self._parallel({h.label: (self.executor(h.label), f"ip -n {q(h.netns)} link set dev {q(self.nic_name)} "
-                                                          f"netns 1 2>/dev/null; true") for h in topo.hosts})
+        asynchronously), without the scenario's shaping (the next one may not ask for it), then the real host's
+        teardown."""
+        q, nic = shlex.quote, shlex.quote(self.nic_name)
+        self._parallel({h.label: (self.executor(h.label), f"tc -n {q(h.netns)} qdisc del dev {nic} root 2>/dev/null; "
+                                                          f"ip -n {q(h.netns)} link set dev {nic} netns 1 2>/dev/null; "
+                                                          f"true") for h in topo.hosts})
         super().teardown(topo)
 
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
