@@ -1,6 +1,5 @@
 """Real end to end: a tiny campaign through the CLI, kill -9 then clean, resume without loss or repeats."""
 import json
-import os
 import signal
 import sqlite3
 import subprocess

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import register
-from .base import MGMT_NET, Backend, Fleet, Guest, Support
+from .base import Backend, Fleet, Guest, Support
 
 LINUX_UML = "linux.uml"
 MODULES = Path("/usr/lib/uml/modules")
