@@ -1,5 +1,6 @@
 """Real testbeds over SSH, against the emulated lab: three machines (network + mount namespaces, each with its own
 sshd and private /run, /tmp and home) on a lab switch. vnetbench reaches them only through ssh."""
+import ipaddress
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, netns_names, vnetbench
+from vnetbench import guards
 from vnetbench import testbed as tb
 from vnetbench.capabilities import local_installed
 from vnetbench.executor import close_master
@@ -234,6 +236,42 @@ def test_daemons_over_ssh_run_on_the_hosts_like_the_local_run_and_leave_nothing(
     assert "secret" not in text and "PrivateKey" not in text and "[Peer]" not in text
     assert nothing_left(lab), leftovers(lab)
     assert not _daemons_of({prefix})
+
+
+SHAPED = """name: shaped
+repetitions: 1
+underlay: {rate: 200M}
+factors:
+  attach: host
+  ip_version: [4, 6]
+workloads:
+  - {type: iperf3, duration: 1}
+  - {type: ping, count: 5, interval: 0.05}
+"""
+
+
+def test_host_to_host_over_ipv6_and_shaped_runs_on_the_runs_own_endpoints(lab, tmp_path, state_dir):
+    """With run_subnet, host-to-host traffic over IPv6 and under an underlay rate runs between the run's own
+    endpoints (a macvlan of each NIC, IPv4 from run_subnet, IPv6 from a /64 named after it), shaped there: TCP stays
+    under the rate's payload ceiling and near it; the hosts' own addresses, routes and NICs are as they were."""
+    spec = tmp_path / "shaped.yaml"
+    spec.write_text(SHAPED)
+    stacks = [_stack(lab, h) for h in lab.hosts[:2]]
+    qdiscs = [lab.on(h, "tc", "qdisc", "show", "dev", h.nic) for h in lab.hosts[:2]]
+    log = tmp_path / "commands.jsonl"
+    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+              env=env_with(state_dir, log))
+    con = sqlite3.connect(tmp_path / "r.db")
+    assert [st for (st,) in con.execute("SELECT status FROM scenarios ORDER BY idx")] == ["done", "done"]
+    ceiling = guards.payload_ceiling(200e6, 1500)
+    got = con.execute("SELECT value, metadata FROM samples WHERE metric = 'throughput_bps'").fetchall()
+    assert len(got) == 2 and all(0.6 * ceiling < v <= ceiling * (1 + guards.TOLERANCE) for v, _ in got), got
+    run_subnet = re.search(r"run_subnet: (\S+)", (lab.dir / "testbed.yaml").read_text())[1]
+    a, b, c, d = ipaddress.ip_network(run_subnet).network_address.packed
+    assert f"fd00:{a:02x}{b:02x}:{c:02x}{d:02x}::2" in log.read_text()  # the IPv6 tests went to the run's address
+    for h, before, q in zip(lab.hosts, stacks, qdiscs):
+        assert _stack(lab, h) == before and lab.on(h, "tc", "qdisc", "show", "dev", h.nic) == q, h.name
+    assert nothing_left(lab), leftovers(lab)
 
 
 LONG = """name: long

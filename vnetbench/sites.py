@@ -95,9 +95,10 @@ class TestbedSite:
             return f"the scenario needs {sc.hosts} hosts; the testbed {self.bed.source} has {len(self.bed.hosts)}"
         if sc.levels.get("hops", 0):
             return "routers between the hosts (hops) exist only in the emulated underlay"
-        if sc.underlay_rate or sc.underlay_impairment:
-            return ("vnetbench does not shape a real NIC (underlay rate, delay, jitter, loss); the testbed's links run "
-                    "as they are")
+        if (sc.underlay_rate or sc.underlay_impairment) and not (self.bed.run_subnet and self.run_underlay(sc)):
+            return ("vnetbench does not shape a real NIC (underlay rate, delay, jitter, loss): it shapes the run's own "
+                    "endpoints, for host-to-host traffic, host-to-host encryption and OVS's tunnel ports, when the "
+                    "testbed file gives `run_subnet:` (an IPv4 subnet nothing on the hosts' link uses)")
         for i in range(1, sc.hosts + 1):
             h = self.bed.hosts[i - 1]
             mtu = int(h.facts.get("nic_mtu") or 0)
@@ -105,8 +106,10 @@ class TestbedSite:
                 return (f"needs an underlay MTU of {sc.underlay_mtu}, and {h.name}'s {h.nic} has {mtu} "
                         f"(vnetbench changes a real NIC's MTU only where the testbed file says `allow_mtu: true` "
                         f"for the host)")
-        if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host":
-            return "host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not give"
+        if sc.levels.get("ip_version") == 6 and sc.labels.get("attach") == "host" and not self.bed.run_subnet:
+            return ("host-to-host over IPv6 needs the hosts' IPv6 underlay addresses, which a testbed file does not "
+                    "give: with `run_subnet:` (an IPv4 subnet nothing on the hosts' link uses) the run's own endpoints "
+                    "get IPv6 addresses too")
         if self.host_to_host_encryption(sc) and not self.bed.run_subnet:
             return ("host-to-host encryption would run in the hosts' own network stacks (their addresses, routes and "
                     "xfrm policies), which vnetbench does not change on a testbed: give the testbed file "
@@ -141,11 +144,18 @@ class TestbedSite:
         ports, which need their local address in the run's namespace."""
         if cls.owns_hosts:  # a site whose hosts are the run's own (guests.hostsite) has its underlay already
             return False
-        return cls.host_to_host_encryption(sc) or cls.ovs_tunnel_ports(sc)
+        # Host to host over IPv6, or shaped: the run's own endpoints have an IPv6 address and may be shaped.
+        own = sc.labels.get("attach") == "host" and (sc.levels.get("ip_version") == 6 or bool(
+            sc.underlay_rate or sc.underlay_impairment))
+        return own or cls.host_to_host_encryption(sc) or cls.ovs_tunnel_ports(sc)
 
     def underlay_ip(self, label: str) -> tuple[str, int]:
         """A scenario host's run-owned underlay address (and prefix length), from the testbed's run_subnet."""
         return self.bed.run_address(int(label[1:]))
+
+    def underlay_ip6(self, label: str) -> str:
+        """Its run-owned IPv6 address (a /64 named after run_subnet)."""
+        return self.bed.run_address6(int(label[1:]))
 
     def notes(self, sc) -> list[str]:
         out = []

@@ -80,6 +80,12 @@ class Testbed:
         net = ipaddress.ip_network(self.run_subnet)
         return str(net.network_address + index), net.prefixlen
 
+    def run_address6(self, index: int) -> str:
+        """The run's own IPv6 address of host number `index`: in a unique-local /64 named after run_subnet (fd00:
+        and its four bytes), so a lab that keeps that subnet free keeps this one free too."""
+        a, b, c, d = ipaddress.ip_network(self.run_subnet).network_address.packed
+        return f"fd00:{a:02x}{b:02x}:{c:02x}{d:02x}::{index}"
+
 
 # ---- loading -------------------------------------------------------------------------------------------------------
 

@@ -359,6 +359,8 @@ class Topology:
         for h in range(1, sc.hosts + 1):
             node = self._add(f"h{h}", "host")
             node.v4, node.v6 = self.host_ip(node.label), self._host_v6(h)
+            if self.site and self.run_underlay and self.site.bed.run_subnet:
+                node.v6 = self.site.underlay_ip6(node.label)
         if sc.hosts > 2 and not self.site:
             self._add("tor", "switch")
         for k in range(1, self.hops + 1):
@@ -439,6 +441,8 @@ class Topology:
             self.ip(self.nic_node(h.label), f"link add {self.ifname('u')} link {self.nic(h.label)} netns {h.netns} "
                                             f"address {self.underlay_mac(h.label)} type macvlan mode bridge")
             self.ip(h.label, f"link set {self.ifname('u')} mtu {self.sc.underlay_mtu} up")
+            if qdiscs := self.sc.underlay_qdiscs(self.ifname("u")):  # the run's own device: it may be shaped
+                self.batch("tc", h.label, *qdiscs)
 
     def _routers(self, mtu: int) -> None:
         """h1 - r1 - ... - rN - h2: link k (0..N) is the subnet 10.250.k.0/24 (fd00:250:k::/64), its west end .1
@@ -472,7 +476,17 @@ class Topology:
         if self.site and not self.owned_hosts:
             if self.run_underlay:
                 ip, plen = self.site.underlay_ip(host)
-                self.ip(host, f"addr add {ip}/{plen} dev {dev}", f"link set {dev} up")
+                self.ip(host, f"addr add {ip}/{plen} dev {dev}", f"addr add {self.nodes[host].v6}/64 dev {dev} nodad",
+                        f"link set {dev} up")
+                # The other hosts' endpoints by their MACs, for the topology's life: every build of a run has the
+                # same addresses, and a previous build's endpoint, still dying, answered ARP for its address (the
+                # next build's TCP then stalled: 2 of 5 lab runs; the VMs had this too, see known_macs).
+                for peer in self.hosts:
+                    if peer.label != host:
+                        mac = self.underlay_mac(peer.label)
+                        self.ip(host, f"neigh replace {self.site.underlay_ip(peer.label)[0]} lladdr {mac} dev {dev} "
+                                      f"nud permanent",
+                                f"neigh replace {peer.v6} lladdr {mac} dev {dev} nud permanent")
             return
         self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
                 f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
