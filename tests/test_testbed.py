@@ -328,9 +328,13 @@ def _busy(lab, h):
 
 
 def _client_running(lab, h):
-    """An iperf3 client runs in one of the host's namespaces: a trial is under way."""
-    return " -c " in lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
-                                           "do tr '\\0' ' ' < /proc/$p/cmdline; echo; done; done 2>/dev/null; true")
+    """An iperf3 client runs in one of the host's namespaces: a trial is under way. Only an iperf3 command line counts:
+    the build's own `sh -c` scripts in those namespaces also hold " -c " (a lost host then failed the build, not a
+    trial)."""
+    lines = lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
+                                  "do tr '\\0' ' ' < /proc/$p/cmdline; echo; done; done 2>/dev/null; true")
+    return any(Path(line.split()[0]).name in ("iperf3", "timeout") and "iperf3" in line and " -c " in line
+               for line in lines.splitlines() if line.strip())
 
 
 def _plant(lab, h):
