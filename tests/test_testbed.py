@@ -499,7 +499,7 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         proc.wait()
         lost = [json.loads(ln) for d in state_dir.iterdir() for ln in (d / "objects.jsonl").read_text().splitlines()
                 if '"kind": "host"' in ln]
-        for d in state_dir.iterdir():  # the local ledger is lost too (another machine, a wiped /run)
+        for d in state_dir.iterdir():  # the local ledger is lost too (a wiped state dir)
             subprocess.run(["rm", "-rf", str(d)], check=True)
         assert any(any(v.values()) for v in _ours(lab).values())
         out = vnetbench("clean", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
@@ -511,6 +511,52 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
             close_master(tb.target_of(entry), entry["control"])
             subprocess.run(["rm", "-rf", entry["control"]])
+
+
+def test_a_second_controller_with_the_same_hostname_leaves_a_live_run_alone(lab, tmp_path, state_dir):
+    """Two controllers with one hostname (cloned VMs, containers): the second, in a pid namespace of its own (where
+    the first's pid means nothing), leaves the first's live run alone, through `clean --testbed` (its own state dir)
+    and through a state dir they share (there its local ledger too). A foreign owner.json of the wrong shape is left alone with one line."""
+    spec = tmp_path / "long.yaml"
+    spec.write_text(LONG)
+    node1 = lab.hosts[0]
+    lab.on(node1, "sh", "-c", "mkdir -p /run/vnetbench/vb9999x && echo '[\"not\", \"an\", \"owner\"]' > "
+                              "/run/vnetbench/vb9999x/owner.json")
+    db = tmp_path / "two.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                             str(lab.dir / "testbed.yaml"), "--db", str(db), "--no-progress"],
+                            env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: _busy(lab, node1))
+        for state in (tmp_path / "other-state", state_dir):
+            other = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "vnetbench",
+                                    "clean", "--testbed", str(lab.dir / "testbed.yaml")], env=env_with(state),
+                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert other.returncode == 0 and "Traceback" not in other.stderr, other.stdout + other.stderr
+            assert "removed" not in other.stdout, other.stdout
+            assert re.search(r"left alone: run vb[0-9a-f]{4}( on node1)?: its owner cannot be checked: it", other.stdout)
+            assert "left alone: run vb9999x on node1: its owner cannot be checked: its owner.json is not a " \
+                   "vnetbench owner record" in other.stdout, other.stdout
+            assert _busy(lab, node1) and proc.poll() is None
+        assert "vb9999x" in lab.objects(node1, "vb9999")["dirs"]
+        def committed():  # a trial measured after both cleans
+            try:
+                return sqlite3.connect(db).execute("SELECT count(*) FROM trials").fetchone()[0] > 0
+            except sqlite3.Error:
+                return False
+        _wait_for(committed, timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        trials = sqlite3.connect(db).execute("SELECT status, count(*) FROM trials GROUP BY status").fetchall()
+        assert dict(trials).get("ok") and not dict(trials).get("failed"), (trials, err)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        vnetbench("clean", env=env_with(state_dir), check=False)
+        lab.on(node1, "rm", "-rf", "/run/vnetbench/vb9999x")
+    assert nothing_left(lab), leftovers(lab)
 
 
 def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():

@@ -416,7 +416,8 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
     every testbed host a run touched (and, with --testbed, on every host of that testbed) too."""
     need_root()
-    removed, running, pending = ledger.clean_all(dry_run)
+    removed, left, pending = ledger.clean_all(dry_run)
+    running = [f"run {prefix}: {why}" for prefix, why in left]
     if testbed:
         from . import testbed as tb
         bed, _ = load_testbed(testbed, reach=False)
@@ -425,8 +426,8 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     verb = "would remove" if dry_run else "removed"
     for line in removed:
         out.print(f"{verb} {line}", highlight=False)
-    for prefix in running:
-        out.print(f"left alone: run {prefix} is still running", highlight=False)
+    for line in running:
+        out.print(f"left alone: {line}", highlight=False)
     for line in pending:
         out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {testbed}" if testbed else ""),
                   highlight=False)

@@ -34,7 +34,7 @@ from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL
                            TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
                            parse_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
-from .ledger import Ledger, Obj, process_start_time
+from .ledger import Ledger, Obj, identity, owner_state
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
@@ -548,10 +548,9 @@ def target_of(entry: dict) -> SshTarget:
 
 
 def owner_script(prefix: str) -> str:
-    """Create the run's directory on a host with who owns it (this machine, this process)."""
-    me = os.getpid()
-    owner = json.dumps({"controller": socket.gethostname(), "pid": me, "start": process_start_time(me),
-                        "created": time.time()})
+    """Create the run's directory on a host with who owns it: this kernel's boot and pid namespace, this process
+    (the hostname is only for people: clones and containers share it)."""
+    owner = json.dumps({"controller": socket.gethostname()} | identity())
     d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
     return f"mkdir -p -m 700 {d} && printf '%s\\n' {shlex.quote(owner)} > {d}/owner.json"
 
@@ -563,6 +562,8 @@ def parse_objects(text: str) -> list[Obj]:
             e = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not isinstance(e.get("name"), str):
+            continue  # not a record of ours
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
             extra = {k: e[k] for k in ("mtu", "ns", "dev") if k in e} if e.get("kind") in ("mtu", "vf") else None
@@ -656,13 +657,12 @@ def remote_runs(host: Host) -> list[tuple[str, dict]]:
 
 
 def clean_testbed(bed: Testbed, local_runs: set[str], dry_run: bool = False) -> tuple[list[str], list[str], list[str]]:
-    """Visit every host of a testbed: remove the runs this machine started there whose process is gone and whose
-    local ledger is gone too (those with a local ledger are cleaned through it). Runs of another controller are
-    left alone. Returns (removed, left alone, pending)."""
+    """Visit every host of a testbed: remove the runs started there from this boot and pid namespace whose process
+    is gone and whose local ledger is gone too (those with a local ledger are cleaned through it). Runs whose
+    owner cannot be checked from here (another machine, container or boot) are left alone. Returns (removed, left alone (why), pending)."""
     removed: list[str] = []
     left: list[str] = []
     pending: list[str] = []
-    me = socket.gethostname()
     for h in bed.hosts:
         try:
             found = remote_runs(h)
@@ -672,10 +672,10 @@ def clean_testbed(bed: Testbed, local_runs: set[str], dry_run: bool = False) -> 
         for prefix, owner in found:
             if prefix in local_runs:
                 continue
-            mine = owner.get("controller") == me
-            alive = mine and owner.get("start") is not None and process_start_time(owner.get("pid", -1)) == owner["start"]
-            if not mine or alive:
-                left.append(f"{prefix} on {h.name} ({'still running' if alive else 'run from ' + str(owner.get('controller'))})")
+            state, why = owner_state(owner, remote=True)
+            if state != "dead":
+                left.append(f"run {prefix} on {h.name}: " + ("still running" if state == "alive"
+                                                             else f"its owner cannot be checked: {why}"))
                 continue
             got, why = clean_host(host_record(h, ""), prefix, dry_run)
             removed += [f"{prefix}: {line}" for line in got]
