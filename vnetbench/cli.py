@@ -345,6 +345,9 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              alpha: float = typer.Option(0.05, "--alpha", help="significance level, after Holm's correction"),
              fail_on_regression: Optional[str] = typer.Option(
                  None, "--fail-on-regression", help="exit 1 if a metric is significantly worse by more than this, e.g. 5%"),
+             allow_missing: bool = typer.Option(False, "--allow-missing", help="with --fail-on-regression: a "
+                                                "scenario that ran on one side only (e.g. failed to build) does not "
+                                                "fail the gate"),
              fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
     """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
     from . import compare as cmp
@@ -361,13 +364,21 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold)
+        gone = cmp.missing(side_a, side_b)
     except cmp.CompareError as exc:
         fail(str(exc))
     if fmt == "json":
-        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold) + "\n")
+        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold, gone) + "\n")
     else:
         out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        for m in gone:
+            out.print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={v}" for k, v in m["scenario"].items())
+                      + f" ({m['why']})", highlight=False, markup=False, soft_wrap=True)
     if any(r.regression for r in rows):
+        raise typer.Exit(1)
+    if gone and threshold is not None and not allow_missing:
+        err.print(f"{len(gone)} scenario{'s' if len(gone) != 1 else ''} ran on one side only: the gate fails "
+                  f"(--allow-missing lets it pass)", highlight=False)
         raise typer.Exit(1)
 
 
