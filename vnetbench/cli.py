@@ -267,17 +267,18 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     if order not in (None, "random", "sequential"):
         fail(f"--order: '{order}' is not an order; use random or sequential")
     loaded = load_spec(spec, profile) if spec else None
+    if resume is not None:
+        check_resume(db, resume, testbed)
     bed, caps = load_testbed(testbed)
     store = Store(db)
-    if resume is not None and store.campaign(resume) is None:
-        fail(f"no campaign {resume} in {db}")
     try:
         outcome = Runner(store, err, progress, testbed=bed, caps=caps).run(loaded, resume, order)
     except CampaignBusy as exc:
         fail(str(exc))
     except StoreError as exc:
         cid = getattr(exc, "campaign", None)
-        fail(f"{exc}" + (f"; finished trials are kept: continue with vnetbench run --resume {cid} --db {db}"
+        from .runner import resume_command, place_of
+        fail(f"{exc}" + (f"; finished trials are kept: continue with {resume_command(cid, db, place_of(bed)['testbed'])}"
                          if cid else ""))
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
@@ -300,6 +301,28 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         problems.append("nothing ran: every scenario was skipped (reasons above)")
     if problems:
         fail("; ".join(problems), 1)
+
+
+def check_resume(db: str, resume: int, testbed: str | None) -> None:
+    """Before anything is probed or built: the results file exists (a resume never creates an empty one), holds
+    the campaign, its stored spec still validates, and the place is the campaign's own."""
+    from .runner import wrong_place
+    if not Path(db).is_file():
+        fail(f"no results file {db}: --resume continues a campaign stored in one; give the --db it was run with")
+    store = Store(db, readonly=True)
+    camp = store.campaign(resume)
+    if camp is None:
+        fail(f"no campaign {resume} in {db}; `vnetbench list --db {db}` shows them")
+    try:
+        specmod.loads(camp.spec_text, camp.source or "<stored spec>")
+    except specmod.SpecError as exc:
+        sys.stderr.write("".join(f"campaign {resume} cannot be resumed by this vnetbench (start a new campaign): "
+                                 f"{line}\n" for line in exc.lines))
+        raise typer.Exit(2)
+    why = wrong_place(camp, load_testbed(testbed, reach=False)[0], db)
+    store.close()
+    if why:
+        fail(why)
 
 
 @app.command("list")
