@@ -308,3 +308,45 @@ def test_the_interrupt_hint_is_the_full_command(tmp_path, state_dir):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert f"Continue with: vnetbench run --resume 1 --db {db}\n" in err, err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs of the test's own, unmounted at teardown."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=700", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.mark.net
+def test_a_full_disk_stops_the_run_at_the_first_trial_it_cannot_commit(small_disk, state_dir):
+    """With its results file on a full disk a run measured on and discarded every trial (46 of them, 139 lines):
+    the first trial that cannot be committed stops it, with one line naming the file and the fix."""
+    spec = small_disk.parent / "s.yaml"
+    spec.write_text(PING.replace("repetitions: 2", "repetitions: 40"))
+    db = small_disk / "r.db"
+    from conftest import start_run, trial_rows
+    proc = start_run(spec, db)
+    deadline = time.monotonic() + 60
+    while not trial_rows(db) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(small_disk / "filler", "wb") as fh:  # the disk fills up under the run
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    out, err = proc.communicate(timeout=120)
+    stored = len(trial_rows(db))
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the disk holding {db} is full" in lines[0] and "free some space" in lines[0]
+    assert f"continue with vnetbench run --resume 1 --db {db}" in lines[0]
+    assert stored < 40, "the run went on measuring"
+    assert not list(state_dir.glob("vb*")), "the run left its ledger directory behind"

@@ -508,7 +508,9 @@ class Campaign:
         try:
             self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
                                   status, error, started, time.time(), samples, meta)
-        except Exception as exc:  # a store error fails this trial: try to record that much, then go on
+        except StoreError:  # the results file cannot take the trial (a full disk): measuring on would lose them all
+            raise
+        except Exception as exc:  # a bug in what is stored fails this trial: try to record that much, then go on
             status, error = "failed", f"store: {_last_line(exc)}"
             try:
                 self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
