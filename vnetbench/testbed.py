@@ -19,7 +19,6 @@ import ipaddress
 import json
 import os
 import re
-import secrets
 import shlex
 import socket
 import time
@@ -33,7 +32,7 @@ import yaml
 from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS,
                            TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
                            parse_features, parse_list_algs)
-from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
+from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget, control_dir
 from .ledger import Ledger, Obj, identity, owner_state
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -492,10 +491,22 @@ def merge(hosts: list[Host]) -> Capabilities:
 
 
 def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True) -> Capabilities:
-    """Reach every host at once; raise TestbedError with one line per host that cannot take part."""
-    prefix = prefix or "vb" + secrets.token_hex(2)  # the scratch namespace's name, unlike any other run's
+    """Reach every host at once; raise TestbedError with one line per host that cannot take part. Its local files
+    (the shared connections' sockets) belong to a scratch ledger of its own, so a kill -9 leaves nothing `clean`
+    does not know of."""
+    scratch = Ledger.create()
+    prefix = prefix or scratch.prefix  # the scratch namespace's name, unlike any other run's
+    try:
+        return _preflight(bed, prefix, probe_kernel, scratch)
+    finally:
+        scratch.remove_all()
+
+
+def _preflight(bed: Testbed, prefix: str, probe_kernel: bool, scratch: Ledger) -> Capabilities:
+    controls = {h.name: control_dir(scratch.dir, f"ssh{i}", scratch) for i, h in enumerate(bed.hosts)}
+
     def one(h: Host) -> str | None:
-        ex = executor(h, log=None)
+        ex = executor(h, log=None, control=controls[h.name])
         ex.prefix, ex.remote_dir = prefix, f"{REMOTE_STATE_DIR}/{prefix}"
         try:
             h.facts = facts(h, ex)
