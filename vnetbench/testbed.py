@@ -34,6 +34,7 @@ from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL
                            parse_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget, control_dir
 from .ledger import Ledger, Obj, identity, owner_state
+from .strict import one_line
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
@@ -46,7 +47,7 @@ class TestbedError(Exception):
     """Problems with a testbed file or its hosts: one line each, `file:line: what, fix`."""
 
     def __init__(self, lines: list[str]):
-        self.lines = lines
+        self.lines = [one_line(line) for line in lines]  # a newline in a host's name must not split its line
         super().__init__("\n".join(lines))
 
 
