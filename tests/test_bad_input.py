@@ -171,6 +171,14 @@ def test_suite_names_cannot_leave_the_suites_directory():
     ("name: \"ab\\n\"\nworkloads: [{type: ping}]\n", "x.yaml:1: name:", "letters, digits"),
     ("name: d\nfactors: {overlay: \"x\\ny\"}\nworkloads: [{type: ping}]\n", "factors.overlay:", "'x\\ny' is not a known"),
     ("name: d\nfactors: {overlay: \"\\e[31mred\"}\nworkloads: [{type: ping}]\n", "factors.overlay:", "'\\x1b[31mred'"),
+    ("name: d\nrepetitions: {min: 2, max: 4, metric: rtt_s}\nworkloads: [{type: iperf3}]\n",
+     "x.yaml:2: repetitions.metric:", "'rtt_s' is not a per-trial metric of iperf3"),
+    ("name: d\nrepetitions: {metric: throughput_interval_bps}\nworkloads: [{type: iperf3}]\n",
+     "repetitions.metric:", "not a per-trial metric of iperf3"),
+    ("name: d\nfactors: {vm_kernel: {type: guest, pairs: [true]}}\nworkloads: [{type: ping}]\n",
+     "factors.vm_kernel:", "not true/false"),
+    ("name: d\nworkloads: [{type: sockperf, when: {\"\\e[2Jt\": a}}]\nfactors: {\"\\e[2Jt\": [a]}\n",
+     "factors.\\x1b[2Jt:", "without control characters"),
 ])
 def test_each_mistake_is_one_line(text, where, words):
     line = one_error(text)
@@ -447,3 +455,32 @@ def test_plan_script_never_runs_text_from_the_spec(tmp_path, state_dir):
     assert not [p.name for p in work.iterdir() if "PWNED" in p.name]
     assert script.count("\n# ---- scenario") == 6
     assert not state_dir.exists() or not any(state_dir.iterdir())
+
+
+def test_an_adaptive_metric_every_foreground_workload_gives_is_accepted():
+    exp = loads("name: d\nrepetitions: {min: 2, max: 4, metric: throughput_bps}\n"
+                "workloads: [{type: iperf3}, {type: netperf}, {type: ping, background: true}]\n", "x.yaml").experiment
+    assert exp.repetitions.metric == "throughput_bps"
+
+
+def test_a_newline_in_a_testbed_host_name_stays_on_its_line(tmp_path):
+    from vnetbench import testbed
+    bed = tmp_path / "tb.yaml"
+    bed.write_text('hosts:\n  "node1\\n\\e[31mevil": {ssh: root@node1, nic: eth1, address: 192.0.2.1}\n')
+    with pytest.raises(testbed.TestbedError) as err:
+        testbed.load(bed)
+    (line,) = err.value.lines
+    assert "\n" not in line and "\x1b" not in line and "node1\\n\\x1b[31mevil" in line, line
+
+
+@pytest.mark.net
+def test_a_terminal_escape_in_a_level_reaches_no_terminal_through_run_and_show(tmp_path, state_dir):
+    from conftest import vnetbench
+    spec = tmp_path / "esc.yaml"
+    spec.write_text('name: esc\nrepetitions: 1\nfactors: {tag: ["\\e[31mred", plain]}\n'
+                    'workloads: [{type: ping, count: 3, interval: 0.05, when: {tag: ["\\e[31mred", plain]}}]\n')
+    run = vnetbench("run", spec, "--db", tmp_path / "e.db", "--no-progress")
+    show = vnetbench("show", "--db", tmp_path / "e.db")
+    for out in (run.stdout, run.stderr, show.stdout, show.stderr):
+        assert "\x1b" not in out, out
+    assert "\\x1b[31mred" in show.stdout, show.stdout

@@ -126,3 +126,43 @@ def test_rate_limited_underlays_end_to_end(tmp_path, state_dir):
     groups = {rate: load(store, cid).trial_values("throughput_bps")[1] for rate, cid in (("300", 3), ("200", 4))}
     best = best_of(groups, "higher")
     assert best.label == "300" and not best.tie and best.p_adjusted["200"] < 0.05
+
+
+def test_a_scenario_missing_on_one_side_fails_the_gate(tmp_path):
+    """B's vxlan scenario failed to build: it is shown, and the regression gate fails unless --allow-missing."""
+    path = tmp_path / "m.db"
+    store = Store(path)
+    levels = {"none": 9e9, "vxlan": 3e9}
+    _campaign(store, "base", levels, {"none": 50e-6, "vxlan": 80e-6})
+    cid = _campaign(store, "broken", levels, {"none": 50e-6, "vxlan": 80e-6})
+    store.db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE campaign = ? AND scenario = 2)",
+                     (cid,))
+    store.db.execute("DELETE FROM trials WHERE campaign = ? AND scenario = 2", (cid,))
+    store.set_scenario(cid, 2, "failed", "build failed: vxlan: Operation not supported")
+    store.db.commit()
+    store.close()
+    gate = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", "--format", "json", check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert json.loads(gate.stdout)["missing"] == [{"scenario": {"attach": "switch", "overlay": "vxlan"},
+                                                   "missing_in": "B", "why": "failed in campaign 2: build failed: "
+                                                                             "vxlan: Operation not supported"}]
+    assert "ran on one side only" in gate.stderr and "--allow-missing" in gate.stderr
+    table = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", check=False)
+    assert table.returncode == 1 and "missing in B: attach=switch, overlay=vxlan (failed in campaign 2" in table.stdout
+    assert vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", "--allow-missing").returncode == 0
+    # the other way round: A lacks it
+    assert "missing in A: " in vnetbench("compare", "2", "1", "--db", path).stdout
+
+
+def test_a_side_without_scenarios_that_ran_names_no_option_it_was_not_given(tmp_path):
+    path = tmp_path / "n.db"
+    store = Store(path)
+    _campaign(store, "base", {"none": 9e9, "vxlan": 3e9}, {"none": 50e-6, "vxlan": 80e-6})
+    cid = store.new_campaign("broken", "test", "name: broken\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "none", {"overlay": "none"}, {"overlay": "none"}, "failed", "build failed", {}, [])
+    store.close()
+    for args, said in ((["1", "2"], "no scenario of campaign 2 (broken) ran"),
+                       (["2", "1", "--b-where", "overlay=none"], "no scenario of campaign 2 (broken) ran")):
+        proc = vnetbench("compare", *args, "--db", path, check=False)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+        assert "-where" not in proc.stderr.replace("--b-where overlay", ""), proc.stderr

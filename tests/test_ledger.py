@@ -77,3 +77,23 @@ def test_appends_after_a_torn_line_start_a_fresh_line(state_dir):
     led.forget("netns", "a")
     assert [o.name for o in led.objects()] == ["b"]
     led.remove_all()
+
+
+def test_an_owner_that_cannot_be_checked_is_left_alone(state_dir):
+    """owner.json of the wrong shape (valid JSON), or of a process in another pid namespace: left alone with why,
+    and clean goes on with the other runs."""
+    odd = ledger.Ledger.create()
+    (odd.dir / "owner.json").write_text('["not", "an", "owner"]')
+    other = ledger.Ledger.create()
+    owner = json.loads((other.dir / "owner.json").read_text())
+    (other.dir / "owner.json").write_text(json.dumps(owner | {"pidns": owner["pidns"] + 1}))
+    dead = ledger.Ledger.create()
+    owner = json.loads((dead.dir / "owner.json").read_text())
+    (dead.dir / "owner.json").write_text(json.dumps(owner | {"start": owner["start"] - 1}))
+    removed, left, _ = ledger.clean_all()
+    assert dict(left) == {odd.prefix: "its owner cannot be checked: its owner.json is not a vnetbench owner record",
+                          other.prefix: "its owner cannot be checked: its process is in another pid namespace"}
+    assert any(line.startswith(dead.prefix) for line in removed) and not dead.dir.exists()
+    for led in (odd, other):
+        (led.dir / "owner.json").unlink()
+        led.remove_all()

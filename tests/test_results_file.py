@@ -237,3 +237,116 @@ def test_a_full_disk_during_a_run_is_one_line_with_the_resume_hint(tmp_path, sta
     res = CliRunner().invoke(cli.app, ["run", str(spec), "--db", str(db), "--no-progress"])
     assert res.exit_code == 2 and "is full" in res.output and f"vnetbench run --resume 1 --db {db}" in res.output, \
         res.output
+
+
+PING = "name: p\nrepetitions: 2\nfactors: {overlay: none}\nworkloads: [{type: ping, count: 3, interval: 0.05}]\n"
+
+
+@pytest.mark.net
+def test_a_campaign_interrupted_before_its_scenarios_gets_them_on_resume(tmp_path, state_dir):
+    """An interrupt between the campaign's creation and its scenarios (e.g. during the guest probe) left it without
+    any: its resumed trials were committed but invisible to show, export and compare."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.new_campaign("p", "p.yaml", PING, "sha", {"order": {"order": "sequential", "seed": None}})
+    store.close()
+    vnetbench("run", "--resume", "1", "--db", db, "--no-progress")
+    lines = vnetbench("export", "1", "--db", db).stdout.splitlines()
+    assert len(lines) >= 2 * 3 and all('"overlay": "none"' in ln for ln in lines[:3]), lines[:3]
+    assert "rtt" in vnetbench("show", "1", "--db", db).stdout
+
+
+def test_a_stored_spec_that_no_longer_validates_is_one_line_per_problem(tmp_path, state_dir):
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.new_campaign("p", "p.yaml", PING.replace("count: 3", "count: 3, colour: red").replace("name: p\n", "")
+                       , "sha", {})
+    store.close()
+    proc = vnetbench("run", "--resume", "1", "--db", db, "--no-progress", check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 2, proc.stderr
+    assert all(ln.startswith("campaign 1 cannot be resumed by this vnetbench (start a new campaign): p.yaml:")
+               for ln in lines), lines
+    assert any("colour" in ln for ln in lines) and any("name" in ln for ln in lines), lines
+
+
+def test_a_resume_elsewhere_is_refused_and_never_creates_a_results_file(tmp_path, state_dir):
+    """A testbed campaign resumed without its testbed (or a local one with a testbed) would mix two places in one
+    campaign; a resume with a results file that does not exist must not create an empty one."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    hosts = {"node1": "root@192.0.2.1", "node2": "root@192.0.2.2"}
+    store.new_campaign("p", "p.yaml", PING, "sha", {"place": {"testbed": "/lab/tb.yaml", "hosts": hosts}})
+    store.new_campaign("q", "q.yaml", PING, "sha", {"place": {"testbed": None}})
+    store.close()
+    proc = vnetbench("run", "--resume", "1", "--db", db, "--no-progress", check=False)
+    assert "runs on a testbed (hosts node1 (root@192.0.2.1), node2 (root@192.0.2.2)), not on this machine: " \
+           f"resume it with: vnetbench run --resume 1 --db {db} --testbed /lab/tb.yaml" in one_line_exit_2(proc)
+    other = tmp_path / "other.yaml"
+    other.write_text("hosts:\n  node1: {ssh: root@192.0.2.1, nic: eth1, address: 192.0.2.1}\n"
+                     "  node2: {ssh: root@192.0.2.9, nic: eth1, address: 192.0.2.2}\n")
+    proc = vnetbench("run", "--resume", "1", "--db", db, "--testbed", other, "--no-progress", check=False)
+    assert f"{other} has other hosts (node1 (root@192.0.2.1), node2 (root@192.0.2.9))" in one_line_exit_2(proc)
+    proc = vnetbench("run", "--resume", "2", "--db", db, "--testbed", other, "--no-progress", check=False)
+    assert "ran on this machine, not on a testbed: resume it without --testbed" in one_line_exit_2(proc)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = vnetbench("run", "--resume", "1", "--db", elsewhere / "vnetbench.db", "--no-progress", check=False)
+    assert "no results file" in one_line_exit_2(proc) and not list(elsewhere.iterdir())
+
+
+@pytest.mark.net
+def test_the_interrupt_hint_is_the_full_command(tmp_path, state_dir):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(PING.replace("repetitions: 2", "repetitions: 50").replace("count: 3", "count: 20"))
+    db = tmp_path / "r.db"
+    from conftest import start_run, trial_rows
+    proc = start_run(spec, db)
+    deadline = time.monotonic() + 60
+    while not trial_rows(db) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert f"Continue with: vnetbench run --resume 1 --db {db}\n" in err, err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs of the test's own, unmounted at teardown."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=700", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.mark.net
+def test_a_full_disk_stops_the_run_at_the_first_trial_it_cannot_commit(small_disk, state_dir):
+    """With its results file on a full disk a run measured on and discarded every trial (46 of them, 139 lines):
+    the first trial that cannot be committed stops it, with one line naming the file and the fix."""
+    spec = small_disk.parent / "s.yaml"
+    spec.write_text(PING.replace("repetitions: 2", "repetitions: 40"))
+    db = small_disk / "r.db"
+    from conftest import start_run, trial_rows
+    proc = start_run(spec, db)
+    deadline = time.monotonic() + 60
+    while not trial_rows(db) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(small_disk / "filler", "wb") as fh:  # the disk fills up under the run
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    out, err = proc.communicate(timeout=120)
+    stored = len(trial_rows(db))
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"the disk holding {db} is full" in lines[0] and "free some space" in lines[0]
+    assert f"continue with vnetbench run --resume 1 --db {db}" in lines[0]
+    assert stored < 40, "the run went on measuring"
+    assert not list(state_dir.glob("vb*")), "the run left its ledger directory behind"

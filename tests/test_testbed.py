@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -503,7 +504,7 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         proc.wait()
         lost = [json.loads(ln) for d in state_dir.iterdir() for ln in (d / "objects.jsonl").read_text().splitlines()
                 if '"kind": "host"' in ln]
-        for d in state_dir.iterdir():  # the local ledger is lost too (another machine, a wiped /run)
+        for d in state_dir.iterdir():  # the local ledger is lost too (a wiped state dir)
             subprocess.run(["rm", "-rf", str(d)], check=True)
         assert any(any(v.values()) for v in _ours(lab).values())
         out = vnetbench("clean", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir)).stdout
@@ -515,6 +516,79 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
             close_master(tb.target_of(entry), entry["control"])
             subprocess.run(["rm", "-rf", entry["control"]])
+
+
+def test_a_second_controller_with_the_same_hostname_leaves_a_live_run_alone(lab, tmp_path, state_dir):
+    """Two controllers with one hostname (cloned VMs, containers): the second, in a pid namespace of its own (where
+    the first's pid means nothing), leaves the first's live run alone, through `clean --testbed` (its own state dir)
+    and through a state dir they share (there its local ledger too). A foreign owner.json of the wrong shape is left alone with one line."""
+    spec = tmp_path / "long.yaml"
+    spec.write_text(LONG)
+    node1 = lab.hosts[0]
+    lab.on(node1, "sh", "-c", "mkdir -p /run/vnetbench/vb9999x && echo '[\"not\", \"an\", \"owner\"]' > "
+                              "/run/vnetbench/vb9999x/owner.json")
+    db = tmp_path / "two.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed",
+                             str(lab.dir / "testbed.yaml"), "--db", str(db), "--no-progress"],
+                            env=env_with(state_dir), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: _busy(lab, node1))
+        for state in (tmp_path / "other-state", state_dir):
+            other = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "vnetbench",
+                                    "clean", "--testbed", str(lab.dir / "testbed.yaml")], env=env_with(state),
+                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert other.returncode == 0 and "Traceback" not in other.stderr, other.stdout + other.stderr
+            assert "removed" not in other.stdout, other.stdout
+            assert re.search(r"left alone: run vb[0-9a-f]{4}( on node1)?: its owner cannot be checked: it", other.stdout)
+            assert "left alone: run vb9999x on node1: its owner cannot be checked: its owner.json is not a " \
+                   "vnetbench owner record" in other.stdout, other.stdout
+            assert proc.poll() is None, "the run stopped"
+        assert "vb9999x" in lab.objects(node1, "vb9999")["dirs"]
+        def committed():  # a trial measured after both cleans
+            try:
+                return sqlite3.connect(db).execute("SELECT count(*) FROM trials").fetchone()[0] > 0
+            except sqlite3.Error:
+                return False
+        _wait_for(committed, timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        trials = sqlite3.connect(db).execute("SELECT status, count(*) FROM trials GROUP BY status").fetchall()
+        assert dict(trials).get("ok") and not dict(trials).get("failed"), (trials, err)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        vnetbench("clean", env=env_with(state_dir), check=False)
+        lab.on(node1, "rm", "-rf", "/run/vnetbench/vb9999x")
+    assert nothing_left(lab), leftovers(lab)
+
+
+def test_kill9_during_preflight_leaves_no_ssh_directory_clean_does_not_know(lab, tmp_path, state_dir):
+    """Preflight's shared-connection directories (under $TMPDIR when the state dir's path is too long for a socket)
+    are recorded in a ledger before they are made: `clean` removes them after a kill -9."""
+    tmp = Path(tempfile.mkdtemp(prefix="vbtest", dir="/tmp"))  # short enough for a socket path, as /tmp is
+    env = env_with(state_dir) | {"TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "doctor", "--testbed", str(lab.dir / "testbed.yaml")],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prefixes = set()
+    try:
+        _wait_for(lambda: any(tmp.glob("vb-ssh-*")) or proc.poll() is not None, timeout=60)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert any(tmp.glob("vb-ssh-*")), "preflight made no directory under $TMPDIR (the test needs a long state dir)"
+        prefixes = {d.name for d in state_dir.glob("vb*")}
+        out = vnetbench("clean", env=env).stdout
+        assert not list(tmp.iterdir()), (out, list(tmp.iterdir()))
+        assert not list(state_dir.glob("vb*")), out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+        for h in lab.hosts:  # what the killed probe may have left on the hosts: not this test's subject
+            for p in prefixes:
+                lab.on(h, "sh", "-c", f"for n in $(ip netns list | cut -d' ' -f1 | grep '^{p}'); do ip netns del $n; "
+                                      f"done; rm -rf /run/vnetbench/{p}; true")
 
 
 def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():

@@ -267,17 +267,18 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     if order not in (None, "random", "sequential"):
         fail(f"--order: '{order}' is not an order; use random or sequential")
     loaded = load_spec(spec, profile) if spec else None
+    if resume is not None:
+        check_resume(db, resume, testbed)
     bed, caps = load_testbed(testbed)
     store = Store(db)
-    if resume is not None and store.campaign(resume) is None:
-        fail(f"no campaign {resume} in {db}")
     try:
         outcome = Runner(store, err, progress, testbed=bed, caps=caps).run(loaded, resume, order)
     except CampaignBusy as exc:
         fail(str(exc))
     except StoreError as exc:
         cid = getattr(exc, "campaign", None)
-        fail(f"{exc}" + (f"; finished trials are kept: continue with vnetbench run --resume {cid} --db {db}"
+        from .runner import resume_command, place_of
+        fail(f"{exc}" + (f"; finished trials are kept: continue with {resume_command(cid, db, place_of(bed)['testbed'])}"
                          if cid else ""))
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
@@ -300,6 +301,28 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         problems.append("nothing ran: every scenario was skipped (reasons above)")
     if problems:
         fail("; ".join(problems), 1)
+
+
+def check_resume(db: str, resume: int, testbed: str | None) -> None:
+    """Before anything is probed or built: the results file exists (a resume never creates an empty one), holds
+    the campaign, its stored spec still validates, and the place is the campaign's own."""
+    from .runner import wrong_place
+    if not Path(db).is_file():
+        fail(f"no results file {db}: --resume continues a campaign stored in one; give the --db it was run with")
+    store = Store(db, readonly=True)
+    camp = store.campaign(resume)
+    if camp is None:
+        fail(f"no campaign {resume} in {db}; `vnetbench list --db {db}` shows them")
+    try:
+        specmod.loads(camp.spec_text, camp.source or "<stored spec>")
+    except specmod.SpecError as exc:
+        sys.stderr.write("".join(f"campaign {resume} cannot be resumed by this vnetbench (start a new campaign): "
+                                 f"{line}\n" for line in exc.lines))
+        raise typer.Exit(2)
+    why = wrong_place(camp, load_testbed(testbed, reach=False)[0], db)
+    store.close()
+    if why:
+        fail(why)
 
 
 @app.command("list")
@@ -345,6 +368,9 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              alpha: float = typer.Option(0.05, "--alpha", help="significance level, after Holm's correction"),
              fail_on_regression: Optional[str] = typer.Option(
                  None, "--fail-on-regression", help="exit 1 if a metric is significantly worse by more than this, e.g. 5%"),
+             allow_missing: bool = typer.Option(False, "--allow-missing", help="with --fail-on-regression: a "
+                                                "scenario that ran on one side only (e.g. failed to build) does not "
+                                                "fail the gate"),
              fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
     """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
     from . import compare as cmp
@@ -361,13 +387,21 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold)
+        gone = cmp.missing(side_a, side_b)
     except cmp.CompareError as exc:
         fail(str(exc))
     if fmt == "json":
-        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold) + "\n")
+        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold, gone) + "\n")
     else:
         out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        for m in gone:
+            out.print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={v}" for k, v in m["scenario"].items())
+                      + f" ({m['why']})", highlight=False, markup=False, soft_wrap=True)
     if any(r.regression for r in rows):
+        raise typer.Exit(1)
+    if gone and threshold is not None and not allow_missing:
+        err.print(f"{len(gone)} scenario{'s' if len(gone) != 1 else ''} ran on one side only: the gate fails "
+                  f"(--allow-missing lets it pass)", highlight=False)
         raise typer.Exit(1)
 
 
@@ -416,7 +450,8 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
     every testbed host a run touched (and, with --testbed, on every host of that testbed) too."""
     need_root()
-    removed, running, pending = ledger.clean_all(dry_run)
+    removed, left, pending = ledger.clean_all(dry_run)
+    running = [f"run {prefix}: {why}" for prefix, why in left]
     if testbed:
         from . import testbed as tb
         bed, _ = load_testbed(testbed, reach=False)
@@ -425,8 +460,8 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     verb = "would remove" if dry_run else "removed"
     for line in removed:
         out.print(f"{verb} {line}", highlight=False)
-    for prefix in running:
-        out.print(f"left alone: run {prefix} is still running", highlight=False)
+    for line in running:
+        out.print(f"left alone: {line}", highlight=False)
     for line in pending:
         out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {testbed}" if testbed else ""),
                   highlight=False)

@@ -81,36 +81,63 @@ def parse_threshold(text: str) -> float:
 
 
 def _selected(side: Side, option: str) -> dict[tuple, dict]:
-    """Match key -> scenario row of the scenarios that ran and satisfy the selection."""
-    scenarios = [s for s in side.store.scenarios(side.campaign.id) if s["status"] == "done"]
+    """Match key -> scenario row of the scenarios that satisfy the selection, whatever their status (one that
+    failed to build must not vanish: it is missing from the comparison); a done one wins a key."""
+    scenarios = side.store.scenarios(side.campaign.id)
     factors = {k for s in scenarios for k in s["labels"]}
     for k in side.where:
         if k not in factors:
             raise CompareError(f"{option} {k}=...: campaign {side.campaign.id} has no factor {k!r}; its factors: "
                                f"{', '.join(sorted(factors)) or 'none'}")
-    return {tuple(sorted(s["labels"].items())): s for s in scenarios
+    return {tuple(sorted(s["labels"].items())): s for s in sorted(scenarios, key=lambda s: s["status"] == "done")
             if all(str(s["labels"].get(k)) == v for k, v in side.where.items())}
 
 
-def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
+def _keyed(a: Side, b: Side) -> list[dict[tuple, dict]]:
+    """Per side: the levels left after leaving out the factors a selection names -> that side's scenario row."""
     drop = set(a.where) | set(b.where)
     keyed = []
     for side, option in ((a, "--a-where"), (b, "--b-where")):
         sel = _selected(side, option)
-        if not sel:
-            raise CompareError(f"{option}: no scenario of {side.describe()} ran with those levels")
-        out: dict[tuple, int] = {}
+        if not any(s["status"] == "done" for s in sel.values()):
+            raise CompareError(f"{option}: no scenario of {side.describe()} ran with those levels" if side.where else
+                               f"no scenario of {side.describe()} ran (`vnetbench show` says why)")
+        out: dict[tuple, dict] = {}
         for labels, s in sel.items():
             key = tuple((k, v) for k, v in labels if k not in drop)
-            if key in out:
+            if key in out and "done" == s["status"] == out[key]["status"]:
                 raise CompareError(f"{option}: several scenarios of {side.describe()} have the levels "
                                    f"{dict(key) or '(none)'}; name more factors so each side has one per match")
-            out[key] = s["idx"]
+            if key not in out or s["status"] == "done":
+                out[key] = s
         keyed.append(out)
-    both = [k for k in keyed[0] if k in keyed[1]]
+    return keyed
+
+
+def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
+    keyed = _keyed(a, b)
+    both = [k for k in keyed[0] if k in keyed[1] and keyed[0][k]["status"] == keyed[1][k]["status"] == "done"]
     if not both:
         raise CompareError(f"no scenario of {a.describe()} has the same levels as one of {b.describe()}")
-    return [(dict(k), keyed[0][k], keyed[1][k]) for k in both]
+    return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both]
+
+
+def missing(a: Side, b: Side) -> list[dict[str, Any]]:
+    """The scenarios that ran on one side only: {scenario, missing_in: "A" | "B", why}. A CI gate fails on them
+    (a datapath that failed to build in B is not "no regression") unless told otherwise."""
+    keyed = _keyed(a, b)
+    out = []
+    for key in dict.fromkeys([*keyed[0], *keyed[1]]):
+        rows = [k.get(key) for k in keyed]
+        done = [r is not None and r["status"] == "done" for r in rows]
+        if done[0] == done[1]:
+            continue
+        side, other = ("B", rows[1]) if done[0] else ("A", rows[0])
+        camp = (b if done[0] else a).campaign.id
+        why = (f"not in campaign {camp}" if other is None else
+               f"{other['status']} in campaign {camp}" + (f": {other['reason']}" if other.get("reason") else ""))
+        out.append({"scenario": dict(key), "missing_in": side, "why": why})
+    return out
 
 
 def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
@@ -193,7 +220,8 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> str:
+def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None,
+            gone: list[dict] | None = None) -> str:
     def side(s: Side) -> dict[str, Any]:
         return {"campaign": s.campaign.id, "name": s.campaign.name, "db": str(s.store.path), "where": s.where}
 
@@ -207,5 +235,6 @@ def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | 
                      "ratio": _num(r.comparison.ratio), "ratio_ci": [_num(v) for v in r.comparison.ratio_ci],
                      "diff": _num(r.comparison.diff), "diff_ci": [_num(v) for v in r.comparison.diff_ci],
                      "p": _num(r.comparison.p), "p_holm": _num(r.p_holm), "verdict": r.verdict,
-                     "regression": r.regression} for r in rows]}
+                     "regression": r.regression} for r in rows],
+           "missing": gone or []}
     return json.dumps(out, indent=2)

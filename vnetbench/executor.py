@@ -268,15 +268,25 @@ class SshTarget:
         return argv + ["-T", "-x", self.destination, "--"]
 
 
-def control_dir(base: str | os.PathLike | None, sub: str = "ssh") -> str:
+def control_dir(base: str | os.PathLike | None, sub: str = "ssh", ledger: Ledger | None = None) -> str:
     """A directory for the shared connections' sockets: under the run's directory when its path is short enough
-    for a unix socket (108 bytes; %C adds 40, ssh a temporary suffix of 17), else a private directory under /tmp."""
+    for a unix socket (108 bytes; %C adds 40, ssh a temporary suffix of 17), else a private directory under /tmp
+    (named with the run's prefix and recorded in its ledger before it is made, so `clean` finds it)."""
     if base is not None:
         path = os.path.join(os.fspath(base), sub)
         if len(path) + 60 < 108:
             os.makedirs(path, mode=0o700, exist_ok=True)
             return path
-    return tempfile.mkdtemp(prefix="vb-ssh-")
+    if ledger is None:
+        return tempfile.mkdtemp(prefix="vb-ssh-")
+    while True:
+        path = os.path.join(tempfile.gettempdir(), f"vb-ssh-{ledger.prefix}-{secrets.token_hex(4)}")
+        ledger.record("dir", path)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
 
 
 def control_dir_ok(path: str) -> bool:
@@ -307,7 +317,8 @@ class SshExecutor(Executor):
         self.netns = netns
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
         # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
-        self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None)
+        self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None,
+                                                                                           ledger=ledger)
         self.connect = connect
         if connect and not control_dir_ok(self.control):  # connect=False: only shown (plan), never run
             self.control = control_dir(None)

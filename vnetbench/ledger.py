@@ -39,6 +39,50 @@ def _alive(pid: int | None, start: int | None) -> bool:
     return pid is not None and start is not None and process_start_time(pid) == start
 
 
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def identity() -> dict:
+    """Who owns a run: the boot of the kernel and the pid namespace its process lives in (a pid and start time
+    mean something only there: cloned machines share a hostname and often a machine-id, never a boot id;
+    containers share a boot id, not a pid namespace), and the process itself."""
+    me = os.getpid()
+    try:
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pidns = None
+    return {"boot": _read("/proc/sys/kernel/random/boot_id"), "pidns": pidns, "pid": me,
+            "start": process_start_time(me), "created": time.time()}
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def owner_state(owner, remote: bool = False) -> tuple[str, str]:
+    """("alive" | "dead" | "unknown", why) of a run's owner record. "unknown": it cannot be checked from here (not
+    an owner record, or a process of another boot or pid namespace than ours): such a run is left alone. `remote`:
+    a run found on a testbed host, whose owner may be any controller (the hostname proves nothing); a local run
+    directory of another boot is a dead run's (this machine rebooted)."""
+    if not isinstance(owner, dict) or not _int(owner.get("pid")):
+        return "unknown", "its owner.json is not a vnetbench owner record"
+    me = identity()
+    who = f" ({owner['controller']})" if isinstance(owner.get("controller"), str) else ""
+    if remote and (owner.get("boot") is None or owner.get("pidns") is None):
+        return "unknown", f"its owner record{who} does not say where its process runs"
+    if owner.get("boot") is not None and owner["boot"] != me["boot"]:
+        return ("unknown", f"it was started by another machine, or before this one rebooted{who}") if remote \
+            else ("dead", "this machine has rebooted since")
+    if owner.get("pidns") is not None and owner["pidns"] != me["pidns"]:
+        return "unknown", f"its process is in another pid namespace{who}"
+    alive = _int(owner.get("start")) and process_start_time(owner["pid"]) == owner["start"]
+    return ("alive", "still running") if alive else ("dead", "its process is gone")
+
+
 @dataclass(frozen=True)
 class Obj:
     kind: str  # netns | process | dir | host (a testbed machine the run touched: its objects are in its own ledger)
@@ -68,9 +112,7 @@ class Ledger:
             ledger = cls(prefix, root)
             ledger.dir.mkdir(mode=0o700)
             ledger.work.mkdir(mode=0o700)
-            me = os.getpid()
-            owner = {"pid": me, "start": process_start_time(me), "created": time.time()}
-            (ledger.dir / "owner.json").write_text(json.dumps(owner))
+            (ledger.dir / "owner.json").write_text(json.dumps(identity()))
             return ledger
 
     def _append_many(self, entries: list[dict]) -> None:
@@ -114,6 +156,8 @@ class Ledger:
                     e = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line torn by kill -9 mid-write: the object was not created yet
+                if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not isinstance(e.get("name"), str):
+                    continue  # not a record of ours
                 key = (e["kind"], e["name"])
                 if e["op"] == "add":
                     live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), e)
@@ -122,11 +166,16 @@ class Ledger:
         return list(live.values())
 
     def owner_alive(self) -> bool:
+        return self.owner_state()[0] == "alive"
+
+    def owner_state(self) -> tuple[str, str]:
+        """As ledger.owner_state; a run directory without a readable owner.json is a dead run's (it is written
+        right after the directory is made)."""
         try:
             owner = json.loads((self.dir / "owner.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return False
-        return _alive(owner["pid"], owner.get("start"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return "dead", "no owner record"
+        return owner_state(owner)
 
     def remove_all(self, dry_run: bool = False) -> list[str]:
         """Remove every live object of this run, newest first; returns what was (or would be) removed. A testbed
@@ -229,20 +278,23 @@ def runs(root: Path | None = None) -> list[Ledger]:
 
 
 def clean(dry_run: bool = False) -> tuple[list[str], list[str]]:
-    """Remove the objects of every run whose process is gone. Returns (removed, still-running run prefixes)."""
-    removed, running, _ = clean_all(dry_run)
-    return removed, running
+    """Remove the objects of every run whose process is gone. Returns (removed, prefixes of the runs left alone:
+    still running, or with an owner that cannot be checked)."""
+    removed, left, _ = clean_all(dry_run)
+    return removed, [prefix for prefix, _ in left]
 
 
-def clean_all(dry_run: bool = False) -> tuple[list[str], list[str], list[str]]:
-    """As clean(), plus the testbed hosts that could not be reached (`prefix: host NAME: why`)."""
+def clean_all(dry_run: bool = False) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """As clean(), with why each run was left alone, plus the testbed hosts that could not be reached
+    (`prefix: host NAME: why`)."""
     removed: list[str] = []
-    running: list[str] = []
+    left: list[tuple[str, str]] = []
     pending: list[str] = []
     for ledger in runs():
-        if ledger.owner_alive():
-            running.append(ledger.prefix)
+        state, why = ledger.owner_state()
+        if state != "dead":
+            left.append((ledger.prefix, why if state == "alive" else f"its owner cannot be checked: {why}"))
         else:
             removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
             pending += [f"{ledger.prefix}: {why}" for why in ledger.pending]
-    return removed, running, pending
+    return removed, left, pending

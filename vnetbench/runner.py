@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 import threading
 import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -129,6 +131,49 @@ class CampaignBusy(Exception):
     """`run --resume` of a campaign whose process is still running."""
 
 
+# ---- where a campaign runs ------------------------------------------------------------------------------------------
+def place_of(bed) -> dict:
+    """Where a campaign runs, stored with it: this machine, or a testbed (its file, and its hosts by name and ssh
+    destination: what says they are the same machines)."""
+    if bed is None:
+        return {"testbed": None}
+    return {"testbed": str(Path(bed.source).resolve()),
+            "hosts": {h.name: h.target.destination + (f":{h.target.port}" if h.target.port else "") for h in bed.hosts}}
+
+
+def stored_place(env: dict) -> dict:
+    """The place of a stored campaign; one stored before places were (its environment has the testbed's hosts)."""
+    if "place" in env:
+        return env["place"]
+    if env.get("testbed"):
+        return {"testbed": "", "hosts": {n: h.get("ssh") for n, h in env["testbed"].items()}, "legacy": True}
+    return {"testbed": None}
+
+
+def resume_command(cid: int, db, testbed: str | None = None) -> str:
+    """The full command that resumes a campaign from anywhere: the results file (and testbed file) by absolute path."""
+    return (f"vnetbench run --resume {cid} --db {shlex.quote(str(Path(db).resolve()))}"
+            + (f" --testbed {shlex.quote(testbed)}" if testbed else ""))
+
+
+def wrong_place(camp, bed, db) -> str | None:
+    """Why campaign `camp` cannot be resumed with this testbed (None: no testbed), or None: one campaign never
+    mixes trials measured in two places."""
+    want, here = stored_place(camp.environment), place_of(bed)
+    if want["testbed"] is None:
+        return None if bed is None else (f"campaign {camp.id} ran on this machine, not on a testbed: resume it "
+                                         f"without --testbed: {resume_command(camp.id, db)}")
+    hosts = ", ".join(f"{n} ({d})" for n, d in want["hosts"].items())
+    again = resume_command(camp.id, db, want["testbed"] or "TESTBED-FILE")
+    if bed is None:
+        return f"campaign {camp.id} runs on a testbed (hosts {hosts}), not on this machine: resume it with: {again}"
+    got = {n: d.rsplit(":", 1)[0] if want.get("legacy") and ":" in d else d for n, d in here["hosts"].items()}
+    if got != want["hosts"]:
+        return (f"campaign {camp.id} runs on the hosts {hosts}; {bed.source} has other hosts "
+                f"({', '.join(f'{n} ({d})' for n, d in got.items())}): resume it with: {again}")
+    return None
+
+
 @contextmanager
 def _signals_as_interrupt(outcome: Outcome):
     """SIGTERM takes the same clean path as Ctrl-C: topology removed, finished trials kept. The signal is noted
@@ -178,9 +223,13 @@ class Runner:
             raise
         except KeyboardInterrupt:
             outcome.signal = outcome.signal or signal.SIGINT
-            hint = f" Continue with: vnetbench run --resume {outcome.campaign}" if outcome.campaign else ""
-            self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept.{hint}[/]")
+            hint = f" Continue with: {self.resume_command(outcome.campaign)}" if outcome.campaign else ""
+            self.console.print(f"Interrupted: topology removed, finished trials kept.{hint}", style="yellow",
+                               markup=False, highlight=False, soft_wrap=True)  # the command on one line, as is
         return outcome
+
+    def resume_command(self, cid: int) -> str:
+        return resume_command(cid, self.store.path, place_of(self.testbed)["testbed"])
 
     def _run(self, spec: LoadedSpec | None, resume: int | None, order: str | None, outcome: Outcome) -> None:
         me = (os.getpid(), process_start_time(os.getpid()))
@@ -193,17 +242,12 @@ class Runner:
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
-            cid = camp.id
             plan = camp.environment.get("order") or {"order": "sequential", "seed": None}
         else:
             plan = {"order": order or spec.experiment.order,
                     "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
-            env = environment.capture(caps, nics=not self.testbed) | {"order": plan}
-            if self.testbed:
-                from .sites import TestbedSite
-                env["testbed"] = TestbedSite(self.testbed, None).environment()
-            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env, owner=me)
-        outcome.campaign = cid
+        # the matrix (which may probe the guest for a while) before the campaign exists: an interrupt before this
+        # point leaves no campaign, and after it the campaign has its scenarios
         scenarios = expand(spec.experiment, caps)
         if self.testbed:
             from .sites import TestbedSite
@@ -212,8 +256,19 @@ class Runner:
                 why = None if sc.skip else site.check(sc)
                 sc.skip = f"testbed: {why}" if why else sc.skip
                 sc.notes = sc.notes + site.notes(sc)
-        if resume is None:
-            for sc in scenarios:
+        if resume is not None:
+            cid = camp.id
+            stored = {s["idx"] for s in self.store.scenarios(cid)}
+        else:
+            env = environment.capture(caps, nics=not self.testbed) | {"order": plan, "place": place_of(self.testbed)}
+            if self.testbed:
+                from .sites import TestbedSite
+                env["testbed"] = TestbedSite(self.testbed, None).environment()
+            cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env, owner=me)
+            stored = set()
+        outcome.campaign = cid
+        for sc in scenarios:  # a campaign interrupted between its creation and this gets them on resume
+            if sc.index not in stored:
                 self._put(cid, sc)
         outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
         self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
@@ -453,7 +508,9 @@ class Campaign:
         try:
             self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
                                   status, error, started, time.time(), samples, meta)
-        except Exception as exc:  # a store error fails this trial: try to record that much, then go on
+        except StoreError:  # the results file cannot take the trial (a full disk): measuring on would lose them all
+            raise
+        except Exception as exc:  # a bug in what is stored fails this trial: try to record that much, then go on
             status, error = "failed", f"store: {_last_line(exc)}"
             try:
                 self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),

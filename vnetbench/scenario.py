@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .strict import one_line
+
 # Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
 TOPOLOGY_FACTORS = {
     "switch": "the virtual switch on each host (a datapath name)",
@@ -52,11 +54,12 @@ def as_list(value: Any) -> list[Any]:
 
 
 def label(level: Any) -> str:
-    """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options."""
+    """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
+    character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
     if isinstance(level, dict):
         rest = [str(v) for k, v in level.items() if k != "type"]
-        return f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type"))
-    return str(level)
+        return one_line(f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type")))
+    return one_line(str(level))
 
 
 def element_name(level: Any) -> Any:

@@ -15,7 +15,9 @@ def _takes(annotation: Any, kinds: tuple) -> bool:
 def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
     """Python counts true as 1: `pairs: true` or `duration: yes` must be an error, not one pair or one second."""
     annotation = model.model_fields[info.field_name].annotation
-    if isinstance(value, bool) and _takes(annotation, (int, float)) and not _takes(annotation, (bool, Any)):
+    items = value if isinstance(value, (list, tuple)) else [value]  # [true] in a list of numbers, too
+    if any(isinstance(v, bool) for v in items) and _takes(annotation, (int, float)) and \
+            not _takes(annotation, (bool, Any)):
         raise ValueError("write a number here, not true/false")
     return value
 

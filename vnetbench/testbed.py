@@ -19,7 +19,6 @@ import ipaddress
 import json
 import os
 import re
-import secrets
 import shlex
 import socket
 import time
@@ -33,8 +32,9 @@ import yaml
 from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS,
                            TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
                            parse_features, parse_list_algs)
-from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget
-from .ledger import Ledger, Obj, process_start_time
+from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget, control_dir
+from .ledger import Ledger, Obj, identity, owner_state
+from .strict import one_line
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
@@ -47,7 +47,7 @@ class TestbedError(Exception):
     """Problems with a testbed file or its hosts: one line each, `file:line: what, fix`."""
 
     def __init__(self, lines: list[str]):
-        self.lines = lines
+        self.lines = [one_line(line) for line in lines]  # a newline in a host's name must not split its line
         super().__init__("\n".join(lines))
 
 
@@ -492,10 +492,22 @@ def merge(hosts: list[Host]) -> Capabilities:
 
 
 def preflight(bed: Testbed, prefix: str | None = None, probe_kernel: bool = True) -> Capabilities:
-    """Reach every host at once; raise TestbedError with one line per host that cannot take part."""
-    prefix = prefix or "vb" + secrets.token_hex(2)  # the scratch namespace's name, unlike any other run's
+    """Reach every host at once; raise TestbedError with one line per host that cannot take part. Its local files
+    (the shared connections' sockets) belong to a scratch ledger of its own, so a kill -9 leaves nothing `clean`
+    does not know of."""
+    scratch = Ledger.create()
+    prefix = prefix or scratch.prefix  # the scratch namespace's name, unlike any other run's
+    try:
+        return _preflight(bed, prefix, probe_kernel, scratch)
+    finally:
+        scratch.remove_all()
+
+
+def _preflight(bed: Testbed, prefix: str, probe_kernel: bool, scratch: Ledger) -> Capabilities:
+    controls = {h.name: control_dir(scratch.dir, f"ssh{i}", scratch) for i, h in enumerate(bed.hosts)}
+
     def one(h: Host) -> str | None:
-        ex = executor(h, log=None)
+        ex = executor(h, log=None, control=controls[h.name])
         ex.prefix, ex.remote_dir = prefix, f"{REMOTE_STATE_DIR}/{prefix}"
         try:
             h.facts = facts(h, ex)
@@ -548,10 +560,9 @@ def target_of(entry: dict) -> SshTarget:
 
 
 def owner_script(prefix: str) -> str:
-    """Create the run's directory on a host with who owns it (this machine, this process)."""
-    me = os.getpid()
-    owner = json.dumps({"controller": socket.gethostname(), "pid": me, "start": process_start_time(me),
-                        "created": time.time()})
+    """Create the run's directory on a host with who owns it: this kernel's boot and pid namespace, this process
+    (the hostname is only for people: clones and containers share it)."""
+    owner = json.dumps({"controller": socket.gethostname()} | identity())
     d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
     return f"mkdir -p -m 700 {d} && printf '%s\\n' {shlex.quote(owner)} > {d}/owner.json"
 
@@ -563,6 +574,8 @@ def parse_objects(text: str) -> list[Obj]:
             e = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not isinstance(e.get("name"), str):
+            continue  # not a record of ours
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
             extra = {k: e[k] for k in ("mtu", "ns", "dev") if k in e} if e.get("kind") in ("mtu", "vf") else None
@@ -656,13 +669,12 @@ def remote_runs(host: Host) -> list[tuple[str, dict]]:
 
 
 def clean_testbed(bed: Testbed, local_runs: set[str], dry_run: bool = False) -> tuple[list[str], list[str], list[str]]:
-    """Visit every host of a testbed: remove the runs this machine started there whose process is gone and whose
-    local ledger is gone too (those with a local ledger are cleaned through it). Runs of another controller are
-    left alone. Returns (removed, left alone, pending)."""
+    """Visit every host of a testbed: remove the runs started there from this boot and pid namespace whose process
+    is gone and whose local ledger is gone too (those with a local ledger are cleaned through it). Runs whose
+    owner cannot be checked from here (another machine, container or boot) are left alone. Returns (removed, left alone (why), pending)."""
     removed: list[str] = []
     left: list[str] = []
     pending: list[str] = []
-    me = socket.gethostname()
     for h in bed.hosts:
         try:
             found = remote_runs(h)
@@ -672,10 +684,10 @@ def clean_testbed(bed: Testbed, local_runs: set[str], dry_run: bool = False) -> 
         for prefix, owner in found:
             if prefix in local_runs:
                 continue
-            mine = owner.get("controller") == me
-            alive = mine and owner.get("start") is not None and process_start_time(owner.get("pid", -1)) == owner["start"]
-            if not mine or alive:
-                left.append(f"{prefix} on {h.name} ({'still running' if alive else 'run from ' + str(owner.get('controller'))})")
+            state, why = owner_state(owner, remote=True)
+            if state != "dead":
+                left.append(f"run {prefix} on {h.name}: " + ("still running" if state == "alive"
+                                                             else f"its owner cannot be checked: {why}"))
                 continue
             got, why = clean_host(host_record(h, ""), prefix, dry_run)
             removed += [f"{prefix}: {line}" for line in got]

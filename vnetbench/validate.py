@@ -13,7 +13,7 @@ from . import datapaths, workloads, yamlread
 from .datapaths.base import Element
 from .matrix import expand, params_of
 from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label
-from .strict import pydantic_message
+from .strict import CONTROL, pydantic_message
 from .workloads.base import Workload
 
 if TYPE_CHECKING:  # the spec module calls check(); its model is only named here
@@ -110,7 +110,7 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
     gives a factor elsewhere (in a profile not chosen), so a `when` for them is not a typo; None: do not look for
     levels that match nothing. The checks that expand the matrix run only on a `complete` experiment (every field
     valid) without other problems."""
-    problems = _check_workloads(exp) + _check_factors(exp) + _check_rules(exp, declared)
+    problems = _check_workloads(exp) + _check_adaptive(exp) + _check_factors(exp) + _check_rules(exp, declared)
     if complete and not problems:
         problems += _check_size(exp)
     if complete and not problems:
@@ -156,11 +156,31 @@ def _check_workloads(exp: Experiment) -> list[Problem]:
     return problems
 
 
+def _check_adaptive(exp: Experiment) -> list[Problem]:
+    """An adaptive `metric:` every foreground workload gives one value per trial of: another would never stop a
+    scenario for the reason it says."""
+    metric = getattr(exp.repetitions, "metric", None)
+    if metric is None:
+        return []
+    reg = workloads.load_all()
+    kinds = [str(wl.get("type")) for wl in exp.workloads if not wl.get("background") and wl.get("type") in reg]
+    lacking = [k for k in dict.fromkeys(kinds) if metric not in reg[k].metrics]
+    if not lacking:
+        return []
+    gives = "; ".join(f"{k} gives {', '.join(sorted(reg[k].metrics))}" for k in lacking)
+    return [Problem(("repetitions", "metric"), f"'{metric}' is not a per-trial metric of {' or '.join(lacking)} "
+                                               f"(every workload that runs trials must give it); {gives}")]
+
+
 def _check_factors(exp: Experiment) -> list[Problem]:
     problems: list[Problem] = []
     wfields = _workload_fields(exp)
     selectors = _selector_factors(exp)
     for factor, value in exp.factors.items():
+        if CONTROL.search(factor):
+            problems.append(Problem(("factors", factor), "a factor's name is printable text, without control "
+                                                         "characters (a newline, a terminal escape)"))
+            continue
         if isinstance(value, list) and not value:
             problems.append(Problem(("factors", factor), "no levels: write one level, or a list of at least one"))
             continue

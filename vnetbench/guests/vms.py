@@ -20,9 +20,10 @@ from __future__ import annotations
 import shutil
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..ledger import Ledger
+from ..strict import Strict, pydantic_message
 from .base import VM_NIC, Fleet, GuestError
 
 BACKEND = "uml"
@@ -31,8 +32,7 @@ NIC = VM_NIC
 BOOT_TIMEOUT_S = 60.0
 
 
-class VmKernel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class VmKernel(Strict):
     type: Literal["shared", "guest"] = "shared"
     pairs: list[int] | None = Field(None, min_length=1, description="only the VMs of these pairs (default: every pair)")
     side: Literal["client", "server", "both"] = Field("both", description="only the pairs' client or server VMs")
@@ -50,7 +50,7 @@ def parse(level) -> VmKernel:
             raise ValueError(f"vm_kernel has no option '{where}'; its options: type, pairs, side") from None
         if where == "type":
             raise ValueError(f"'{opts.get('type')}' is not allowed; use shared or guest") from None
-        raise ValueError(f"vm_kernel option '{where}': {e['msg']}") from None
+        raise ValueError(f"vm_kernel option '{where}': {pydantic_message(e)}") from None
     if vk.pairs and any(isinstance(p, bool) or p < 1 for p in vk.pairs):
         raise ValueError("vm_kernel option 'pairs': pair numbers start at 1")
     if vk.type == "shared" and (vk.pairs or vk.side != "both"):

@@ -67,6 +67,8 @@ class Workload(ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[Params]]
     tool: ClassVar[str]  # the executable doctor checks for
+    # the metrics its trials give one value per pair of (not series): what adaptive repetitions can judge
+    metrics: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False,
                  target_pair: int | None = None):

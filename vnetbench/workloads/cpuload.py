@@ -49,6 +49,7 @@ class CpuLoadParams(Params):
 @register
 class CpuLoad(Workload):
     kind = "cpuload"
+    metrics = frozenset({"cpuload_cpu_ratio", "cpuload_ops_per_s"})
     Params = CpuLoadParams
     tool = "stress-ng"
 

@@ -107,6 +107,7 @@ class HttpParams(Params):
 @register
 class Http(Workload):
     kind = "http"
+    metrics = frozenset({"http_errors", "http_requests_per_s", "http_response_time_s"})
     Params = HttpParams
     tool = "nginx"
 

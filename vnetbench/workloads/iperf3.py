@@ -414,6 +414,7 @@ class Iperf3Params(Params):
 @register
 class Iperf3(Workload):
     kind = "iperf3"
+    metrics = frozenset({"throughput_bps", "sender_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s", "sender_cpu_ratio", "receiver_cpu_ratio", "rtt_idle_s", "rtt_loaded_s"})
     Params = Iperf3Params
     tool = "iperf3"
 

@@ -72,6 +72,7 @@ class NetperfParams(Params):
 @register
 class Netperf(Workload):
     kind = "netperf"
+    metrics = frozenset({"throughput_bps", "sender_throughput_bps", "transactions_per_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_p50_s", "latency_p90_s", "latency_p99_s"})
     Params = NetperfParams
     tool = "netperf"
 

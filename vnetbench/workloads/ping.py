@@ -102,6 +102,7 @@ class PingParams(Params):
 @register
 class Ping(Workload):
     kind = "ping"
+    metrics = frozenset({"rtt_s", "ping_loss_ratio", "ping_jitter_s"})
     Params = PingParams
     tool = "ping"
 

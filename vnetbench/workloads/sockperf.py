@@ -116,6 +116,7 @@ class SockperfParams(Params):
 @register
 class Sockperf(Workload):
     kind = "sockperf"
+    metrics = frozenset({"latency_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_p50_s", "latency_p90_s", "latency_p99_s", "transactions_per_s"})
     Params = SockperfParams
     tool = "sockperf"
 
