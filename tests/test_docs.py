@@ -202,6 +202,7 @@ def runnable(block: str) -> str:
 
 
 @pytest.mark.net
+@pytest.mark.timeout(900)  # the README's first experiment (about 40 s) and a dozen commands, on a busy machine
 def test_the_docs_commands_run_as_written(tmp_path, state_dir):
     work = working_dir(tmp_path)
     # Each block runs in a shell of its own, as a reader who activated the environment once (the README's first
