@@ -118,6 +118,30 @@ def test_the_docs_name_only_real_metrics_and_commands():
                                                                                       text)) - commands
 
 
+def test_every_option_named_exists_and_every_option_is_in_the_command_table():
+    """The synopses (`vnetbench CMD [--opt X]` in the text) name only real options, and docs/commands.md names
+    every option of every command: a new option is documented there."""
+    from typer.main import get_command
+    from vnetbench.cli import app
+    cli = get_command(app)
+    options = {name: {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+               for name, cmd in cli.commands.items()}
+    spans = [(page.name, m.group(1), m.group(2)) for page in PAGES
+             for m in re.finditer(r"`(?:\.venv/bin/)?vnetbench ([a-z]+)([^`]*)`", page.read_text())]
+    unknown = [f"{page}: vnetbench {cmd}{rest}" for page, cmd, rest in spans
+               if set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest)) - options[cmd] - {"--help"}]
+    assert not unknown, unknown
+    table = {}
+    for page, cmd, rest in spans:
+        if page == "commands.md":
+            table.setdefault(cmd, set()).update(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest))
+    missing = {cmd: sorted(o for p in c.params if (o := p.opts[0]).startswith("-") and
+                           not set(p.opts + p.secondary_opts) & table.get(cmd, set()))
+               for cmd, c in cli.commands.items()}
+    missing = {cmd: opts for cmd, opts in missing.items() if opts}
+    assert not missing, f"options missing from the table in docs/commands.md: {missing}"
+
+
 def test_every_factor_and_workload_parameter_is_documented():
     from vnetbench import workloads
     from vnetbench.scenario import TOPOLOGY_FACTORS
