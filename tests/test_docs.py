@@ -255,3 +255,10 @@ def test_the_docs_commands_run_as_written(tmp_path, state_dir):
     header, *rows = (work / "first.csv").read_text().splitlines()
     assert header.startswith("campaign,") and any(",throughput_bps," in r for r in rows)
     assert json.loads((work / "doctor.json").read_text())["tools"]["iperf3"]["ok"]
+
+
+def test_the_code_layout_names_every_module_and_benchmark():
+    page = (ROOT / "docs" / "code-layout.md").read_text()
+    files = [*(ROOT / "vnetbench").glob("*.py"), *(ROOT / "bench").glob("*.py")]
+    missing = sorted(f.name for f in files if f.stem not in ("__init__", "__main__") and f.name not in page)
+    assert not missing, f"not in docs/code-layout.md: {missing}"
