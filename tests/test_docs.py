@@ -3,8 +3,8 @@ every command parses, the cheap ones run as written, every spec in them is valid
 commands, factors and workload parameters (and all of them).
 
 A command that cannot run in a test carries one of these markers in its comment, for the reader and for this test:
-`(needs a testbed)` or `(takes minutes)`. Such a line is only parsed (run with `--help` appended); every other
-`sh` block of README.md and docs/*.md runs as written, in one working directory, README first."""
+`(needs a testbed)` or `(takes minutes)`. Such a line is only parsed (with `--help` appended); every other line of
+the `sh` blocks of README.md and docs/*.md runs as written, a block at a time, in one directory, README first."""
 from __future__ import annotations
 
 import json
@@ -202,26 +202,30 @@ def test_every_command_in_the_docs_parses(capsys):
 
 
 def working_dir(tmp_path: Path) -> Path:
-    """A directory like a clone of the repository: `.venv` (this interpreter's vnetbench) and `examples`."""
+    """A directory like a clone of the repository: `.venv` (install.sh's, else a stand-in running this interpreter's
+    vnetbench), `examples` and `bench`."""
     work = tmp_path / "clone"
-    (work / ".venv" / "bin").mkdir(parents=True)
+    work.mkdir()
     (work / "examples").symlink_to(ROOT / "examples")
+    (work / "bench").symlink_to(ROOT / "bench")
+    if (ROOT / ".venv" / "bin" / "activate").exists() and (ROOT / ".venv" / "bin" / "vnetbench").exists():
+        (work / ".venv").symlink_to(ROOT / ".venv")
+        return work
     bin_ = work / ".venv" / "bin"
+    bin_.mkdir(parents=True)
     (bin_ / "vnetbench").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m vnetbench \"$@\"\n")
     (bin_ / "python").symlink_to(sys.executable)
     (bin_ / "vnetbench").chmod(0o755)
     (bin_ / "activate").write_text(f"PATH={shlex.quote(str(bin_))}:$PATH\nexport PATH\n")
-    (work / "bench").symlink_to(ROOT / "bench")
     return work
 
 
 def runnable(block: str) -> str:
-    """An sh block as a script: marked commands only parsed (their --help), every other line as written."""
+    """An sh block as a script: every line as written, but a marked command is left out (it is parsed by
+    test_every_command_in_the_docs_parses)."""
     out = []
     for line in block.splitlines():
-        if MARKER.search(line):
-            line = shlex.join(help_argv(line)) + " >/dev/null"
-        out.append(line)
+        out.append(":" if MARKER.search(line) else line)
     return "\n".join(out) + "\n"
 
 
