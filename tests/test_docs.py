@@ -1,0 +1,268 @@
+"""The README and docs/ say only what is true: the README fits on about three screens, every relative link resolves,
+every command parses, the cheap ones run as written, every spec in them is valid, and they name only real metrics,
+commands, factors and workload parameters (and all of them).
+
+A command that cannot run in a test carries one of these markers in its comment, for the reader and for this test:
+`(needs a testbed)` or `(takes minutes)`. Such a line is only parsed (with `--help` appended); every other line of
+the `sh` blocks of README.md and docs/*.md runs as written, a block at a time, in one directory, README first."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from vnetbench.sample import METRICS
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"\((needs a testbed|takes minutes)\)")
+COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(vnetbench|\.venv/bin/vnetbench|\.venv/bin/python bench/\S+\.py)(\s|$)")
+
+
+def blocks(page: Path) -> list[tuple[str, str]]:
+    """(info string, text) of every fenced block of a page."""
+    return re.findall(r"^```(\S*)[^\n]*\n(.*?)^```$", page.read_text(), re.S | re.M)
+
+
+def sh_blocks(page: Path) -> list[str]:
+    return [text for info, text in blocks(page) if info == "sh"]
+
+
+def command_lines() -> list[tuple[str, str]]:
+    """(page, line) of every vnetbench or bench command in an sh block, and of every `$ vnetbench` transcript line."""
+    found = []
+    for page in PAGES:
+        for info, text in blocks(page):
+            for line in text.splitlines():
+                if info != "sh":
+                    if not line.startswith("$ vnetbench"):
+                        continue
+                    line = line[2:]
+                if COMMAND.match(line):
+                    found.append((page.name, line))
+    return found
+
+
+def help_argv(line: str) -> list[str]:
+    """The command of a doc line with `--help` appended: it parses the subcommand and every option, runs nothing."""
+    words = shlex.split(line, comments=True)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words.pop(0)
+    if ">" in words:
+        words = words[:words.index(">")]
+    if words[0] in ("vnetbench", ".venv/bin/vnetbench"):
+        return [sys.executable, "-m", "vnetbench", *words[1:], "--help"]
+    assert words[0] == ".venv/bin/python", line
+    return [sys.executable, *words[1:], "--help"]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
+    return {slug(h) for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_readme_fits_on_about_three_screens():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move reference text to docs/"
+    long = [(n, len(line)) for n, line in enumerate(lines, 1) if len(line) > 120]
+    assert not long, f"README.md lines longer than 120 characters (line, length): {long}"
+
+
+def test_the_readme_starts_with_the_two_commands_and_links_every_page():
+    readme = (ROOT / "README.md").read_text()
+    first = sh_blocks(ROOT / "README.md")[0]
+    assert first.startswith("./install.sh demo") and "\n./install.sh test" in first
+    assert readme.index("./install.sh demo") < readme.index("## ")
+    linked = set(re.findall(r"\]\(docs/([^)#]+)", readme))
+    assert {p.name for p in PAGES[1:]} <= linked, {p.name for p in PAGES[1:]} - linked
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for page in PAGES:
+        text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest)):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_the_docs_name_only_real_metrics_and_commands():
+    text = "\n".join(p.read_text() for p in PAGES)
+    named = set(re.findall(r"`([a-z0-9_]+_(?:bps|s|ratio|per_s|retransmits))`", text))
+    assert named and not named - set(METRICS), named - set(METRICS)
+    helptext = subprocess.run([sys.executable, "-m", "vnetbench", "--help"], capture_output=True, text=True,
+                              cwd=ROOT, env=os.environ | {"COLUMNS": "120"}).stdout
+    commands = set(re.findall(r"^│ ([a-z]+) ", helptext, re.M))
+    assert {"run", "show", "clean"} <= commands
+    assert set(re.findall(r"`vnetbench ([a-z]+)", text)) <= commands, set(re.findall(r"`vnetbench ([a-z]+)",
+                                                                                      text)) - commands
+
+
+def test_every_option_named_exists_and_every_option_is_in_the_command_table():
+    """The synopses (`vnetbench CMD [--opt X]` in the text) name only real options, and docs/commands.md names
+    every option of every command: a new option is documented there."""
+    from typer.main import get_command
+    from vnetbench.cli import app
+    cli = get_command(app)
+    options = {name: {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+               for name, cmd in cli.commands.items()}
+    spans = [(page.name, m.group(1), m.group(2)) for page in PAGES
+             for m in re.finditer(r"`(?:\.venv/bin/)?vnetbench ([a-z]+)([^`]*)`", page.read_text())]
+    unknown = [f"{page}: vnetbench {cmd}{rest}" for page, cmd, rest in spans
+               if set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest)) - options[cmd] - {"--help"}]
+    assert not unknown, unknown
+    table = {}
+    for page, cmd, rest in spans:
+        if page == "commands.md":
+            table.setdefault(cmd, set()).update(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest))
+    missing = {cmd: sorted(o for p in c.params if (o := p.opts[0]).startswith("-") and
+                           not set(p.opts + p.secondary_opts) & table.get(cmd, set()))
+               for cmd, c in cli.commands.items()}
+    missing = {cmd: opts for cmd, opts in missing.items() if opts}
+    assert not missing, f"options missing from the table in docs/commands.md: {missing}"
+
+
+def test_every_factor_and_workload_parameter_is_documented():
+    from vnetbench import workloads
+    from vnetbench.scenario import TOPOLOGY_FACTORS
+    page = (ROOT / "docs" / "experiment-file.md").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z_0-9]+)` \|.*$", page, re.M)}
+    assert set(TOPOLOGY_FACTORS) <= set(rows), set(TOPOLOGY_FACTORS) - set(rows)
+    workloads.load_all()
+    for kind, cls in workloads.REGISTRY.items():
+        assert kind in rows, f"workload {kind} is not in docs/experiment-file.md"
+        cells = re.split(r"(?<!\\)\|", rows[kind])
+        named = set(re.findall(r"`([a-z_]+)`", cells[3]))
+        missing = set(cls.Params.model_fields) - {"type"} - named
+        assert not missing, f"{kind}: parameters missing from docs/experiment-file.md: {missing}"
+
+
+def test_every_spec_and_testbed_file_in_the_docs_is_valid(tmp_path):
+    from vnetbench import testbed
+    from vnetbench.spec import loads
+    specs = []
+    for page in PAGES:
+        for info, text in blocks(page):
+            if info == "yaml" and "workloads:" in text:
+                specs.append((page.name, text))
+            elif info == "yaml" and "hosts:" in text:
+                (tmp_path / "lab.yaml").write_text(text)
+                assert testbed.load(tmp_path / "lab.yaml").hosts, page.name
+            for name, body in re.findall(r"cat > (\S+\.yaml) <<'EOF'\n(.*?)^EOF$", text, re.S | re.M):
+                specs.append((f"{page.name}: {name}", body))
+    assert any(name == "README.md: first.yaml" for name, _ in specs)
+    for name, text in specs:
+        assert loads(text, name).experiment.name, name
+
+
+def test_every_command_in_the_docs_parses(capsys):
+    from typer.main import get_command
+    from vnetbench.cli import app
+    cli = get_command(app)
+    lines = command_lines()
+    assert len(lines) >= 20 and any(page == "README.md" for page, _ in lines)
+    bad, seen = [], set()
+    for page, line in lines:
+        argv = help_argv(line)
+        if tuple(argv) in seen:
+            continue
+        seen.add(tuple(argv))
+        if argv[1:3] == ["-m", "vnetbench"]:  # in this process: the CLI's own parser, fast
+            try:
+                code = cli.main(args=argv[3:], prog_name="vnetbench", standalone_mode=False)
+            except Exception as exc:  # click's UsageError: no such command or option
+                code = f"{type(exc).__name__}: {exc}"
+            capsys.readouterr()
+        else:
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
+            code = proc.returncode and f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+        if code not in (0, None):
+            bad.append(f"{page}: `{line}`: {code}")
+    assert not bad, "\n".join(bad)
+
+
+def working_dir(tmp_path: Path) -> Path:
+    """A directory like a clone of the repository: `.venv` (install.sh's, else a stand-in running this interpreter's
+    vnetbench), `examples` and `bench`."""
+    work = tmp_path / "clone"
+    work.mkdir()
+    (work / "examples").symlink_to(ROOT / "examples")
+    (work / "bench").symlink_to(ROOT / "bench")
+    if (ROOT / ".venv" / "bin" / "activate").exists() and (ROOT / ".venv" / "bin" / "vnetbench").exists():
+        (work / ".venv").symlink_to(ROOT / ".venv")
+        return work
+    bin_ = work / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "vnetbench").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m vnetbench \"$@\"\n")
+    (bin_ / "python").symlink_to(sys.executable)
+    (bin_ / "vnetbench").chmod(0o755)
+    (bin_ / "activate").write_text(f"PATH={shlex.quote(str(bin_))}:$PATH\nexport PATH\n")
+    return work
+
+
+def runnable(block: str) -> str:
+    """An sh block as a script: every line as written, but a marked command is left out (it is parsed by
+    test_every_command_in_the_docs_parses)."""
+    out = []
+    for line in block.splitlines():
+        out.append(":" if MARKER.search(line) else line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.net
+@pytest.mark.timeout(900)  # the README's first experiment (about 40 s) and a dozen commands, on a busy machine
+def test_the_docs_commands_run_as_written(tmp_path, state_dir):
+    work = working_dir(tmp_path)
+    # Each block runs in a shell of its own, as a reader who activated the environment once (the README's first
+    # experiment does) would type it.
+    env = os.environ | {"COLUMNS": "100", "PYTHONPATH": str(ROOT),
+                        "PATH": f"{work / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    ran = 0
+    for page in PAGES:
+        for n, block in enumerate(sh_blocks(page)):
+            if "./install.sh" in block:
+                continue  # the install and the test suite itself: what CI runs
+            script = runnable(block)
+            proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=400)
+            assert proc.returncode == 0, (f"{page.name}, sh block {n + 1} exited {proc.returncode}:\n{block}\n"
+                                          f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            ran += 1
+            if page.name == "README.md" and "vnetbench run first.yaml" in block:
+                assert "kernel-vxlan" in proc.stdout and "flat" in proc.stdout, proc.stdout
+    assert ran >= 5
+    # What the README's first experiment promised: a campaign of 2 scenarios x 6 trials, the report and the export.
+    with sqlite3.connect(work / "vnetbench.db") as db:
+        statuses = dict(db.execute("SELECT status, count(*) FROM trials GROUP BY status").fetchall())
+    assert statuses.get("ok", 0) == 12, statuses
+    assert (work / "first.html").stat().st_size > 10_000
+    header, *rows = (work / "first.csv").read_text().splitlines()
+    assert header.startswith("campaign,") and any(",throughput_bps," in r for r in rows)
+    assert json.loads((work / "doctor.json").read_text())["tools"]["iperf3"]["ok"]
+
+
+def test_the_code_layout_names_every_module_and_benchmark():
+    page = (ROOT / "docs" / "code-layout.md").read_text()
+    files = [*(ROOT / "vnetbench").glob("*.py"), *(ROOT / "bench").glob("*.py")]
+    missing = sorted(f.name for f in files if f.stem not in ("__init__", "__main__") and f.name not in page)
+    assert not missing, f"not in docs/code-layout.md: {missing}"
