@@ -11,6 +11,12 @@ class Metric:
     unit: str
     better: str  # "higher" | "lower" | "none": which direction the report calls best
     description: str
+    additive: bool = False  # the directions of a bidirectional test add up (goodput, retransmits): their sum is shown
+
+
+def _additive(names: str) -> None:
+    for name in names.split():
+        METRICS[name] = Metric(*(getattr(METRICS[name], f) for f in ("name", "unit", "better", "description")), True)
 
 
 # Every metric vnetbench writes. Values are in SI base units: bit/s, s, ratio 0-1, events/s.
@@ -60,6 +66,57 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
     Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
 ]}
+
+
+_additive("throughput_bps aggregate_throughput_bps sender_throughput_bps tcp_retransmits packet_rate_pps")
+
+
+@dataclass(frozen=True, order=True)
+class Dims:
+    """What one sample measures, beyond its metric, workload and scenario: a summary never pools two samples whose
+    Dims differ (a host's CPU with a VM's, one direction with the other, pair 1 with pair 2, a flood with the
+    measured traffic)."""
+    scope: str = "traffic"   # traffic (a workload's own numbers) | machine (this one) | host (a testbed host) | vm
+                             # | process | interface
+    which: str = ""          # the host, VM, process or interface; the side of a pair for a load in VMs; '' else
+    direction: str = ""      # forward | reverse | both (the sum of the two); '' when a test has no direction
+    pair: str = ""           # "1", "2"...; "all": summed over the pairs; '' when not about one pair
+    role: str = ""           # '' for the measured workload; "background <name>" for a load beside it
+
+    def label(self, varying: frozenset[str] | set[str] = frozenset({"direction", "pair"})) -> str:
+        """Words for a table row ('' for a workload's own numbers): the role and scope always, the direction and
+        the pair when `varying` names them (a table whose rows are all 'forward' or all pair 1 need not say so)."""
+        what = {"traffic": self.which, "machine": "machine", "host": f"host {self.which}", "vm": f"VM {self.which}",
+                "process": self.which, "interface": f"if {self.which}"}.get(self.scope, f"{self.scope} {self.which}")
+        bits = [self.role, what, self.direction if "direction" in varying else "",
+                {"": "", "all": "all pairs"}.get(self.pair, f"pair {self.pair}") if "pair" in varying else ""]
+        return " ".join(b for b in bits if b)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"scope": self.scope, "which": self.which, "direction": self.direction, "pair": self.pair,
+                "role": self.role}
+
+
+def dimensions(meta: dict) -> Dims:
+    """The Dims of a stored sample from its metadata; samples of older campaigns lack some keys and get defaults."""
+    host = meta.get("host")
+    role = f"background {meta.get('background_name') or meta.get('background_workload') or 'load'}" \
+        if meta.get("role") == "background" else ""
+    pair = "" if meta.get("pair") is None else str(meta["pair"])
+    direction = str(meta.get("direction") or "")
+    if "process" in meta:
+        name = str(meta["process"])
+        scope, which = "process", name if not host or host in name else f"{name}@{host}"
+    elif meta.get("scope") == "vm":
+        scope, which = "vm", " ".join(str(x) for x in (meta.get("vm"), meta.get("interface")) if x)
+    elif meta.get("scope") == "machine":
+        scope, which = ("host", str(host)) if host else ("machine", "")
+    elif "interface" in meta:
+        scope = "interface"
+        which = " ".join(str(x) for x in (host, meta.get("node"), meta["interface"]) if x)
+    else:
+        scope, which = "traffic", str(meta.get("side") or "")
+    return Dims(scope, which, direction, pair, role)
 
 
 @dataclass(frozen=True)
