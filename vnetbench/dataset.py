@@ -104,12 +104,16 @@ class Trial:
 
     def total(self, metric: str, **meta: Any) -> float | None:
         """Sum over the pairs of a trial (None when the trial has no such sample)."""
-        vs = self.values(metric, **meta)
-        return sum(vs) if vs else None
+        return self._reduce(metric, "sum", meta)
 
     def mean(self, metric: str, **meta: Any) -> float | None:
-        vs = self.values(metric, **meta)
-        return sum(vs) / len(vs) if vs else None
+        return self._reduce(metric, "mean", meta)
+
+    def _reduce(self, metric: str, how: str, meta: dict) -> float | None:
+        """The trial's own samples of `metric` (matching meta) reduced through per_trial, the one reduction."""
+        own = [(self, s) for s in self.samples if s["metric"] == metric and _own(s["metadata"])
+               and all(s["metadata"].get(k) == v for k, v in meta.items())]
+        return per_trial(own, how, lambda t, s: 0).get(0, {}).get(self.id)
 
     def machine(self, metric: str) -> float | None:
         """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
