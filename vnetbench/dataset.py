@@ -194,7 +194,7 @@ class Dataset:
             chosen = [(t, s) for t, s in self.select(metric, background=None) if keep(t)]
             for stat in ("", *(TAIL_STATS if metric in DISTRIBUTIONS else ())):
                 got = per_trial(chosen, stat or default_reduce(metric),
-                                lambda t, s: Key(t.scenario, t.name, metric, dimensions(s["metadata"]), stat))
+                                lambda t, s: Key(t.scenario, t.name, metric, _dims(s), stat))
                 out.update(got)
                 if METRICS.get(metric) and METRICS[metric].additive:
                     out.update(both_directions(got))
@@ -205,7 +205,7 @@ class Dataset:
         out: dict[Key, list[float]] = defaultdict(list)
         for t, s in self.select(metric, background=None):
             if not (exclude_noisy and t.noisy):
-                out[Key(t.scenario, t.name, metric, dimensions(s["metadata"]))].append(s["value"])
+                out[Key(t.scenario, t.name, metric, _dims(s))].append(s["value"])
         return dict(sorted(out.items()))
 
     def pooled(self, metric: str, key: Callable[[Trial, dict], Hashable] | None = None,
@@ -259,6 +259,13 @@ class Dataset:
         if failed:
             return f"n/a (trials failed: {failed[0].get('error') or 'no error recorded'})"
         return "n/a (no samples)"
+
+
+def _dims(sample: dict) -> Dims:
+    """The sample's Dims, worked out once per sample (a campaign holds hundreds of thousands of echoes)."""
+    if (d := sample.get("dims")) is None:
+        d = sample["dims"] = dimensions(sample["metadata"])
+    return d
 
 
 def both_directions(got: dict[Key, dict[int, float]]) -> dict[Key, dict[int, float]]:

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -245,32 +246,35 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
 
 
 def _wide_tables(name: str, rows_: list[Row], width: int) -> list[Table]:
-    """Every statistic of a metric: one table when it fits the console, else two (the spread, then the
-    intervals), each row led by its scenario, so neither is cut."""
-    whole = _table(name, rows_, STAT_COLUMNS)
-    if Console(width=10_000).measure(whole).maximum <= width:
-        return [whole]
-    return [_table(name, rows_, STAT_COLUMNS[:8]), _table(name, rows_, STAT_COLUMNS[8:], impl=False, cont=True)]
+    """Every statistic of a metric: one table when it fits the console, else as few as fit, each led by the scenario
+    column and holding the next statistics that fit (the implementation last), so no number is cut or folded."""
+    extra = (*(("noisy",) if any(r.noisy for r in rows_) else ()), "implementation")
+    columns, tables, chunk = [*STAT_COLUMNS, *extra], [], []
+    wide = Console(width=10_000)
+    for col in columns:
+        if chunk and wide.measure(_table(name, rows_, (*chunk, col), bool(tables))).maximum > width:
+            tables.append(_table(name, rows_, tuple(chunk), bool(tables)))
+            chunk = []
+        chunk.append(col)
+    tables.append(_table(name, rows_, tuple(chunk), bool(tables)))
+    return tables
 
 
-def _table(name: str, rows_: list[Row], columns: tuple[str, ...], impl: bool = True, cont: bool = False) -> Table:
+def _table(name: str, rows_: list[Row], columns: tuple[str, ...], cont: bool = False) -> Table:
     unit, metric, stat = rows_[0].unit, rows_[0].metric, rows_[0].key.stat if rows_[0].key else ""
     desc = METRICS[metric].description if metric in METRICS else ""
     title = f"{escape(name)} ({unit}), continued" if cont else \
         f"{escape(name)} ({unit}) — {desc}; n = trials, {trial_value(metric, stat)}"
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     several = len({r.workload for r in rows_}) > 1
-    noisy = any(r.noisy for r in rows_) and not cont
-    heads = ("scenario", *(("workload",) if several else ()), *(("implementation",) if impl else ()), *columns,
-             *(("noisy",) if noisy else ()))
-    for col in heads:
+    for col in ("scenario", *(("workload",) if several else ()), *columns):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right",
                          overflow="fold")
     for r in rows_:
-        cells = dict(zip(STAT_COLUMNS, stat_cells(r.summary, unit)))
+        cells = dict(zip(STAT_COLUMNS, stat_cells(r.summary, unit))) | {"noisy": str(r.noisy),
+                                                                        "implementation": r.implementation}
         table.add_row(escape(r.label), *((escape(r.workload),) if several else ()),
-                      *((escape(r.implementation),) if impl else ()), *(cells[c] for c in columns),
-                      *((str(r.noisy),) if noisy else ()))
+                      *(escape(cells[c]) for c in columns))
     return table
 
 
