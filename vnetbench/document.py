@@ -308,7 +308,7 @@ def _by_metric(d: Data) -> dict[str, list[report.Row]]:
 
 
 def metric_table(name: str, rows: list[report.Row]) -> TableData:
-    several = len({r.workload for r in rows}) > 1
+    several = report.several_workloads(rows)
     unit, metric = rows[0].unit, rows[0].metric
     desc = METRICS[metric].description if metric in METRICS else ""
     stat = rows[0].key.stat if rows[0].key else ""
@@ -374,7 +374,7 @@ def _row_label(d: Data, r: report.Row, several: bool) -> str:
 
 
 def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
-    several = len({r.workload for r in rows}) > 1
+    several = report.several_workloads(rows)
     vals = [list(r.values.values()) for r in rows]
     desc = METRICS[metric].description if metric in METRICS else metric
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,

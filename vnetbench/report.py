@@ -96,11 +96,21 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
     return out
 
 
+def several_workloads(rows_: list[Row]) -> bool:
+    """A workload column is worth its width when one scenario has rows of two workloads (the workload's name
+    otherwise repeats what the scenario's levels say)."""
+    seen: dict[tuple, set[str]] = defaultdict(set)
+    for r in rows_:
+        seen[(r.scenario, r.tag)].add(r.workload)
+    return any(len(w) > 1 for w in seen.values())
+
+
 def varying_dims(groups) -> dict[str, set[str]]:
-    """Per metric (and stat): the Dims fields worth saying in a row's label: the direction when rows of that metric
-    differ in it, the pair likewise."""
-    seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    """Per metric (and stat): the Dims fields worth saying in a row's label: the scope (machine, VM, process...)
+    when rows of that metric differ in it, the direction and the pair likewise."""
+    seen: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
     for k in groups:
+        seen[k.name]["scope"].add((k.dims.scope, k.dims.which))
         seen[k.name]["direction"].add(k.dims.direction)
         seen[k.name]["pair"].add(k.dims.pair)
     return defaultdict(set, {m: {f for f, vs in fs.items() if len(vs) > 1} for m, fs in seen.items()})
@@ -217,7 +227,7 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     unit = rows_[0].unit
     table = Table(title=f"{escape(name)} ({unit})", title_justify="left", title_style="bold", box=None,
                   header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
-    several = len({r.workload for r in rows_}) > 1
+    several = several_workloads(rows_)
     noisy = any(r.noisy for r in rows_)
     lines = []
     for r in rows_:
@@ -266,7 +276,7 @@ def _table(name: str, rows_: list[Row], columns: tuple[str, ...], cont: bool = F
     title = f"{escape(name)} ({unit}), continued" if cont else \
         f"{escape(name)} ({unit}) — {desc}; n = trials, {trial_value(metric, stat)}"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
-    several = len({r.workload for r in rows_}) > 1
+    several = several_workloads(rows_)
     for col in ("scenario", *(("workload",) if several else ()), *columns):
         table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right",
                          overflow="fold")

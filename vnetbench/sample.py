@@ -83,12 +83,13 @@ class Dims:
     pair: str = ""           # "1", "2"...; "all": summed over the pairs; '' when not about one pair
     role: str = ""           # '' for the measured workload; "background <name>" for a load beside it
 
-    def label(self, varying: frozenset[str] | set[str] = frozenset({"direction", "pair"})) -> str:
-        """Words for a table row ('' for a workload's own numbers): the role and scope always, the direction and
-        the pair when `varying` names them (a table whose rows are all 'forward' or all pair 1 need not say so)."""
+    def label(self, varying: frozenset[str] | set[str] = frozenset({"scope", "direction", "pair"})) -> str:
+        """Words for a table row ('' for a workload's own numbers): the role always; the scope (which machine, VM,
+        process), the direction and the pair when `varying` names them (a table whose rows are all the machine's,
+        all 'forward' or all pair 1 need not say so)."""
         what = {"traffic": self.which, "machine": "machine", "host": f"host {self.which}", "vm": f"VM {self.which}",
                 "process": self.which, "interface": f"if {self.which}"}.get(self.scope, f"{self.scope} {self.which}")
-        bits = [self.role, what, self.direction if "direction" in varying else "",
+        bits = [self.role, what if "scope" in varying else "", self.direction if "direction" in varying else "",
                 {"": "", "all": "all pairs"}.get(self.pair, f"pair {self.pair}") if "pair" in varying else ""]
         return " ".join(b for b in bits if b)
 
