@@ -137,7 +137,7 @@ def test_an_old_file_without_dimensions_still_loads(tmp_path):
                          [Sample("throughput_bps", 1e9 * rep, "bit/s", {"pair": 1}),
                           Sample("cpu_busy_ratio", 0.5, "ratio", {"scope": "machine"})])
     rows = {(r.name, r.tag, r.workload): r.summary.n for r in report.rows(store, cid)}
-    assert rows == {("throughput_bps", "", "iperf3 tcp"): 3, ("cpu_busy_ratio", "machine", "iperf3 tcp"): 3}
+    assert rows == {("throughput_bps", "", "iperf3 tcp"): 3, ("cpu_busy_ratio", "", "iperf3 tcp"): 3}
 
 
 def test_noisy_trials_reach_show_compare_and_report(tmp_path):

@@ -126,7 +126,7 @@ def _number(text: str) -> int | float | None:
 
 def _cast(v: Any, kind: str) -> Any:
     if v is None:
-        return None
+        return False if kind == "bool" else None  # a flag a sample does not carry is not set
     if kind == "int":
         return int(v) if not isinstance(v, str) else int(_number(v))
     if kind == "float":

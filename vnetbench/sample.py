@@ -84,12 +84,13 @@ class Dims:
     role: str = ""           # '' for the measured workload; "background <name>" for a load beside it
 
     def label(self, varying: frozenset[str] | set[str] = frozenset({"scope", "direction", "pair"})) -> str:
-        """Words for a table row ('' for a workload's own numbers): the role always; the scope (which machine, VM,
-        process), the direction and the pair when `varying` names them (a table whose rows are all the machine's,
-        all 'forward' or all pair 1 need not say so)."""
+        """Words for a table row ('' for a workload's own numbers): the role, a VM, host, process or interface
+        always; the machine, the direction and the pair when `varying` names them (a table whose rows are all the
+        machine's, all 'forward' or all pair 1 need not say so)."""
         what = {"traffic": self.which, "machine": "machine", "host": f"host {self.which}", "vm": f"VM {self.which}",
                 "process": self.which, "interface": f"if {self.which}"}.get(self.scope, f"{self.scope} {self.which}")
-        bits = [self.role, what if "scope" in varying else "", self.direction if "direction" in varying else "",
+        named = "scope" in varying or self.scope not in ("machine", "traffic")  # a VM, host or process: always
+        bits = [self.role, what if named else "", self.direction if "direction" in varying else "",
                 {"": "", "all": "all pairs"}.get(self.pair, f"pair {self.pair}") if "pair" in varying else ""]
         return " ".join(b for b in bits if b)
 
