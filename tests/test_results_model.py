@@ -129,6 +129,14 @@ def test_the_spec_name_reaches_the_workload():
     assert [wl.name for wl in sc.workloads] == ["iperf3 tcp x10", "idle rtt"]
 
 
+def test_a_workload_name_that_is_not_text_is_one_line(tmp_path):
+    spec = tmp_path / "n.yaml"
+    spec.write_text("name: n\nworkloads:\n  - {type: ping, name: [a]}\n")
+    proc = vnetbench("plan", spec, check=False)
+    assert proc.returncode == 2 and "workloads[0].name" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+        proc.stderr
+
+
 def test_an_old_file_without_dimensions_still_loads(tmp_path):
     """Samples stored before Dims and workload names: defaults, one row per pair, named from the parameters."""
     store, cid = new(tmp_path / "o.db")

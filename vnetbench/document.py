@@ -380,7 +380,7 @@ def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
                                    [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
                                    " · ".join(d.cols), "Mean per scenario with its 95 % confidence interval "
-                                   "(left, clipped to the physically possible range) and every sample (right).",
+                                   "(left, clipped to the physically possible range) and the one value of each trial (right).",
                                    [r.workload for r in rows] if several else None, metric)
 
 

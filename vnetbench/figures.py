@@ -123,8 +123,8 @@ def _style(i: int) -> dict:
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
                     values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None,
                     metric: str = "") -> FigureData:
-    """Left: mean with its 95 % CI per scenario. Right: the distribution (box = IQR, whiskers 1.5 IQR, dots = samples).
-    `groups` (e.g. the workload of each row) colours the bars."""
+    """Left: mean with its 95 % CI per scenario. Right: the distribution of the trial values (box = IQR, whiskers
+    1.5 IQR, a dot per trial). `groups` (e.g. the workload of each row) colours the bars."""
     scale, ulabel = axis_unit(unit, [v for vs in values for v in vs])
     fig, (bars, boxes) = _figure(0.32 * len(labels) + 1.2, ncols=2)
     ys = list(range(len(labels)))
