@@ -82,7 +82,8 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
     groups = model(data, exclude_noisy) if groups is None else groups
     scenarios = data.scenarios
     cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
-    shown = {k: v for k, v in groups.items() if not metrics or k.metric in metrics}
+    shown = dict(sorted(((k, v) for k, v in groups.items() if not metrics or k.metric in metrics),
+                        key=lambda kv: (kv[0].scenario, kv[0].workload, kv[0].metric, kv[0].dims.order(), kv[0].stat)))
     vary = varying_dims(shown)
     noisy = {t.id for t in data.ok if t.noisy}
     out = []

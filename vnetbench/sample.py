@@ -90,9 +90,18 @@ class Dims:
         what = {"traffic": self.which, "machine": "machine", "host": f"host {self.which}", "vm": f"VM {self.which}",
                 "process": self.which, "interface": f"if {self.which}"}.get(self.scope, f"{self.scope} {self.which}")
         named = "scope" in varying or self.scope not in ("machine", "traffic")  # a VM, host or process: always
-        bits = [self.role, what if named else "", self.direction if "direction" in varying else "",
+        way = {"both": "both directions"}.get(self.direction, self.direction)
+        bits = [self.role, what if named else "", way if "direction" in varying else "",
                 {"": "", "all": "all pairs"}.get(self.pair, f"pair {self.pair}") if "pair" in varying else ""]
-        return " ".join(b for b in bits if b)
+        return ", ".join(b for b in bits if b)
+
+    def order(self) -> tuple:
+        """Rows in reading order: the workload's own before a background load's, by scope, then pair 1, 2 ...,
+        then forward, reverse and their sum."""
+        return (self.role, self.scope != "traffic", self.scope, self.which,
+                (0, int(self.pair)) if self.pair.isdigit() else (1, self.pair),
+                ("", "forward", "reverse", "both").index(self.direction) if self.direction in ("", "forward", "reverse",
+                                                                                              "both") else 9)
 
     def as_dict(self) -> dict[str, str]:
         return {"scope": self.scope, "which": self.which, "direction": self.direction, "pair": self.pair,
