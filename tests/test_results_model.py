@@ -159,6 +159,8 @@ def test_noisy_trials_reach_show_compare_and_report(tmp_path):
     assert re.search(r"\s2\s*$", rows_of(quiet, "throughput_bps")[0])           # n = 2
     js = json.loads(vnetbench("compare", "1", "1", "--db", db, "--format", "json", "--exclude-noisy").stdout)
     assert js["rows"] and all(r["a"]["n"] == 2 for r in js["rows"])
+    assert js["noisy_trials"] == {"a": 2, "b": 2} and js["exclude_noisy"] is True
+    assert "A 2, B 2" in vnetbench("compare", "1", "1", "--db", db).stdout
     html = tmp_path / "r.html"
     vnetbench("report", "1", "--db", db, "-o", html)
     text = html.read_text()

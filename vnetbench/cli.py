@@ -384,12 +384,27 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, exclude_noisy=exclude_noisy)
     except cmp.CompareError as exc:
         fail(str(exc))
+    noisy = {k: noisy_trials(side) for k, side in (("a", side_a), ("b", side_b))}
     if fmt == "json":
-        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold) + "\n")
+        doc = json.loads(cmp.as_json(side_a, side_b, rows, alpha, threshold))
+        doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        if noisy["a"] or noisy["b"]:
+            out.print(f"trials flagged noisy while they ran (steal or other load): A {noisy['a']}, B {noisy['b']}; "
+                      + ("left out (--exclude-noisy)" if exclude_noisy else "counted; --exclude-noisy leaves them out"),
+                      style="yellow")
     if any(r.regression for r in rows):
         raise typer.Exit(1)
+
+
+def noisy_trials(side) -> int:
+    """Trials of a compare side's scenarios that finished ok but were flagged noisy."""
+    chosen = {s["idx"] for s in side.store.scenarios(side.campaign.id)
+              if all(str(s["labels"].get(k)) == v for k, v in side.where.items())}
+    return sum(1 for t in side.store.trials(side.campaign.id)
+               if t["status"] == "ok" and t["scenario"] in chosen and t["metadata"].get("noisy"))
 
 
 @app.command("export")
