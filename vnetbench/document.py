@@ -354,7 +354,8 @@ def statistics(d: Data, fold: bool = False) -> Section:
     by = _by_metric(d)
     if not by:
         return Section("statistics", "Statistics per metric", [Para("No samples were stored.", "note")])
-    main = [n for m in report.DEFAULT_METRICS for n in by if by[n][0].metric == m]
+    # per-trial tails (p90, p99, max) fold with the other metrics: 'Latency under load' has the loaded one's
+    main = [n for m in report.DEFAULT_METRICS for n in by if by[n][0].metric == m and not by[n][0].key.stat]
     rest = sorted(n for n in by if n not in main)
     blocks: list[Block] = [Para(STAT_NOTE, "note")]
     for m in main:  # the figure for the picture, the table for the numbers (a tail statistic: the table only)
