@@ -1,5 +1,7 @@
-"""Per-metric statistics tables for `show` and the end of `run`: by default one line per scenario and metric
-(median, its 95% CI, n, what ran) that fits a 100-column terminal; `wide` gives every statistic."""
+"""Per-metric statistics tables for `show` and the end of `run`, from the results model (dataset.Dataset.reduced):
+by default one line per scenario, workload and what the row measures (the machine, a VM, a process, a direction, a
+pair, a background load) with its median, 95% CI, n and how many of its trials were flagged noisy, fitting the
+terminal (at most 100 columns); `wide` gives every statistic, split into tables that fit."""
 from __future__ import annotations
 
 import math
