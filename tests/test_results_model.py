@@ -282,3 +282,12 @@ def test_show_json(tmp_path):
     assert cpu["h2v1"]["scope"] == "vm" and cpu["h2v1"]["n"] == 4 and cpu["h2v1"]["median"] == pytest.approx(0.125)
     assert [t["value"] for t in cpu["machine"]["trials"]] == pytest.approx([0.81, 0.82, 0.83, 0.84])
     assert js["n_counts"] == "trials" and js["scenarios"][0]["status"] == "done"
+
+
+def test_a_log_axis_reads_without_exponents():
+    """A throughput series from a stalled interval (kbit/s) to Gbit/s: a log axis in Gbit/s, ticks as plain numbers."""
+    from vnetbench import figures
+    fig = figures.time_series("s", "t", "bit/s", {"a": {1.0: [2e3], 2.0: [9e9], 3.0: [5e9]}}, "", "").figure
+    figures.encode(fig, "png")
+    ticks = [t.get_text() for t in fig.axes[0].yaxis.get_ticklabels()]
+    assert ticks and not [t for t in ticks if re.search(r"\de[+-]?\d", t)], ticks

@@ -106,7 +106,16 @@ def _wide_range(values: Sequence[float]) -> bool:
 def _log(ax, which: str) -> None:
     """Log scale with plain numbers (0.5, 10, 200) instead of powers of ten."""
     getattr(ax, f"set_{which}scale")("log")
-    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: plain(v)))
+
+
+def plain(v: float) -> str:
+    """A tick label without an exponent: 0.00001, 200, 1500000 (never 1e-05 or 2e+02)."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    digits = max(0, 3 - math.floor(math.log10(abs(v))) - 1)
+    text = f"{v:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _legend(ax, n: int, title: str) -> None:
