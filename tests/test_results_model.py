@@ -291,3 +291,11 @@ def test_a_log_axis_reads_without_exponents():
     figures.encode(fig, "png")
     ticks = [t.get_text() for t in fig.axes[0].yaxis.get_ticklabels()]
     assert ticks and not [t for t in ticks if re.search(r"\de[+-]?\d", t)], ticks
+
+
+def test_interfaces_are_named_without_the_run_prefix():
+    """Two campaigns' rows about the same interface match: the run's prefix (vb + 4 hex digits) is not a dimension."""
+    from vnetbench.sample import dimensions
+    a = dimensions({"interface": "vb12ab-u", "node": "vb12ab-h2"})
+    b = dimensions({"interface": "vb9f00-u", "node": "vb9f00-h2"})
+    assert a == b and a.scope == "interface" and a.which == "h2 u"

@@ -1,6 +1,7 @@
 """One measured value with its unit and the metadata needed to trust it (after PerfKitBenchmarker's Sample)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,15 @@ class Dims:
                 "role": self.role}
 
 
+_RUN_PREFIX = re.compile(r"\bvb[0-9a-f]{4}-")  # ledger's "vb" + 4 hex digits, different in every run
+
+
+def _unprefixed(name: object) -> str:
+    """A namespace or interface name without its run's prefix ('vb3f2a-h1' -> 'h1'), so that two campaigns'
+    rows about the same interface match."""
+    return _RUN_PREFIX.sub("", str(name))
+
+
 def dimensions(meta: dict) -> Dims:
     """The Dims of a stored sample from its metadata; samples of older campaigns lack some keys and get defaults."""
     host = meta.get("host")
@@ -124,7 +134,7 @@ def dimensions(meta: dict) -> Dims:
         scope, which = ("host", str(host)) if host else ("machine", "")
     elif "interface" in meta:
         scope = "interface"
-        which = " ".join(str(x) for x in (host, meta.get("node"), meta["interface"]) if x)
+        which = " ".join(_unprefixed(x) for x in (host, meta.get("node"), meta["interface"]) if x)
     else:
         scope, which = "traffic", str(meta.get("side") or "")
     return Dims(scope, which, direction, pair, role)
