@@ -129,7 +129,7 @@ def dimensions(meta: dict) -> Dims:
         name = str(meta["process"])
         scope, which = "process", name if not host or host in name else f"{name}@{host}"
     elif meta.get("scope") == "vm":
-        scope, which = "vm", " ".join(str(x) for x in (meta.get("vm"), meta.get("interface")) if x)
+        scope, which = "vm", " ".join(_unprefixed(x) for x in (meta.get("vm"), meta.get("interface")) if x)
     elif meta.get("scope") == "machine":
         scope, which = ("host", str(host)) if host else ("machine", "")
     elif "interface" in meta:
