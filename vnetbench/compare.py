@@ -126,7 +126,7 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
             threshold: float | None = None, exclude_noisy: bool = False) -> list[Row]:
     matched = _match(a, b)
     groups = trial_values([a, b], exclude_noisy)
-    wanted = set(metrics or report.DEFAULT_METRICS)
+    wanted = set(metrics or report.COMPARE_METRICS)
     unknown = wanted - set(METRICS)
     if unknown:
         raise CompareError(f"--metric {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
