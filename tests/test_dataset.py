@@ -60,10 +60,11 @@ def test_show_counts_trials(tmp_path, data):
 
     from vnetbench import report
     store = Store(tmp_path / "d.db")
-    rows = {(r.metric, r.tag): r.summary for r in report.rows(store, 1)}
+    rows = {(r.name, r.tag): r.summary for r in report.rows(store, 1)}
     assert rows[("rtt_s", "")].n == 3 and rows[("rtt_s", "")].median == pytest.approx(4e-3)   # not 15 echoes
-    assert rows[("throughput_bps", "")].n == 3
-    assert rows[("throughput_bps", "background 3")].n == 3
+    assert rows[("rtt_s p99", "")].n == 3 and rows[("rtt_s p99", "")].median > 4e-3          # each trial's tail
+    assert rows[("throughput_bps", "pair 1")].n == 3 and rows[("throughput_bps", "pair 2")].n == 3  # pairs apart
+    assert rows[("throughput_bps", "background 3, pair 1")].n == 3
     buf = StringIO()
     report.show(store, 1, Console(file=buf, width=250))
     assert "n = trials" in buf.getvalue()

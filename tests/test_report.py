@@ -166,7 +166,7 @@ def test_html_has_every_section_and_fact(html_report):
 def test_study_leads_and_generic_statistics_fold(html_report):
     text = html_report.read_text()
     order = re.findall(r'<section id="([^"]+)">', text)
-    assert order == ["campaign", "analysis", "problems", "warnings", "scenarios", "statistics", "figures",
+    assert order == ["campaign", "analysis", "problems", "warnings", "latency", "scenarios", "statistics", "figures",
                      "environment"]
     for folded in ("statistics", "figures", "environment"):
         body = text[text.index(f'<section id="{folded}">'):]
@@ -331,8 +331,8 @@ def test_series_never_pools_workloads_protocols_or_background(tmp_path):
                          [Sample.of("throughput_interval_bps", value, t=1e9 + t, pair=1, direction="forward",
                                     window=[1e9, 1e9 + 3], **role) for t in (1.0, 2.0, 3.0)])
     d = document.load(store, cid)
-    assert set(d.series) == {(1, "iperf3 #1 UDP", "forward", ""), (1, "iperf3 #2 TCP", "forward", ""),
-                             (1, "iperf3 #3 UDP", "forward", "background")}
+    assert set(d.series) == {(1, "iperf3 udp #1", "forward", ""), (1, "iperf3 tcp", "forward", ""),
+                             (1, "iperf3 udp #3", "forward", "background")}
     for key, pts in d.series.items():
         assert sorted(pts) == [1.0, 2.0, 3.0]  # from the start of the measurement window, not the epoch
         assert len({v for vs in pts.values() for v in vs}) == 1  # one workload's values only

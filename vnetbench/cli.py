@@ -52,8 +52,8 @@ class _Commands(TyperGroup):
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
-# Wide tables stay readable when piped to a file or another program.
-out = Console() if sys.stdout.isatty() else Console(width=250)
+# Wrapped to the terminal; to $COLUMNS or 100 columns when there is none (piped to a file or another program).
+out = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else Console(width=100)
 err = Console(stderr=True)
 DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results")
 
@@ -339,23 +339,43 @@ def list_(db: str = DB) -> None:
     out.print(table)
 
 
+EXCLUDE_NOISY = typer.Option(False, "--exclude-noisy", help="leave out the trials the run flagged noisy (CPU steal, "
+                                                               "a busy machine, a load that did not cover the test)")
+
+
+def known_metrics(names: list[str] | None) -> None:
+    """A metric name that is not one: one line naming it and the valid ones, exit 2."""
+    from .sample import METRICS
+    for name in names or ():
+        if name not in METRICS:
+            fail(f"--metric {name!r} is not a metric; valid: {', '.join(METRICS)}")
+
+
 @app.command()
 def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
          metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
          all_metrics: bool = typer.Option(False, "--all", help="every metric, not just the main ones"),
          wide: bool = typer.Option(False, "--wide", help="every statistic: n, median, IQR, mean, std, CV, min, max, "
-                                                         "95% CIs of the mean and the median")) -> None:
+                                                         "95% CIs of the mean and the median"),
+         exclude_noisy: bool = EXCLUDE_NOISY,
+         as_json: bool = typer.Option(False, "--json", help="machine-readable: every row with its per-trial values")
+         ) -> None:
     """Per metric and scenario: median [95% CI], n and what ran, one line each (--wide: every statistic)."""
+    known_metrics(metric)
     store, camp = open_campaign(db, campaign)
     chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS if wide
                                            else report.SHORT_METRICS)
-    report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(store, camp.id, tuple(metric) if metric else None, exclude_noisy),
+                                    indent=1) + "\n")
+        return
+    tails = report.SHORT_TAILS if chosen in (report.DEFAULT_METRICS, report.SHORT_METRICS) else report.ALL_TAILS
+    report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy, tails=tails)
 
 
 def narrow() -> Console:
-    """The console of the short summary: at most 100 columns, whatever the terminal or pipe."""
-    return Console(width=min(out.width, report.COMPACT_WIDTH)) if sys.stdout.isatty() else \
-        Console(width=report.COMPACT_WIDTH)
+    """The console of the short summary: at most 100 columns, and no wider than the terminal (or $COLUMNS)."""
+    return Console(width=min(out.width, report.COMPACT_WIDTH))
 
 
 @app.command("compare")
@@ -371,7 +391,8 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              allow_missing: bool = typer.Option(False, "--allow-missing", help="with --fail-on-regression: a "
                                                 "scenario that ran on one side only (e.g. failed to build) does not "
                                                 "fail the gate"),
-             fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
+             fmt: str = typer.Option("table", "--format", help="table or json"),
+             exclude_noisy: bool = EXCLUDE_NOISY) -> None:
     """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
     from . import compare as cmp
     if fmt not in ("table", "json"):
@@ -386,17 +407,24 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
-        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold)
+        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, exclude_noisy=exclude_noisy)
         gone = cmp.missing(side_a, side_b)
     except cmp.CompareError as exc:
         fail(str(exc))
+    noisy = {k: noisy_trials(side) for k, side in (("a", side_a), ("b", side_b))}
     if fmt == "json":
-        sys.stdout.write(cmp.as_json(side_a, side_b, rows, alpha, threshold, gone) + "\n")
+        doc = json.loads(cmp.as_json(side_a, side_b, rows, alpha, threshold, gone))
+        doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
         for m in gone:
             out.print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={v}" for k, v in m["scenario"].items())
                       + f" ({m['why']})", highlight=False, markup=False, soft_wrap=True)
+        if noisy["a"] or noisy["b"]:
+            out.print(f"trials flagged noisy while they ran (steal or other load): A {noisy['a']}, B {noisy['b']}; "
+                      + ("left out (--exclude-noisy)" if exclude_noisy else "counted; --exclude-noisy leaves them out"),
+                      style="yellow")
     if any(r.regression for r in rows):
         raise typer.Exit(1)
     if gone and threshold is not None and not allow_missing:
@@ -405,15 +433,31 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         raise typer.Exit(1)
 
 
+def noisy_trials(side) -> int:
+    """Trials of a compare side's scenarios that finished ok but were flagged noisy."""
+    chosen = {s["idx"] for s in side.store.scenarios(side.campaign.id)
+              if all(str(s["labels"].get(k)) == v for k, v in side.where.items())}
+    return sum(1 for t in side.store.trials(side.campaign.id)
+               if t["status"] == "ok" and t["scenario"] in chosen and t["metadata"].get("noisy"))
+
+
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
-            fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
-            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)")) -> None:
-    """One line per sample, values in SI base units."""
-    if fmt not in ("jsonl", "csv"):
-        fail(f"--format {fmt}: use jsonl or csv")
+            fmt: str = typer.Option("jsonl", "--format", help="jsonl, csv or parquet"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout; parquet: "
+                                                                                 "samples-ID.parquet)")) -> None:
+    """One line per sample, values in SI base units, with what it measures and its trial's status and flags."""
+    if fmt not in export.FORMATS:
+        fail(f"--format {fmt}: use {', '.join(export.FORMATS)}")
     store, camp = open_campaign(db, campaign)
-    if output:
+    if fmt == "parquet":
+        output = output or Path(f"samples-{camp.id}.parquet")
+        try:
+            n = export.write_parquet(store, camp.id, output)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc}")
+        err.print(f"{n} samples written to {output}")
+    elif output:
         with open(output, "w", newline="") as fh:
             n = export.write(store, camp.id, fmt, fh)
         err.print(f"{n} samples written to {output}")
@@ -426,7 +470,8 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
             output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: report-ID.html or .md)"),
             fmt: Optional[str] = typer.Option(None, "--format", help="html or md (default: from -o's suffix, else html)"),
             figures: Optional[Path] = typer.Option(None, "--figures", help="also write every figure into this directory"),
-            figure_format: str = typer.Option("png", "--figure-format", help="png or svg, for --figures")) -> None:
+            figure_format: str = typer.Option("png", "--figure-format", help="png or svg, for --figures"),
+            exclude_noisy: bool = EXCLUDE_NOISY) -> None:
     """One self-contained HTML (or Markdown) report: environment, scenarios, warnings, statistics, figures, study."""
     from . import document, render
     fmt = fmt or ("md" if output and output.suffix.lower() in (".md", ".markdown") else "html")
@@ -437,7 +482,8 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
     store, camp = open_campaign(db, campaign)
     output = output or Path(f"report-{camp.id}.{fmt}")
     try:
-        written = render.write(document.build(store, camp.id), output, fmt, figures, figure_format)
+        written = render.write(document.build(store, camp.id, exclude_noisy=exclude_noisy), output, fmt, figures,
+                               figure_format)
     except OSError as exc:
         fail(f"cannot write the report: {exc}")
     err.print(f"report of campaign {camp.id} written to {output}" +

@@ -140,11 +140,20 @@ def missing(a: Side, b: Side) -> list[dict[str, Any]]:
     return out
 
 
+def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple[int, str, str, str], list[float]]]:
+    """Per side: (scenario, metric, workload, what the row measures) -> one value per trial, from the results model
+    (report.model): a VM's CPU is never pooled with the host's, nor one direction with the other."""
+    models = [report.model(dataset.load(s.store, s.campaign.id), exclude_noisy) for s in sides]
+    vary = report.varying_dims([k for m in models for k in m])
+    return [{(k.scenario, k.metric, k.workload, k.dims.label(vary[k.name])): list(v.values())
+             for k, v in m.items() if not k.stat} for m in models]
+
+
 def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
-            threshold: float | None = None) -> list[Row]:
+            threshold: float | None = None, exclude_noisy: bool = False) -> list[Row]:
     matched = _match(a, b)
-    groups = [report.group_values(s.store, s.campaign.id, dataset.load(s.store, s.campaign.id)) for s in (a, b)]
-    wanted = set(metrics or report.DEFAULT_METRICS)
+    groups = trial_values([a, b], exclude_noisy)
+    wanted = set(metrics or report.COMPARE_METRICS)
     unknown = wanted - set(METRICS)
     if unknown:
         raise CompareError(f"--metric {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")

@@ -7,21 +7,55 @@ every sample of every trial (all echoes of all repetitions): for CDFs and percen
 
 Only trials that finished ok count. Samples of background workloads (role=background: a flood, a CPU load) are kept
 apart from the foreground ones, and 1-second series and per-CPU samples apart from the window totals.
+
+The results model: `Dataset.reduced()` keys one value per trial by (scenario, workload, metric, Dims, stat) — Dims
+(sample.dimensions) say what a sample measures (machine, host, VM or process; direction; pair; role), so no summary
+pools a host's CPU with a VM's or one direction with the other; an additive metric of a two-way test gets the sum of
+its directions beside them. `show`, `compare`, the report's tables and figures and `export` read through it, and
+every per-trial value here comes from `per_trial`, the one reduction.
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from . import stats
+from .sample import METRICS, Dims, dimensions
 from .store import Campaign, Store
 
 # Metrics a trial holds many samples of (one per echo, round trip or request): a trial's value is their median.
 # Every other metric has one sample per pair (or one per trial): a trial's value is their mean (the per-pair value).
 DISTRIBUTIONS = {"rtt_s", "rtt_loaded_s", "latency_s", "http_response_time_s"}
 POOLED = "pooled samples"
+# Per-trial statistics of a per-echo metric beside its median: the tail a reader needs (latency under load's p99).
+TAIL_STATS = ("p90", "p99", "max")
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """What one row of the results model is about."""
+    scenario: int
+    workload: str        # the workload's name (Dataset.names)
+    metric: str
+    dims: Dims
+    stat: str = ""       # '' = the metric's per-trial value (a trial's median for per-echo metrics); else p90, p99, max
+
+    @property
+    def name(self) -> str:
+        """The metric as tables title it: 'rtt_loaded_s', 'rtt_loaded_s p99'."""
+        return f"{self.metric} {self.stat}" if self.stat else self.metric
+
+
+def per_trial(selected: Iterable[tuple["Trial", dict]], how: str,
+              key: Callable[["Trial", dict], Hashable]) -> dict[Hashable, dict[int, float]]:
+    """THE reduction: {group: {trial id: one value}} — each trial's samples of a group reduced with `how` (median,
+    mean, sum, min, max, pNN). Every per-trial value of every table, figure, test and export comes from here."""
+    per: dict[Hashable, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t, s in selected:
+        per[key(t, s)][t.id].append(s["value"])
+    return {g: {tid: reduce_values(v, how) for tid, v in trials.items()} for g, trials in per.items()}
 
 
 def default_reduce(metric: str) -> str:
@@ -56,6 +90,12 @@ class Trial:
     metadata: dict
     workload: int = 0                # the workload's position in the spec
     samples: list[dict] = field(default_factory=list)
+    name: str = ""                   # the workload's name in tables (Dataset.names)
+
+    @property
+    def noisy(self) -> list[str]:
+        """Why the run flagged the trial noisy (steal, a busy machine, a load that did not cover it); [] if not."""
+        return list(self.metadata.get("noisy") or [])
 
     def values(self, metric: str, **meta: Any) -> list[float]:
         """The workload's own samples of `metric` (not the probes', not a background load's), matching meta."""
@@ -64,12 +104,16 @@ class Trial:
 
     def total(self, metric: str, **meta: Any) -> float | None:
         """Sum over the pairs of a trial (None when the trial has no such sample)."""
-        vs = self.values(metric, **meta)
-        return sum(vs) if vs else None
+        return self._reduce(metric, "sum", meta)
 
     def mean(self, metric: str, **meta: Any) -> float | None:
-        vs = self.values(metric, **meta)
-        return sum(vs) / len(vs) if vs else None
+        return self._reduce(metric, "mean", meta)
+
+    def _reduce(self, metric: str, how: str, meta: dict) -> float | None:
+        """The trial's own samples of `metric` (matching meta) reduced through per_trial, the one reduction."""
+        own = [(self, s) for s in self.samples if s["metric"] == metric and _own(s["metadata"])
+               and all(s["metadata"].get(k) == v for k, v in meta.items())]
+        return per_trial(own, how, lambda t, s: 0).get(0, {}).get(self.id)
 
     def machine(self, metric: str) -> float | None:
         """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
@@ -99,6 +143,7 @@ class Dataset:
     trials: dict[int, dict]                    # trial id -> trial row, every status
     ok: list[Trial]                            # trials that finished ok, with their samples, in run order
     samples: list[dict]                        # every sample of the ok trials, joined with trial and scenario
+    names: dict[tuple[int, int], str] = field(default_factory=dict)  # (scenario, spec position) -> workload name
     _by_metric: dict[str, list[tuple[Trial, dict]]] | None = field(default=None, repr=False)
 
     @property
@@ -133,11 +178,35 @@ class Dataset:
         """{group: [one value per trial]}; group = the scenario's idx unless `key(trial, sample)` says otherwise.
         A trial's samples are reduced with `reduce` (default: median for per-echo metrics, else mean). Filters as
         in select(): scenario, workload, kind, background, where, metadata=value."""
-        how = reduce or default_reduce(metric)
-        per: dict[Hashable, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for t, s in self.select(metric, **filters):
-            per[t.scenario if key is None else key(t, s)][t.id].append(s["value"])
-        return {g: [reduce_values(v, how) for v in trials.values()] for g, trials in per.items()}
+        got = per_trial(self.select(metric, **filters), reduce or default_reduce(metric),
+                        (lambda t, s: t.scenario) if key is None else key)
+        return {g: list(trials.values()) for g, trials in got.items()}
+
+    def reduced(self, metrics: Iterable[str] | None = None, exclude_noisy: bool = False) -> dict[Key, dict[int, float]]:
+        """The results model: {Key: {trial id: value}} for every metric (or `metrics`), in run order. Window totals
+        only (1-s series and single CPUs are the figures'); background loads are rows of their own (Dims.role).
+        Per-echo metrics get their tail (TAIL_STATS) beside the median; an additive metric measured in both
+        directions of one trial gets their sum (direction 'both'). exclude_noisy leaves out trials flagged noisy."""
+        wanted = set(metrics) if metrics is not None else {s["metric"] for t in self.ok for s in t.samples}
+        keep = (lambda t: not t.noisy) if exclude_noisy else (lambda t: True)
+        out: dict[Key, dict[int, float]] = {}
+        for metric in sorted(wanted):
+            chosen = [(t, s) for t, s in self.select(metric, background=None) if keep(t)]
+            for stat in ("", *(TAIL_STATS if metric in DISTRIBUTIONS else ())):
+                got = per_trial(chosen, stat or default_reduce(metric),
+                                lambda t, s: Key(t.scenario, t.name, metric, _dims(s), stat))
+                out.update(got)
+                if METRICS.get(metric) and METRICS[metric].additive:
+                    out.update(both_directions(got))
+        return dict(sorted((k, v) for k, v in out.items() if k not in one_pair_aggregates(out)))
+
+    def pooled_by_key(self, metric: str, exclude_noisy: bool = False) -> dict[Key, list[float]]:
+        """{Key: every sample of every trial} of a per-echo metric, split as reduced() splits it: for CDFs."""
+        out: dict[Key, list[float]] = defaultdict(list)
+        for t, s in self.select(metric, background=None):
+            if not (exclude_noisy and t.noisy):
+                out[Key(t.scenario, t.name, metric, _dims(s))].append(s["value"])
+        return dict(sorted(out.items()))
 
     def pooled(self, metric: str, key: Callable[[Trial, dict], Hashable] | None = None,
                **filters: Any) -> dict[Hashable, list[float]]:
@@ -192,19 +261,64 @@ class Dataset:
         return "n/a (no samples)"
 
 
+def _dims(sample: dict) -> Dims:
+    """The sample's Dims, worked out once per sample (a campaign holds hundreds of thousands of echoes)."""
+    if (d := sample.get("dims")) is None:
+        d = sample["dims"] = dimensions(sample["metadata"])
+    return d
+
+
+def both_directions(got: dict[Key, dict[int, float]]) -> dict[Key, dict[int, float]]:
+    """For a metric whose directions add up: per trial, forward + reverse, keyed with direction 'both' (only trials
+    that measured both directions)."""
+    halves: dict[Key, dict[str, dict[int, float]]] = defaultdict(dict)
+    for k, trials in got.items():
+        if k.dims.direction in ("forward", "reverse"):
+            halves[replace(k, dims=replace(k.dims, direction="both"))][k.dims.direction] = trials
+    return {k: {tid: v + h["reverse"][tid] for tid, v in h["forward"].items() if tid in h["reverse"]}
+            for k, h in halves.items() if len(h) == 2 and set(h["forward"]) & set(h["reverse"])}
+
+
+def one_pair_aggregates(got: dict[Key, dict[int, float]]) -> set[Key]:
+    """aggregate_throughput_bps keys whose workload ran on one pair: the same numbers as its throughput_bps."""
+    pairs: dict[tuple, set[str]] = defaultdict(set)
+    for k in got:
+        if k.metric == "throughput_bps":
+            pairs[(k.scenario, k.workload, k.dims.direction, k.dims.role, k.stat)].add(k.dims.pair)
+    return {k for k in got if k.metric == "aggregate_throughput_bps"
+            and len(pairs.get((k.scenario, k.workload, k.dims.direction, k.dims.role, k.stat), ())) == 1}
+
+
+def workload_names(trials: Iterable[dict]) -> dict[tuple[int, int], str]:
+    """(scenario, spec position) -> the workload's name: the spec's `name:`, else what its parameters say it is
+    ('iperf3 tcp x10'); two entries of one scenario with one name get their place in the spec ('ping #1')."""
+    from . import workloads
+    reg = workloads.load_all()
+    named: dict[tuple[int, int], str] = {}
+    for t in trials:
+        cls = reg.get(t["kind"])
+        named.setdefault((t["scenario"], t["workload"]), (t.get("metadata") or {}).get("workload_name")
+                         or (cls.describe(t.get("params") or {}) if cls else t["kind"]))
+    clash = defaultdict(set)
+    for (sc, w), name in named.items():
+        clash[(sc, name)].add(w)
+    return {(sc, w): name + (f" #{w + 1}" if len(clash[(sc, name)]) > 1 else "") for (sc, w), name in named.items()}
+
+
 def load(store: Store, cid: int) -> Dataset:
     """Every scenario, trial and sample of a campaign, read once."""
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     rows = {t["id"]: t for t in store.trials(cid)}
+    names = workload_names(rows.values())
     ok: dict[int, Trial] = {}
     for t in rows.values():
         if t["status"] == "ok" and t["scenario"] in scenarios:
             sc = scenarios[t["scenario"]]
             ok[t["id"]] = Trial(t["id"], t["scenario"], t["repetition"], t["kind"], t["params"], sc["labels"],
-                                sc["levels"], t["metadata"], t["workload"])
+                                sc["levels"], t["metadata"], t["workload"], name=names[(t["scenario"], t["workload"])])
     samples = []
     for s in store.samples(cid):
         if (t := ok.get(s["trial"])) is not None:
             t.samples.append(s)
             samples.append(s)
-    return Dataset(store.campaign(cid), scenarios, rows, list(ok.values()), samples)
+    return Dataset(store.campaign(cid), scenarios, rows, list(ok.values()), samples, names)

@@ -16,7 +16,7 @@ from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
 from .sample import METRICS
 from .store import Campaign, Store
-from .units import human
+from .units import human, human_interval
 
 NOISE_STEAL = 0.01          # steal share above which the machine was not ours alone
 NOISE_CV = 0.10             # coefficient of variation above which a scenario's metric is called noisy
@@ -84,27 +84,28 @@ class Data:
     spec: dict
     scenarios: dict[int, dict]
     cols: list[str]
-    groups: dict[tuple[int, str, str, str], list[float]]
+    groups: dict[dataset.Key, dict[int, float]]     # the results model (report.model): trial id -> value
     rows: list[report.Row]
     trials: list[dict]
     series: dict[tuple[int, str, str, str], dict[float, list[float]]]  # (scenario, workload, direction, role)
     event_metrics: set[str]
+    data: dataset.Dataset | None = None
+    exclude_noisy: bool = False
 
 
-def load(store: Store, cid: int) -> Data:
+def load(store: Store, cid: int, exclude_noisy: bool = False) -> Data:
     camp = store.campaign(cid)
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     data = dataset.load(store, cid)
-    groups = report.group_values(store, cid, data)
+    groups = report.model(data, exclude_noisy)
     trials = store.trials(cid)
-    names = _workload_names(store, cid, trials)
     series: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
     for s in data.samples:
         meta = s["metadata"]
         if s["metric"] == SERIES_METRIC and s["t"] is not None:
-            key = (s["scenario"], names.get(s["workload_index"], s["workload"]), meta.get("direction", ""),
-                   "background" if meta.get("role") == "background" else "")
+            key = (s["scenario"], data.names.get((s["scenario"], s["workload_index"]), s["workload"]),
+                   meta.get("direction", ""), "background" if meta.get("role") == "background" else "")
             series[key][round(figures.since_start(s), 1)].append(s["value"])
         elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
@@ -114,23 +115,16 @@ def load(store: Store, cid: int) -> Data:
         spec = {}
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
     return Data(camp, spec if isinstance(spec, dict) else {}, scenarios, report.varying(run) or ["switch"], groups,
-                report.rows(store, cid, None, groups), trials, series, events)
+                report.rows(store, cid, None, groups, data), trials, series, events, data, exclude_noisy)
 
 
-def _workload_names(store: Store, cid: int, trials: list[dict]) -> dict[int, str]:
-    """Spec position -> 'iperf3 #3 UDP': a series line never pools two workload entries or protocols."""
-    proto = {t["workload"]: t["params"].get("protocol") for t in trials}
-    return {i: name + (f" {proto[i].upper()}" if isinstance(proto.get(i), str) else "")
-            for i, name in report.workload_labels(store, cid).items()}
-
-
-def build(store: Store, cid: int) -> Document:
+def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
     """The study's own section first (its tables, figures and findings); then what went wrong, the scenarios, and
     the generic statistics and figures, folded when a study leads; the machine's environment last."""
-    d = load(store, cid)
+    d = load(store, cid, exclude_noisy)
     lead = bool(d.spec.get("analysis"))
-    sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), scenario_table(d),
-                statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
+    sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
+                scenario_table(d), statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
 
 
@@ -236,14 +230,36 @@ def problems(d: Data) -> Section:
                                 [[str(s["idx"]), label(d, s["idx"]), s["status"], s["reason"] or "-"] for s in bad]))
     failed = [t for t in d.trials if t["status"] != "ok"]
     if failed:
-        blocks.append(TableData("Failed trials", ["#", "scenario", "repetition", "workload", "error"],
-                                [[str(t["scenario"]), label(d, t["scenario"]), str(t["repetition"]), t["kind"],
-                                  t["error"] or "-"] for t in failed]))
+        blocks.append(TableData("Failed and invalid trials", ["#", "scenario", "repetition", "workload", "status",
+                                                              "error"],
+                                [[str(t["scenario"]), label(d, t["scenario"]), str(t["repetition"]), _wname(d, t),
+                                  t["status"], t["error"] or "-"] for t in failed]))
     return Section("problems", "Skipped and failed", blocks)
 
 
+def _wname(d: Data, t: dict) -> str:
+    return d.data.names.get((t["scenario"], t["workload"]), t["kind"]) if d.data else t["kind"]
+
+
+def noisy_trials(d: Data) -> list[Block]:
+    """The trials the run flagged noisy (steal, a busy machine, a load that did not cover the test), each with why:
+    their numbers are in every table (the 'noisy' column counts them) unless the report was made with
+    --exclude-noisy."""
+    flagged = [t for t in d.trials if t["status"] == "ok" and (t["metadata"] or {}).get("noisy")]
+    if not flagged:
+        return []
+    ok = sum(t["status"] == "ok" for t in d.trials)
+    how = ("left out of every table and figure (--exclude-noisy)" if d.exclude_noisy else
+           "counted in every table's 'noisy' column; `vnetbench report --exclude-noisy` leaves them out")
+    return [Para(f"{len(flagged)} of {ok} trials were flagged noisy while they ran: {how}.", "warn"),
+            Fold(f"The {len(flagged)} noisy trials and why",
+                 [TableData("Noisy trials", ["#", "scenario", "repetition", "workload", "why"],
+                            [[str(t["scenario"]), label(d, t["scenario"]), str(t["repetition"]), _wname(d, t),
+                              "; ".join(map(str, t["metadata"]["noisy"]))] for t in flagged])])]
+
+
 def warnings(d: Data) -> Section:
-    blocks: list[Block] = []
+    blocks: list[Block] = noisy_trials(d)
     if d.camp.status != "done":
         blocks.append(Para(f"The campaign is {d.camp.status}, not done: scenarios or trials are missing "
                            "(`vnetbench run --resume` continues it).", "warn"))
@@ -258,51 +274,92 @@ def warnings(d: Data) -> Section:
                                for r in stolen], "warn"))
     noisy = sorted((r for r in d.rows if _cv_checked(d, r) and r.summary.cv > NOISE_CV),
                    key=lambda r: (NOISE_METRICS.index(r.metric), -r.summary.cv))
+    # (trials disagreeing is spread; the trials flagged noisy while they ran are listed above)
     if noisy:
         blocks.append(Para(f"The trials of a scenario disagree by more than {NOISE_CV:.0%} (coefficient of variation) "
                            f"in the {len(noisy)} cases below: compare those numbers with care, or add repetitions.",
                            "warn"))
-        blocks.append(TableData("Noisy metrics", ["metric", "scenario", "workload", "n", "mean", "CV"],
-                                [[r.metric, r.label, r.workload, str(r.summary.n), human(r.summary.mean, r.unit),
-                                  f"{100 * r.summary.cv:.1f} %"] for r in noisy]))
+        blocks.append(TableData("Noisy metrics", ["metric", "scenario", "workload", "n", "noisy trials", "mean", "CV"],
+                                [[r.metric, r.label, r.workload, str(r.summary.n), str(r.noisy),
+                                  human(r.summary.mean, r.unit), f"{100 * r.summary.cv:.1f} %"] for r in noisy]))
     return Section("warnings", "Warnings", blocks)
 
 
 def _cv_checked(d: Data, r: report.Row) -> bool:
     """Headline metrics with one value per trial; a CPU share under 5 % (an idle machine) is left out."""
-    if r.metric == "aggregate_throughput_bps" and not _multi_pair(d):
-        return False  # the same number as throughput_bps
-    return (r.metric in NOISE_METRICS and r.metric not in d.event_metrics and not r.tag and r.summary.n > 1
+    return (r.metric in NOISE_METRICS and r.metric not in d.event_metrics and _own(r) and r.summary.n > 1
             and math.isfinite(r.summary.cv) and not (r.unit == "ratio" and r.summary.mean < 0.05))
+
+
+def _own(r: report.Row) -> bool:
+    """A row of the workload's own traffic or of a whole machine, not a process, a VM, a background load or a
+    tail statistic."""
+    k = r.key
+    return k is None or (not k.stat and not k.dims.role and k.dims.scope in ("traffic", "machine", "host"))
 
 
 # ---- statistics and figures -------------------------------------------------------------------------------
 def _by_metric(d: Data) -> dict[str, list[report.Row]]:
+    """Rows per table: 'rtt_loaded_s', 'rtt_loaded_s p99' ... (a tail statistic is a table of its own)."""
     out: dict[str, list[report.Row]] = defaultdict(list)
     for r in d.rows:
-        out[r.metric].append(r)
+        out[r.name].append(r)
     return out
 
 
-def metric_table(metric: str, rows: list[report.Row]) -> TableData:
-    several = len({r.workload for r in rows}) > 1
-    unit = rows[0].unit
+def metric_table(name: str, rows: list[report.Row]) -> TableData:
+    several = report.several_workloads(rows)
+    unit, metric = rows[0].unit, rows[0].metric
     desc = METRICS[metric].description if metric in METRICS else ""
-    return TableData(f"{metric} ({unit}) — {desc}",
-                     ["scenario", *(("workload",) if several else ()), "implementation", *report.STAT_COLUMNS],
+    stat = rows[0].key.stat if rows[0].key else ""
+    return TableData(f"{name} ({unit}) — {desc}" + (f"; {report.trial_value(metric, stat)}" if stat else ""),
+                     ["scenario", *(("workload",) if several else ()), "implementation", *report.STAT_COLUMNS,
+                      "noisy trials"],
                      [[r.label, *((r.workload,) if several else ()), r.implementation,
-                       *report.stat_cells(r.summary, unit)] for r in rows])
+                       *report.stat_cells(r.summary, unit), str(r.noisy)] for r in rows])
+
+
+LOADED = "rtt_loaded_s"
+
+
+def latency_under_load(d: Data) -> Section:
+    """The loaded-ping tail: per trial its p50, p90, p99 and max (from that trial's echoes), summarised over the
+    trials as median [95 % CI] — one row per scenario, workload and pair."""
+    by: dict[tuple, dict[str, report.Row]] = defaultdict(dict)
+    for r in d.rows:
+        if r.metric == LOADED and not r.key.dims.role:
+            by[(r.scenario, r.workload, r.tag)][r.key.stat or "p50"] = r
+    if not by:
+        return Section("latency", "Latency under load", [])
+    stats = ("p50", *dataset.TAIL_STATS)
+    several = len({w for _, w, _ in by}) > 1
+
+    def cell(r: report.Row | None) -> str:
+        if r is None:
+            return "-"
+        s = r.summary
+        return human_interval(s.median, *s.ci_median, "s") + ("" if s.ci_median_exact else "*")
+    rows = [[label(d, idx) + (f" [{tag}]" if tag else ""), *((w,) if several else ()), str(next(iter(rs.values())).summary.n),
+             *(cell(rs.get(st)) for st in stats), str(max(r.noisy for r in rs.values()))]
+            for (idx, w, tag), rs in sorted(by.items())]
+    table = TableData(f"{LOADED}: ICMP round trip while the throughput test ran",
+                      ["scenario", *(("workload",) if several else ()), "n", *(f"{st} [95% CI]" for st in stats),
+                       "noisy trials"], rows,
+                      "Each trial's p50, p90, p99 and max over its own echoes; each cell is the median of those per-trial "
+                      "values over the n trials with its 95 % CI (* = too few trials for 95 %: min .. max).")
+    return Section("latency", "Latency under load", [table])
 
 
 def statistics(d: Data, fold: bool = False) -> Section:
     by = _by_metric(d)
     if not by:
         return Section("statistics", "Statistics per metric", [Para("No samples were stored.", "note")])
-    main = [m for m in report.DEFAULT_METRICS if m in by]
-    rest = sorted(m for m in by if m not in main)
+    # per-trial tails (p90, p99, max) fold with the other metrics: 'Latency under load' has the loaded one's
+    main = [n for m in report.DEFAULT_METRICS for n in by if by[n][0].metric == m and not by[n][0].key.stat]
+    rest = sorted(n for n in by if n not in main)
     blocks: list[Block] = [Para(STAT_NOTE, "note")]
-    for m in main:  # the figure for the picture, the table for the numbers
-        if not (m == "aggregate_throughput_bps" and not _multi_pair(d)):  # else the same as throughput_bps
+    for m in main:  # the figure for the picture, the table for the numbers (a tail statistic: the table only)
+        if not by[m][0].key.stat:
             blocks.append(overview_figure(d, m, by[m]))
         blocks.append(metric_table(m, by[m]))
     if rest:
@@ -318,13 +375,13 @@ def _row_label(d: Data, r: report.Row, several: bool) -> str:
 
 
 def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
-    several = len({r.workload for r in rows}) > 1
-    vals = [d.groups[(r.scenario, r.metric, r.workload, r.tag)] for r in rows]
+    several = report.several_workloads(rows)
+    vals = [list(r.values.values()) for r in rows]
     desc = METRICS[metric].description if metric in METRICS else metric
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
                                    [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
                                    " · ".join(d.cols), "Mean per scenario with its 95 % confidence interval "
-                                   "(left, clipped to the physically possible range) and every sample (right).",
+                                   "(left, clipped to the physically possible range) and the one value of each trial (right).",
                                    [r.workload for r in rows] if several else None, metric)
 
 
@@ -337,19 +394,25 @@ def figures_section(d: Data, fold: bool = False) -> Section:
     return Section("figures", "Distributions, time series and CPU", blocks)
 
 
-def _multi_pair(d: Data) -> bool:
-    return any((_number(s["labels"].get("pairs")) or 1) > 1 for s in d.scenarios.values())
-
-
 def rtt_cdf(d: Data, metric: str) -> FigureData | None:
-    found = [(idx, workload, vals) for (idx, m, workload, tag), vals in sorted(d.groups.items()) if m == metric and not tag]
+    """Every sample (each echo or round trip of every trial), one curve per scenario, workload and what the
+    samples measure (pair, a background load's own pings): the distribution, not one median per trial."""
+    found = d.data.pooled_by_key(metric, d.exclude_noisy) if d.data else {}
     if not found:
         return None
-    several = len({w for _, w, _ in found}) > 1
-    curves = {short(d, idx) + (f" ({workload})" if several else ""): vals for idx, workload, vals in found}
+    several = len({k.workload for k in found}) > 1
+    vary = report.varying_dims(found)
+    curves = {}
+    for k, vals in found.items():
+        tag = k.dims.label(vary[k.name])
+        curves[short(d, k.scenario) + (f" ({k.workload})" if several else "") + (f" [{tag}]" if tag else "")] = vals
     desc = METRICS[metric].description if metric in METRICS else metric
+    trials = len({t.id for t in d.data.ok if any(s["metric"] == metric for s in t.samples)
+                  and not (d.exclude_noisy and t.noisy)})
     return figures.cdf(f"cdf-{metric}", f"{metric} — {desc}", "s", curves, " · ".join(d.cols),
-                       f"Empirical CDF of every {metric} sample, one curve per scenario.")
+                       f"Empirical CDF of every {metric} sample: {sum(map(len, found.values()))} samples of "
+                       f"{trials} trials, pooled per curve (one curve per scenario); the tables' statistics are over "
+                       "one value per trial.")
 
 
 def series_figure(d: Data) -> FigureData | None:
@@ -369,12 +432,12 @@ def series_figure(d: Data) -> FigureData | None:
 
 
 def cpu_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | None:
-    kinds = {r.workload for r in by.get("cpu_user_ratio", [])}
+    kinds = {r.workload for r in by.get("cpu_user_ratio", []) if r.key.dims.scope == "machine"}
     if not kinds:
         return None
-    kind = "iperf3" if "iperf3" in kinds else sorted(kinds)[0]
+    kind = min(kinds, key=lambda k: (not k.startswith("iperf3"), k))
     means = {(r.scenario, r.metric): r.summary.mean for m in figures.CPU_PARTS for r in by.get(m, [])
-             if r.workload == kind and not r.tag}
+             if r.workload == kind and r.key.dims.scope == "machine" and not r.key.dims.role}
     idxs = sorted({i for i, _ in means})
     parts = {m: [means.get((i, m), 0.0) for i in idxs] for m in figures.CPU_PARTS if any((i, m) in means for i in idxs)}
     return figures.cpu_breakdown("cpu-breakdown", f"Where the CPU time went during {kind}", [short(d, i) for i in idxs],
@@ -393,7 +456,8 @@ def streams_figure(d: Data, by: dict[str, list[report.Row]]) -> FigureData | Non
     for metric, ylabel, unit in ((tput, "aggregate throughput", "bit/s"), ("cpu_busy_ratio", "CPU busy", "ratio")):
         groups: dict[str, dict[float, object]] = defaultdict(dict)
         for r in by.get(metric, []):
-            if r.workload in kinds and not r.tag:
+            if r.workload in kinds and _own(r) and r.key.dims.direction in ("", "forward") \
+                    and r.key.dims.pair in ("", "1", "all"):
                 labels = d.scenarios[r.scenario]["labels"]
                 streams = _number(labels.get("streams"))
                 if streams is not None:  # one line per workload entry too: never two workloads on one line

@@ -106,7 +106,16 @@ def _wide_range(values: Sequence[float]) -> bool:
 def _log(ax, which: str) -> None:
     """Log scale with plain numbers (0.5, 10, 200) instead of powers of ten."""
     getattr(ax, f"set_{which}scale")("log")
-    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: plain(v)))
+
+
+def plain(v: float) -> str:
+    """A tick label without an exponent: 0.00001, 200, 1500000 (never 1e-05 or 2e+02)."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    digits = max(0, 3 - math.floor(math.log10(abs(v))) - 1)
+    text = f"{v:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _legend(ax, n: int, title: str) -> None:
@@ -123,8 +132,8 @@ def _style(i: int) -> dict:
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
                     values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None,
                     metric: str = "") -> FigureData:
-    """Left: mean with its 95 % CI per scenario. Right: the distribution (box = IQR, whiskers 1.5 IQR, dots = samples).
-    `groups` (e.g. the workload of each row) colours the bars."""
+    """Left: mean with its 95 % CI per scenario. Right: the distribution of the trial values (box = IQR, whiskers
+    1.5 IQR, a dot per trial). `groups` (e.g. the workload of each row) colours the bars."""
     scale, ulabel = axis_unit(unit, [v for vs in values for v in vs])
     fig, (bars, boxes) = _figure(0.32 * len(labels) + 1.2, ncols=2)
     ys = list(range(len(labels)))

@@ -19,7 +19,7 @@ __all__ = ["Scenario", "expand", "params_of", "PLACEMENT_KEYS"]
 
 
 # Keys of a workload entry that say where and when it runs, not how the tool runs.
-PLACEMENT_KEYS = ("when", "pairs", "background", "target_pair")
+PLACEMENT_KEYS = ("when", "pairs", "background", "target_pair", "name")
 
 
 def params_of(wl: dict) -> dict:
@@ -75,7 +75,7 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
         overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type" and k not in wl}
         params = {**params_of(wl), **overrides}
         wls.append(cls(cls.Params.model_validate(params), wl.get("pairs"), wl.get("background", False),
-                       wl.get("target_pair")))
+                       wl.get("target_pair"), wl.get("name")))
         entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
         ids.append(i)
     cross = levels["placement"] == "cross-host"

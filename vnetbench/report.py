@@ -1,10 +1,14 @@
-"""Per-metric statistics tables for `show` and the end of `run`: by default one line per scenario and metric
-(median, its 95% CI, n, what ran) that fits a 100-column terminal; `wide` gives every statistic."""
+"""Per-metric statistics tables for `show` and the end of `run`, from the results model (dataset.Dataset.reduced):
+by default one line per scenario, workload and what the row measures (the machine, a VM, a process, a direction, a
+pair, a background load) with its median, 95% CI, n and how many of its trials were flagged noisy, fitting the
+terminal (at most 100 columns); `wide` gives every statistic, split into tables that fit."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -17,9 +21,14 @@ from .units import human, human_interval
 
 COMPACT_WIDTH = 100
 
-DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
+DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
                    "context_switches_per_s", "process_cpu_ratio")
+# compare's default family: the headline metrics (retransmits, rare events, are compared when asked for with -m)
+COMPARE_METRICS = tuple(m for m in DEFAULT_METRICS if m != "tcp_retransmits")
+# The tail `show` gives beside a per-echo metric's median unless asked for more (--all, -m): latency under load.
+SHORT_TAILS: dict[str, tuple[str, ...]] | None = {"rtt_loaded_s": ("p99",)}
+ALL_TAILS = None  # every tail statistic of every per-echo metric
 SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m != "process_cpu_ratio")  # each daemon: --wide, --all, -m
 
 
@@ -32,8 +41,16 @@ class Row:
     metric: str
     unit: str
     summary: Summary
-    tag: str = ""                  # the process or background workload the row is about, '' for the workload itself
+    tag: str = ""                  # what the row is about beyond the scenario and workload (Dims.label): a VM, the
+                                   # machine, a process, a direction, a pair, a background load; '' for the workload
     impl_parts: dict | None = None  # the scenario's implementation, element -> what ran
+    key: dataset.Key | None = None
+    values: dict[int, float] = field(default_factory=dict)   # trial id -> its value, in run order
+    noisy: int = 0                 # how many of those trials the run flagged noisy
+
+    @property
+    def name(self) -> str:
+        return self.key.name if self.key else self.metric
 
 
 def varying(scenarios: list[dict]) -> list[str]:
@@ -43,58 +60,65 @@ def varying(scenarios: list[dict]) -> list[str]:
 
 
 N_COUNTS = ("n counts trials: every statistic is over one value per trial (a trial's median for per-echo and "
-            "per-request metrics such as rtt_s, its mean over pairs for the others), never over the echoes inside a trial")
+            "per-request metrics such as rtt_s, or its p90/p99/max where the row says so), never over the echoes "
+            "inside a trial; a host, each VM, each direction and each pair are rows of their own")
 
 
-def trial_value(metric: str) -> str:
+def trial_value(metric: str, stat: str = "") -> str:
     """What one trial contributes to `metric`'s statistics, said in words (for a table title or caption)."""
+    if stat:
+        return f"one value per trial: the {stat} of its samples"
     if dataset.default_reduce(metric) == "median":
         return "one value per trial: the median of its samples"
-    return "one value per trial" + ("" if metric.startswith(("cpu_", "interrupts", "context", "net_")) else
-                                    " (the mean over pairs when there are several)")
+    return "one value per trial"
 
 
-def group_values(store: Store, cid: int, data: dataset.Dataset | None = None
-                 ) -> dict[tuple[int, str, str, str], list[float]]:
-    """(scenario, metric, workload, process-or-'') -> ONE VALUE PER TRIAL (dataset.trial_values). Machine-wide probes
-    are kept apart per workload (CPU during iperf3 is not CPU during ping); series and per-CPU samples are left to the
-    figures."""
-    data = data or dataset.load(store, cid)
-    label = workload_labels(store, cid, data)
-    groups: dict[tuple[int, str, str, str], list[float]] = {}
-    for metric in sorted({s["metric"] for s in data.samples} - {"throughput_interval_bps"}):
-        groups.update(data.trial_values(metric, background=None, key=lambda t, s, m=metric: (
-            t.scenario, m, label[t.workload], _who(s["metadata"]))))
-    return groups
-
-
-def _who(meta: dict) -> str:
-    return meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background"
-                                   else "")
-
-
-def workload_labels(store: Store, cid: int, data: dataset.Dataset | None = None) -> dict[int, str]:
-    """Spec position -> name shown: the tool, numbered by its place in the spec when a tool is listed twice
-    (S1's 64-byte and 65515-byte pings are two workloads and must not be pooled)."""
-    kinds = {t["workload"]: t["kind"] for t in (data.trials.values() if data else store.trials(cid))}
-    repeated = {k for k in kinds.values() if list(kinds.values()).count(k) > 1}
-    return {i: f"{k} #{i + 1}" if k in repeated else k for i, k in kinds.items()}
+def model(data: dataset.Dataset, exclude_noisy: bool = False) -> dict[dataset.Key, dict[int, float]]:
+    """The results model of a campaign (dataset.Dataset.reduced): 1-s series are left to the figures."""
+    metrics = {s["metric"] for t in data.ok for s in t.samples} - {"throughput_interval_bps"}
+    return data.reduced(metrics, exclude_noisy)
 
 
 def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
-         groups: dict[tuple[int, str, str, str], list[float]] | None = None) -> list[Row]:
-    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
+         groups: dict[dataset.Key, dict[int, float]] | None = None, data: dataset.Dataset | None = None,
+         exclude_noisy: bool = False) -> list[Row]:
+    data = data or dataset.load(store, cid)
+    groups = model(data, exclude_noisy) if groups is None else groups
+    scenarios = data.scenarios
     cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
+    shown = dict(sorted(((k, v) for k, v in groups.items() if not metrics or k.metric in metrics),
+                        key=lambda kv: (kv[0].scenario, kv[0].workload, kv[0].metric, kv[0].dims.order(), kv[0].stat)))
+    vary = varying_dims(shown)
+    noisy = {t.id for t in data.ok if t.noisy}
     out = []
-    for (idx, metric, workload, proc), values in sorted((group_values(store, cid) if groups is None else groups).items()):
-        if metrics and metric not in metrics:
-            continue
-        sc = scenarios[idx]
-        label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
-        out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
-                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc,
-                       sc["implementation"] or {}))
+    for key, values in shown.items():
+        sc = scenarios[key.scenario]
+        tag = key.dims.label(vary[key.name])
+        label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{tag}]" if tag else "")
+        out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric,
+                       METRICS[key.metric].unit if key.metric in METRICS else "", summarize(list(values.values())),
+                       tag, sc["implementation"] or {}, key, values, len(noisy & set(values))))
     return out
+
+
+def several_workloads(rows_: list[Row]) -> bool:
+    """A workload column is worth its width when one scenario has rows of two workloads (the workload's name
+    otherwise repeats what the scenario's levels say)."""
+    seen: dict[tuple, set[str]] = defaultdict(set)
+    for r in rows_:
+        seen[(r.scenario, r.tag)].add(r.workload)
+    return any(len(w) > 1 for w in seen.values())
+
+
+def varying_dims(groups) -> dict[str, set[str]]:
+    """Per metric (and stat): the Dims fields worth saying in a row's label: the scope (machine, VM, process...)
+    when rows of that metric differ in it, the direction and the pair likewise."""
+    seen: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for k in groups:
+        seen[k.name]["scope"].add((k.dims.scope, k.dims.which))
+        seen[k.name]["direction"].add(k.dims.direction)
+        seen[k.name]["pair"].add(k.dims.pair)
+    return defaultdict(set, {m: {f for f, vs in fs.items() if len(vs) > 1} for m, fs in seen.items()})
 
 
 def implementation(impl: dict | None) -> str:
@@ -103,46 +127,93 @@ def implementation(impl: dict | None) -> str:
 
 
 def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS,
-         wide: bool = False) -> None:
+         wide: bool = False, exclude_noisy: bool = False, tails: dict[str, tuple[str, ...]] | None = SHORT_TAILS) -> None:
+    """The campaign's summary: one table per metric (and per-trial tail statistic in `tails`), one line per
+    scenario, workload and what the row measures (a VM, a direction, a pair...)."""
     camp = store.campaign(cid)
-    scenarios = store.scenarios(cid)
-    console.print(f"[bold]Campaign {camp.id}[/] {camp.name} ({camp.status}); "
+    data = dataset.load(store, cid)
+    scenarios = list(data.scenarios.values())
+    console.print(f"[bold]Campaign {camp.id}[/] {escape(camp.name)} ({camp.status}); "
                   f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
                   f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
-                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed", soft_wrap=True)
-    by_metric: dict[str, list[Row]] = defaultdict(list)
-    for r in rows(store, cid, metrics):
-        by_metric[r.metric].append(r)
-    order = [m for m in (metrics or ()) if m in by_metric] + sorted(m for m in by_metric if m not in (metrics or ()))
+                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+    by_metric = _by_name(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy), metrics, tails)
+    noisy = [t for t in data.ok if t.noisy]
+    if noisy:
+        console.print(f"{len(noisy)} of {len(data.ok)} trials were flagged noisy (steal or other load) and are "
+                      + ("left out (--exclude-noisy)" if exclude_noisy else
+                         "counted in the 'noisy' column; --exclude-noisy leaves them out"), style="yellow")
     if wide:
-        console.print(N_COUNTS + ".", style="dim", soft_wrap=True)
-        for metric in order:
-            console.print(_table(metric, by_metric[metric]))
+        console.print(N_COUNTS + ".", style="dim")
+        for name, rs in by_metric.items():
+            for table in _wide_tables(name, rs, console.width):
+                console.print(table)
     else:
         shown = [s for s in scenarios if s["status"] != "skipped"]
         common, differs = split_implementation([s["implementation"] for s in shown])
         if common:
-            console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
-        console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: --wide",
-                      style="dim", soft_wrap=True)
+            console.print(escape(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}"))
+        console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: "
+                      "--wide", style="dim")
         cols = varying(shown) or ["switch"]
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
-        if all(sc["levels"].get("pairs", 1) == 1 for sc in shown):
-            order = [m for m in order if m != "aggregate_throughput_bps"]  # the same numbers as throughput_bps
-        for metric in order:
-            console.print(_compact_table(metric, by_metric[metric], differs, cols, labels))
+        for name, rs in by_metric.items():
+            console.print(_compact_table(name, rs, differs, cols, labels, console.width))
         if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
-                          style="dim", soft_wrap=True)
+                          style="dim")
     cols = varying(scenarios)
     for s in scenarios:
         if s["status"] in ("skipped", "failed"):
             short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
-            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({short}): {s['reason']}", soft_wrap=True)
-    failed = [t for t in store.trials(cid) if t["status"] == "failed"]
+            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({escape(short)}): {escape(str(s['reason']))}")
+    failed = [t for t in data.trials.values() if t["status"] != "ok"]
     for t in failed[:10]:
-        console.print(f"[red]failed trial[/] scenario {t['scenario']} rep {t['repetition']} {t['kind']}: {t['error']}",
-                      soft_wrap=True)
+        console.print(f"[red]{t['status']} trial[/] scenario {t['scenario']} rep {t['repetition']} "
+                      f"{escape(data.names.get((t['scenario'], t['workload']), t['kind']))}: {escape(str(t['error']))}")
+
+
+
+
+def _by_name(rows_: list[Row], metrics: tuple[str, ...] | None,
+             tails: dict[str, tuple[str, ...]] | None) -> dict[str, list[Row]]:
+    """Rows per table ('rtt_loaded_s', 'rtt_loaded_s p99'), in the order of `metrics`, then by name."""
+    out: dict[str, list[Row]] = defaultdict(list)
+    order = {m: i for i, m in enumerate(metrics or ())}
+    for r in sorted(rows_, key=lambda r: (order.get(r.metric, len(order)), r.metric,
+                                          dataset.TAIL_STATS.index(r.key.stat) + 1 if r.key.stat else 0)):
+        if not r.key.stat or tails is None or r.key.stat in tails.get(r.metric, ()):
+            out[r.name].append(r)
+    return out
+
+
+def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, exclude_noisy: bool = False) -> dict:
+    """`show --json`: every row of the results model with its summary and per-trial values, and what did not run."""
+    data = dataset.load(store, cid)
+    camp = data.campaign
+
+    def num(x):
+        return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+    out_rows = []
+    for r in rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy):
+        s = r.summary
+        out_rows.append({"scenario": r.scenario, "levels": data.scenarios[r.scenario]["labels"],
+                         "workload": r.workload, "metric": r.metric, "stat": r.key.stat or None, "unit": r.unit,
+                         **r.key.dims.as_dict(), "n": s.n, "noisy": r.noisy,
+                         "median": num(s.median), "ci_median": [num(v) for v in s.ci_median],
+                         "ci_median_exact": s.ci_median_exact, "mean": num(s.mean),
+                         "ci_mean": [num(v) for v in s.ci_mean], "std": num(s.std), "min": num(s.min),
+                         "max": num(s.max), "trials": [{"trial": t, "value": v} for t, v in r.values.items()]})
+    return {"campaign": camp.id, "name": camp.name, "status": camp.status, "n_counts": "trials",
+            "exclude_noisy": exclude_noisy,
+            "scenarios": [{"idx": s["idx"], "levels": s["labels"], "status": s["status"], "reason": s["reason"],
+                           "implementation": s["implementation"]} for s in data.scenarios.values()],
+            "trials_noisy": sum(bool(t.noisy) for t in data.ok),
+            "trials_not_ok": [{"trial": t["id"], "scenario": t["scenario"], "repetition": t["repetition"],
+                               "status": t["status"], "error": t["error"]}
+                              for t in data.trials.values() if t["status"] != "ok"],
+            "rows": out_rows}
 
 
 def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
@@ -153,50 +224,72 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
     return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
 
 
-def _compact_table(metric: str, rows_: list[Row], differs: list[str], cols: list[str],
-                   labels: dict[int, dict]) -> Table:
-    """One line per scenario: its levels of the factors that vary (named once, in the header), median [95% CI],
-    n and the part of the implementation that differs between scenarios."""
+def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[str],
+                   labels: dict[int, dict], width: int = COMPACT_WIDTH) -> Table:
+    """One line per scenario and what the row measures: its levels of the factors that vary (named once, in the
+    header), median [95% CI], n, the trials flagged noisy (when any) and the part of the implementation that
+    differs between scenarios."""
     unit = rows_[0].unit
-    table = Table(title=f"{metric} ({unit})", title_justify="left", title_style="bold", box=None,
+    table = Table(title=f"{escape(name)} ({unit})", title_justify="left", title_style="bold", box=None,
                   header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
-    several = len({r.workload for r in rows_}) > 1
+    several = several_workloads(rows_)
+    noisy = any(r.noisy for r in rows_)
     lines = []
     for r in rows_:
         s = r.summary
         label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
-        lines.append([escape(label), *((r.workload,) if several else ()),
+        lines.append([label, *((r.workload,) if several else ()),
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
+                      *((str(r.noisy),) if noisy else ()),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
     names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
-             *(("implementation",) if differs else ())]
-    widths = [max(len(name), *(len(line[i]) for line in lines)) for i, name in enumerate(names)]
+             *(("noisy",) if noisy else ()), *(("implementation",) if differs else ())]
+    widths = [max(len(n), *(len(line[i]) for line in lines)) for i, n in enumerate(names)]
     fixed = widths[1:-1] if differs else widths[1:]
-    rest = COMPACT_WIDTH - 1 - sum(fixed) - 2 * (len(widths) - 1)
+    rest = min(width, COMPACT_WIDTH) - 1 - sum(fixed) - 2 * (len(widths) - 1)
     impl_need = widths[-1] if differs else 0
     widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
     if differs:
         widths[-1] = max(rest - widths[0], 8)
-    for name, width in zip(names, widths):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", width=width,
-                         justify="right" if name in ("median [95% CI]", "n") else "left")
+    for n, w in zip(names, widths):
+        table.add_column(n, no_wrap=True, overflow="ellipsis", width=w,
+                         justify="right" if n in ("median [95% CI]", "n", "noisy") else "left")
     for line in lines:
-        table.add_row(*line)
+        table.add_row(*map(escape, line))
     return table
 
 
-def _table(metric: str, rows_: list[Row]) -> Table:
-    unit = rows_[0].unit
+def _wide_tables(name: str, rows_: list[Row], width: int) -> list[Table]:
+    """Every statistic of a metric: one table when it fits the console, else as few as fit, each led by the scenario
+    column and holding the next statistics that fit (the implementation last), so no number is cut or folded."""
+    extra = (*(("noisy",) if any(r.noisy for r in rows_) else ()), "implementation")
+    columns, tables, chunk = [*STAT_COLUMNS, *extra], [], []
+    wide = Console(width=10_000)
+    for col in columns:
+        if chunk and wide.measure(_table(name, rows_, (*chunk, col), bool(tables))).maximum > width:
+            tables.append(_table(name, rows_, tuple(chunk), bool(tables)))
+            chunk = []
+        chunk.append(col)
+    tables.append(_table(name, rows_, tuple(chunk), bool(tables)))
+    return tables
+
+
+def _table(name: str, rows_: list[Row], columns: tuple[str, ...], cont: bool = False) -> Table:
+    unit, metric, stat = rows_[0].unit, rows_[0].metric, rows_[0].key.stat if rows_[0].key else ""
     desc = METRICS[metric].description if metric in METRICS else ""
-    table = Table(title=f"{metric} ({unit}) — {desc}; n = trials, {trial_value(metric)}", title_justify="left",
-                  header_style="bold")
-    several = len({r.workload for r in rows_}) > 1
-    for col in ("scenario", *(("workload",) if several else ()), "implementation", *STAT_COLUMNS):
-        table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right")
+    title = f"{escape(name)} ({unit}), continued" if cont else \
+        f"{escape(name)} ({unit}) — {desc}; n = trials, {trial_value(metric, stat)}"
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    several = several_workloads(rows_)
+    for col in ("scenario", *(("workload",) if several else ()), *columns):
+        table.add_column(col, justify="left" if col in ("scenario", "workload", "implementation") else "right",
+                         overflow="fold")
     for r in rows_:
-        table.add_row(escape(r.label), *((r.workload,) if several else ()), r.implementation,
-                      *stat_cells(r.summary, unit))
+        cells = dict(zip(STAT_COLUMNS, stat_cells(r.summary, unit))) | {"noisy": str(r.noisy),
+                                                                        "implementation": r.implementation}
+        table.add_row(escape(r.label), *((escape(r.workload),) if several else ()),
+                      *(escape(cells[c]) for c in columns))
     return table
 
 

@@ -72,7 +72,8 @@ class Background(threading.Thread):
         try:
             got = self.workload.run(self.pairs)
             self.samples = [Sample(s.metric, s.value, s.unit, s.metadata | {"role": "background",
-                                   "background_workload": self.workload.kind}, s.t) for s in got]
+                                   "background_workload": self.workload.kind,
+                                   "background_name": self.workload.name}, s.t) for s in got]
         except WorkloadError as exc:
             self.error = f"background {self.workload.kind}: {exc}"
         except Exception as exc:  # a parser bug must not end the thread without a word
@@ -493,7 +494,8 @@ class Campaign:
         wl = sc.workloads[w]
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
-                "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
+                "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs],
+                "workload_name": wl.name}
         status, error, samples, extra, hung = self._attempt(sc, topo, wl)
         if hung:  # the first attempt's reason stays with the trial: a reader sees it was tried twice
             self.r.console.print(f"[yellow]trial hung[/] (scenario {sc.index}, rep {rep}, {wl.kind}): {error}; "

@@ -1,6 +1,7 @@
 """One measured value with its unit and the metadata needed to trust it (after PerfKitBenchmarker's Sample)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,12 @@ class Metric:
     unit: str
     better: str  # "higher" | "lower" | "none": which direction the report calls best
     description: str
+    additive: bool = False  # the directions of a bidirectional test add up (goodput, retransmits): their sum is shown
+
+
+def _additive(names: str) -> None:
+    for name in names.split():
+        METRICS[name] = Metric(*(getattr(METRICS[name], f) for f in ("name", "unit", "better", "description")), True)
 
 
 # Every metric vnetbench writes. Values are in SI base units: bit/s, s, ratio 0-1, events/s.
@@ -60,6 +67,77 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
     Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
 ]}
+
+
+_additive("throughput_bps aggregate_throughput_bps sender_throughput_bps tcp_retransmits packet_rate_pps")
+
+
+@dataclass(frozen=True, order=True)
+class Dims:
+    """What one sample measures, beyond its metric, workload and scenario: a summary never pools two samples whose
+    Dims differ (a host's CPU with a VM's, one direction with the other, pair 1 with pair 2, a flood with the
+    measured traffic)."""
+    scope: str = "traffic"   # traffic (a workload's own numbers) | machine (this one) | host (a testbed host) | vm
+                             # | process | interface
+    which: str = ""          # the host, VM, process or interface; the side of a pair for a load in VMs; '' else
+    direction: str = ""      # forward | reverse | both (the sum of the two); '' when a test has no direction
+    pair: str = ""           # "1", "2"...; "all": summed over the pairs; '' when not about one pair
+    role: str = ""           # '' for the measured workload; "background <name>" for a load beside it
+
+    def label(self, varying: frozenset[str] | set[str] = frozenset({"scope", "direction", "pair"})) -> str:
+        """Words for a table row ('' for a workload's own numbers): the role, a VM, host, process or interface
+        always; the machine, the direction and the pair when `varying` names them (a table whose rows are all the
+        machine's, all 'forward' or all pair 1 need not say so)."""
+        what = {"traffic": self.which, "machine": "machine", "host": f"host {self.which}", "vm": f"VM {self.which}",
+                "process": self.which, "interface": f"if {self.which}"}.get(self.scope, f"{self.scope} {self.which}")
+        named = "scope" in varying or self.scope not in ("machine", "traffic")  # a VM, host or process: always
+        way = {"both": "both directions"}.get(self.direction, self.direction)
+        bits = [self.role, what if named else "", way if "direction" in varying else "",
+                {"": "", "all": "all pairs"}.get(self.pair, f"pair {self.pair}") if "pair" in varying else ""]
+        return ", ".join(b for b in bits if b)
+
+    def order(self) -> tuple:
+        """Rows in reading order: the workload's own before a background load's, by scope, then pair 1, 2 ...,
+        then forward, reverse and their sum."""
+        return (self.role, self.scope != "traffic", self.scope, self.which,
+                (0, int(self.pair)) if self.pair.isdigit() else (1, self.pair),
+                ("", "forward", "reverse", "both").index(self.direction) if self.direction in ("", "forward", "reverse",
+                                                                                              "both") else 9)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"scope": self.scope, "which": self.which, "direction": self.direction, "pair": self.pair,
+                "role": self.role}
+
+
+_RUN_PREFIX = re.compile(r"\bvb[0-9a-f]{4}-")  # ledger's "vb" + 4 hex digits, different in every run
+
+
+def _unprefixed(name: object) -> str:
+    """A namespace or interface name without its run's prefix ('vb3f2a-h1' -> 'h1'), so that two campaigns'
+    rows about the same interface match."""
+    return _RUN_PREFIX.sub("", str(name))
+
+
+def dimensions(meta: dict) -> Dims:
+    """The Dims of a stored sample from its metadata; samples of older campaigns lack some keys and get defaults."""
+    host = meta.get("host")
+    role = f"background {meta.get('background_name') or meta.get('background_workload') or 'load'}" \
+        if meta.get("role") == "background" else ""
+    pair = "" if meta.get("pair") is None else str(meta["pair"])
+    direction = str(meta.get("direction") or "")
+    if "process" in meta:
+        name = str(meta["process"])
+        scope, which = "process", name if not host or host in name else f"{name}@{host}"
+    elif meta.get("scope") == "vm":
+        scope, which = "vm", " ".join(_unprefixed(x) for x in (meta.get("vm"), meta.get("interface")) if x)
+    elif meta.get("scope") == "machine":
+        scope, which = ("host", str(host)) if host else ("machine", "")
+    elif "interface" in meta:
+        scope = "interface"
+        which = " ".join(_unprefixed(x) for x in (host, meta.get("node"), meta["interface"]) if x)
+    else:
+        scope, which = "traffic", str(meta.get("side") or "")
+    return Dims(scope, which, direction, pair, role)
 
 
 @dataclass(frozen=True)

@@ -88,4 +88,6 @@ def human_interval(value: float, lo: float, hi: float, unit: str) -> str:
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (value, lo, hi)):
         return human(value, unit) + " [-]"
     div, name = scale(value, unit)
-    return f"{value / div:.3g} [{lo / div:.3g} .. {hi / div:.3g}]" + (f" {name}" if name else "")
+    # a count (unit 1) in whole numbers: 1376 retransmits, not 1.38e+03
+    f = (lambda v: f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}") if unit == "1" else (lambda v: f"{v:.3g}")  # noqa: E731
+    return f"{f(value / div)} [{f(lo / div)} .. {f(hi / div)}]" + (f" {name}" if name else "")

@@ -141,6 +141,10 @@ def _check_workloads(exp: Experiment) -> list[Problem]:
             problems.append(Problem(("workloads", i, "pairs"), "write a list of pair numbers, e.g. [1] or [2, 3]"))
         if not isinstance(wl.get("background", False), bool):
             problems.append(Problem(("workloads", i, "background"), "write true or false"))
+        name = wl.get("name")
+        if name is not None and not (isinstance(name, str) and name.strip() and name.isprintable() and len(name) <= 60):
+            problems.append(Problem(("workloads", i, "name"), "write a short name for tables, e.g. name: bulk tcp "
+                                    "(printable text, at most 60 characters)"))
         target = wl.get("target_pair")
         if target is not None and not (_whole(target) and target >= 1):
             problems.append(Problem(("workloads", i, "target_pair"),

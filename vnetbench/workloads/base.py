@@ -71,12 +71,19 @@ class Workload(ABC):
     metrics: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False,
-                 target_pair: int | None = None):
+                 target_pair: int | None = None, name: str | None = None):
         self.params = params
+        self.name = name or self.describe(params.model_dump())  # what tables call it (the spec's `name:` wins)
         self.only_pairs = only_pairs  # run on these pair indices only (None: all pairs)
         self.background = background  # runs alongside every foreground trial (a load, a flood), no trial of its own
         self.target_pair = target_pair  # send to this pair's server instead of each pair's own (None: own server)
         self.ready: threading.Event | None = None  # set by a background runner; run() sets it once its load runs
+
+    @classmethod
+    def describe(cls, params: dict) -> str:
+        """A short name saying what the workload is, from its parameters (e.g. 'iperf3 tcp x10'): tables and
+        figures name it so. Each tool says what sets its entries apart."""
+        return cls.kind
 
     def signal_ready(self) -> None:
         """The load is running (servers listen, clients started): a background workload lets the foreground start."""

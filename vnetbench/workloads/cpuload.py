@@ -53,6 +53,11 @@ class CpuLoad(Workload):
     Params = CpuLoadParams
     tool = "stress-ng"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        """'cpuload 50% x1': the share of a CPU each worker keeps busy, and the workers."""
+        return f"{cls.kind} {p.get('load') or 50}% x{p.get('workers') or 1}"
+
     def expected_duration(self) -> float:
         return self.params.duration + 0.5
 

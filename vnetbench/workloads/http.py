@@ -111,6 +111,11 @@ class Http(Workload):
     Params = HttpParams
     tool = "nginx"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        """'http x6 10/s': clients per pair and requests per second each."""
+        return f"{cls.kind} x{p.get('clients') or 6} {p.get('rate') or 10:g}/s"
+
     def expected_duration(self) -> float:
         return self.params.duration + 1.0
 

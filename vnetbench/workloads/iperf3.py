@@ -418,6 +418,16 @@ class Iperf3(Workload):
     Params = Iperf3Params
     tool = "iperf3"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        """'iperf3 tcp x10 bidir', 'iperf3 udp 250M': protocol, streams, direction, rate and write size."""
+        bits = [cls.kind, str(p.get("protocol") or "tcp")]
+        bits += [f"x{p['streams']}"] if (p.get("streams") or 1) > 1 else []
+        bits += [str(p["direction"])] if p.get("direction") not in (None, "uni") else []
+        bits += [_short_rate(p["udp_rate"])] if p.get("protocol") == "udp" and p.get("udp_rate") else []
+        bits += [f"{p['message_size']} B"] if p.get("message_size") else []
+        return " ".join(bits)
+
     def expected_duration(self) -> float:
         return self._seconds() + 1
 
@@ -558,3 +568,11 @@ def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
     # A one-off server (-1) exits once its client has its results.
     return parse_iperf3_processes(done, [s.lines(_left(end)) for s in servers], params.interval, params.duration,
                                   pair=pair.index)
+
+
+def _short_rate(bps: float) -> str:
+    """100000000 -> '100M' (as a spec writes it)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if bps >= scale:
+            return f"{bps / scale:g}{suffix}"
+    return f"{bps:g}"

@@ -76,6 +76,10 @@ class Netperf(Workload):
     Params = NetperfParams
     tool = "netperf"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        return f"{cls.kind} {p.get('test') or 'TCP_STREAM'}" + (f" {p['message_size']} B" if p.get("message_size") else "")
+
     def expected_duration(self) -> float:
         return self.params.duration + 1
 

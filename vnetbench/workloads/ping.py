@@ -106,6 +106,12 @@ class Ping(Workload):
     Params = PingParams
     tool = "ping"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        """'ping', or 'ping 1400 B' when the payload is not ping's default 56 bytes."""
+        size = p.get("ping_size") or 56
+        return cls.kind + (f" {size} B" if size != 56 else "")
+
     def expected_duration(self) -> float:
         return self.params.count * self.params.interval
 

@@ -120,6 +120,13 @@ class Sockperf(Workload):
     Params = SockperfParams
     tool = "sockperf"
 
+    @classmethod
+    def describe(cls, p: dict) -> str:
+        """'sockperf udp 64 B', plus the request rate when it is not 'max'."""
+        mps = p.get("mps", "max")
+        return " ".join([cls.kind, str(p.get("protocol") or "udp"), f"{p.get('message_size') or 64} B",
+                         *([f"{mps}/s"] if mps != "max" else [])])
+
     def expected_duration(self) -> float:
         return self.params.duration + WARMUP_STAGE_S + 1
 
