@@ -55,3 +55,28 @@ def test_readme_example_spec_is_valid():
     from vnetbench.spec import loads
     block = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
     assert loads(block, "README.md").experiment.name == "quick"
+
+
+def test_version_prints_the_version_and_commit_and_h_is_help_everywhere():
+    import subprocess
+    text = vnetbench("--version").stdout
+    assert re.fullmatch(r"vnetbench \d+\.\d+\.\d+\S*( \(commit [0-9a-f]{7,}(-dirty)?\))?\n", text), text
+    if (ROOT / ".git").exists() and subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
+                                                    capture_output=True).returncode == 0:
+        assert "(commit " in text  # run from a checkout
+    assert "[OPTIONS] COMMAND" in vnetbench("-h").stdout
+    for command in ("doctor", "plan", "run", "list", "show", "compare", "export", "report", "clean", "suites"):
+        proc = vnetbench(command, "-h")
+        assert f"vnetbench {command} [OPTIONS]" in proc.stdout, (command, proc.stdout, proc.stderr)
+    assert "VNETBENCH_STATE_DIR" in vnetbench("run", "-h").stdout + vnetbench("clean", "-h").stdout
+    assert "VNETBENCH_DB_TIMEOUT" in vnetbench("list", "-h").stdout
+
+
+def test_list_json_gives_each_campaign(tmp_path, state_dir):
+    spec = tmp_path / "l.yaml"
+    spec.write_text("name: l\nrepetitions: 2\nfactors: {attach: host}\nworkloads: [{type: ping, count: 2, interval: 0.1}]\n")
+    db = tmp_path / "l.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    rows = json.loads(vnetbench("list", "--db", db, "--json").stdout)
+    assert [(r["id"], r["name"], r["status"], r["scenarios"], r["trials"]) for r in rows] == [(1, "l", "done", 1, 2)]
+    assert rows[0]["spec"].endswith("l.yaml") and rows[0]["created"].endswith("+00:00")

@@ -342,3 +342,36 @@ def test_a_hung_tool_gets_one_more_try_and_the_trial_says_so(tmp_path, state_dir
     assert first["status"] == "ok" and "did not finish within 1 s" in first["metadata"]["retried_after"]
     assert second["status"] == "failed" and "did not finish within 1 s" in second["error"]
     assert "retried_after" in second["metadata"] and len(calls) == 4
+
+
+# --- progress without a terminal ---------------------------------------------------------------------------
+
+@pytest.mark.net
+def test_a_piped_run_prints_a_progress_line_per_trial_before_it_ends(tmp_path, state_dir):
+    """In CI or under nohup there is no terminal: a bar drawn only at the end left 128 s of silence. Each trial
+    gets one flushed line (trial n/N, elapsed, time left) while the run goes on, and the same lines go to a log."""
+    import subprocess
+    import sys
+    import time
+    from conftest import ROOT
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nrepetitions: 3\norder: sequential\nfactors: {attach: host}\n"
+                    "workloads: [{type: ping, count: 4, interval: 0.2}]\n")
+    db = tmp_path / "p.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("trial 2/3" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, f"stderr closed before the second trial's line: {lines}"
+            lines.append(line)
+        # A line reached us while the third trial (about 0.8 s of pings) was still to run.
+        assert proc.poll() is None, "no progress line came before the run ended"
+        first = next(line for line in lines if "trial 1/3" in line)
+        assert "ping" in first and "elapsed" in first and "left" in first
+    finally:
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    log = (tmp_path / "p.db.log").read_text()
+    assert [k for k in (1, 2, 3) if f"trial {k}/3" in log] == [1, 2, 3]

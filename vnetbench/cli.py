@@ -51,11 +51,44 @@ class _Commands(TyperGroup):
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
+                  context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
+                  help="What does this virtual-network technology cost me? Build, measure, compare, clean up.\n\n"
+                       "Environment: VNETBENCH_STATE_DIR is where runs record what they create, for `clean` "
+                       "(default /run/vnetbench); VNETBENCH_DB_TIMEOUT is how many seconds a command waits for "
+                       "a results file another process is writing (default 30).")
 # Wide tables stay readable when piped to a file or another program.
 out = Console() if sys.stdout.isatty() else Console(width=250)
 err = Console(stderr=True)
-DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results")
+DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results (waits up to $VNETBENCH_DB_TIMEOUT "
+                                           "seconds, default 30, while another process writes it)")
+
+
+def version_text() -> str:
+    """The installed version, and the commit when the package runs from a git checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        text = f"vnetbench {version('vnetbench')}"
+    except PackageNotFoundError:
+        text = "vnetbench (not installed)"
+    import subprocess
+    try:
+        git = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return text
+    return text + (f" (commit {git.stdout.strip()})" if git.returncode == 0 and git.stdout.strip() else "")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                            help="print the version (and git commit) and exit")) -> None:
+    pass
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -259,7 +292,8 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         order: Optional[str] = typer.Option(None, "--order", help="random (default: shuffled blocks, seeded) or "
                                                                    "sequential; overrides the spec's `order`"),
         testbed: Optional[str] = TESTBED) -> None:
-    """Build, measure, store and tear down every scenario of an experiment."""
+    """Build, measure, store and tear down every scenario of an experiment. Everything a run creates is recorded
+    first under $VNETBENCH_STATE_DIR (default /run/vnetbench), so `vnetbench clean` can remove it after a crash."""
     need_root()
     from .runner import CampaignBusy, Runner
     if (spec is None) == (resume is None):
@@ -303,16 +337,23 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
 
 
 @app.command("list")
-def list_(db: str = DB) -> None:
+def list_(db: str = DB, as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Campaigns in the results file."""
     store = Store(db, readonly=True)
+    import datetime as dt
+    rows = [{"id": c.id, "name": c.name, "status": c.status,
+             "created": dt.datetime.fromtimestamp(c.created, dt.timezone.utc).isoformat(timespec="seconds"),
+             "scenarios": len(store.scenarios(c.id)), "trials": len(store.trials(c.id)), "spec": c.source or None}
+            for c in store.campaigns()]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
     table = Table()
     for col in ("id", "name", "status", "created", "scenarios", "trials", "spec"):
         table.add_column(col)
-    import datetime as dt
-    for c in store.campaigns():
+    for c, r in zip(store.campaigns(), rows):
         table.add_row(str(c.id), c.name, c.status, dt.datetime.fromtimestamp(c.created).strftime("%Y-%m-%d %H:%M"),
-                      str(len(store.scenarios(c.id))), str(len(store.trials(c.id))), c.source or "")
+                      str(r["scenarios"]), str(r["trials"]), c.source or "")
     out.print(table)
 
 
@@ -414,7 +455,8 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
 def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed"),
           testbed: Optional[str] = TESTBED) -> None:
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
-    every testbed host a run touched (and, with --testbed, on every host of that testbed) too."""
+    every testbed host a run touched (and, with --testbed, on every host of that testbed) too. The runs' records
+    are read from $VNETBENCH_STATE_DIR (default /run/vnetbench)."""
     need_root()
     removed, running, pending = ledger.clean_all(dry_run)
     if testbed:

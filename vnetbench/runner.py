@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import adaptive, environment, guards
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
+from .progress import RunProgress, log_path
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
 from .probes.procstat import GuestSystemProbe, StreamedSystemProbe, SystemProbe, busy_ratio_now
@@ -228,7 +228,7 @@ class Runner:
             from .guests.vms import VmGuests
             self.vm_guests = VmGuests(ledger)  # booted at the first `vm_kernel: guest` scenario, if any
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
-            with self._progress() as bar:
+            with self._progress(cid) as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
                          bar, outcome).run()
                 outcome.status = "done"
@@ -252,10 +252,8 @@ class Runner:
         self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
                                 "skipped" if sc.skip else "pending", sc.skip, sc.implementation, sc.notes)
 
-    def _progress(self) -> Progress:
-        return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        TextColumn("left"), TimeRemainingColumn(), console=self.console,
-                        disable=not self.progress, transient=False)
+    def _progress(self, cid: int) -> RunProgress:
+        return RunProgress(self.console, self.progress, log_path(self.store.path), cid)
 
     def _short(self, sc: Scenario) -> str:
         return ", ".join(f"{f}={sc.labels[f]}" for f in self.varying) or sc.labels["switch"]
@@ -265,7 +263,7 @@ class Campaign:
     """The trial loop of one campaign: which scenario runs when, how often, and each trial's measurement."""
 
     def __init__(self, runner: Runner, cid: int, exp, scenarios: list[Scenario], plan: dict, ledger: Ledger,
-                 bar: Progress, outcome: Outcome):
+                 bar: RunProgress, outcome: Outcome):
         self.r, self.store, self.cid, self.exp = runner, runner.store, cid, exp
         self.scenarios, self.plan, self.ledger, self.bar, self.outcome = scenarios, plan, ledger, bar, outcome
         reps = exp.repetitions
@@ -286,7 +284,8 @@ class Campaign:
         builds = len({sc.topology_key for sc in runnable}) * (self.max_reps if self.plan["order"] == "random" else 1)
         total = BUILD_OVERHEAD_S * builds + sum(self._todo_seconds(sc, rep) for sc in runnable
                                                 for rep in range(1, self.max_reps + 1))
-        self.task = self.bar.add_task("starting", total=max(total, 1e-9))
+        trials = sum(len(self._todo(sc, rep)) for sc in runnable for rep in range(1, self.max_reps + 1))
+        self.task = self.bar.add_task("starting", total=max(total, 1e-9), trials=trials)
         try:
             if self.plan["order"] == "random":
                 self._random()
@@ -361,7 +360,8 @@ class Campaign:
             return
         for w in todo:
             wl = sc.workloads[w]
-            self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}")
+            self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}",
+                            trial=True)
             status, value = self._trial(sc, topo, rep, w)
             self.outcome.trials_ok += status == "ok"
             self.outcome.trials_failed += status == "failed"
