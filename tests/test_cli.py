@@ -80,3 +80,20 @@ def test_list_json_gives_each_campaign(tmp_path, state_dir):
     rows = json.loads(vnetbench("list", "--db", db, "--json").stdout)
     assert [(r["id"], r["name"], r["status"], r["scenarios"], r["trials"]) for r in rows] == [(1, "l", "done", 1, 2)]
     assert rows[0]["spec"].endswith("l.yaml") and rows[0]["created"].endswith("+00:00")
+
+
+def test_plan_starts_the_loads_before_the_measurement_they_load(tmp_path):
+    """As a run does: background loads first, then the trial; the echoes under load start with the transfer and
+    the script waits on the transfer (the plan used to ping after the load had ended)."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nfactors: {attach: host, load: [none, udp]}\nworkloads:\n"
+                    "  - {type: iperf3, duration: 2, latency: ping}\n"
+                    "  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 4, port: 5301, background: true, "
+                    "when: {load: udp}}\n")
+    out = vnetbench("plan", spec).stdout
+    second = out.split("# ---- scenario 2:")[1]
+    assert second.index("background, alongside every trial") < second.index("# workload iperf3\n")
+    fore = second.split("# workload iperf3\n")[1].split("# teardown")[0].splitlines()
+    assert re.search(r"iperf3 -c \S+ -p 5201 .*[^&]$", fore[-1]), fore  # the transfer, waited on
+    pings = [line for line in fore if " ping " in line]
+    assert len(pings) == 2 and not pings[0].endswith("&") and pings[1].endswith("&")  # idle, then under load

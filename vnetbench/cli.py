@@ -265,7 +265,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
                                  "pairs' servers), all hosts at once"))
         lines.append(topo.script())
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
-        for wl in sc.workloads:
+        for wl in sorted(sc.workloads, key=lambda w: not w.background):  # as a run: the loads first, then each trial
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []

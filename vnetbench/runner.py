@@ -23,6 +23,7 @@ from . import adaptive, environment, guards
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
+from .scenario import NOT_APPLICABLE
 from .progress import RunProgress, log_path
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
@@ -216,7 +217,8 @@ class Runner:
             for sc in scenarios:
                 self._put(cid, sc)
         outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
-        self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
+        self.varying = [f for f in scenarios[0].labels if len({sc.shown_labels[f] for sc in scenarios}) > 1] \
+            if scenarios else []
         ledger = None
         try:
             ledger = Ledger.create()
@@ -249,14 +251,16 @@ class Runner:
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
 
     def _put(self, cid: int, sc: Scenario) -> None:
-        self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
+        self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.shown_labels,
                                 "skipped" if sc.skip else "pending", sc.skip, sc.implementation, sc.notes)
 
     def _progress(self, cid: int) -> RunProgress:
         return RunProgress(self.console, self.progress, log_path(self.store.path), cid)
 
     def _short(self, sc: Scenario) -> str:
-        return ", ".join(f"{f}={sc.labels[f]}" for f in self.varying) or sc.labels["switch"]
+        shown = sc.shown_labels
+        return ", ".join(f"{f}={shown[f]}" for f in self.varying) or \
+            next(f"{f}={shown[f]}" for f in ("switch", "attach") if shown[f] != NOT_APPLICABLE)
 
 
 class Campaign:
