@@ -161,3 +161,14 @@ def test_levels_that_do_not_apply_are_shown_as_not_applicable():
     assert host.shown_labels["switch"] == host.shown_labels["overlay"] == "n/a"
     assert host.shown_labels["encryption_scope"] == "n/a" and host.labels["switch"] == "linuxbridge"
     assert switch.shown_labels["switch"] == "linuxbridge" and switch.shown_labels["attach"] == "switch"
+
+
+def test_a_tool_installed_but_unusable_is_not_called_missing():
+    """doctor said wireguard-go "is not installed" in the guest rows while listing it installed: the guest probe
+    had found it but cannot run it (a Go program uses AVX), and that reason was dropped."""
+    caps = caps_without()
+    caps.tools["iperf3"] = Feature(False, "a Go program uses AVX, which a UML guest on this CPU does not save")
+    (s,) = scen(BASE, caps)
+    assert "iperf3 is installed but cannot run here: a Go program uses AVX" in s.skip and "not installed" not in s.skip
+    caps.tools["iperf3"] = Feature(False, "not installed (Debian package iperf3)")
+    assert "iperf3 is not installed (Debian package iperf3)" in scen(BASE, caps)[0].skip
