@@ -10,7 +10,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Union
 
-import yaml
 
 from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
@@ -92,12 +91,11 @@ class Data:
 
 
 def load(store: Store, cid: int) -> Data:
-    camp = store.campaign(cid)
-    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     data = dataset.load(store, cid)
+    camp, scenarios = data.campaign, data.scenarios
     groups = report.group_values(store, cid, data)
-    trials = store.trials(cid)
-    names = _workload_names(store, cid, trials)
+    trials = list(data.trials.values())
+    names = _workload_names(store, cid, trials, data)
     series: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
     for s in data.samples:
@@ -108,29 +106,26 @@ def load(store: Store, cid: int) -> Data:
             series[key][round(figures.since_start(s), 1)].append(s["value"])
         elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
-    try:
-        spec = yaml.safe_load(camp.spec_text) or {}
-    except yaml.YAMLError:
-        spec = {}
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
-    return Data(camp, spec if isinstance(spec, dict) else {}, scenarios, report.varying(run) or ["switch"], groups,
+    return Data(camp, camp.spec, scenarios, report.varying(run) or ["switch"], groups,
                 report.rows(store, cid, None, groups), trials, series, events)
 
 
-def _workload_names(store: Store, cid: int, trials: list[dict]) -> dict[int, str]:
+def _workload_names(store: Store, cid: int, trials: list[dict], data=None) -> dict[int, str]:
     """Spec position -> 'iperf3 #3 UDP': a series line never pools two workload entries or protocols."""
     proto = {t["workload"]: t["params"].get("protocol") for t in trials}
     return {i: name + (f" {proto[i].upper()}" if isinstance(proto.get(i), str) else "")
-            for i, name in report.workload_labels(store, cid).items()}
+            for i, name in report.workload_labels(store, cid, data).items()}
 
 
 def build(store: Store, cid: int) -> Document:
     """The study's own section first (its tables, figures and findings); then what went wrong, the scenarios, and
     the generic statistics and figures, folded when a study leads; the machine's environment last."""
-    d = load(store, cid)
-    lead = bool(d.spec.get("analysis"))
-    sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), scenario_table(d),
-                statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
+    with dataset.cached():  # the sections and the study's analysis share one read of the campaign
+        d = load(store, cid)
+        lead = bool(d.spec.get("analysis"))
+        sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), scenario_table(d),
+                    statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
 
 

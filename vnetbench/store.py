@@ -68,6 +68,17 @@ class Campaign:
     pid: int | None = None         # the process running (or last running) the campaign, and its start time:
     pid_start: int | None = None   # a live one refuses a second `run --resume`
 
+    @functools.cached_property
+    def spec(self) -> dict:
+        """The stored spec file as plain data (parsed once, for the report and the studies' analyses); {} if it is
+        not a YAML mapping."""
+        import yaml
+        try:
+            data = yaml.safe_load(self.spec_text or "") or {}
+        except yaml.YAMLError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
 
 def describe(exc: BaseException, path: Path, timeout: float = LOCK_TIMEOUT_S) -> str:
     """One line for a database fault: the file, what is wrong, what to do."""

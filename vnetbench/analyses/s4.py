@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import yaml
 from matplotlib.ticker import FuncFormatter
 
 from .. import figures
@@ -98,11 +97,11 @@ class S4(Analysis):
     title = "S4 — tunnel and encryption methods for multi-cloud"
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
-        camp = store.campaign(campaign)
         data = load(store, campaign)
+        camp = data.campaign
         scenarios, trials = data.scenario_list, data.ok
         self.cpus = int((camp.environment or {}).get("cpu_count") or 0) or None
-        self.line_rate = _line_rate(camp.spec_text)
+        self.line_rate = _line_rate(camp.spec)
         by: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)  # (interface, measure, mtu) -> trials
         for t in trials:
             if (m := measure(t)) is not None:
@@ -573,9 +572,9 @@ def _versus(b: list[float], a: list[float]) -> str:
     return pct(r) + star
 
 
-def _line_rate(spec_text: str) -> float | None:
+def _line_rate(spec: dict) -> float | None:
     try:
-        rate = (yaml.safe_load(spec_text) or {}).get("underlay", {}).get("rate")
+        rate = spec.get("underlay", {}).get("rate")
         return float(parse_rate(rate)) if rate is not None else None
-    except (yaml.YAMLError, ValueError, AttributeError):
+    except (ValueError, AttributeError):
         return None
