@@ -190,8 +190,28 @@ def environment(d: Data) -> Section:
     kern = _kv("Kernel features", [("available", ", ".join(k for k, v in sorted(feats.items()) if v) or "-"),
                                    ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
     summary = (f"{e.get('hostname', '-')}: {e.get('kernel', '-')}, {e.get('cpu_count', '?')} cores "
-               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, tool versions and kernel features")
-    return Section("environment", title, [record(d), Fold(summary, [_kv("Machine", pairs), tools, kern])])
+               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, network sysctls, tool versions and kernel "
+               f"features")
+    blocks = [_kv("Machine", pairs), *([table] if (table := sysctl_table(d)) else []), tools, kern]
+    return Section("environment", title, [record(d), Fold(summary, blocks)])
+
+
+def sysctl_table(d: Data) -> TableData | None:
+    """The sysctls that decide results: the machine's, and each value the run's own namespaces had (a new network
+    namespace starts from defaults for many of them, so the two can differ)."""
+    machine = d.camp.environment.get("sysctls") or {}
+    inside: dict[str, set[str]] = defaultdict(set)
+    for s in d.scenarios.values():
+        for node in ((s.get("environment") or {}).get("sysctls") or {}).values():
+            for name, value in node.items():
+                inside[name].add(value)
+    names = list(dict.fromkeys([*machine, *inside]))
+    if not names:
+        return None
+    rows = [[n, machine.get(n, "-"), " | ".join(sorted(inside[n])) if inside.get(n) else "-"] for n in names]
+    return TableData("Network sysctls", ["sysctl", "machine", "in the run's namespaces"], rows,
+                     "Congestion control, socket buffers, backlogs, busy polling, GRO/TSO batching and forwarding, "
+                     "as read when the campaign started (machine) and in every node of every scenario as built.")
 
 
 def _pct(v) -> str:
