@@ -414,9 +414,17 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
 
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
-            fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
-            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)")) -> None:
-    """One line per sample, values in SI base units."""
+            fmt: Optional[str] = typer.Option(None, "--format", help="jsonl or csv (default jsonl); with --raw: json "
+                                                                     "or sh"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)"),
+            raw: Optional[int] = typer.Option(None, "--raw", metavar="TRIAL",
+                                              help="instead: that trial's exact commands (argv, where each ran) and "
+                                                   "raw tool output, as JSON (or, --format sh, the commands as a "
+                                                   "script); trial ids are in the samples' `trial` field")) -> None:
+    """One line per sample, values in SI base units (--raw TRIAL: one trial's commands and raw tool output)."""
+    if raw is not None:
+        return export_raw(db, raw, fmt or "json", output)
+    fmt = fmt or "jsonl"
     if fmt not in ("jsonl", "csv"):
         fail(f"--format {fmt}: use jsonl or csv")
     store, camp = open_campaign(db, campaign)
@@ -426,6 +434,26 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         err.print(f"{n} samples written to {output}")
     else:
         export.write(store, camp.id, fmt, sys.stdout)
+
+
+def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
+    if fmt not in ("json", "sh"):
+        fail(f"--format {fmt}: with --raw use json or sh")
+    record = export.raw_record(Store(db, readonly=True), tid)
+    if record is None:
+        fail(f"no trial {tid} in {db}; `vnetbench export --db {db}` gives each sample's trial")
+    if not record["recorded"]:
+        err.print(f"trial {tid} has no recorded commands or output (it was run by a vnetbench older than this "
+                  f"record)", highlight=False)
+    text = export.raw_script(record) if fmt == "sh" else json.dumps(record, indent=1) + "\n"
+    if output:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc}")
+        err.print(f"trial {tid}: {len(record['commands'])} commands written to {output}", highlight=False)
+    else:
+        sys.stdout.write(text)
 
 
 @app.command("report")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from . import adaptive, environment, guards
+from . import adaptive, environment, guards, rawlog
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
@@ -280,6 +280,7 @@ class Campaign:
         self.failed_builds: set[int] = set()
         self.ran: set[int] = set()
         self.described: set[int] = set()
+        self.raw: bytes | None = None  # the last attempt's commands and tool output (rawlog.pack)
         self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
 
     # ---- order -------------------------------------------------------------------------------------------
@@ -456,7 +457,7 @@ class Campaign:
             samples = []
         try:
             self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
-                                  status, error, started, time.time(), samples, meta)
+                                  status, error, started, time.time(), samples, meta, raw=self.raw)
         except Exception as exc:  # a store error fails this trial: try to record that much, then go on
             status, error = "failed", f"store: {_last_line(exc)}"
             try:
@@ -471,7 +472,15 @@ class Campaign:
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
 
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
-        """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung."""
+        """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung. The commands
+        and what the tools printed are kept (self.raw) for the trial's record."""
+        with rawlog.recording() as record:
+            try:
+                return self._measured(sc, topo, wl)
+            finally:
+                self.raw = rawlog.pack(record)
+
+    def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
             samples, extra = measure(sc, topo, wl, topo.site)
         except TrialFailure as exc:
