@@ -72,7 +72,9 @@ def test_version_prints_the_version_and_commit_and_h_is_help_everywhere():
     assert "VNETBENCH_DB_TIMEOUT" in vnetbench("list", "-h").stdout
 
 
-def test_list_json_gives_each_campaign(tmp_path, state_dir):
+def test_list_json_and_a_host_to_host_campaign_labelled_without_a_switch(tmp_path, state_dir):
+    """`list --json`; and a one-scenario host-to-host campaign is stored with switch and overlay n/a (they do not
+    apply) and labelled by its attachment, not `switch linuxbridge`."""
     spec = tmp_path / "l.yaml"
     spec.write_text("name: l\nrepetitions: 2\nfactors: {attach: host}\nworkloads: [{type: ping, count: 2, interval: 0.1}]\n")
     db = tmp_path / "l.db"
@@ -80,6 +82,12 @@ def test_list_json_gives_each_campaign(tmp_path, state_dir):
     rows = json.loads(vnetbench("list", "--db", db, "--json").stdout)
     assert [(r["id"], r["name"], r["status"], r["scenarios"], r["trials"]) for r in rows] == [(1, "l", "done", 1, 2)]
     assert rows[0]["spec"].endswith("l.yaml") and rows[0]["created"].endswith("+00:00")
+    import sqlite3
+    with sqlite3.connect(db) as c:
+        labels = json.loads(c.execute("SELECT labels FROM scenarios").fetchone()[0])
+    assert labels["switch"] == labels["overlay"] == "n/a" and labels["attach"] == "host"
+    shown = vnetbench("show", "--db", db).stdout
+    assert "linuxbridge" not in shown and re.search(r"^attach +median", shown, re.M), shown
 
 
 def test_plan_starts_the_loads_before_the_measurement_they_load(tmp_path):

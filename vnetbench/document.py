@@ -107,7 +107,7 @@ def load(store: Store, cid: int) -> Data:
         elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
-    return Data(camp, camp.spec, scenarios, report.varying(run) or ["switch"], groups,
+    return Data(camp, camp.spec, scenarios, report.label_columns(run), groups,
                 report.rows(store, cid, None, groups), trials, series, events)
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from . import dataset
 from .sample import METRICS
+from .scenario import NOT_APPLICABLE
 from .stats import Summary, summarize
 from .store import Store
 from .units import human, human_interval
@@ -37,9 +38,19 @@ class Row:
 
 
 def varying(scenarios: list[dict]) -> list[str]:
-    """Factors whose level differs between scenarios: the only ones worth a column."""
+    """Factors whose level differs between scenarios: the only ones worth a column (a level that does not apply,
+    n/a, is no difference: host-to-host rows beside switch rows do not make `switch` a column)."""
     keys = list(scenarios[0]["labels"]) if scenarios else []
-    return [k for k in keys if len({s["labels"][k] for s in scenarios}) > 1]
+    return [k for k in keys if len({s["labels"][k] for s in scenarios} - {NOT_APPLICABLE}) > 1]
+
+
+def label_columns(scenarios: list[dict]) -> list[str]:
+    """The columns that tell rows apart; with one scenario (or none differing), the switch, or the attachment
+    when there is no switch (a host-to-host campaign is not labelled `switch linuxbridge`)."""
+    if cols := varying(scenarios):
+        return cols
+    first = scenarios[0]["labels"] if scenarios else {}
+    return ["attach"] if first.get("switch") == NOT_APPLICABLE and "attach" in first else ["switch"]
 
 
 N_COUNTS = ("n counts trials: every statistic is over one value per trial (a trial's median for per-echo and "
@@ -84,7 +95,7 @@ def workload_labels(store: Store, cid: int, data: dataset.Dataset | None = None)
 def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
          groups: dict[tuple[int, str, str, str], list[float]] | None = None) -> list[Row]:
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
-    cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
+    cols = label_columns([s for s in scenarios.values() if s["status"] != "skipped"])
     out = []
     for (idx, metric, workload, proc), values in sorted((group_values(store, cid) if groups is None else groups).items()):
         if metrics and metric not in metrics:
@@ -125,7 +136,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
             console.print(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}", soft_wrap=True)
         console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: --wide",
                       style="dim", soft_wrap=True)
-        cols = varying(shown) or ["switch"]
+        cols = label_columns(shown)
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
         if all(sc["levels"].get("pairs", 1) == 1 for sc in shown):
             order = [m for m in order if m != "aggregate_throughput_bps"]  # the same numbers as throughput_bps

@@ -217,8 +217,8 @@ class Runner:
             for sc in scenarios:
                 self._put(cid, sc)
         outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
-        self.varying = [f for f in scenarios[0].labels if len({sc.shown_labels[f] for sc in scenarios}) > 1] \
-            if scenarios else []
+        self.varying = [f for f in scenarios[0].labels
+                        if len({sc.shown_labels[f] for sc in scenarios} - {NOT_APPLICABLE}) > 1] if scenarios else []
         ledger = None
         try:
             ledger = Ledger.create()
