@@ -51,7 +51,8 @@ class RunProgress:
     def __exit__(self, *exc) -> None:
         if self.bar:
             self.bar.__exit__(*exc)
-        self._line(f"ended after {_clock(time.monotonic() - self.began)}")
+        how = "ended" if exc[0] is None else "stopped" if issubclass(exc[0], KeyboardInterrupt) else "failed"
+        self._line(f"{how} after {_clock(time.monotonic() - self.began)}, {self.trial} of {self.trials} trials started")
         if self.log:
             self.log.close()
 
