@@ -77,7 +77,7 @@ class Executor(ABC):
         log_command(self.wrap(argv))
         proc = subprocess.Popen(self.wrap(argv), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True)
-        rawlog.spawned(self.name, argv, self.wrap(argv), label, proc)
+        rawlog.spawned(self.name, argv, proc.args, label, proc)
         if self.ledger is not None:
             self.ledger.record_process(proc.pid, label or f"{self.name}:{argv[0]}")
         return proc
@@ -458,7 +458,7 @@ class SshExecutor(Executor):
                   f"echo $$ > {d}/pids/{token} && exec {shlex.join(inner)}")
         proc = RemoteProcess(self, token, self.remote(script), stdout=stdout, stderr=stderr,
                              stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-        rawlog.spawned(self.name, argv, self.remote(shlex.join(inner)), label, proc)
+        rawlog.spawned(self.name, argv, [*self.target.argv(self.control), shlex.join(inner)], label, proc)
         if self.ledger is not None:
             self.ledger.record_process(proc.pid, f"ssh client for {label}")
         return proc
