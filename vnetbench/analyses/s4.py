@@ -38,6 +38,7 @@ GUEST_CAVEAT = ("a guest row is not comparable with a row of the machine's kerne
 
 def interface(labels: dict) -> str:
     """The study's name for a scenario's datapath."""
+    labels = {k: v for k, v in labels.items() if v != "n/a"}  # a level that does not apply: as if left out
     attach, enc = labels.get("attach", "switch"), labels.get("encryption", "none")
     enc_name = {"wireguard": "WireGuard", "ipsec": "IPsec"}.get(enc.split("(")[0], enc)
     if attach == "host":
