@@ -189,10 +189,11 @@ def environment(d: Data) -> Section:
     feats = e.get("kernel_features", {})
     kern = _kv("Kernel features", [("available", ", ".join(k for k, v in sorted(feats.items()) if v) or "-"),
                                    ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
+    table = sysctl_table(d)
     summary = (f"{e.get('hostname', '-')}: {e.get('kernel', '-')}, {e.get('cpu_count', '?')} cores "
-               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, network sysctls, tool versions and kernel "
-               f"features")
-    blocks = [_kv("Machine", pairs), *([table] if (table := sysctl_table(d)) else []), tools, kern]
+               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, {'network sysctls, ' if table else ''}tool "
+               f"versions and kernel features")
+    blocks = [_kv("Machine", pairs), *([table] if table else []), tools, kern]
     return Section("environment", title, [record(d), Fold(summary, blocks)])
 
 
