@@ -1,9 +1,10 @@
 """doctor, plan and schema. (What README.md and docs/ claim is checked in test_docs.py.)"""
 import json
+import re
 
 import pytest
 
-from conftest import vnetbench
+from conftest import ROOT, vnetbench
 
 pytestmark = pytest.mark.net
 
@@ -38,3 +39,53 @@ def test_plan_prints_a_script_and_builds_nothing(tmp_path, state_dir):
 def test_schema_is_json_schema_of_the_spec():
     schema = json.loads(vnetbench("schema").stdout)
     assert {"name", "factors", "workloads", "repetitions"} <= set(schema["properties"])
+
+
+def test_version_prints_the_version_and_commit_and_h_is_help_everywhere():
+    import subprocess
+    text = vnetbench("--version").stdout
+    assert re.fullmatch(r"vnetbench \d+\.\d+\.\d+\S*( \(commit [0-9a-f]{7,}(-dirty)?\))?\n", text), text
+    if (ROOT / ".git").exists() and subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
+                                                    capture_output=True).returncode == 0:
+        assert "(commit " in text  # run from a checkout
+    assert "[OPTIONS] COMMAND" in vnetbench("-h").stdout
+    for command in ("doctor", "plan", "run", "list", "show", "compare", "export", "report", "clean", "suites"):
+        proc = vnetbench(command, "-h")
+        assert f"vnetbench {command} [OPTIONS]" in proc.stdout, (command, proc.stdout, proc.stderr)
+    assert "VNETBENCH_STATE_DIR" in vnetbench("run", "-h").stdout + vnetbench("clean", "-h").stdout
+    assert "VNETBENCH_DB_TIMEOUT" in vnetbench("list", "-h").stdout
+
+
+def test_list_json_and_a_host_to_host_campaign_labelled_without_a_switch(tmp_path, state_dir):
+    """`list --json`; and a one-scenario host-to-host campaign is stored with switch and overlay n/a (they do not
+    apply) and labelled by its attachment, not `switch linuxbridge`."""
+    spec = tmp_path / "l.yaml"
+    spec.write_text("name: l\nrepetitions: 2\nfactors: {attach: host}\nworkloads: [{type: ping, count: 2, interval: 0.1}]\n")
+    db = tmp_path / "l.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    rows = json.loads(vnetbench("list", "--db", db, "--json").stdout)
+    assert [(r["id"], r["name"], r["status"], r["scenarios"], r["trials"]) for r in rows] == [(1, "l", "done", 1, 2)]
+    assert rows[0]["spec"].endswith("l.yaml") and rows[0]["created"].endswith("+00:00")
+    import sqlite3
+    with sqlite3.connect(db) as c:
+        labels = json.loads(c.execute("SELECT labels FROM scenarios").fetchone()[0])
+    assert labels["switch"] == labels["overlay"] == "n/a" and labels["attach"] == "host"
+    shown = vnetbench("show", "--db", db).stdout
+    assert "linuxbridge" not in shown and re.search(r"^attach +median", shown, re.M), shown
+
+
+def test_plan_starts_the_loads_before_the_measurement_they_load(tmp_path):
+    """As a run does: background loads first, then the trial; the echoes under load start with the transfer and
+    the script waits on the transfer (the plan used to ping after the load had ended)."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nfactors: {attach: host, load: [none, udp]}\nworkloads:\n"
+                    "  - {type: iperf3, duration: 2, latency: ping}\n"
+                    "  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 4, port: 5301, background: true, "
+                    "when: {load: udp}}\n")
+    out = vnetbench("plan", spec).stdout
+    second = out.split("# ---- scenario 2:")[1]
+    assert second.index("background, alongside every trial") < second.index("# workload iperf3\n")
+    fore = second.split("# workload iperf3\n")[1].split("# teardown")[0].splitlines()
+    assert re.search(r"iperf3 -c \S+ -p 5201 .*[^&]$", fore[-1]), fore  # the transfer, waited on
+    pings = [line for line in fore if " ping " in line]
+    assert len(pings) == 2 and not pings[0].endswith("&") and pings[1].endswith("&")  # idle, then under load

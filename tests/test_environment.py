@@ -51,3 +51,35 @@ def test_campaign_and_scenario_environment(tmp_path, state_dir):
     vm_nics = [i for name, i in scenario["h1v1"].items() if name != "lo"]
     assert vm_nics and all(i["mtu"] == 1450 for i in vm_nics), vm_nics
     assert all("tcp-segmentation-offload" in i["offloads"] for i in vm_nics)
+
+
+@pytest.mark.net
+def test_the_sysctls_that_decide_results_are_recorded_and_reported(tmp_path, state_dir):
+    """Congestion control (here bbr), socket buffer limits, backlog, busy polling, GRO batching and forwarding: the
+    machine's at the start, and each namespace's own as built (a new namespace starts from defaults for many), then
+    shown in the report's environment section."""
+    spec = tmp_path / "env.yaml"
+    spec.write_text("name: env\nrepetitions: 1\nfactors: {attach: host, hops: 1}\n"
+                    "workloads: [{type: ping, count: 2, interval: 0.05}]\n")
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    with sqlite3.connect(db) as c:
+        env = json.loads(c.execute("SELECT environment FROM campaigns").fetchone()[0])
+        (scenario,) = [json.loads(r[0]) for r in c.execute("SELECT environment FROM scenarios")]
+    machine = env["sysctls"]
+    proc = {name: " ".join(open("/proc/sys/" + name.replace(".", "/")).read().split())
+            for name in ("net.ipv4.tcp_congestion_control", "net.core.rmem_max", "net.ipv4.tcp_wmem")}
+    assert {k: machine[k] for k in proc} == proc
+    assert machine["net.ipv4.tcp_congestion_control"] in machine["net.ipv4.tcp_available_congestion_control"].split()
+    for name in ("net.core.wmem_max", "net.ipv4.tcp_rmem", "net.core.netdev_max_backlog", "net.core.somaxconn",
+                 "net.core.busy_poll", "net.core.gro_normal_batch", "net.ipv4.ip_forward"):
+        assert name in machine, name
+    nodes = scenario["sysctls"]
+    assert {"h1", "h2", "r1"} <= set(nodes)
+    assert nodes["r1"]["net.ipv4.ip_forward"] == "1" and nodes["h1"]["net.ipv4.tcp_congestion_control"]
+    assert all(len(n["net.ipv4.tcp_rmem"].split()) == 3 for n in nodes.values())
+    page = tmp_path / "r.html"
+    vnetbench("report", "1", "--db", db, "-o", page)
+    text = page.read_text()
+    assert "Network sysctls" in text and "net.ipv4.tcp_congestion_control" in text
+    assert machine["net.ipv4.tcp_available_congestion_control"] in text

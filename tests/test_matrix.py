@@ -134,3 +134,41 @@ def test_underlay_delay_and_loss_need_netem():
                                       "latency 50ms"]
     (plain,) = scen(BASE, caps)
     assert plain.underlay_qdiscs("u") == [] and plain.topology_key != s.topology_key
+
+
+def test_a_factor_a_workload_does_not_read_does_not_multiply_it():
+    """quick.yaml ran ping under both `protocol` rows, where it means nothing: it now runs once per topology (under
+    the first level), saying where; iperf3, which reads `protocol`, still runs under both."""
+    s = scen("name: m\nfactors: {overlay: [none, vxlan], protocol: [tcp, udp]}\n"
+             "workloads: [{type: iperf3, duration: 1}, {type: ping, count: 3}]\n")
+    assert [([w.kind for w in x.workloads], x.workload_ids) for x in s] == [
+        (["iperf3", "ping"], [0, 1]), (["iperf3"], [0]), (["iperf3", "ping"], [0, 1]), (["iperf3"], [0])]
+    assert s[1].notes == ["workload 2 (ping) runs in scenario 1 only: it does not read protocol"]
+    # A background load that differs between the scenarios changes what ping measures: ping runs in both.
+    s = scen("name: m\nfactors: {load: [none, udp]}\nworkloads:\n"
+             "  - {type: iperf3, protocol: udp, udp_rate: 10M, duration: 2, background: true, when: {load: udp}}\n"
+             "  - {type: ping, count: 3}\n")
+    assert [[w.kind for w in x.workloads] for x in s] == [["ping"], ["iperf3", "ping"]]
+    # Nothing left to run in a scenario: skipped, naming where its workload runs.
+    s = scen("name: m\nfactors: {x: [a, b]}\nworkloads:\n"
+             "  - {type: iperf3, duration: 1, when: {x: a}}\n  - {type: ping, count: 3}\n")
+    assert [[w.kind for w in x.workloads] for x in s] == [["iperf3", "ping"], []]
+    assert s[0].skip is None and s[1].skip == "workload 2 (ping) runs in scenario 1 only: it does not read x"
+
+
+def test_levels_that_do_not_apply_are_shown_as_not_applicable():
+    host, switch = scen(BASE + "factors: {attach: [host, switch]}\n")
+    assert host.shown_labels["switch"] == host.shown_labels["overlay"] == "n/a"
+    assert host.shown_labels["encryption_scope"] == "n/a" and host.labels["switch"] == "linuxbridge"
+    assert switch.shown_labels["switch"] == "linuxbridge" and switch.shown_labels["attach"] == "switch"
+
+
+def test_a_tool_installed_but_unusable_is_not_called_missing():
+    """doctor said wireguard-go "is not installed" in the guest rows while listing it installed: the guest probe
+    had found it but cannot run it (a Go program uses AVX), and that reason was dropped."""
+    caps = caps_without()
+    caps.tools["iperf3"] = Feature(False, "a Go program uses AVX, which a UML guest on this CPU does not save")
+    (s,) = scen(BASE, caps)
+    assert "iperf3 is installed but cannot run here: a Go program uses AVX" in s.skip and "not installed" not in s.skip
+    caps.tools["iperf3"] = Feature(False, "not installed (Debian package iperf3)")
+    assert "iperf3 is not installed (Debian package iperf3)" in scen(BASE, caps)[0].skip

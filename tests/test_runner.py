@@ -342,3 +342,73 @@ def test_a_hung_tool_gets_one_more_try_and_the_trial_says_so(tmp_path, state_dir
     assert first["status"] == "ok" and "did not finish within 1 s" in first["metadata"]["retried_after"]
     assert second["status"] == "failed" and "did not finish within 1 s" in second["error"]
     assert "retried_after" in second["metadata"] and len(calls) == 4
+
+
+# --- progress without a terminal ---------------------------------------------------------------------------
+
+@pytest.mark.net
+def test_a_piped_run_prints_a_progress_line_per_trial_before_it_ends(tmp_path, state_dir):
+    """In CI or under nohup there is no terminal: a bar drawn only at the end left 128 s of silence. Each trial
+    gets one flushed line (trial n/N, elapsed, time left) while the run goes on, and the same lines go to a log."""
+    import subprocess
+    import sys
+    import time
+    from conftest import ROOT
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nrepetitions: 3\norder: sequential\nfactors: {attach: host}\n"
+                    "workloads: [{type: ping, count: 4, interval: 0.2}]\n")
+    db = tmp_path / "p.db"
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("trial 2/3" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, f"stderr closed before the second trial's line: {lines}"
+            lines.append(line)
+        # A line reached us while the third trial (about 0.8 s of pings) was still to run.
+        assert proc.poll() is None, "no progress line came before the run ended"
+        first = next(line for line in lines if "trial 1/3" in line)
+        assert "ping" in first and "elapsed" in first and "left" in first
+    finally:
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    log = (tmp_path / "p.db.log").read_text()
+    assert [k for k in (1, 2, 3) if f"trial {k}/3" in log] == [1, 2, 3]
+
+
+# --- each trial's commands and raw output ------------------------------------------------------------------
+
+@pytest.mark.net
+def test_a_trials_stored_raw_output_re_parses_to_its_stored_values(tmp_path, state_dir):
+    """Each trial keeps its exact commands (argv, where) and what the tools printed, compressed: parsing the stored
+    ping and iperf3 output again gives the samples stored for those trials; `export --raw` gives them back."""
+    import zlib
+    from vnetbench.workloads.iperf3 import parse_iperf3
+    from vnetbench.workloads.ping import parse_ping
+    spec = tmp_path / "r.yaml"
+    spec.write_text("name: r\nrepetitions: 1\nfactors: {attach: host}\n"
+                    "workloads: [{type: ping, count: 5, interval: 0.05}, {type: iperf3, duration: 1}]\n")
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    with sqlite3.connect(db) as c:
+        trials = dict(c.execute("SELECT kind, id FROM trials").fetchall())
+        stored = {kind: sorted(v for (v,) in c.execute("SELECT value FROM samples WHERE trial = ? AND metric = ?",
+                                                      (trials[kind], metric)))
+                  for kind, metric in (("ping", "rtt_s"), ("iperf3", "throughput_bps"))}
+        (packed,) = c.execute("SELECT data FROM trial_raw WHERE trial = ?", (trials["ping"],)).fetchone()
+    ping = json.loads(vnetbench("export", "--raw", trials["ping"], "--db", db).stdout)
+    (cmd,) = ping["commands"]
+    assert cmd["argv"][0] == "ping" and cmd["command_line"][-len(cmd["argv"]):] == cmd["argv"]
+    assert cmd["where"].endswith("-h1") and cmd["returncode"] == 0
+    assert json.loads(zlib.decompress(packed))["commands"][0]["stdout"] == cmd["stdout"]  # kept compressed
+    again = sorted(s.value for s in parse_ping(cmd["stdout"], pair=1) if s.metric == "rtt_s")
+    assert len(again) == 5 and again == pytest.approx(stored["ping"], rel=1e-9)
+    iperf = json.loads(vnetbench("export", "--raw", trials["iperf3"], "--db", db).stdout)
+    client = next(c for c in iperf["commands"] if "-c" in c["argv"])
+    server = next(c for c in iperf["commands"] if "-s" in c["argv"])
+    assert server["where"] != client["where"]  # the server in the other host's namespace
+    again = [s.value for s in parse_iperf3(client["stdout"], client["started"], pair=1) if s.metric == "throughput_bps"]
+    assert again and again == pytest.approx(stored["iperf3"], rel=1e-9)
+    script = vnetbench("export", "--raw", trials["iperf3"], "--db", db, "--format", "sh").stdout
+    assert script.startswith("#!/bin/sh") and " iperf3 -c " in script and script.rstrip().endswith("wait")

@@ -168,6 +168,10 @@ class Capabilities:
         found = self.tools.get(name)
         if found is not None and found.detail.startswith("on "):  # a testbed's: the hosts that lack it (merge)
             return f"{name} is missing {found.detail}"
+        if found is not None and found.detail and not found.detail.startswith("not installed"):
+            # installed but unusable here, with the probe's reason (in a guest: wireguard-go and AVX)
+            return f"{name} {found.detail}" if found.detail.startswith("does not run") \
+                else f"{name} is installed but cannot run here: {found.detail}"
         return f"{name} is not installed (Debian package {pkg})"
 
     def missing_kernel(self, feature: str) -> str:

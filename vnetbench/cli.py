@@ -51,11 +51,44 @@ class _Commands(TyperGroup):
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="What does this virtual-network technology cost me? Build, measure, compare, clean up.")
+                  context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
+                  help="What does this virtual-network technology cost me? Build, measure, compare, clean up.\n\n"
+                       "Environment: VNETBENCH_STATE_DIR is where runs record what they create, for `clean` "
+                       "(default /run/vnetbench); VNETBENCH_DB_TIMEOUT is how many seconds a command waits for "
+                       "a results file another process is writing (default 30).")
 # Wrapped to the terminal; to $COLUMNS or 100 columns when there is none (piped to a file or another program).
 out = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else Console(width=100)
 err = Console(stderr=True)
-DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results")
+DB = typer.Option(DEFAULT_DB, "--db", help="SQLite file holding the results (waits up to $VNETBENCH_DB_TIMEOUT "
+                                           "seconds, default 30, while another process writes it)")
+
+
+def version_text() -> str:
+    """The installed version, and the commit when the package runs from a git checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        text = f"vnetbench {version('vnetbench')}"
+    except PackageNotFoundError:
+        text = "vnetbench (not installed)"
+    import subprocess
+    try:
+        git = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return text
+    return text + (f" (commit {git.stdout.strip()})" if git.returncode == 0 and git.stdout.strip() else "")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                            help="print the version (and git commit) and exit")) -> None:
+    pass
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -232,7 +265,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
                                  "pairs' servers), all hosts at once"))
         lines.append(topo.script())
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
-        for wl in sc.workloads:
+        for wl in sorted(sc.workloads, key=lambda w: not w.background):  # as a run: the loads first, then each trial
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []
@@ -259,7 +292,8 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         order: Optional[str] = typer.Option(None, "--order", help="random (default: shuffled blocks, seeded) or "
                                                                    "sequential; overrides the spec's `order`"),
         testbed: Optional[str] = TESTBED) -> None:
-    """Build, measure, store and tear down every scenario of an experiment."""
+    """Build, measure, store and tear down every scenario of an experiment. Everything a run creates is recorded
+    first under $VNETBENCH_STATE_DIR (default /run/vnetbench), so `vnetbench clean` can remove it after a crash."""
     need_root()
     from .runner import CampaignBusy, Runner
     if (spec is None) == (resume is None):
@@ -326,16 +360,23 @@ def check_resume(db: str, resume: int, testbed: str | None) -> None:
 
 
 @app.command("list")
-def list_(db: str = DB) -> None:
+def list_(db: str = DB, as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Campaigns in the results file."""
     store = Store(db, readonly=True)
+    import datetime as dt
+    rows = [{"id": c.id, "name": c.name, "status": c.status,
+             "created": dt.datetime.fromtimestamp(c.created, dt.timezone.utc).isoformat(timespec="seconds"),
+             "scenarios": len(store.scenarios(c.id)), "trials": len(store.trials(c.id)), "spec": c.source or None}
+            for c in store.campaigns()]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
     table = Table()
     for col in ("id", "name", "status", "created", "scenarios", "trials", "spec"):
         table.add_column(col)
-    import datetime as dt
-    for c in store.campaigns():
+    for c, r in zip(store.campaigns(), rows):
         table.add_row(str(c.id), c.name, c.status, dt.datetime.fromtimestamp(c.created).strftime("%Y-%m-%d %H:%M"),
-                      str(len(store.scenarios(c.id))), str(len(store.trials(c.id))), c.source or "")
+                      str(r["scenarios"]), str(r["trials"]), c.source or "")
     out.print(table)
 
 
@@ -443,10 +484,19 @@ def noisy_trials(side) -> int:
 
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
-            fmt: str = typer.Option("jsonl", "--format", help="jsonl, csv or parquet"),
+            fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default jsonl); "
+                                                                     "with --raw: json or sh"),
             output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout; parquet: "
-                                                                                 "samples-ID.parquet)")) -> None:
-    """One line per sample, values in SI base units, with what it measures and its trial's status and flags."""
+                                                                                 "samples-ID.parquet)"),
+            raw: Optional[int] = typer.Option(None, "--raw", metavar="TRIAL",
+                                              help="instead: that trial's exact commands (argv, where each ran) and "
+                                                   "raw tool output, as JSON (or, --format sh, the commands as a "
+                                                   "script); trial ids are in the samples' `trial` field")) -> None:
+    """One line per sample, values in SI base units, with what it measures and its trial's status and flags
+    (--raw TRIAL: one trial's commands and raw tool output)."""
+    if raw is not None:
+        return export_raw(db, raw, fmt or "json", output)
+    fmt = fmt or "jsonl"
     if fmt not in export.FORMATS:
         fail(f"--format {fmt}: use {', '.join(export.FORMATS)}")
     store, camp = open_campaign(db, campaign)
@@ -463,6 +513,26 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         err.print(f"{n} samples written to {output}")
     else:
         export.write(store, camp.id, fmt, sys.stdout)
+
+
+def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
+    if fmt not in ("json", "sh"):
+        fail(f"--format {fmt}: with --raw use json or sh")
+    record = export.raw_record(Store(db, readonly=True), tid)
+    if record is None:
+        fail(f"no trial {tid} in {db}; `vnetbench export --db {db}` gives each sample's trial")
+    if not record["recorded"]:
+        err.print(f"trial {tid} has no recorded commands or output (it was run by a vnetbench older than this "
+                  f"record)", highlight=False)
+    text = export.raw_script(record) if fmt == "sh" else json.dumps(record, indent=1) + "\n"
+    if output:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc}")
+        err.print(f"trial {tid}: {len(record['commands'])} commands written to {output}", highlight=False)
+    else:
+        sys.stdout.write(text)
 
 
 @app.command("report")
@@ -494,7 +564,8 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
 def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed"),
           testbed: Optional[str] = TESTBED) -> None:
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
-    every testbed host a run touched (and, with --testbed, on every host of that testbed) too."""
+    every testbed host a run touched (and, with --testbed, on every host of that testbed) too. The runs' records
+    are read from $VNETBENCH_STATE_DIR (default /run/vnetbench)."""
     need_root()
     removed, left, pending = ledger.clean_all(dry_run)
     running = [f"run {prefix}: {why}" for prefix, why in left]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
@@ -305,8 +307,33 @@ def workload_names(trials: Iterable[dict]) -> dict[tuple[int, int], str]:
     return {(sc, w): name + (f" #{w + 1}" if len(clash[(sc, name)]) > 1 else "") for (sc, w), name in named.items()}
 
 
+_CACHE: ContextVar[dict | None] = ContextVar("dataset_cache", default=None)
+
+
+@contextmanager
+def cached():
+    """Within this block each campaign is read from its results file once, whoever asks (the report's sections and
+    a study's analysis each called load: the store was read 8 times per report). Only for readers: a run's
+    results change under it."""
+    token = _CACHE.set({})
+    try:
+        yield
+    finally:
+        _CACHE.reset(token)
+
+
 def load(store: Store, cid: int) -> Dataset:
-    """Every scenario, trial and sample of a campaign, read once."""
+    """Every scenario, trial and sample of a campaign, read once (once per `cached()` block, too)."""
+    cache = _CACHE.get()
+    if cache is None:
+        return _load(store, cid)
+    key = (str(store.path), cid)
+    if key not in cache:
+        cache[key] = _load(store, cid)
+    return cache[key]
+
+
+def _load(store: Store, cid: int) -> Dataset:
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     rows = {t["id"]: t for t in store.trials(cid)}
     names = workload_names(rows.values())

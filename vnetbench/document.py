@@ -10,7 +10,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Union
 
-import yaml
 
 from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
@@ -94,11 +93,10 @@ class Data:
 
 
 def load(store: Store, cid: int, exclude_noisy: bool = False) -> Data:
-    camp = store.campaign(cid)
-    scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     data = dataset.load(store, cid)
+    camp, scenarios = data.campaign, data.scenarios
     groups = report.model(data, exclude_noisy)
-    trials = store.trials(cid)
+    trials = list(data.trials.values())
     series: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     events = set()
     for s in data.samples:
@@ -109,22 +107,19 @@ def load(store: Store, cid: int, exclude_noisy: bool = False) -> Data:
             series[key][round(figures.since_start(s), 1)].append(s["value"])
         elif s["t"] is not None and not meta.get("series") and "cpu" not in meta:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
-    try:
-        spec = yaml.safe_load(camp.spec_text) or {}
-    except yaml.YAMLError:
-        spec = {}
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
-    return Data(camp, spec if isinstance(spec, dict) else {}, scenarios, report.varying(run) or ["switch"], groups,
+    return Data(camp, camp.spec, scenarios, report.label_columns(run), groups,
                 report.rows(store, cid, None, groups, data), trials, series, events, data, exclude_noisy)
 
 
 def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
     """The study's own section first (its tables, figures and findings); then what went wrong, the scenarios, and
     the generic statistics and figures, folded when a study leads; the machine's environment last."""
-    d = load(store, cid, exclude_noisy)
-    lead = bool(d.spec.get("analysis"))
-    sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
-                scenario_table(d), statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
+    with dataset.cached():  # the sections and the study's analysis share one read of the campaign
+        d = load(store, cid, exclude_noisy)
+        lead = bool(d.spec.get("analysis"))
+        sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
+                    scenario_table(d), statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
 
 
@@ -188,9 +183,30 @@ def environment(d: Data) -> Section:
     feats = e.get("kernel_features", {})
     kern = _kv("Kernel features", [("available", ", ".join(k for k, v in sorted(feats.items()) if v) or "-"),
                                    ("missing", ", ".join(k for k, v in sorted(feats.items()) if not v) or "-")])
+    table = sysctl_table(d)
     summary = (f"{e.get('hostname', '-')}: {e.get('kernel', '-')}, {e.get('cpu_count', '?')} cores "
-               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, tool versions and kernel features")
-    return Section("environment", title, [record(d), Fold(summary, [_kv("Machine", pairs), tools, kern])])
+               f"({e.get('cpu_model', '-')}), {pairs[5][1]}; machine, {'network sysctls, ' if table else ''}tool "
+               f"versions and kernel features")
+    blocks = [_kv("Machine", pairs), *([table] if table else []), tools, kern]
+    return Section("environment", title, [record(d), Fold(summary, blocks)])
+
+
+def sysctl_table(d: Data) -> TableData | None:
+    """The sysctls that decide results: the machine's, and each value the run's own namespaces had (a new network
+    namespace starts from defaults for many of them, so the two can differ)."""
+    machine = d.camp.environment.get("sysctls") or {}
+    inside: dict[str, set[str]] = defaultdict(set)
+    for s in d.scenarios.values():
+        for node in ((s.get("environment") or {}).get("sysctls") or {}).values():
+            for name, value in node.items():
+                inside[name].add(value)
+    names = list(dict.fromkeys([*machine, *inside]))
+    if not names:
+        return None
+    rows = [[n, machine.get(n, "-"), " | ".join(sorted(inside[n])) if inside.get(n) else "-"] for n in names]
+    return TableData("Network sysctls", ["sysctl", "machine", "in the run's namespaces"], rows,
+                     "Congestion control, socket buffers, backlogs, busy polling, GRO/TSO batching and forwarding, "
+                     "as read when the campaign started (machine) and in every node of every scenario as built.")
 
 
 def _pct(v) -> str:

@@ -20,6 +20,47 @@ OFFLOADS = ("rx-checksumming", "tx-checksumming", "scatter-gather", "tcp-segment
             "rx-udp-gro-forwarding", "tx-udp_tnl-segmentation")
 SOURCE_DIR = Path(__file__).resolve().parent.parent
 
+# The sysctls that decide a TCP/UDP result (Flent and iperf3's own JSON record the same kind): congestion control,
+# socket buffer limits, backlog and busy polling, GRO/TSO batching, forwarding. NETNS_SYSCTLS are each network
+# namespace's own (a new namespace starts from defaults for many of them, not from the machine's values), so they
+# are read again in every node of a scenario: those are what the traffic saw.
+NETNS_SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.somaxconn",
+                 "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding", "net.ipv4.tcp_mtu_probing",
+                 "net.ipv4.tcp_timestamps", "net.ipv4.tcp_sack", "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_ecn",
+                 "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_notsent_lowat",
+                 "net.ipv4.tcp_min_tso_segs", "net.ipv4.tcp_tso_win_divisor", "net.ipv4.tcp_autocorking")
+SYSCTLS = ("net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_allowed_congestion_control",
+           "net.core.default_qdisc", "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default",
+           "net.core.wmem_default", "net.ipv4.tcp_mem", "net.ipv4.udp_mem", "net.ipv4.udp_rmem_min",
+           "net.ipv4.udp_wmem_min", "net.core.netdev_max_backlog", "net.core.netdev_budget",
+           "net.core.netdev_budget_usecs", "net.core.dev_weight", "net.core.gro_normal_batch", "net.core.busy_poll",
+           "net.core.busy_read") + NETNS_SYSCTLS
+
+
+def read_sysctls(names=SYSCTLS, root: Path = Path("/proc/sys")) -> dict[str, str]:
+    """This machine's values (its own network namespace), whitespace collapsed ('4096 131072 6291456'); a sysctl
+    this kernel lacks is left out."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = " ".join((root / name.replace(".", "/")).read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+def _sysctl_script(names) -> str:
+    return "".join(f'echo "{n}=$(cat /proc/sys/{n.replace(".", "/")} 2>/dev/null)"; ' for n in names)
+
+
+def parse_sysctls(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and value.strip():
+            out[name.strip()] = " ".join(value.split())
+    return out
+
 
 def _cpu_model() -> str:
     try:
@@ -47,6 +88,7 @@ def capture(caps: Capabilities, nics: bool = True) -> dict:
         "python": platform.python_version(),
         "vnetbench": version("vnetbench"),
         "vnetbench_git": git_commit(),
+        "sysctls": read_sysctls() if nics else {},
         "tools": {k: v.detail for k, v in caps.tools.items() if v.ok},
         "kernel_features": {k: v.ok for k, v in caps.kernel.items()},
         "strongswan_plugins": list(caps.strongswan().plugins) if nics and caps.tool("charon") else [],
@@ -82,20 +124,27 @@ def _names() -> list[str]:
 # One command per place (over SSH, into a guest, each command is a round trip): links, qdiscs, then every
 # interface's offloads, the three parts split by marker lines.
 _INTERFACES_SCRIPT = ('ip -j -d link show; echo; echo "@@TC"; tc -j qdisc show; echo; echo "@@ETHTOOL"; '
-                      'for i in $(ls /sys/class/net); do echo "@@ $i"; ethtool -k "$i" 2>/dev/null; done')
+                      'for i in $(ls /sys/class/net); do echo "@@ $i"; ethtool -k "$i" 2>/dev/null; done; '
+                      'echo "@@SYSCTL"; ' + _sysctl_script(NETNS_SYSCTLS))
 
 
 def interfaces(where: Executor, names: list[str] | None = None) -> dict[str, dict]:
     """MTU, kind, qdiscs (with their options, e.g. a tbf rate) and offloads of the interfaces of one place (a
     namespace of the run, or the machine): what shapes the packets a figure counts. `names` limits the list."""
+    return _place(where, names)[0]
+
+
+def _place(where: Executor, names: list[str] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+    """(interfaces, the namespace's own sysctls) of one place, in one command."""
     text = where.run(["sh", "-c", _INTERFACES_SCRIPT], check=False, timeout=30).stdout
+    text, _, sysctl_part = text.partition("@@SYSCTL\n")
     link_part, _, rest = text.partition("\n@@TC\n")
     tc_part, _, eth_part = rest.partition("\n@@ETHTOOL\n")
     try:
         links = json.loads(link_part.strip() or "[]")
         qdiscs = json.loads(tc_part.strip() or "[]")
     except json.JSONDecodeError:
-        return {}
+        return {}, parse_sysctls(sysctl_part)
     out: dict[str, dict] = {}
     for link in links:
         name = link.get("ifname")
@@ -107,7 +156,7 @@ def interfaces(where: Executor, names: list[str] | None = None) -> dict[str, dic
     for dev, features in parse_ethtool_k(eth_part).items():
         if dev in out:
             out[dev]["offloads"] = {k: v for k, v in features.items() if k in OFFLOADS}
-    return out
+    return out, parse_sysctls(sysctl_part)
 
 
 def parse_ethtool_k(text: str) -> dict[str, dict[str, str]]:
@@ -125,10 +174,12 @@ def parse_ethtool_k(text: str) -> dict[str, dict[str, str]]:
 
 
 def scenario_interfaces(topo) -> dict[str, dict]:
-    """Every interface of a built scenario, per node (h1, h1v1, ...): recorded with the scenario, because the run's
-    namespaces exist only while it is built. The nodes are read at once: a namespace costs a few commands."""
+    """Every interface of a built scenario, per node (h1, h1v1, ...), and under "sysctls" each node's own network
+    sysctls: recorded with the scenario, because the run's namespaces exist only while it is built. The nodes are
+    read at once: a namespace costs a few commands."""
     from concurrent.futures import ThreadPoolExecutor
     nodes = list(topo.nodes.values())
     with ThreadPoolExecutor(max_workers=4) as pool:
-        found = pool.map(lambda n: interfaces(n.exec), nodes)
-    return {n.label: ifs for n, ifs in zip(nodes, found)}
+        found = list(pool.map(lambda n: _place(n.exec), nodes))
+    return {n.label: ifs for n, (ifs, _) in zip(nodes, found)} | \
+        {"sysctls": {n.label: sysctls for n, (_, sysctls) in zip(nodes, found)}}

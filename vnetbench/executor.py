@@ -20,6 +20,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
 
+from . import rawlog
 from .ledger import Ledger
 
 
@@ -76,6 +77,7 @@ class Executor(ABC):
         log_command(self.wrap(argv))
         proc = subprocess.Popen(self.wrap(argv), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True)
+        rawlog.spawned(self.name, argv, proc.args, label, proc)
         if self.ledger is not None:
             self.ledger.record_process(proc.pid, label or f"{self.name}:{argv[0]}")
         return proc
@@ -467,6 +469,7 @@ class SshExecutor(Executor):
                   f"echo $$ > {d}/pids/{token} && exec {shlex.join(inner)}")
         proc = RemoteProcess(self, token, self.remote(script), stdout=stdout, stderr=stderr,
                              stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        rawlog.spawned(self.name, argv, [*self.target.argv(self.control), shlex.join(inner)], label, proc)
         if self.ledger is not None:
             self.ledger.record_process(proc.pid, f"ssh client for {label}")
         return proc

@@ -175,3 +175,35 @@ def write_parquet(store: Store, cid: int, path: Path) -> int:
     arrays = [pa.array([r[k] for r in rows], type=schema.field(k).type) for k in names]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
     return len(rows)
+
+
+def raw_record(store: Store, tid: int) -> dict | None:
+    """One trial's exact commands (argv, where each ran, the full command line) and what each tool printed, with
+    the trial's identity: enough to parse its output again or to run it again. None: no such trial."""
+    from . import rawlog
+    trial = store.trial(tid)
+    if trial is None:
+        return None
+    blob = store.raw(tid)
+    record = rawlog.unpack(blob) if blob is not None else {"format": None, "commands": []}
+    return {"trial": tid, "campaign": trial["campaign"], "scenario": trial["scenario"],
+            "repetition": trial["repetition"], "workload": trial["kind"], "workload_index": trial["workload"],
+            "params": trial["params"], "status": trial["status"], "error": trial["error"],
+            "started": trial["started"], "finished": trial["finished"], "recorded": blob is not None, **record}
+
+
+def raw_script(record: dict) -> str:
+    """The trial's commands as a shell script: each started in the background at the moment it started in the trial
+    (a sleep for each gap of 0.1 s or more: a client after its server, a ping once the load runs), then waited for."""
+    import shlex
+    lines = ["#!/bin/sh", f"# trial {record['trial']} of campaign {record['campaign']}: scenario {record['scenario']}, "
+             f"repetition {record['repetition']}, {record['workload']}; the run's namespaces must exist (they are "
+             f"removed after a run: `vnetbench plan` prints the commands that build them)"]
+    previous = None
+    for c in record["commands"]:
+        if previous is not None and c["started"] - previous >= 0.1:
+            lines.append(f"sleep {c['started'] - previous:.1f}")
+        previous = c["started"]
+        lines.append(f"# {c.get('label') or c['argv'][0]} (in {c['where']})")
+        lines.append(shlex.join(c["command_line"]) + " &")
+    return "\n".join(lines + ["wait", ""])

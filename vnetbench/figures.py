@@ -148,10 +148,11 @@ def metric_overview(name: str, title: str, unit: str, labels: list[str], summari
     few = max((len(v) for v in values), default=0) <= 200
     boxes.boxplot([[v * scale for v in vs] for vs in values], positions=ys, orientation="horizontal", widths=0.6,
                   showfliers=not few, medianprops={"color": "C3"})
-    if few:
-        for y, vs in zip(ys, values):
-            jitter = [y + 0.25 * (((i * 0.618) % 1) - 0.5) for i in range(len(vs))]
-            boxes.scatter([v * scale for v in vs], jitter, s=6, color="C0", alpha=0.6, zorder=3)
+    if few:  # one scatter for all rows: a collection per row cost a report ~0.2 s per figure
+        xs = [v * scale for vs in values for v in vs]
+        jitter = [y + 0.25 * (((i * 0.618) % 1) - 0.5) for y, vs in zip(ys, values) for i in range(len(vs))]
+        if xs:
+            boxes.scatter(xs, jitter, s=6, color="C0", alpha=0.6, zorder=3)
     boxes.set_xlabel(f"distribution ({ulabel})" if ulabel else "distribution")
     bars.set_yticks(ys, labels, fontsize=8)
     bars.set_ylabel(axis_title, fontsize=8)

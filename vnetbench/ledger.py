@@ -12,7 +12,9 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,7 +182,12 @@ class Ledger:
     def remove_all(self, dry_run: bool = False) -> list[str]:
         """Remove every live object of this run, newest first; returns what was (or would be) removed. A testbed
         host that cannot be reached is left in `self.pending` (with why), and the run's directory is kept so that
-        a later `clean` visits it again."""
+        a later `clean` visits it again. A Ctrl-C or SIGTERM meanwhile waits until it is done (one that arrived as
+        a probe's scratch namespace was being removed left its ledger directory behind)."""
+        with signals_held():
+            return self._remove_all(dry_run)
+
+    def _remove_all(self, dry_run: bool) -> list[str]:
         done: list[str] = []
         self.pending: list[str] = []
         objs = self.objects()
@@ -224,6 +231,24 @@ class Ledger:
         if not dry_run:
             shutil.rmtree(self.dir, ignore_errors=True)
         return done
+
+
+@contextmanager
+def signals_held():
+    """SIGINT and SIGTERM wait until the block ends: removing what a run made must not stop halfway. (Handlers, not
+    the signal mask: a mask would be inherited by every process started meanwhile, e.g. an ssh master.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda n, _f: got.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in got[:1]:
+            signal.raise_signal(sig)
 
 
 def _kill(pid: int) -> None:

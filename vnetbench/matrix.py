@@ -5,6 +5,7 @@ datapath registry and not kept (a topology makes its own from the same levels)."
 from __future__ import annotations
 
 import itertools
+import json
 from typing import TYPE_CHECKING, Any
 
 from . import datapaths, workloads
@@ -54,7 +55,48 @@ def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
         if caps is not None:
             _decide(sc, elements, factor_levels, caps)
         scenarios.append(sc)
+    _run_once(exp, scenarios)
     return scenarios
+
+
+def _measured_as(exp: Experiment, sc: Scenario, k: int) -> str:
+    """What a foreground workload's result depends on in this scenario: the topology, its own resolved parameters
+    and placement, the levels of the factors its `when` names, and every background load beside it. Two scenarios
+    with the same value measure the same thing for that workload (they differ only in factors it does not read,
+    e.g. `protocol` for ping)."""
+    wid = sc.workload_ids[k]
+    when = exp.workloads[wid].get("when", {})
+    background = [(i, wl.params.model_dump(mode="json"), p) for i, wl, p in
+                  zip(sc.workload_ids, sc.workloads, sc.workload_params) if wl.background]
+    return json.dumps([sc.topology_key, {f: sc.labels.get(f) for f in sorted(when)}, wid,
+                       sc.workloads[k].params.model_dump(mode="json"), sc.workload_params[k], background],
+                      sort_keys=True, default=str)
+
+
+def _run_once(exp: Experiment, scenarios: list[Scenario]) -> None:
+    """A workload that nothing distinguishes between two runnable scenarios runs in the first of them only, with a
+    note in the others: factors it does not read do not multiply it (quick.yaml's ping ran under both `protocol`
+    rows). A scenario left without a foreground workload is skipped, naming where its workloads run."""
+    first: dict[str, Scenario] = {}
+    for sc in scenarios:
+        if sc.skip:
+            continue
+        kept, moved = [], []
+        for k, wl in enumerate(sc.workloads):
+            where = None if wl.background else first.setdefault(_measured_as(exp, sc, k), sc)
+            if where is None or where is sc:
+                kept.append(k)
+                continue
+            differ = [f for f in sc.labels if sc.labels[f] != where.labels[f]]
+            moved.append(f"workload {sc.workload_ids[k] + 1} ({wl.kind}) runs in scenario {where.index} only: "
+                         f"it does not read {', '.join(differ)}")
+        if not moved:
+            continue
+        sc.notes += moved
+        sc.workloads, sc.workload_params, sc.workload_ids = ([x[k] for k in kept] for x in
+                                                             (sc.workloads, sc.workload_params, sc.workload_ids))
+        if not any(not wl.background for wl in sc.workloads):
+            sc.skip = "; ".join(moved)
 
 
 def _factor_levels(exp: Experiment) -> dict[str, list]:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from . import dataset
 from .sample import METRICS
+from .scenario import NOT_APPLICABLE
 from .stats import Summary, summarize
 from .store import Store
 from .units import human, human_interval
@@ -54,9 +55,19 @@ class Row:
 
 
 def varying(scenarios: list[dict]) -> list[str]:
-    """Factors whose level differs between scenarios: the only ones worth a column."""
+    """Factors whose level differs between scenarios: the only ones worth a column (a level that does not apply,
+    n/a, is no difference: host-to-host rows beside switch rows do not make `switch` a column)."""
     keys = list(scenarios[0]["labels"]) if scenarios else []
-    return [k for k in keys if len({s["labels"][k] for s in scenarios}) > 1]
+    return [k for k in keys if len({s["labels"][k] for s in scenarios} - {NOT_APPLICABLE}) > 1]
+
+
+def label_columns(scenarios: list[dict]) -> list[str]:
+    """The columns that tell rows apart; with one scenario (or none differing), the switch, or the attachment
+    when there is no switch (a host-to-host campaign is not labelled `switch linuxbridge`)."""
+    if cols := varying(scenarios):
+        return cols
+    first = scenarios[0]["labels"] if scenarios else {}
+    return ["attach"] if first.get("switch") == NOT_APPLICABLE and "attach" in first else ["switch"]
 
 
 N_COUNTS = ("n counts trials: every statistic is over one value per trial (a trial's median for per-echo and "
@@ -85,7 +96,7 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
     data = data or dataset.load(store, cid)
     groups = model(data, exclude_noisy) if groups is None else groups
     scenarios = data.scenarios
-    cols = varying([s for s in scenarios.values() if s["status"] != "skipped"]) or ["switch"]
+    cols = label_columns([s for s in scenarios.values() if s["status"] != "skipped"])
     shown = dict(sorted(((k, v) for k, v in groups.items() if not metrics or k.metric in metrics),
                         key=lambda kv: (kv[0].scenario, kv[0].workload, kv[0].metric, kv[0].dims.order(), kv[0].stat)))
     vary = varying_dims(shown)
@@ -155,7 +166,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
             console.print(escape(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}"))
         console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: "
                       "--wide", style="dim")
-        cols = varying(shown) or ["switch"]
+        cols = label_columns(shown)
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
         for name, rs in by_metric.items():
             console.print(_compact_table(name, rs, differs, cols, labels, console.width))

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import adaptive, environment, guards
+from . import adaptive, environment, guards, rawlog
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
+from .scenario import NOT_APPLICABLE
+from .progress import RunProgress, log_path
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
 from .probes.procstat import GuestSystemProbe, StreamedSystemProbe, SystemProbe, busy_ratio_now
@@ -272,7 +273,8 @@ class Runner:
             if sc.index not in stored:
                 self._put(cid, sc)
         outcome.scenarios_runnable = sum(sc.skip is None for sc in scenarios)
-        self.varying = [f for f in scenarios[0].labels if len({sc.labels[f] for sc in scenarios}) > 1] if scenarios else []
+        self.varying = [f for f in scenarios[0].labels
+                        if len({sc.shown_labels[f] for sc in scenarios} - {NOT_APPLICABLE}) > 1] if scenarios else []
         ledger = None
         try:
             ledger = Ledger.create()
@@ -284,7 +286,7 @@ class Runner:
             from .guests.vms import VmGuests
             self.vm_guests = VmGuests(ledger)  # booted at the first `vm_kernel: guest` scenario, if any
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
-            with self._progress() as bar:
+            with self._progress(cid) as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
                          bar, outcome).run()
                 outcome.status = "done"
@@ -305,23 +307,23 @@ class Runner:
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
 
     def _put(self, cid: int, sc: Scenario) -> None:
-        self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.labels,
+        self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.shown_labels,
                                 "skipped" if sc.skip else "pending", sc.skip, sc.implementation, sc.notes)
 
-    def _progress(self) -> Progress:
-        return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        TextColumn("left"), TimeRemainingColumn(), console=self.console,
-                        disable=not self.progress, transient=False)
+    def _progress(self, cid: int) -> RunProgress:
+        return RunProgress(self.console, self.progress, log_path(self.store.path), cid)
 
     def _short(self, sc: Scenario) -> str:
-        return ", ".join(f"{f}={sc.labels[f]}" for f in self.varying) or sc.labels["switch"]
+        shown = sc.shown_labels
+        return ", ".join(f"{f}={shown[f]}" for f in self.varying) or \
+            next(f"{f}={shown[f]}" for f in ("switch", "attach") if shown[f] != NOT_APPLICABLE)
 
 
 class Campaign:
     """The trial loop of one campaign: which scenario runs when, how often, and each trial's measurement."""
 
     def __init__(self, runner: Runner, cid: int, exp, scenarios: list[Scenario], plan: dict, ledger: Ledger,
-                 bar: Progress, outcome: Outcome):
+                 bar: RunProgress, outcome: Outcome):
         self.r, self.store, self.cid, self.exp = runner, runner.store, cid, exp
         self.scenarios, self.plan, self.ledger, self.bar, self.outcome = scenarios, plan, ledger, bar, outcome
         reps = exp.repetitions
@@ -334,6 +336,7 @@ class Campaign:
         self.failed_builds: set[int] = set()
         self.ran: set[int] = set()
         self.described: set[int] = set()
+        self.raw: bytes | None = None  # the last attempt's commands and tool output (rawlog.pack)
         self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
 
     # ---- order -------------------------------------------------------------------------------------------
@@ -342,7 +345,8 @@ class Campaign:
         builds = len({sc.topology_key for sc in runnable}) * (self.max_reps if self.plan["order"] == "random" else 1)
         total = BUILD_OVERHEAD_S * builds + sum(self._todo_seconds(sc, rep) for sc in runnable
                                                 for rep in range(1, self.max_reps + 1))
-        self.task = self.bar.add_task("starting", total=max(total, 1e-9))
+        trials = sum(len(self._todo(sc, rep)) for sc in runnable for rep in range(1, self.max_reps + 1))
+        self.task = self.bar.add_task("starting", total=max(total, 1e-9), trials=trials)
         try:
             if self.plan["order"] == "random":
                 self._random()
@@ -417,7 +421,8 @@ class Campaign:
             return
         for w in todo:
             wl = sc.workloads[w]
-            self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}")
+            self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}",
+                            trial=True)
             status, value = self._trial(sc, topo, rep, w)
             self.outcome.trials_ok += status == "ok"
             self.outcome.trials_failed += status == "failed"
@@ -509,7 +514,7 @@ class Campaign:
             samples = []
         try:
             self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
-                                  status, error, started, time.time(), samples, meta)
+                                  status, error, started, time.time(), samples, meta, raw=self.raw)
         except StoreError:  # the results file cannot take the trial (a full disk): measuring on would lose them all
             raise
         except Exception as exc:  # a bug in what is stored fails this trial: try to record that much, then go on
@@ -526,7 +531,15 @@ class Campaign:
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
 
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
-        """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung."""
+        """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung. The commands
+        and what the tools printed are kept (self.raw) for the trial's record."""
+        with rawlog.recording() as record:
+            try:
+                return self._measured(sc, topo, wl)
+            finally:
+                self.raw = rawlog.pack(record)
+
+    def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
             samples, extra = measure(sc, topo, wl, topo.site)
         except TrialFailure as exc:

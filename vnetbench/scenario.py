@@ -33,6 +33,7 @@ TOPOLOGY_FACTORS = {
                  "CPU counters and xfrm, on a tap into its host's switch); {type: guest, pairs: [..], side: "
                  "client|server|both} makes only those VMs guests",
 }
+NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
@@ -92,6 +93,16 @@ class Scenario:
     @property
     def key(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.labels.items())
+
+    @property
+    def shown_labels(self) -> dict[str, str]:
+        """The labels as stored and shown: a level that does not apply to this scenario reads `n/a` (host-to-host
+        and direct attachments have no switch and no overlay; without encryption its scope means nothing), so a
+        host-to-host campaign is not labelled `switch linuxbridge`. `labels` keep the level, which code reads."""
+        unused = {"switch", "overlay"} if self.levels.get("attach") in ("host", "direct") else set()
+        if self.labels.get("encryption") == "none":
+            unused.add("encryption_scope")
+        return {k: NOT_APPLICABLE if k in unused else v for k, v in self.labels.items()}
 
     @property
     def topology_key(self) -> str:

@@ -103,9 +103,10 @@ def _checked(values: Sequence[float]) -> np.ndarray:
 
 @lru_cache(maxsize=1024)
 def t_quantile(confidence: float, df: int) -> float:
-    """Student's t quantile of a two-sided `confidence` interval."""
-    from scipy import stats as sps
-    return float(sps.t.ppf((1 + confidence) / 2, df=df))
+    """Student's t quantile of a two-sided `confidence` interval. (scipy.special, not scipy.stats: the same
+    function without the second of import that a report or `show` would pay for.)"""
+    from scipy.special import stdtrit
+    return float(stdtrit(df, (1 + confidence) / 2))
 
 
 def _ci_mean(x: np.ndarray, mean: float, std: float, confidence: float) -> tuple[float, float]:
@@ -119,9 +120,9 @@ def _ci_mean(x: np.ndarray, mean: float, std: float, confidence: float) -> tuple
 def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     """(k, coverage): [x_(k+1), x_(n-k)] (0-based ranks k and n-1-k) is the narrowest order-statistic interval whose
     coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small."""
-    from scipy import stats as sps
+    from scipy.special import bdtr  # the binomial CDF
     j = np.arange(n // 2)
-    coverage = 1 - 2 * sps.binom.cdf(j, n, 0.5)
+    coverage = 1 - 2 * bdtr(j, n, 0.5)
     ok = np.flatnonzero(coverage >= confidence)
     if ok.size == 0:
         return -1, float(coverage[0]) if coverage.size else math.nan
@@ -172,8 +173,8 @@ def expanded_levels(size: int, confidence: float) -> tuple[float, float]:
     """The percentiles (0..100) an expanded percentile bootstrap reads (Hesterberg 2015): the plain percentile
     interval is too narrow for small samples (a 95 % interval of the mean covers about 90 % at n = 20), so the tail
     area is taken at z = sqrt(n / (n - 1)) * t(n - 1) instead of the normal quantile."""
-    from scipy import stats as sps
-    tail = float(sps.norm.sf(math.sqrt(size / (size - 1)) * t_quantile(confidence, size - 1)))
+    from scipy.special import ndtr  # the normal CDF: sf(z) = ndtr(-z)
+    tail = float(ndtr(-math.sqrt(size / (size - 1)) * t_quantile(confidence, size - 1)))
     return 100 * tail, 100 * (1 - tail)
 
 

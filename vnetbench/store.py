@@ -20,11 +20,15 @@ from urllib.parse import quote
 from .sample import Sample
 
 DEFAULT_DB = "vnetbench.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Each trial's commands and raw tool output (rawlog.pack: zlib-compressed JSON), apart from the samples: only
+# `export --raw` reads it.
+RAW_TABLE = "CREATE TABLE IF NOT EXISTS trial_raw (trial INTEGER PRIMARY KEY REFERENCES trials(id), data BLOB NOT NULL)"
 # version -> statements bringing a file of the version before it up to it (1: the first, unversioned schema)
 MIGRATIONS: dict[int, list[str]] = {
     2: ["ALTER TABLE campaigns ADD COLUMN pid INTEGER", "ALTER TABLE campaigns ADD COLUMN pid_start INTEGER",
         "ALTER TABLE scenarios ADD COLUMN environment TEXT"],
+    3: [RAW_TABLE],
 }
 LOCK_TIMEOUT_S = float(os.environ.get("VNETBENCH_DB_TIMEOUT", "30"))
 
@@ -50,7 +54,7 @@ CREATE TABLE IF NOT EXISTS samples (
     t REAL, metadata TEXT);
 CREATE INDEX IF NOT EXISTS samples_trial ON samples(trial);
 CREATE INDEX IF NOT EXISTS trials_campaign ON trials(campaign, scenario);
-"""
+""" + RAW_TABLE + ";\n"
 
 
 @dataclass
@@ -67,6 +71,17 @@ class Campaign:
     prefix: str | None
     pid: int | None = None         # the process running (or last running) the campaign, and its start time:
     pid_start: int | None = None   # a live one refuses a second `run --resume`
+
+    @functools.cached_property
+    def spec(self) -> dict:
+        """The stored spec file as plain data (parsed once, for the report and the studies' analyses); {} if it is
+        not a YAML mapping."""
+        import yaml
+        try:
+            data = yaml.safe_load(self.spec_text or "") or {}
+        except yaml.YAMLError:
+            return {}
+        return data if isinstance(data, dict) else {}
 
 
 def describe(exc: BaseException, path: Path, timeout: float = LOCK_TIMEOUT_S) -> str:
@@ -271,7 +286,8 @@ class Store:
 
     def save_trial(self, cid: int, scenario: int, repetition: int, workload: int, kind: str, params: dict,
                    status: str, error: str | None, started: float, finished: float, samples: list[Sample],
-                   metadata: dict | None = None) -> int:
+                   metadata: dict | None = None, raw: bytes | None = None) -> int:
+        """One trial, its samples and (raw) its commands and tool output, committed together."""
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO trials (campaign, scenario, repetition, workload, kind, params, status, error, started, "
@@ -281,7 +297,21 @@ class Store:
             tid = cur.lastrowid
             self.db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?)",
                                 [(tid, s.metric, s.value, s.unit, s.t, json.dumps(s.metadata)) for s in samples])
+            if raw is not None:
+                self.db.execute("INSERT INTO trial_raw VALUES (?, ?)", (tid, raw))
         return tid
+
+    def trial(self, tid: int) -> dict | None:
+        row = self.db.execute("SELECT * FROM trials WHERE id = ?", (tid,)).fetchone()
+        return dict(row) | {"params": json.loads(row["params"] or "{}"),
+                            "metadata": json.loads(row["metadata"] or "{}")} if row else None
+
+    def raw(self, tid: int) -> bytes | None:
+        """The trial's packed commands and tool output; None if none was kept (a file older than schema 3)."""
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'trial_raw'").fetchone():
+            return None
+        row = self.db.execute("SELECT data FROM trial_raw WHERE trial = ?", (tid,)).fetchone()
+        return row[0] if row else None
 
     def trials(self, cid: int) -> list[dict]:
         rows = self.db.execute("SELECT * FROM trials WHERE campaign = ? ORDER BY id", (cid,))

@@ -72,7 +72,7 @@ class S3(Analysis):
     def run(self, store: Store, campaign: int) -> AnalysisResult:
         data = load(store, campaign)
         scenarios, trials = data.scenario_list, data.ok
-        env = (store.campaign(campaign).environment or {})
+        env = (data.campaign.environment or {})
         self.kernel = {s["idx"]: ran_in(s, env) for s in scenarios}
         self.impl = {s["idx"]: (s.get("implementation") or {}).get("encryption", "") for s in scenarios}
         self.where: dict[tuple, set[tuple[str, str, str]]] = defaultdict(set)  # row -> (variant, impl, kernel)

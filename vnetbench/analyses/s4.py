@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import yaml
 from matplotlib.ticker import FuncFormatter
 
 from .. import figures
@@ -39,6 +38,7 @@ GUEST_CAVEAT = ("a guest row is not comparable with a row of the machine's kerne
 
 def interface(labels: dict) -> str:
     """The study's name for a scenario's datapath."""
+    labels = {k: v for k, v in labels.items() if v != "n/a"}  # a level that does not apply: as if left out
     attach, enc = labels.get("attach", "switch"), labels.get("encryption", "none")
     enc_name = {"wireguard": "WireGuard", "ipsec": "IPsec"}.get(enc.split("(")[0], enc)
     if attach == "host":
@@ -98,11 +98,11 @@ class S4(Analysis):
     title = "S4 — tunnel and encryption methods for multi-cloud"
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
-        camp = store.campaign(campaign)
         data = load(store, campaign)
+        camp = data.campaign
         scenarios, trials = data.scenario_list, data.ok
         self.cpus = int((camp.environment or {}).get("cpu_count") or 0) or None
-        self.line_rate = _line_rate(camp.spec_text)
+        self.line_rate = _line_rate(camp.spec)
         by: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)  # (interface, measure, mtu) -> trials
         for t in trials:
             if (m := measure(t)) is not None:
@@ -573,9 +573,9 @@ def _versus(b: list[float], a: list[float]) -> str:
     return pct(r) + star
 
 
-def _line_rate(spec_text: str) -> float | None:
+def _line_rate(spec: dict) -> float | None:
     try:
-        rate = (yaml.safe_load(spec_text) or {}).get("underlay", {}).get("rate")
+        rate = spec.get("underlay", {}).get("rate")
         return float(parse_rate(rate)) if rate is not None else None
-    except (yaml.YAMLError, ValueError, AttributeError):
+    except (ValueError, AttributeError):
         return None

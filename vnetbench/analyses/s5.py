@@ -14,7 +14,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
@@ -73,12 +72,8 @@ def group_of(level) -> str:
     return "control" if str(level).strip().lower() in OFF_LEVELS else "attack"
 
 
-def roles(spec_text: str) -> tuple[int, int | None]:
+def roles(spec: dict) -> tuple[int, int | None]:
     """(victim pair, neighbour pair) from the spec: the flood's target_pair, the web workload's other pair."""
-    try:
-        spec = yaml.safe_load(spec_text) or {}
-    except yaml.YAMLError:
-        spec = {}
     wls = [w for w in spec.get("workloads", []) if isinstance(w, dict)]
     victim = next((w["target_pair"] for w in wls if isinstance(w.get("target_pair"), int)), 1)
     web = next((w.get("pairs") for w in wls if w.get("type") == "http" and isinstance(w.get("pairs"), list)), None)
@@ -89,7 +84,7 @@ def roles(spec_text: str) -> tuple[int, int | None]:
 def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[str]]:
     data = load(store, cid)
     camp = data.campaign
-    victim, neighbour = roles(camp.spec_text if camp else "")
+    victim, neighbour = roles(camp.spec if camp else {})
     scenarios = data.scenarios
     problems = []
     if scenarios and not any("attack" in s["labels"] for s in scenarios.values()):

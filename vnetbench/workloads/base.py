@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+from .. import rawlog
 from ..executor import Executor
 from ..sample import Sample
 from ..strict import not_a_bool
@@ -133,7 +134,9 @@ class Workload(ABC):
 def bounded(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
     """Wait for a bounded tool and return what it printed; kill it and raise WorkloadError if it overruns."""
     try:
-        return proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
+        rawlog.output(proc, out, err)
+        return out, err
     except subprocess.TimeoutExpired:
         out, err = stop(proc)  # SIGTERM first: iperf3 and ping then print where they were
         said = (err.strip() or out.strip())[-300:]
@@ -165,6 +168,7 @@ class Stamped:
         for t, chunk in list(self._chunks):
             *done, rest = (rest + chunk).split(b"\n")
             out += [(t, line.decode(errors="replace")) for line in done]
+        rawlog.output(self.proc, "".join(line + "\n" for _, line in out), None, [t for t, _ in out])
         return out
 
 
@@ -190,10 +194,12 @@ def stop(proc: subprocess.Popen, grace: float = 2.0) -> tuple[str, str]:
     if proc.poll() is None:
         proc.terminate()
     try:
-        return proc.communicate(timeout=grace)
+        out, err = proc.communicate(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return proc.communicate()
+        out, err = proc.communicate()
+    rawlog.output(proc, out, err)
+    return out, err
 
 
 def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0) -> None:

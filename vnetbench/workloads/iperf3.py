@@ -478,14 +478,17 @@ class Iperf3(Workload):
         return ping_argv(pair.server.addr, math.ceil(seconds / PING_INTERVAL_S), PING_INTERVAL_S, 56, seconds + 1)
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
+        """In run()'s order: servers; the idle echoes, done before the load starts; the clients and, with them, the
+        echoes under load; the script waits on the last client, so every ping runs during the transfer."""
         procs = range(self.params.n_processes)
         cmds = [Command(p.server.node.name, self._server(p, k), background=True) for p in pairs for k in procs]
-        cmds += [Command(p.client.node.name, self._client(p, k), background=k < procs[-1]) for p in pairs for k in procs]
+        clients = [Command(p.client.node.name, self._client(p, k), background=True) for p in pairs for k in procs]
         if self.params.latency == "ping":
-            idle = [Command(p.client.node.name, self._idle_ping(p), background=True) for p in pairs]
-            cmds = cmds[:len(pairs) * len(procs)] + idle + cmds[len(pairs) * len(procs):]
-            cmds += [Command(p.client.node.name, self._ping(p), background=True) for p in pairs]
-        return cmds
+            cmds += [Command(p.client.node.name, self._idle_ping(p), background=i < len(pairs) - 1)
+                     for i, p in enumerate(pairs)]
+            clients[:0] = [Command(p.client.node.name, self._ping(p), background=True) for p in pairs]
+        clients[-1].background = False
+        return cmds + clients
 
     def _await_server(self, pair: Pair, proc, k: int = 0) -> None:
         try:
