@@ -137,7 +137,7 @@ def read_yaml(data: dict, source: str, lines: dict[tuple, int], path: Path) -> l
     problems = check_shape(data, source, lines)
     if problems:
         raise InventoryError(problems)
-    if shutil.which("ansible-inventory"):
+    if ansible_inventory():
         return ansible_list(path, source)
     beside = [d for d in ("group_vars", "host_vars") if (path.parent / d).is_dir()]
     if beside:
@@ -173,14 +173,21 @@ def check_vars_files(path: Path) -> list[str]:
 
 def _limits() -> None:
     """In the child, before it execs: bounded memory and output, whatever the inventory or its script does."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_BYTES, OUTPUT_BYTES))
+    for kind, most in ((resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_FSIZE, OUTPUT_BYTES)):
+        hard = resource.getrlimit(kind)[1]  # never above a limit vnetbench itself runs under
+        limit = most if hard == resource.RLIM_INFINITY else min(most, hard)
+        resource.setrlimit(kind, (limit, limit))
+
+
+def ansible_inventory() -> str | None:
+    return shutil.which("ansible-inventory")
 
 
 def ansible_list(path: Path, source: str) -> list[InventoryHost]:
     """`ansible-inventory -i PATH --list`, bounded: TIMEOUT_S, MEMORY_BYTES, OUTPUT_BYTES; its script's children
-    die with it (a session of their own)."""
-    exe = shutil.which("ansible-inventory")
+    die with it (a session of their own). group_vars/ and host_vars/ are those beside the inventory (the playbook
+    directory is the inventory's, not wherever vnetbench runs)."""
+    exe = ansible_inventory()
     if exe is None:
         raise InventoryError([f"{source}: an inventory in this form: {NEEDS_ANSIBLE}"])
     problems = check_vars_files(path)
@@ -189,9 +196,12 @@ def ansible_list(path: Path, source: str) -> list[InventoryHost]:
     env = os.environ | {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1",
                         "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_LOCALHOST_WARNING": "False",
                         "COLUMNS": "100000"}  # Ansible wraps its messages at the terminal's width
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([exe, "-i", str(path), "--list"], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                env=env, start_new_session=True, preexec_fn=_limits)
+    base = path if path.is_dir() else path.parent
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
+        env["ANSIBLE_LOCAL_TEMP"] = tmp
+        proc = subprocess.Popen([exe, "-i", str(path), "--playbook-dir", str(base), "--list"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True,
+                                preexec_fn=_limits)
         try:
             rc = proc.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:

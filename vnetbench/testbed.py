@@ -192,7 +192,13 @@ ANSIBLE_FALSE = {"n", "no", "off", "0", "false", "f"}
 
 def load(path: str | Path) -> Testbed:
     """A testbed file or an Ansible inventory; raises TestbedError with every problem found, one line each."""
-    source, path = str(path), Path(path)
+    try:
+        return _load(str(path), Path(path))
+    except inventory.InventoryError as exc:
+        raise TestbedError(exc.lines) from None
+
+
+def _load(source: str, path: Path) -> Testbed:
     if path.is_dir() or _is_script(path):
         return _from_inventory(inventory.ansible_list(path, source), source, path, {})
     try:
@@ -203,6 +209,9 @@ def load(path: str | Path) -> Testbed:
         raise TestbedError([f"{source}: cannot read the testbed file: {exc.strerror or exc}"]) from None
     except yamlread.YamlProblem as exc:
         raise TestbedError([_at(source, exc.line) + f": {exc.message}"]) from None
+    if len(raw) > yamlread.MAX_BYTES:  # in any form: a testbed is a few KB written by hand
+        raise TestbedError([f"{source}: the file has more than {yamlread.MAX_BYTES} bytes; a testbed file has at "
+                            "most that"])
     try:
         doc = yamlread.read(text, "a testbed file")
     except yamlread.YamlProblem as exc:
@@ -289,7 +298,7 @@ def _message(err: dict) -> str:
         return f"unknown key; allowed: {', '.join(model.model_fields)}"
     if err["type"] == "missing":
         return f"required; {fix}" if fix else "required"
-    if err["type"] == "value_error":
+    if err["type"] == "value_error" and pydantic_message(err) in FIX.values():
         return pydantic_message(err)
     if err["type"] in ("dict_type", "model_type") and field == "host":
         return fix
