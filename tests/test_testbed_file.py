@@ -97,7 +97,8 @@ def test_without_ansible_a_yaml_inventory_is_read_and_other_forms_are_one_line(t
                                        "        node1: {ansible_host: 192.0.2.11}\n")
     bed = tb.load(tmp_path / "inv.yaml")
     assert [(h.name, h.target.destination, h.nic, h.address, h.allow_mtu) for h in bed.hosts] == [
-        ("node2", "root@192.0.2.12", "eth1", "192.0.2.12", True), ("node1", "root@192.0.2.11", "eth1", "192.0.2.11", False)]
+        ("node2", "root@192.0.2.12", "eth1", "192.0.2.12", True),
+        ("node1", "root@192.0.2.11", "eth1", "192.0.2.11", False)]
     (tmp_path / "lab.ini").write_text("[lab]\nnode1 ansible_host=192.0.2.11\n")
     (tmp_path / "group_vars").mkdir()
     for path in (tmp_path / "lab.ini", tmp_path / "inv.yaml"):  # group_vars/ would be silently left out
@@ -110,15 +111,17 @@ def test_without_ansible_a_yaml_inventory_is_read_and_other_forms_are_one_line(t
 def test_an_inventory_value_reads_as_ansible_reads_it(tmp_path, monkeypatch):
     """'false' in an inventory is false (INI gives every value as text), a word that is no boolean is an error."""
     monkeypatch.setattr(inventory, "ansible_inventory", lambda: None)
-    inv = "all:\n  hosts:\n    node1: {ansible_host: 192.0.2.1, vnetbench_nic: eth1, vnetbench_allow_mtu: %s, ansible_port: '2222'}\n"
+    inv = ("all:\n  hosts:\n    node1: {ansible_host: 192.0.2.1, vnetbench_nic: eth1, vnetbench_allow_mtu: %s, "
+           "ansible_port: '2222'}\n")
     (tmp_path / "inv.yaml").write_text(inv % '"false"')
     (h,) = tb.load(tmp_path / "inv.yaml").hosts
     assert h.allow_mtu is False and h.target.port == 2222
     (tmp_path / "inv.yaml").write_text(inv % "maybe")
     with pytest.raises(tb.TestbedError) as err:
         tb.load(tmp_path / "inv.yaml")
-    assert err.value.lines == [f"{tmp_path / 'inv.yaml'}:3: host node1: vnetbench_allow_mtu: Input should be a valid "
-                               "boolean; true or false, without quotes: may vnetbench set this NIC's MTU for a scenario"]
+    assert err.value.lines == [f"{tmp_path / 'inv.yaml'}:3: host node1: vnetbench_allow_mtu: Input should be a "
+                               "valid boolean; true or false, without quotes: may vnetbench set this NIC's MTU for "
+                               "a scenario"]
 
 
 @needs_ansible

@@ -60,7 +60,7 @@ def looks_like_inventory(data: dict) -> bool:
         isinstance(v, dict) and v and set(v) <= set(GROUP_KEYS) for v in data.values())
 
 
-# ---- a YAML inventory, by vnetbench's own reader ---------------------------------------------------------------------
+# ---- a YAML inventory, by vnetbench's own reader -----------------------------------------------------------------
 
 def check_shape(data: dict, source: str, lines: dict[tuple, int]) -> list[str]:
     """One line per part of a YAML inventory that has not the shape Ansible reads (Ansible would warn, skip the
@@ -146,7 +146,7 @@ def read_yaml(data: dict, source: str, lines: dict[tuple, int], path: Path) -> l
     return walk(data, lines)
 
 
-# ---- any inventory, by ansible-inventory ------------------------------------------------------------------------------
+# ---- any inventory, by ansible-inventory -------------------------------------------------------------------------
 
 def check_vars_files(path: Path) -> list[str]:
     """The group_vars/ and host_vars/ files Ansible would read for this inventory, through the bounded reader

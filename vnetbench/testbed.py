@@ -7,8 +7,10 @@ The testbed file is separate from the experiment (`vnetbench run spec.yaml --tes
       node1: {ssh: root@node1.lab, nic: eth1, address: 192.168.50.1}
       node2: {ssh: root@node2.lab, port: 2222, identity: ~/.ssh/lab, nic: eth1, address: 192.168.50.2}
 
-An Ansible YAML inventory works too (`ansible_host`, `ansible_user`, `ansible_port`,
-`ansible_ssh_private_key_file`, and `vnetbench_nic` / `vnetbench_address`, or `nic` / `address`, as host vars).
+An Ansible inventory works too, in any form Ansible reads (inventory.py): `ansible_host`, `ansible_user`,
+`ansible_port`, `ansible_ssh_private_key_file`, and `vnetbench_nic` / `vnetbench_address` (or `nic` / `address`),
+`vnetbench_allow_mtu`, `vnetbench_known_hosts` as host or group vars; the testbed-wide `vnetbench_ssh_config`,
+`vnetbench_run_subnet`, `vnetbench_flat_vlan`, `vnetbench_strict_host_keys` in the vars of `all`.
 
 Before anything is built every host is reached, probed (tools, kernel features in a scratch namespace, the NIC and
 its address) and its clock offset taken; one that cannot be reached stops the run with one line naming it.
@@ -151,7 +153,6 @@ class HostFields(Strict):
 
 class TestbedFields(Strict):
     """A testbed file."""
-    __test__ = False  # not a pytest class
     ssh_config: str | None = None
     known_hosts: str | None = None
     identity: str | None = None
