@@ -14,9 +14,10 @@ from vnetbench import inventory
 from vnetbench import testbed as tb
 
 HOSTS = "hosts:\n  node1: {ssh: root@node1, nic: eth1, address: 192.0.2.1}\n"
-# A "billion laughs" made of mappings: 5^7 copies of {x: 1, y: 1} if expanded.
+# A "billion laughs" made of mappings: 10^9 copies of {x: 1, y: 1} if expanded (the reader before walked them all:
+# 1.7 GB in 30 s).
 LAUGHS = "a: &a {x: 1, y: 1}\n" + "".join(
-    f"{n}: &{n} {{v: *{p}, w: *{p}, x: *{p}, y: *{p}, z: *{p}}}\n" for p, n in zip("abcdefg", "bcdefgh"))
+    f"{n}: &{n} {{" + ", ".join(f"k{i}: *{p}" for i in range(10)) + "}\n" for p, n in zip("abcdefgh", "bcdefghi"))
 ANSIBLE = inventory.ansible_inventory() is not None
 needs_ansible = pytest.mark.skipif(not ANSIBLE, reason="ansible-inventory is not installed (Debian package "
                                                        "ansible-core; ./install.sh installs it)")
