@@ -46,6 +46,8 @@ CASES = [
     ("hostval.yaml", b"all:\n  hosts:\n    node1: 5\n", "hostval.yaml:3: all.hosts.node1: ",
      "a host's value is a mapping of its vars"),
     ("groupkey.yaml", b"all:\n  host:\n    node1:\n", "groupkey.yaml:2: all.host: ", "unknown key in a group"),
+    ("invdup.yaml", b"all:\n  hosts:\n    node1: {ansible_host: 192.0.2.1}\n    node1: {ansible_host: 192.0.2.2}\n",
+     "invdup.yaml:4: all.hosts.node1: ", "given twice"),
     ("invvar.yaml", b"all:\n  hosts:\n    node1: {ansible_host: 192.0.2.1, vnetbench_nci: eth1}\n",
      "invvar.yaml:3: host node1: vnetbench_nci: ", "unknown variable; allowed: vnetbench_address"),
 ]
@@ -149,6 +151,11 @@ def test_ini_inventory_with_group_vars_and_host_vars(tmp_path):
 
 @needs_ansible
 def test_ini_syntax_error_and_dynamic_inventory_scripts(tmp_path, monkeypatch):
+    (tmp_path / "hosts").write_text("[lab]\nnode1 ansible_host\n")  # no extension: Ansible's YAML parser tries too
+    with pytest.raises(tb.TestbedError) as err:
+        tb.load(tmp_path / "hosts")
+    (line,) = err.value.lines
+    assert "Expected key=value host variable assignment" in line, line
     (tmp_path / "bad.ini").write_text("[lab]\nnode1 ansible_host\n")
     with pytest.raises(tb.TestbedError) as err:
         tb.load(tmp_path / "bad.ini")

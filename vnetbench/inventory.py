@@ -183,10 +183,11 @@ def ansible_inventory() -> str | None:
     return shutil.which("ansible-inventory")
 
 
-def ansible_list(path: Path, source: str) -> list[InventoryHost]:
+def ansible_list(path: Path, source: str, form: str = "") -> list[InventoryHost]:
     """`ansible-inventory -i PATH --list`, bounded: TIMEOUT_S, MEMORY_BYTES, OUTPUT_BYTES; its script's children
     die with it (a session of their own). group_vars/ and host_vars/ are those beside the inventory (the playbook
-    directory is the inventory's, not wherever vnetbench runs)."""
+    directory is the inventory's, not wherever vnetbench runs). `form` (ini, yaml, script): whose parser's
+    complaint to show first when Ansible cannot read it."""
     exe = ansible_inventory()
     if exe is None:
         raise InventoryError([f"{source}: an inventory in this form: {NEEDS_ANSIBLE}"])
@@ -217,7 +218,7 @@ def ansible_list(path: Path, source: str) -> list[InventoryHost]:
         err.seek(0)
         text, errors = out.read(OUTPUT_BYTES + 1), err.read(OUTPUT_BYTES).decode(errors="replace")
     if rc != 0:
-        raise InventoryError([f"{source}: ansible-inventory cannot read it: {_why(errors, rc)}"])
+        raise InventoryError([f"{source}: ansible-inventory cannot read it: {_why(errors, rc, form)}"])
     try:
         listed = json.loads(text)
         return hosts_of(listed)
@@ -226,7 +227,7 @@ def ansible_list(path: Path, source: str) -> list[InventoryHost]:
                               f"check it with `ansible-inventory -i {path} --list`"]) from None
 
 
-def _why(stderr: str, rc: int) -> str:
+def _why(stderr: str, rc: int, form: str = "") -> str:
     """Ansible's own reason, as one line: the parser that fits best ("Failed to parse X with ini plugin: why"),
     else its ERROR line, else how it ended."""
     messages: list[str] = []
@@ -235,8 +236,10 @@ def _why(stderr: str, rc: int) -> str:
             messages.append(line.strip())
         else:
             messages[-1] += " " + line.strip()
-    parsed = [m.split(" plugin: ", 1)[1] for m in messages if "Failed to parse" in m and " plugin: " in m
+    parsed = [m for m in messages if "Failed to parse" in m and " plugin: " in m
               and not re.search(r"with (auto|host_list) plugin", m)]
+    parsed.sort(key=lambda m: f"with {form} plugin:" not in m)  # the parser of the file's own form first
+    parsed = [m.split(" plugin: ", 1)[1] for m in parsed]
     errors = [m.removeprefix("ERROR!").strip() for m in messages if m.startswith("ERROR!")]
     why = (parsed or errors or [f"it ended with status {rc}" + (" (memory limit)" if rc in (-9, -6, 1) else "")])[0]
     return why[:500]

@@ -201,7 +201,7 @@ def load(path: str | Path) -> Testbed:
 
 def _load(source: str, path: Path) -> Testbed:
     if path.is_dir() or _is_script(path):
-        return _from_inventory(inventory.ansible_list(path, source), source, path, {})
+        return _from_inventory(inventory.ansible_list(path, source, "script"), source, path, {})
     try:
         with path.open("rb") as fh:
             raw = fh.read(yamlread.MAX_BYTES + 1)  # bounded: /dev/zero or a huge file must not eat the memory
@@ -217,14 +217,14 @@ def _load(source: str, path: Path) -> Testbed:
         doc = yamlread.read(text, "a testbed file")
     except yamlread.YamlProblem as exc:
         if _is_ini(path, text):
-            return _from_inventory(inventory.ansible_list(path, source), source, path, {})
+            return _from_inventory(inventory.ansible_list(path, source, "ini"), source, path, {})
         raise TestbedError([_at(source, exc.line) + f": {exc.message}"]) from None
     except yamlread.DuplicateKeys as exc:
         raise TestbedError([_at(source, p.line) + f": {p.message}" for p in exc.problems]) from None
     data, lines = doc.data, doc.lines
     if not isinstance(data, dict):
         if _is_ini(path, text) or isinstance(data, str):  # a list of host names is an INI inventory too
-            return _from_inventory(inventory.ansible_list(path, source), source, path, {})
+            return _from_inventory(inventory.ansible_list(path, source, "ini"), source, path, {})
         raise TestbedError([f"{source}:1: a testbed file is a mapping with `hosts:` (or an Ansible inventory)"])
     if inventory.looks_like_inventory(data):
         hosts = inventory.read_yaml(data, source, lines, path)
