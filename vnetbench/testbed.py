@@ -236,8 +236,10 @@ def _load(source: str, path: Path) -> Testbed:
 def _is_script(path: Path) -> bool:
     """A dynamic inventory: an executable file that starts with #! (Ansible runs it with --list)."""
     try:
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            return False
         with path.open("rb") as fh:
-            return path.is_file() and os.access(path, os.X_OK) and fh.read(2) == b"#!"
+            return fh.read(2) == b"#!"
     except OSError:
         return False
 
@@ -380,7 +382,8 @@ def _from_inventory(found: list[inventory.InventoryHost], source: str, path: Pat
             return f"{_at(source, lines.get(name))}: host {name}" + (f": {var}" if var else "")
         return f"{source}: {ANSIBLE_TOP.get(loc[0], loc[0]) if loc else '(top level)'}"
 
-    bed = _build({"hosts": hosts} | top, source, path, where)
+    # relative paths (a key file, an ssh_config) are the inventory's folder's, like those of a testbed file
+    bed = _build({"hosts": hosts} | top, source, path / "inventory" if path.is_dir() else path, where)
     for h in bed.hosts:  # Ansible's user goes into the destination, as `ssh: user@host` would
         if h.target.user and "@" not in h.target.destination:
             h.target = replace(h.target, destination=f"{h.target.user}@{h.target.destination}", user=None)
