@@ -300,7 +300,7 @@ def _message(err: dict) -> str:
         model = HostFields if len(loc) == 3 and loc[0] == "hosts" else TestbedFields
         return f"unknown key; allowed: {', '.join(model.model_fields)}"
     if err["type"] == "missing":
-        return f"required; {fix}" if fix else "required"
+        return fix if "(required)" in fix else f"required; {fix}" if fix else "required"
     if err["type"] == "value_error" and pydantic_message(err) in FIX.values():
         return pydantic_message(err)
     if err["type"] in ("dict_type", "model_type") and field == "host":
