@@ -82,6 +82,27 @@ def test_ansible_inventory(tmp_path):
         ("node2", "root@node2.lab", 2222, "eth1", "192.0.2.12")]
 
 
+@pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed "
+                    "(Debian package ansible-core; ./install.sh installs it)")
+def test_an_ini_inventory_with_group_vars_reaches_the_lab(lab, tmp_path, state_dir):
+    """The lab as an INI inventory: its hosts in the INI file, how to reach them and their NIC in group_vars/,
+    read by ansible-inventory; doctor reaches every host and finds its NIC's address."""
+    run_subnet = re.search(r"run_subnet: (\S+)", (lab.dir / "testbed.yaml").read_text())[1]
+    (tmp_path / "lab.ini").write_text("[lab]\n" + "".join(f"{h.name} ansible_host={h.fqdn} vnetbench_address={h.address}\n"
+                                                          for h in lab.hosts))
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "lab.yml").write_text(f"ansible_user: root\nvnetbench_nic: {lab.hosts[0].nic}\n")
+    (tmp_path / "group_vars" / "all.yml").write_text(f"vnetbench_ssh_config: {lab.dir / 'ssh_config'}\n"
+                                                     f"vnetbench_run_subnet: {run_subnet}\n")
+    data = json.loads(vnetbench("doctor", "--json", "--testbed", tmp_path / "lab.ini", env=env_with(state_dir)).stdout)
+    assert list(data["hosts"]) == [h.name for h in lab.hosts]
+    for h in lab.hosts:
+        assert data["hosts"][h.name]["facts"]["nic_addrs"].split()[0] == f"{h.address}/24"
+    plan = vnetbench("plan", ROOT / "examples" / "quick.yaml", "--testbed", tmp_path / "lab.ini",
+                     env=env_with(state_dir)).stdout
+    assert all(f"root@{h.fqdn}" in plan for h in lab.hosts[:2]), plan[:2000]
+
+
 # On one lab machine only (its own mount namespace): ovsdb-tool ($1) is not executable, and strongSwan's plugin
 # directory (beside charon, $0) is a copy without kernel-libipsec.
 HIDE = ("touch /tmp/no-ovsdb-tool && mount --bind /tmp/no-ovsdb-tool \"$1\" && p=\"${0%/*}/plugins\" && "

@@ -27,8 +27,9 @@ class Document:
 
 
 class _Loader(yaml.SafeLoader):
-    def __init__(self, text: str):
+    def __init__(self, text: str, kind: str = "a spec"):
         super().__init__(text)
+        self.kind = kind                     # what the file is, for the messages: "a spec", "a testbed file"
         self.lines: dict[tuple, int] = {}
         self.paths: dict[int, tuple] = {}    # id(node) -> its key path (where it was written)
         self.sizes: dict[int, int] = {}      # id(node) -> values it expands to
@@ -49,7 +50,7 @@ class _Loader(yaml.SafeLoader):
             path = self.stack[-1] + (index.value if isinstance(index, yaml.ScalarNode) else "<key>",)
             line = index.start_mark.line + 1
         if len(self.stack) >= MAX_DEPTH:
-            raise YamlProblem(line, f"nested more than {MAX_DEPTH} levels deep; a spec needs far fewer")
+            raise YamlProblem(line, f"nested more than {MAX_DEPTH} levels deep; {self.kind} needs far fewer")
         self.lines.setdefault(path, line)
         self.stack.append(path)
         try:
@@ -60,14 +61,14 @@ class _Loader(yaml.SafeLoader):
             self.aliases += 1
             if id(node) not in self.sizes:
                 raise YamlProblem(line, f"the alias *{event.anchor} is inside the value it refers to; "
-                                        "a spec cannot contain itself")
+                                        f"{self.kind} cannot contain itself")
             return node
         self.paths[id(node)] = path
         size = 1 + sum(self.sizes[id(child)] for child in _children(node))
         if size > MAX_VALUES:
             raise YamlProblem(line, f"aliases expand this value to more than {MAX_VALUES} values; write the values "
                                     "out, or use fewer aliases" if self.aliases else
-                                    f"this value has more than {MAX_VALUES} values; a spec needs far fewer")
+                                    f"this value has more than {MAX_VALUES} values; {self.kind} needs far fewer")
         self.sizes[id(node)] = size
         return node
 
@@ -75,7 +76,7 @@ class _Loader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep)
         except (ValueError, OverflowError) as exc:  # e.g. a 5000-digit integer, or the date 2024-13-45
-            why = "a number with this many digits is not a value a spec needs" if "digits" in str(exc) else exc
+            why = f"a number with this many digits is not a value {self.kind} needs" if "digits" in str(exc) else exc
             raise YamlProblem(node.start_mark.line + 1, f"cannot read the value {_short(node)}: {why}") from None
 
     def construct_mapping(self, node, deep=False):
@@ -129,13 +130,14 @@ def decode(raw: bytes) -> str:
         raise YamlProblem(line, f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x}); save it as UTF-8") from None
 
 
-def read(text: str) -> Document:
-    """One YAML document; raises YamlProblem (first problem) or a list of them (duplicate keys)."""
+def read(text: str, kind: str = "a spec") -> Document:
+    """One YAML document; raises YamlProblem (first problem) or a list of them (duplicate keys). `kind` names what
+    the file is in the messages."""
     if len(text) > MAX_BYTES:
-        raise YamlProblem(None, f"the file has {len(text)} characters; a spec has at most {MAX_BYTES}")
+        raise YamlProblem(None, f"the file has {len(text)} characters; {kind} has at most {MAX_BYTES}")
     loader = None
     try:
-        loader = _Loader(text)  # the reader refuses unprintable characters here already
+        loader = _Loader(text, kind)  # the reader refuses unprintable characters here already
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
