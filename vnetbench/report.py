@@ -19,7 +19,7 @@ COMPACT_WIDTH = 100
 
 DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
-                   "context_switches_per_s", "process_cpu_ratio")
+                   "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio")
 SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m != "process_cpu_ratio")  # each daemon: --wide, --all, -m
 
 
@@ -69,6 +69,13 @@ def group_values(store: Store, cid: int, data: dataset.Dataset | None = None
 
 
 def _who(meta: dict) -> str:
+    """The account a row is about: a daemon, a guest VM, a testbed host, a profiled mechanism, a background load."""
+    if meta.get("mechanism"):
+        return f"mechanism {meta['mechanism']}"
+    if meta.get("scope") == "vm" and meta.get("vm"):
+        return f"vm {meta['vm']}"
+    if meta.get("scope") == "machine" and meta.get("host"):  # a testbed's machines are accounts of their own
+        return f"host {meta['host']}"
     return meta.get("process") or (f"background {meta['background_workload']}" if meta.get("role") == "background"
                                    else "")
 

@@ -59,6 +59,14 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
     Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
     Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
+    Metric("cpu_s_per_gbit", "s/Gbit", "lower", "CPU time one account (machine, host, VM or daemon) spent per gigabit "
+                                                "the tool delivered, over its window (= cores per Gbit/s)"),
+    Metric("cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one account spent per million packets delivered, "
+                                                      "packets counted at the path's MTU (goodput / full payload)"),
+    Metric("profile_share_ratio", "ratio", "none", "share of the profiled CPU samples attributed to one mechanism "
+                                                   "over the tool's window"),
+    Metric("profile_cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one mechanism took per million packets "
+                                                              "delivered, from the kernel profile"),
 ]}
 
 

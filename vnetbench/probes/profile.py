@@ -1,0 +1,208 @@
+"""Where the CPU went: system-wide stack sampling with the kernel's profiler over exactly the tool's window.
+
+`perf record -a -g -e cpu-clock` samples every CPU, idle included, every PERIOD_NS of CPU time (the cpu-clock
+software event: hardware counters are often not there in a VM), kernel and user stacks (frame pointers), stamped on
+CLOCK_MONOTONIC. It runs from before the tool starts to after it ends; only the samples inside the tool's window
+(converted to that clock) are kept, folded (one line per distinct stack, stackcollapse-perf's format, kernel frames
+marked `_[k]`) and attributed to mechanisms (mechanisms.py). Each sample stands for PERIOD_NS of one CPU's time, so a
+mechanism's samples x PERIOD_NS is its CPU time.
+
+Where it cannot run, the trial says why instead (runner: profile_skipped): a User-Mode Linux guest's kernel is one
+stripped process of this machine, with nothing in it to attribute; a testbed host is not profiled from here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import zlib
+from collections import Counter
+
+from ..executor import Executor, LocalExecutor
+from ..sample import Sample
+from .. import mechanisms
+from . import register
+from .base import Probe
+
+log = logging.getLogger(__name__)
+
+# 2 ms of CPU per sample (500 per CPU-second), a little off the round figure so the sampling does not run in step
+# with the kernel's periodic timers. bench/profile_overhead.py measures what this costs the traffic.
+PERIOD_NS = 1_999_993
+STOP_S = 30.0      # perf writing its file out after SIGINT
+SCRIPT_S = 180.0   # perf script resolving symbols of a busy trial
+_HEADER = re.compile(r"^(?P<comm>.*?)\s+(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):")
+_FRAME = re.compile(r"^\s*(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)(?:\s+\((?P<dso>[^()]*)\))?$")
+
+
+def unavailable(executor: Executor | None = None) -> str | None:
+    """Why perf cannot profile here (None: it can)."""
+    if shutil.which("perf") is None:
+        return "perf is not installed (Debian package linux-perf)"
+    return None
+
+
+def monotonic_offset() -> float:
+    """time.time() - CLOCK_MONOTONIC now: converts the tool's window to perf's timestamps."""
+    a = time.time()
+    m = time.monotonic()
+    return (a + time.time()) / 2 - m
+
+
+def parse_script(text: str, start: float, end: float) -> tuple[Counter, float, float]:
+    """Folded stacks of the samples with start <= time <= end (perf's clock), and the first and last sample times
+    seen at all (to tell whether the profile covered the window)."""
+    folded: Counter = Counter()
+    first, last = float("inf"), float("-inf")
+    comm, t, frames = None, 0.0, []
+
+    def flush():
+        if comm is not None and start <= t <= end:
+            folded[fold(comm, frames)] += 1
+
+    for line in text.splitlines():
+        if not line.strip():
+            flush()
+            comm, frames = None, []
+            continue
+        if line[0] not in " \t":
+            flush()
+            m = _HEADER.match(line)
+            comm, frames = (m["comm"].strip(), []) if m else (None, [])
+            if m:
+                t = float(m["time"])
+                first, last = min(first, t), max(last, t)
+            continue
+        if comm is not None and (f := _FRAME.match(line)):
+            frames.append((f["sym"], f["dso"] or ""))
+    flush()
+    return folded, first, last
+
+
+def _frame(sym: str, dso: str) -> str:
+    kernel = dso.startswith("[kernel") or dso.endswith(".ko") or dso.startswith("[") and dso != "[unknown]"
+    if sym.startswith("[unknown]") or not sym:
+        sym = f"[{os.path.basename(dso)}]" if dso and dso != "[unknown]" else "[unknown]"
+    sym = sym.split("+0x")[0].replace(";", ":").replace(" ", "_")
+    return sym + "_[k]" if kernel else sym
+
+
+def fold(comm: str, frames: list[tuple[str, str]]) -> str:
+    """'comm;root;...;leaf' (frames arrive leaf first); runs of unresolved user frames collapse into one."""
+    out: list[str] = []
+    for sym, dso in reversed(frames):
+        f = _frame(sym, dso)
+        if not (out and out[-1] == f and f.startswith("[")):
+            out.append(f)
+    return ";".join([comm.replace(";", ":").replace(" ", "_") or "?", *out])
+
+
+def compress(folded: dict[str, int]) -> bytes:
+    return zlib.compress("".join(f"{k} {v}\n" for k, v in sorted(folded.items())).encode(), 9)
+
+
+def decompress(blob: bytes) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in zlib.decompress(blob).decode().splitlines():
+        stack, _, n = line.rpartition(" ")
+        out[stack] = out.get(stack, 0) + int(n)
+    return out
+
+
+@register
+class ProfileProbe(Probe):
+    """profile_share_ratio per mechanism over the window, with the mechanism's CPU seconds in metadata; the folded
+    stacks stay on the probe (`folded`) for the runner to store with the trial."""
+
+    kind = "profile"
+
+    def __init__(self, executor: Executor | None = None, period_ns: int = PERIOD_NS):
+        self.executor = executor or LocalExecutor()
+        self.period_ns = period_ns
+        self.folded: dict[str, int] = {}
+        self.coverage: float | None = None
+        self._dir: str | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self._dir or "", "perf.data")
+
+    def start(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="vnetbench-perf-")
+        argv = ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-c", str(self.period_ns), "-k", "monotonic",
+                "--no-buildid", "--no-buildid-cache", "-q", "-o", self.data]
+        self._proc = self.executor.spawn(argv, label="perf record")
+        self._offset = monotonic_offset()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and self._proc.poll() is None and not os.path.exists(self.data):
+            time.sleep(0.05)  # perf opens its file once its events are set up
+        time.sleep(0.2)
+
+    def _halt(self) -> str:
+        """Stop perf record; its stderr ('' when it ended well)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return "not started"
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return f"perf record did not stop within {STOP_S:.0f} s"
+        return "" if proc.returncode in (0, -signal.SIGINT, 130) else (err or "").strip()[-300:]
+
+    def stop(self, window=None) -> list[Sample]:
+        try:
+            err = self._halt()
+            if err or not os.path.exists(self.data):
+                log.warning("profile: %s", err or "perf wrote no data")
+                return []
+            script = subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,tid,time,ip,sym,dso"],
+                                    capture_output=True, text=True, timeout=SCRIPT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("profile: %s", exc)
+            return []
+        finally:
+            if self._dir:
+                shutil.rmtree(self._dir, ignore_errors=True)
+        w0, w1 = window if window else (float("-inf"), float("inf"))
+        folded, first, last = parse_script(script.stdout, w0 - self._offset, w1 - self._offset)
+        self.folded = dict(folded)
+        if window and last > first:
+            covered = min(last, w1 - self._offset) - max(first, w0 - self._offset)
+            self.coverage = max(0.0, covered / (w1 - w0)) if w1 > w0 else None
+        return self.samples(window)
+
+    def samples(self, window) -> list[Sample]:
+        per = mechanisms.attribute_folded(self.folded)
+        total = sum(per.values())
+        if not total:
+            return []
+        meta = {"scope": "machine", "window": list(window) if window else None, "profile_samples": total,
+                "coverage": self.coverage}
+        # every mechanism of the table, those without a sample at 0: a trial where VXLAN took nothing counts as 0
+        every = sorted(set(mechanisms.labels()) | set(per))
+        return [Sample.of("profile_share_ratio", per.get(m, 0) / total, mechanism=m,
+                          cpu_s=per.get(m, 0) * self.period_ns / 1e9, **meta) for m in every]
+
+
+def for_trial(sc, topo, wl, site=None) -> tuple[ProfileProbe | None, str | None]:
+    """The profiler for this trial, or why there is none (None, None: not asked for)."""
+    if not getattr(wl.params, "profile", False):
+        return None, None
+    if sc.levels.get("kernel") in ("guest", "guest-per-host"):
+        return None, ("the hosts run inside a User-Mode Linux guest, whose kernel is one stripped process of this "
+                      "machine: its CPU cannot be attributed to mechanisms")
+    if site is not None:
+        return None, "the profiler runs on this machine only; a testbed's hosts are not profiled"
+    if why := unavailable():
+        return None, why
+    return ProfileProbe(LocalExecutor(topo.ledger)), None
