@@ -7,6 +7,7 @@ import os
 import shlex
 import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -373,12 +374,27 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
 
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
-            fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
-            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)")) -> None:
-    """One line per sample, values in SI base units."""
-    if fmt not in ("jsonl", "csv"):
-        fail(f"--format {fmt}: use jsonl or csv")
+            fmt: str = typer.Option("jsonl", "--format", help="jsonl, csv, or folded (profiled stacks for "
+                                                              "FlameGraph and speedscope)"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout)"),
+            trial: Optional[int] = typer.Option(None, "--trial", help="--format folded: this trial's stacks only"),
+            scenario: Optional[int] = typer.Option(None, "--scenario", help="--format folded: this scenario's "
+                                                                            "trials, added up")) -> None:
+    """One line per sample, values in SI base units (--format folded: the profiled stacks, one line per stack)."""
+    if fmt not in ("jsonl", "csv", "folded"):
+        fail(f"--format {fmt}: use jsonl, csv or folded")
     store, camp = open_campaign(db, campaign)
+    if fmt == "folded":
+        from . import profiles
+        try:
+            folded = profiles.export(store, camp.id, trial, scenario)
+        except ValueError as exc:
+            fail(str(exc))
+        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+            n = profiles.write_folded(folded, fh)
+        if output:
+            err.print(f"{n} stacks written to {output}")
+        return
     if output:
         with open(output, "w", newline="") as fh:
             n = export.write(store, camp.id, fmt, fh)

@@ -51,3 +51,24 @@ def write_folded(folded: dict[str, int], out) -> int:
     for stack, n in sorted(folded.items()):
         out.write(f"{stack} {n}\n")
     return len(folded)
+
+
+def export(store: Store, cid: int, trial: int | None = None, scenario: int | None = None) -> dict[str, int]:
+    """The stacks `export --format folded` writes: one trial's, one scenario's added up, or every profiled trial's
+    with the scenario as the root frame (so one file still keeps the scenarios apart)."""
+    profiled = trials(store, cid)
+    if not profiled:
+        raise ValueError(f"campaign {cid} has no profiled trial: set `profile: true` on a workload")
+    if trial is not None:
+        if trial not in profiled:
+            raise ValueError(f"--trial {trial}: not a profiled trial of campaign {cid} (profiled: "
+                             f"{', '.join(map(str, list(profiled)[:10]))}{' ...' if len(profiled) > 10 else ''})")
+        return of_trial(store, trial) or {}
+    if scenario is not None:
+        if scenario not in {sc for sc, _ in profiled.values()}:
+            raise ValueError(f"--scenario {scenario}: no profiled trial in that scenario of campaign {cid}")
+        return of_scenario(store, cid, scenario)
+    out: Counter = Counter()
+    for tid, (sc, _) in profiled.items():
+        out.update({f"scenario_{sc};{k}": v for k, v in (of_trial(store, tid) or {}).items()})
+    return dict(out)
