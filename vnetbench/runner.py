@@ -554,8 +554,8 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         samples = site.tag(topo, samples)
     probe_samples += efficiency.derive(samples + probe_samples, efficiency.payload_of(sc, wl))
     meta = {"foreign_busy_ratio": foreign}
-    if no_profile:
-        meta["profile_skipped"] = no_profile
+    if no_profile or (profiler and profiler.note):
+        meta["profile_skipped"] = no_profile or profiler.note
     if profiler and profiler.folded:
         meta[FOLDED] = profiler.folded  # stored apart from the trial's metadata (profiles.py)
     if uncovered:

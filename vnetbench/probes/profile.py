@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import re
 import shutil
 import signal
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 # 2 ms of CPU per sample (500 per CPU-second), a little off the round figure so the sampling does not run in step
 # with the kernel's periodic timers. bench/profile_overhead.py measures what this costs the traffic.
 PERIOD_NS = 1_999_993
+START_S = 20.0     # perf setting up its events on every CPU of a busy machine
+MIN_COVERAGE = 0.95  # a profile missing more of the tool's window is not the window's: the trial says so instead
 STOP_S = 30.0      # perf writing its file out after SIGINT
 SCRIPT_S = 180.0   # perf script resolving symbols of a busy trial
 _HEADER = re.compile(r"^(?P<comm>.*?)\s+(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):")
@@ -126,6 +129,8 @@ class ProfileProbe(Probe):
         self.period_ns = period_ns
         self.folded: dict[str, int] = {}
         self.coverage: float | None = None
+        self.started = False
+        self.note: str | None = None  # why this trial's profile was left out, when it was
         self._dir: str | None = None
         self._proc: subprocess.Popen | None = None
 
@@ -134,15 +139,29 @@ class ProfileProbe(Probe):
         return os.path.join(self._dir or "", "perf.data")
 
     def start(self) -> None:
+        """Start perf with its events disabled, enable them through its control FIFO and wait for its
+        acknowledgement: from then on every CPU is sampled (on a busy machine perf took over a second to get there,
+        and a trial profiled from its file appearing missed a quarter of its window)."""
         self._dir = tempfile.mkdtemp(prefix="vnetbench-perf-")
+        ctl, ack = os.path.join(self._dir, "ctl"), os.path.join(self._dir, "ack")
+        os.mkfifo(ctl, 0o600)
+        os.mkfifo(ack, 0o600)
         argv = ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-c", str(self.period_ns), "-k", "monotonic",
-                "--no-buildid", "--no-buildid-cache", "-q", "-o", self.data]
-        self._proc = self.executor.spawn(argv, label="perf record")
-        self._offset = monotonic_offset()
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and self._proc.poll() is None and not os.path.exists(self.data):
-            time.sleep(0.05)  # perf opens its file once its events are set up
-        time.sleep(0.2)
+                "--no-buildid", "--no-buildid-cache", "-q", "-D", "-1", "--control", f"fifo:{ctl},{ack}",
+                "-o", self.data]
+        # O_RDWR: opening a FIFO so never blocks, whether perf has opened its end yet or not
+        ctl_fd, ack_fd = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR)
+        try:
+            self._proc = self.executor.spawn(argv, label="perf record")
+            self._offset = monotonic_offset()
+            os.write(ctl_fd, b"enable\n")
+            ready, _, _ = select.select([ack_fd], [], [], START_S)
+            self.started = bool(ready) and os.read(ack_fd, 64).startswith(b"ack")
+        finally:
+            os.close(ctl_fd)
+            os.close(ack_fd)
+        if not self.started:
+            log.warning("profile: perf did not acknowledge its start within %.0f s", START_S)
 
     def _halt(self) -> str:
         """Stop perf record; its stderr ('' when it ended well)."""
@@ -179,6 +198,11 @@ class ProfileProbe(Probe):
         if window and last > first:
             covered = min(last, w1 - self._offset) - max(first, w0 - self._offset)
             self.coverage = max(0.0, covered / (w1 - w0)) if w1 > w0 else None
+        if self.coverage is not None and self.coverage < MIN_COVERAGE:
+            self.note = (f"the profile covered {self.coverage:.0%} of the tool's window (perf started or stopped "
+                         "late): left out")
+            self.folded = {}
+            return []
         return self.samples(window)
 
     def samples(self, window) -> list[Sample]:
