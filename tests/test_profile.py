@@ -231,6 +231,7 @@ def test_folded_export_and_flame_graph_in_chromium(campaign, tmp_path):
     page = tmp_path / "r.html"
     vnetbench("report", "1", "--db", db, "-o", page)
     text = page.read_text()
+    assert "<caption>cpu_s_per_gbit" in text  # efficiency with CIs in the statistics
     assert "Where the CPU went" in text and "cost vs baseline" in text and f'id="flame-{sc[VXLAN]}-0"' in text
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -246,3 +247,26 @@ def test_folded_export_and_flame_graph_in_chromium(campaign, tmp_path):
     flame = dom[start:dom.index("</figure>", start)]
     assert '<g class="fg-frame"><title>vxlan_xmit' in flame and "— VXLAN" in flame
     assert "Linux bridge" in flame[flame.index("fg-legend"):]  # the legend names the mechanisms drawn
+
+
+def test_compare_judges_efficiency_not_raw_cpu(tmp_path):
+    """B carries twice the traffic with 1.5x the CPU: its raw CPU is not called worse, its CPU per Gbit better."""
+    from vnetbench.store import Store
+    store = Store(tmp_path / "c.db")
+    for name, tput, busy in (("a", 4e9, 0.4), ("b", 8e9, 0.6)):
+        cid = store.new_campaign(name, "test", f"name: {name}\n", "0" * 64, {})
+        labels = {"overlay": "none"}
+        store.put_scenario(cid, 1, "none", labels, labels, "done", None, {"switch": "linux-bridge"}, [])
+        for rep in range(1, 5):
+            f = 1 + 0.01 * (rep - 2.5)
+            w = [0.0, 10.0]
+            samples = [Sample.of("throughput_bps", tput * f, pair=1, window=w),
+                       Sample.of("cpu_busy_ratio", busy / f, scope="machine", window=w),
+                       *[Sample.of("cpu_busy_ratio", busy / f, scope="machine", cpu=k, window=w) for k in (0, 1)]]
+            store.save_trial(cid, 1, rep, 0, "iperf3", {}, "ok", None, 0, 1,
+                             samples + efficiency.derive(samples, payload=1448))
+    store.close()
+    got = {r["metric"]: r for r in json.loads(vnetbench("compare", "1", "2", "--db", tmp_path / "c.db",
+                                                        "--format", "json").stdout)["rows"]}
+    assert "cpu_busy_ratio" not in got
+    assert got["cpu_s_per_gbit"]["verdict"] == "better" and got["cpu_s_per_gbit"]["ratio"] == pytest.approx(0.75, rel=0.02)
