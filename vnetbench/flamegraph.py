@@ -30,12 +30,15 @@ def tree(folded: dict[str, int]) -> tuple[list, list[str]]:
             node["v"] += count
     floor = root["v"] * MIN_SHARE
 
-    def conv(node: dict) -> list:
+    def conv(node: dict, depth: int) -> list:
         name = node["n"]
-        mech = mechanisms.of_symbol(name[:-4] if name.endswith("_[k]") else name) or ""
+        if depth == 1:  # the process: a daemon's or the tool's mechanism
+            mech = mechanisms.of_comm(name, True) or mechanisms.of_comm(name, False) or ""
+        else:
+            mech = mechanisms.of_symbol(name[:-4] if name.endswith("_[k]") else name) or "" if depth else ""
         kids = sorted((c for c in node["c"].values() if c["v"] >= floor), key=lambda c: c["n"])
-        return [name, node["v"], index.get(mech, 0), [conv(c) for c in kids]]
-    return conv(root), names
+        return [name, node["v"], index.get(mech, 0), [conv(c, depth + 1) for c in kids]]
+    return conv(root, 0), names
 
 
 @dataclass
