@@ -270,3 +270,28 @@ def test_compare_judges_efficiency_not_raw_cpu(tmp_path):
                                                         "--format", "json").stdout)["rows"]}
     assert "cpu_busy_ratio" not in got
     assert got["cpu_s_per_gbit"]["verdict"] == "better" and got["cpu_s_per_gbit"]["ratio"] == pytest.approx(0.75, rel=0.02)
+
+
+def test_testbed_host_without_perf_is_named():
+    """Preflight asks every host for perf like any tool: one without it is named, with the package to install."""
+    from vnetbench import testbed as tb
+    from vnetbench.capabilities import Capabilities
+    from vnetbench.executor import SshTarget
+
+    class Said:  # a host's answer to the tool script: perf on node1 only
+        def __init__(self, perf: bool):
+            self.perf = perf
+
+        def run_script(self, script, **kw):
+            out = "@@iperf3\niperf 3.12\n" + ("@@perf\nperf version 6.1.187\n" if self.perf else
+                                              f"@@perf\n{tb.MISSING}\n")
+            return SimpleNamespace(stdout=out)
+    hosts = []
+    for name, perf in (("node1", True), ("node2", False)):
+        h = tb.Host(name, SshTarget(f"root@{name}"), "eth1", "192.0.2.1")
+        h.caps = Capabilities(tb.tools(Said(perf)), {})
+        hosts.append(h)
+    assert hosts[0].caps.tools["perf"].ok and hosts[0].caps.tools["perf"].detail == "6.1.187"
+    caps = tb.merge(hosts)
+    assert not caps.tool("perf") and caps.missing_tool("perf") == \
+        "perf is missing on node2: not installed (Debian package linux-perf)"

@@ -237,6 +237,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []
+            where += ["profiled: perf record -a -g -e cpu-clock over the tool's window"] if wl.params.profile else []
             lines.append(comment(f"workload {wl.kind}" + (f" ({'; '.join(where)})" if where else "")))
             for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)

@@ -142,7 +142,11 @@ class ProfileProbe(Probe):
         """Start perf with its events disabled, enable them through its control FIFO and wait for its
         acknowledgement: from then on every CPU is sampled (on a busy machine perf took over a second to get there,
         and a trial profiled from its file appearing missed a quarter of its window)."""
-        self._dir = tempfile.mkdtemp(prefix="vnetbench-perf-")
+        # in the run's work directory when there is one: `clean` removes it after a crash, perf.data with it
+        work = getattr(getattr(self.executor, "ledger", None), "work", None)
+        if work is not None:
+            os.makedirs(work, mode=0o700, exist_ok=True)
+        self._dir = tempfile.mkdtemp(prefix="perf-", dir=work)
         ctl, ack = os.path.join(self._dir, "ctl"), os.path.join(self._dir, "ack")
         os.mkfifo(ctl, 0o600)
         os.mkfifo(ack, 0o600)
