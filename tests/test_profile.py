@@ -295,3 +295,22 @@ def test_testbed_host_without_perf_is_named():
     caps = tb.merge(hosts)
     assert not caps.tool("perf") and caps.missing_tool("perf") == \
         "perf is missing on node2: not installed (Debian package linux-perf)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("perf"), reason="needs root and perf")
+def test_a_profile_that_missed_part_of_the_window_is_left_out_with_the_reason():
+    import time
+    p = profile.ProfileProbe()
+    p.start()
+    assert p.started  # perf acknowledged that its events are on
+    t0 = time.time()
+    time.sleep(1.0)
+    t1 = time.time()
+    ok = p.stop([t0, t1])
+    assert p.coverage > 0.95 and sum(s.value for s in ok) == pytest.approx(1.0)
+    assert sum(s.metadata["cpu_s"] for s in ok) == pytest.approx(os.cpu_count() * (t1 - t0), rel=0.15)  # every CPU
+    p = profile.ProfileProbe()
+    p.start()
+    t1 = time.time()
+    time.sleep(0.5)
+    assert p.stop([t1 - 2.0, time.time()]) == [] and "covered" in p.note and p.folded == {}

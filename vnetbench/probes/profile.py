@@ -159,7 +159,9 @@ class ProfileProbe(Probe):
             self._proc = self.executor.spawn(argv, label="perf record")
             self._offset = monotonic_offset()
             os.write(ctl_fd, b"enable\n")
-            ready, _, _ = select.select([ack_fd], [], [], START_S)
+            deadline, ready = time.monotonic() + START_S, []
+            while not ready and self._proc.poll() is None and time.monotonic() < deadline:
+                ready, _, _ = select.select([ack_fd], [], [], 0.1)
             self.started = bool(ready) and os.read(ack_fd, 64).startswith(b"ack")
         finally:
             os.close(ctl_fd)
@@ -186,11 +188,13 @@ class ProfileProbe(Probe):
         try:
             err = self._halt()
             if err or not os.path.exists(self.data):
-                log.warning("profile: %s", err or "perf wrote no data")
+                self.note = f"perf record failed: {err or 'it wrote no data'}"
+                log.warning("profile: %s", self.note)
                 return []
             script = subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,tid,time,ip,sym,dso"],
                                     capture_output=True, text=True, timeout=SCRIPT_S)
         except (OSError, subprocess.SubprocessError) as exc:
+            self.note = f"perf failed: {exc}"
             log.warning("profile: %s", exc)
             return []
         finally:
