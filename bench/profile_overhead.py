@@ -52,6 +52,9 @@ def per_trial(db: Path) -> dict[int, dict[bool, dict[str, float]]]:
                     vals["throughput_bps"] = vals.get("throughput_bps", 0.0) + value
                 elif metric == "cpu_s_per_gbit" and m.get("scope") == "machine" and "host" not in m:
                     vals["cpu_s_per_gbit"] = value
+                elif metric == "profile_share_ratio" and m.get("profiler_cpu_s") is not None:
+                    # perf record's own CPU over its whole run (started before, stopped after the window)
+                    vals["profiler_cpu_s"] = m["profiler_cpu_s"]
             out[rep][bool(json.loads(params).get("profile"))] = vals
     return out
 
@@ -67,6 +70,10 @@ def paired_ratio(blocks: dict[int, dict[bool, dict[str, float]]], key: str) -> d
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     half = t_quantile(0.95, n - 1) * sd / math.sqrt(n)
     return {"n": n, "ratio": math.exp(mean), "ci95": [math.exp(mean - half), math.exp(mean + half)]}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def main() -> None:
@@ -92,7 +99,9 @@ def main() -> None:
               "throughput_ratio": paired_ratio(blocks, "throughput_bps"),
               "cpu_s_per_gbit_ratio": paired_ratio(blocks, "cpu_s_per_gbit"),
               "trial_seconds_ratio": paired_ratio(blocks, "seconds"),
-              "means": {"unprofiled": mean[False], "profiled": mean[True]}}
+              "means": {"unprofiled": mean[False], "profiled": mean[True]},
+              "perf_record_cpu_s_per_trial": _mean([b[True]["profiler_cpu_s"] for b in blocks.values()
+                                                    if True in b and "profiler_cpu_s" in b[True]])}
     print(json.dumps(result, indent=2))
 
 

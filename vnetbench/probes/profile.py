@@ -29,6 +29,7 @@ from ..sample import Sample
 from .. import mechanisms
 from . import register
 from .base import Probe
+from .process import parse_pid_stat
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,15 @@ def fold(comm: str, frames: list[tuple[str, str]]) -> str:
     return ";".join([comm.replace(";", ":").replace(" ", "_") or "?", *out])
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """A process's CPU time so far (user + system), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return parse_pid_stat(fh.read()).cpu_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def compress(folded: dict[str, int]) -> bytes:
     return zlib.compress("".join(f"{k} {v}\n" for k, v in sorted(folded.items())).encode(), 9)
 
@@ -130,6 +140,7 @@ class ProfileProbe(Probe):
         self.folded: dict[str, int] = {}
         self.coverage: float | None = None
         self.started = False
+        self.own_cpu_s: float | None = None  # perf record's own CPU time until it was told to stop
         self.note: str | None = None  # why this trial's profile was left out, when it was
         self._dir: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -175,6 +186,7 @@ class ProfileProbe(Probe):
         if proc is None:
             return "not started"
         if proc.poll() is None:
+            self.own_cpu_s = _cpu_seconds(proc.pid)
             os.killpg(proc.pid, signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=STOP_S)
@@ -219,7 +231,7 @@ class ProfileProbe(Probe):
         if not total:
             return []
         meta = {"scope": "machine", "window": list(window) if window else None, "profile_samples": total,
-                "coverage": self.coverage}
+                "coverage": self.coverage, "profiler_cpu_s": self.own_cpu_s}
         # every mechanism of the table, those without a sample at 0: a trial where VXLAN took nothing counts as 0
         every = sorted(set(mechanisms.labels()) | set(per))
         return [Sample.of("profile_share_ratio", per.get(m, 0) / total, mechanism=m,
