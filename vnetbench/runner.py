@@ -522,10 +522,11 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
     guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     profiler, no_profile = profile.for_trial(sc, topo, wl, site)
-    probes += [profiler] if profiler else []  # last: it resolves its symbols once the others have stopped
+    probes += [profiler] if profiler else []
     for p in probes:
         p.start()
     probes += _start_guest_probes(guest_probes, probes)
+    probes.sort(key=lambda p: p is profiler)  # stopped last: it resolves its symbols once the others have read
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
     error, hung, samples, window, uncovered = None, False, [], None, []
     try:
