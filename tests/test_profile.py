@@ -314,3 +314,16 @@ def test_a_profile_that_missed_part_of_the_window_is_left_out_with_the_reason():
     t1 = time.time()
     time.sleep(0.5)
     assert p.stop([t1 - 2.0, time.time()]) == [] and "covered" in p.note and p.folded == {}
+
+
+def test_baseline_is_the_same_scenario_with_the_element_at_its_default():
+    from vnetbench.mechanism_report import baseline
+    sc = {1: {"levels": {"overlay": "none", "switch": "linuxbridge", "placement": "cross-host"}, "status": "done"},
+          2: {"levels": {"overlay": "vxlan", "switch": "linuxbridge", "placement": "cross-host"}, "status": "done"},
+          3: {"levels": {"overlay": "vxlan", "switch": "linuxbridge", "placement": "same-host"}, "status": "done"},
+          4: {"levels": {"overlay": "none", "switch": "ovs", "placement": "cross-host"}, "status": "done"},
+          5: {"levels": {"overlay": "none", "switch": "linuxbridge", "placement": "same-host"}, "status": "skipped"}}
+    assert baseline(sc, 2) == (1, "overlay")
+    assert baseline(sc, 4) == (1, "switch")
+    assert baseline(sc, 3) is None  # its flat twin was skipped: no baseline, said so in the report
+    assert baseline(sc, 1) is None
