@@ -52,6 +52,11 @@ def test_parse_script_keeps_the_window_and_folds_root_first():
                       "ovs-vswitchd;dp_netdev_input;tcp_sendmsg_[k]": 1,
                       "pmd-c00/id:8;_raw_spin_lock_[k]": 1}  # the sample at 103.0 is after the window
     assert decompress(compress(folded)) == folded
+    # this process's own samples (perf script -F comm,pid,tid) are vnetbench's, another Python's are not
+    own = "python3 4000/4001 100.1:\n\tffffffff81000000 do_syscall_64 ([kernel.kallsyms])\n\n" \
+          "python3 5000/5000 100.2:\n\t7f0000000001 [unknown] (/usr/bin/python3.11)\n"
+    folded, _, _ = parse_script(own, 0, 1e9, own_pid=4000)
+    assert mechanisms.attribute_folded(folded) == {"vnetbench": 1, mechanisms.OTHER_USER: 1}
 
 
 def test_attribution_rules():

@@ -40,7 +40,8 @@ START_S = 20.0     # perf setting up its events on every CPU of a busy machine
 MIN_COVERAGE = 0.95  # a profile missing more of the tool's window is not the window's: the trial says so instead
 STOP_S = 30.0      # perf writing its file out after SIGINT
 SCRIPT_S = 180.0   # perf script resolving symbols of a busy trial
-_HEADER = re.compile(r"^(?P<comm>.*?)\s+(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):")
+_HEADER = re.compile(r"^(?P<comm>.*?)\s+(?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):")
+OWN = "vnetbench[self]"  # the root frame of this process's own samples (its probes' threads), whatever their comm
 _FRAME = re.compile(r"^\s*(?P<ip>[0-9a-f]+)\s+(?P<sym>.*?)(?:\s+\((?P<dso>[^()]*)\))?$")
 
 
@@ -58,9 +59,10 @@ def monotonic_offset() -> float:
     return (a + time.time()) / 2 - m
 
 
-def parse_script(text: str, start: float, end: float) -> tuple[Counter, float, float]:
+def parse_script(text: str, start: float, end: float, own_pid: int | None = None) -> tuple[Counter, float, float]:
     """Folded stacks of the samples with start <= time <= end (perf's clock), and the first and last sample times
-    seen at all (to tell whether the profile covered the window)."""
+    seen at all (to tell whether the profile covered the window). Samples of own_pid (vnetbench) are rooted at OWN:
+    other Python processes on the machine are not vnetbench's."""
     folded: Counter = Counter()
     first, last = float("inf"), float("-inf")
     comm, t, frames = None, 0.0, []
@@ -78,6 +80,8 @@ def parse_script(text: str, start: float, end: float) -> tuple[Counter, float, f
             flush()
             m = _HEADER.match(line)
             comm, frames = (m["comm"].strip(), []) if m else (None, [])
+            if m and own_pid is not None and m["pid"] == str(own_pid):
+                comm = OWN
             if m:
                 t = float(m["time"])
                 first, last = min(first, t), max(last, t)
@@ -203,7 +207,7 @@ class ProfileProbe(Probe):
                 self.note = f"perf record failed: {err or 'it wrote no data'}"
                 log.warning("profile: %s", self.note)
                 return []
-            script = subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,tid,time,ip,sym,dso"],
+            script = subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,pid,tid,time,ip,sym,dso"],
                                     capture_output=True, text=True, timeout=SCRIPT_S)
         except (OSError, subprocess.SubprocessError) as exc:
             self.note = f"perf failed: {exc}"
@@ -213,7 +217,7 @@ class ProfileProbe(Probe):
             if self._dir:
                 shutil.rmtree(self._dir, ignore_errors=True)
         w0, w1 = window if window else (float("-inf"), float("inf"))
-        folded, first, last = parse_script(script.stdout, w0 - self._offset, w1 - self._offset)
+        folded, first, last = parse_script(script.stdout, w0 - self._offset, w1 - self._offset, os.getpid())
         self.folded = dict(folded)
         if window and last > first:
             covered = min(last, w1 - self._offset) - max(first, w0 - self._offset)
