@@ -13,7 +13,7 @@ what="${1:-install}"
 PACKAGES=(iproute2 iputils-ping procps iperf3 sockperf netperf sysstat ethtool tcpdump
           openvswitch-switch strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins wireguard-go wireguard-tools nginx stress-ng
-          python3 python3-venv openssh-client openssh-server user-mode-linux ansible-core)
+          python3 python3-venv openssh-client openssh-server user-mode-linux ansible-core linux-perf)
 # Only for `./install.sh test`: the report test renders the HTML report in headless Chromium.
 TEST_PACKAGES=(chromium fonts-dejavu-core)
 if [ "$what" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

@@ -44,6 +44,7 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "wg": ("wireguard-tools", ["wg", "--version"], r"v(\S+)"),
     "nginx": ("nginx", ["nginx", "-v"], r"nginx/(\S+)"),
     "stress-ng": ("stress-ng", ["stress-ng", "--version"], r"version (\S+)"),
+    "perf": ("linux-perf", ["perf", "--version"], r"perf version (\S+)"),  # the profiler (workload option profile)
 }
 
 # kernel feature -> the line in a scratch namespace that creates it (ip batch unless it starts with "tc ")

@@ -7,6 +7,7 @@ import os
 import shlex
 import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -269,6 +270,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []
+            where += ["profiled: perf record -a -g -e cpu-clock over the tool's window"] if wl.params.profile else []
             lines.append(comment(f"workload {wl.kind}" + (f" ({'; '.join(where)})" if where else "")))
             for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
@@ -484,22 +486,37 @@ def noisy_trials(side) -> int:
 
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
-            fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default jsonl); "
-                                                                     "with --raw: json or sh"),
+            fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv, parquet or folded (profiled "
+                                                                     "stacks for FlameGraph and speedscope; default "
+                                                                     "jsonl); with --raw: json or sh"),
             output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: stdout; parquet: "
                                                                                  "samples-ID.parquet)"),
             raw: Optional[int] = typer.Option(None, "--raw", metavar="TRIAL",
                                               help="instead: that trial's exact commands (argv, where each ran) and "
                                                    "raw tool output, as JSON (or, --format sh, the commands as a "
-                                                   "script); trial ids are in the samples' `trial` field")) -> None:
+                                                   "script); trial ids are in the samples' `trial` field"),
+            trial: Optional[int] = typer.Option(None, "--trial", help="--format folded: this trial's stacks only"),
+            scenario: Optional[int] = typer.Option(None, "--scenario", help="--format folded: this scenario's "
+                                                                            "trials, added up")) -> None:
     """One line per sample, values in SI base units, with what it measures and its trial's status and flags
-    (--raw TRIAL: one trial's commands and raw tool output)."""
+    (--raw TRIAL: one trial's commands and raw tool output; --format folded: the profiled stacks)."""
     if raw is not None:
         return export_raw(db, raw, fmt or "json", output)
     fmt = fmt or "jsonl"
-    if fmt not in export.FORMATS:
-        fail(f"--format {fmt}: use {', '.join(export.FORMATS)}")
+    if fmt not in export.FORMATS + ("folded",):
+        fail(f"--format {fmt}: use {', '.join(export.FORMATS + ('folded',))}")
     store, camp = open_campaign(db, campaign)
+    if fmt == "folded":
+        from . import profiles
+        try:
+            folded = profiles.export(store, camp.id, trial, scenario)
+        except ValueError as exc:
+            fail(str(exc))
+        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+            n = profiles.write_folded(folded, fh)
+        if output:
+            err.print(f"{n} stacks written to {output}")
+        return
     if fmt == "parquet":
         output = output or Path(f"samples-{camp.id}.parquet")
         try:

@@ -119,8 +119,18 @@ def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
         d = load(store, cid, exclude_noisy)
         lead = bool(d.spec.get("analysis"))
         sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
-                    scenario_table(d), statistics(d, fold=lead), figures_section(d, fold=lead), environment(d)]
+                    scenario_table(d), statistics(d, fold=lead), where_cpu(store, d), figures_section(d, fold=lead),
+                    environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
+
+
+def where_cpu(store: Store, d: Data) -> Section:
+    """Where the CPU went, per profiled scenario (mechanism_report.py); empty when no trial was profiled."""
+    from . import mechanism_report
+    blocks: list = mechanism_report.section_blocks(store, d.camp.id, lambda idx: label(d, idx))
+    if why := mechanism_report.skipped(store, d.camp.id):
+        blocks.append(Para("Profiles asked for but not taken: " + "; ".join(why) + ".", "note"))
+    return Section("cpu", "Where the CPU went", blocks, "CPU")
 
 
 # ---- header and environment -------------------------------------------------------------------------------

@@ -130,6 +130,8 @@ def _block(b: Block, images: Images) -> str:
                 f"<figcaption><strong>{e(b.title)}.</strong> {e(b.caption)}</figcaption></figure>")
     if isinstance(b, Fold):
         return f"<details><summary>{e(b.summary)}</summary>{_blocks(b.blocks, images)}</details>"
+    if hasattr(b, "to_html"):  # a block that renders itself (flamegraph.FlameGraph)
+        return b.to_html()
     raise TypeError(f"unknown report block {type(b).__name__}")
 
 
@@ -185,6 +187,8 @@ def _md(b: Block, links: dict[str, str], level: int) -> str:
         return f"![{_esc(b.title)}]({links[b.name]})\n\n**{_esc(b.title)}.** {_esc(b.caption)}"
     if isinstance(b, Fold):
         return "\n\n".join([f"{'#' * level} {_esc(b.summary)}", *(_md(x, links, level + 1) for x in b.blocks)])
+    if hasattr(b, "to_markdown"):  # a block that renders itself (flamegraph.FlameGraph)
+        return b.to_markdown()
     raise TypeError(f"unknown report block {type(b).__name__}")
 
 

@@ -24,7 +24,7 @@ COMPACT_WIDTH = 100
 
 DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s", "rtt_s",
                    "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
-                   "context_switches_per_s", "process_cpu_ratio")
+                   "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio")
 # compare's default family: the headline metrics (retransmits, rare events, are compared when asked for with -m)
 COMPARE_METRICS = tuple(m for m in DEFAULT_METRICS if m != "tcp_retransmits")
 # The tail `show` gives beside a per-echo metric's median unless asked for more (--all, -m): latency under load.

@@ -25,6 +25,8 @@ from . import adaptive, environment, guards, rawlog
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
+from . import efficiency, profiles
+from .probes import profile
 from .scenario import NOT_APPLICABLE
 from .progress import RunProgress, log_path
 from .probes.interfaces import InterfaceProbe
@@ -38,6 +40,7 @@ from .guests.base import GuestError
 from .topology import BuildError, Topology
 from .workloads.base import ToolHung, WorkloadError
 
+FOLDED = "_profile_folded"  # the profiler's folded stacks on their way from measure() to the store
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
 BUILD_OVERHEAD_S = 1.0
 READY_TIMEOUT_S = 15.0   # a background load must be running by then, or the trial fails
@@ -509,12 +512,15 @@ class Campaign:
             self.outcome.trials_retried += 1
             started = time.time()
             status, error, samples, extra, _ = self._attempt(sc, topo, wl)
+        folded = extra.pop(FOLDED, None)
         meta |= extra
         if status == "failed":
             samples = []
         try:
-            self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
-                                  status, error, started, time.time(), samples, meta, raw=self.raw)
+            tid = self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
+                                        status, error, started, time.time(), samples, meta, raw=self.raw)
+            if folded and status != "failed":
+                self._save_profile(tid, folded)
         except StoreError:  # the results file cannot take the trial (a full disk): measuring on would lose them all
             raise
         except Exception as exc:  # a bug in what is stored fails this trial: try to record that much, then go on
@@ -529,6 +535,13 @@ class Campaign:
             self.r.console.print(f"[{'red' if status == 'failed' else 'yellow'}]trial {status}[/] "
                                  f"(scenario {sc.index}, rep {rep}, {wl.kind}): {error}", highlight=False)
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
+
+    def _save_profile(self, tid: int, folded: dict) -> None:
+        """The trial's stacks; losing them loses the flame graph only, never the trial (its figures are samples)."""
+        try:
+            profiles.save(self.store, tid, folded)
+        except Exception as exc:
+            self.r.console.print(f"[yellow]profile of trial {tid} not stored:[/] {_last_line(exc)}", highlight=False)
 
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung. The commands
@@ -580,9 +593,12 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
     guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
     guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
+    profiler, no_profile = profile.for_trial(sc, topo, wl, site)
+    probes += [profiler] if profiler else []
     for p in probes:
         p.start()
     probes += _start_guest_probes(guest_probes, probes)
+    probes.sort(key=lambda p: p is profiler)  # stopped last: it resolves its symbols once the others have read
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
     error, hung, samples, window, uncovered = None, False, [], None, []
     try:
@@ -609,7 +625,12 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         raise TrialFailure(error, hung)
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
+    probe_samples += efficiency.derive(samples + probe_samples, efficiency.payload_of(sc, wl))
     meta = {"foreign_busy_ratio": foreign}
+    if no_profile or (profiler and profiler.note):
+        meta["profile_skipped"] = no_profile or profiler.note
+    if profiler and profiler.folded:
+        meta[FOLDED] = profiler.folded  # stored apart from the trial's metadata (profiles.py)
     if uncovered:
         meta["background_uncovered"] = uncovered
     if window:

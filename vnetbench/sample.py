@@ -42,7 +42,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("latency_max_s", "s", "lower", "maximum request/response latency"),
     Metric("latency_mean_s", "s", "lower", "mean request/response latency over every round trip, as the tool reports it"),
     Metric("transactions_per_s", "1/s", "higher", "request/response transactions per second"),
-    Metric("cpu_busy_ratio", "ratio", "lower", "whole machine: share of CPU time not idle"),
+    # Raw CPU is not judged better or worse (a datapath that carries more traffic uses more): its efficiency is,
+    # cpu_s_per_gbit and cpu_s_per_mpacket below.
+    Metric("cpu_busy_ratio", "ratio", "none", "whole machine: share of CPU time not idle"),
     Metric("cpu_user_ratio", "ratio", "lower", "whole machine: user time share"),
     Metric("cpu_system_ratio", "ratio", "lower", "whole machine: system time share"),
     Metric("cpu_irq_ratio", "ratio", "lower", "whole machine: hard interrupt time share"),
@@ -52,7 +54,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("context_switches_per_s", "1/s", "lower", "context switches per second, whole machine"),
     Metric("net_rx_softirqs_per_s", "1/s", "lower", "NET_RX soft interrupts per second, whole machine"),
     Metric("net_tx_softirqs_per_s", "1/s", "lower", "NET_TX soft interrupts per second, whole machine"),
-    Metric("process_cpu_ratio", "ratio", "lower", "CPU time of one datapath process (1.0 = one core)"),
+    Metric("process_cpu_ratio", "ratio", "none", "CPU time of one datapath process (1.0 = one core)"),
     Metric("sender_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's sending process(es) over the "
                                                  "test, as iperf3 reports it (1.0 = one core)"),
     Metric("receiver_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's receiving process(es) over "
@@ -66,6 +68,15 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
     Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
     Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
+    Metric("cpu_s_per_gbit", "s/Gbit", "lower", "CPU time one account (machine, host, VM or daemon) spent per gigabit "
+                                                "the tool delivered, over its window (= cores per Gbit/s)"),
+    Metric("cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one account spent per million packets delivered "
+                                                      "(= µs per packet), packets counted at the path's MTU (goodput / "
+                                                      "full payload)"),
+    Metric("profile_share_ratio", "ratio", "none", "share of the profiled CPU samples attributed to one mechanism "
+                                                   "over the tool's window"),
+    Metric("profile_cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one mechanism took per million packets "
+                                                              "delivered, from the kernel profile"),
 ]}
 
 
@@ -125,7 +136,9 @@ def dimensions(meta: dict) -> Dims:
         if meta.get("role") == "background" else ""
     pair = "" if meta.get("pair") is None else str(meta["pair"])
     direction = str(meta.get("direction") or "")
-    if "process" in meta:
+    if meta.get("mechanism"):  # a profiled mechanism's share of the machine's CPU
+        scope, which = "mechanism", str(meta["mechanism"])
+    elif "process" in meta:
         name = str(meta["process"])
         scope, which = "process", name if not host or host in name else f"{name}@{host}"
     elif meta.get("scope") == "vm":

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .. import rawlog
 from ..executor import Executor
@@ -34,6 +34,8 @@ class Params(BaseModel):
     """Base of every workload's parameters; unknown fields are errors so typos are caught."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     type: str
+    profile: bool = Field(False, description="sample every CPU's stacks with perf over the tool's window and say which "
+                                             "mechanism (VXLAN, bridge, TCP, AES, ovs-vswitchd ...) the CPU went to")
 
     @field_validator("*", mode="before")
     @classmethod
