@@ -345,8 +345,10 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              alpha: float = typer.Option(0.05, "--alpha", help="significance level, after Holm's correction"),
              fail_on_regression: Optional[str] = typer.Option(
                  None, "--fail-on-regression", help="exit 1 if a metric is significantly worse by more than this, e.g. 5%"),
+             gate: Optional[list[str]] = typer.Option(
+                 None, "--gate", help="only this metric can fail --fail-on-regression (repeatable; default: all)"),
              fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
-    """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
+    """B against A per scenario and metric: means, ratio with 95% CI, Welch p (Holm), better/worse/not significant."""
     from . import compare as cmp
     if fmt not in ("table", "json"):
         fail(f"--format {fmt}: use table or json")
@@ -360,7 +362,7 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
-        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold)
+        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, gate or None)
     except cmp.CompareError as exc:
         fail(str(exc))
     if fmt == "json":

@@ -2,11 +2,13 @@
 
 A and B are two campaigns, or two scenario selections (`--a-where overlay=vxlan --b-where overlay=none`) of one or
 two campaigns. Scenarios are matched by their factor levels, leaving out the factors a selection names. Per matched
-scenario, workload and metric: the median of each side's trial values, the ratio of the means B/A with its bootstrap
-95 % CI, Welch's p on the per-trial values, Holm-corrected over the whole table, and a verdict (better / worse /
-same, by the metric's direction in sample.METRICS). With a regression threshold, a metric that is significantly
-worse (after Holm) by more than the threshold is a regression, and the command exits 1: a CI gate, the way pyperf's
-`compare_to` is used.
+scenario, workload and metric: the mean of each side's trial values, the ratio of the means B/A with Fieller's 95 %
+CI, Welch's p on the same means, Holm-corrected over the whole table, and a verdict (better / worse / not
+significant, by the metric's direction in sample.METRICS; "too few trials" or "cannot tell (no spread)" when the
+test cannot judge). CPU is compared per unit of work: where the workload measured throughput, a CPU metric's row is
+CPU per Gbit/s of that trial (a faster datapath that uses more CPU for more traffic is not a regression). With a
+regression threshold, a gated metric (--gate, default: every metric) that is significantly worse (after Holm) by
+more than the threshold is a regression, and the command exits 1: a CI gate, the way pyperf's `compare_to` is used.
 """
 from __future__ import annotations
 
@@ -48,8 +50,10 @@ class Row:
     b: stats.Summary
     comparison: stats.Comparison
     p_holm: float = math.nan
-    verdict: str = "same"
+    verdict: str = stats.NOT_SIGNIFICANT
     regression: bool = False
+    gated: bool = True                 # this row's metric may fail the gate
+    per_gbit: bool = False             # a CPU metric divided by the trial's throughput in Gbit/s
 
     @property
     def change(self) -> float:
@@ -113,32 +117,70 @@ def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
     return [(dict(k), keyed[0][k], keyed[1][k]) for k in both]
 
 
+EFFICIENCY_BASE = ("aggregate_throughput_bps", "throughput_bps")  # what a trial's CPU is divided by
+
+
+def _is_cpu(metric: str) -> bool:
+    m = METRICS.get(metric)
+    return m is not None and m.unit == "ratio" and "cpu" in metric and m.better == "lower"
+
+
+def _per_trial(side: Side, data, metric: str) -> dict[tuple, dict[int, float]]:
+    """(scenario, metric, workload, who) -> {trial id: its one value}, for pairing CPU with throughput per trial."""
+    label = report.workload_labels(side.store, side.campaign.id, data)
+    out: dict[tuple, dict[int, float]] = {}
+    got = data.trial_values(metric, background=None, key=lambda t, smp: (
+        t.scenario, metric, label[t.workload], report._who(smp["metadata"]), t.id))
+    for (sc, m, wl, who, tid), vals in got.items():
+        out.setdefault((sc, m, wl, who), {})[tid] = vals[0]
+    return out
+
+
+def _efficiency(side: Side, data, groups: dict) -> dict[tuple, list[float]]:
+    """CPU per Gbit/s, one value per trial, for each CPU group whose workload measured throughput in that trial."""
+    base = next((m for m in EFFICIENCY_BASE if any(k[1] == m for k in groups)), None)
+    if base is None:
+        return {}
+    tput = {(k[0], k[2]): v for k, v in _per_trial(side, data, base).items() if not k[3]}
+    out = {}
+    for metric in {k[1] for k in groups if _is_cpu(k[1])}:
+        for (sc, m, wl, who), by_trial in _per_trial(side, data, metric).items():
+            t = tput.get((sc, wl), {})
+            vals = [v / (t[tid] / 1e9) for tid, v in by_trial.items() if t.get(tid, 0) > 0]
+            if vals and len(vals) == len(by_trial):
+                out[(sc, m, wl, who)] = vals
+    return out
+
+
 def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
-            threshold: float | None = None) -> list[Row]:
+            threshold: float | None = None, gate: list[str] | None = None) -> list[Row]:
     matched = _match(a, b)
-    groups = [report.group_values(s.store, s.campaign.id, dataset.load(s.store, s.campaign.id)) for s in (a, b)]
+    datas = [dataset.load(s.store, s.campaign.id) for s in (a, b)]
+    groups = [report.group_values(s.store, s.campaign.id, d) for s, d in zip((a, b), datas)]
+    per_gbit = [_efficiency(s, d, g) for s, d, g in zip((a, b), datas, groups)]
     wanted = set(metrics or report.DEFAULT_METRICS)
-    unknown = wanted - set(METRICS)
+    unknown = (wanted | set(gate or ())) - set(METRICS)
     if unknown:
-        raise CompareError(f"--metric {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
+        raise CompareError(f"--metric/--gate {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
     rows: list[Row] = []
     for levels, ia, ib in matched:
-        for (sc, metric, workload, who), va in sorted(groups[0].items()):
+        for key, va in sorted(groups[0].items()):
+            sc, metric, workload, who = key
             m = METRICS.get(metric)
             if sc != ia or metric not in wanted or m is None or m.better not in ("higher", "lower"):
                 continue
-            vb = groups[1].get((ib, metric, workload, who))
+            kb = (ib, metric, workload, who)
+            eff = key in per_gbit[0] and kb in per_gbit[1]
+            va, vb = (per_gbit[0][key], per_gbit[1][kb]) if eff else (va, groups[1].get(kb))
             if not vb:
                 continue
             c = stats.compare(va, vb, alpha, m.better)
-            rows.append(Row(levels, workload, who, metric, m.unit, m.better, c.a, c.b, c))
-    for row, p in zip(rows, stats.holm([r.comparison.p for r in rows])):
-        row.p_holm = p
-        if math.isnan(p):
-            row.verdict = "too few trials"
-            continue
-        row.verdict = stats.verdict(p < alpha, row.comparison.diff, row.better)
-        row.regression = bool(threshold is not None and row.verdict == "worse" and abs(row.change) > threshold)
+            rows.append(Row(levels, workload, who, metric, m.unit + (" per Gbit/s" if eff else ""), m.better, c.a, c.b,
+                            c, gated=gate is None or metric in gate, per_gbit=eff))
+    for row, (p, verdict) in zip(rows, stats.holm_verdicts([r.comparison for r in rows], alpha)):
+        row.p_holm, row.verdict = p, verdict
+        row.regression = bool(threshold is not None and row.gated and verdict == "worse"
+                              and abs(row.change) > threshold)
     return rows
 
 
@@ -162,12 +204,16 @@ def _p(p: float) -> str:
 
 def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> list[str]:
     lines = [f"A: {a.describe()}", f"B: {b.describe()}",
-             f"n = trials per side (one value per trial). Medians of the trial values; B/A = ratio of the means with "
-             f"its bootstrap 95 % CI; p = {stats.TEST}, Holm-corrected over the {len(rows)} comparisons of this "
-             f"table; verdict at alpha = {alpha:g}."]
+             f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
+             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
+             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': the row "
+             f"says the smallest change its test finds 80 % of the time. CPU rows marked 'per Gbit/s' divide each "
+             f"trial's CPU by its throughput."]
     if threshold is not None:
         bad = sum(r.regression for r in rows)
-        lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}).")
+        gated = sorted({r.metric for r in rows if r.gated})
+        lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}; "
+                     f"gated metrics: {', '.join(gated) or 'none'}).")
     return lines
 
 
@@ -176,15 +222,18 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold")
-    for col in ("scenario", "metric", "n A/B", "A median", "B median", "B/A [95% CI]", "p (Holm)", "verdict"):
+    for col in ("scenario", "metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"):
         t.add_column(col, justify="left" if col in ("scenario", "metric", "verdict") else "right",
                      overflow="fold")
     for r in rows:
         scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols) or "all"
-        what = r.metric + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
+        what = r.metric + (" per Gbit/s" if r.per_gbit else "") \
+            + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
-        verdict = r.verdict + (" REGRESSION" if r.regression else "")
-        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.median, r.unit), human(r.b.median, r.unit), _ratio(r),
+        verdict = r.verdict + (" REGRESSION" if r.regression else "") \
+            + (stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else "")
+        unit = r.unit.replace(" per Gbit/s", "")
+        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit), human(r.b.mean, unit), _ratio(r),
                   _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
     return t
 
@@ -207,5 +256,5 @@ def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | 
                      "ratio": _num(r.comparison.ratio), "ratio_ci": [_num(v) for v in r.comparison.ratio_ci],
                      "diff": _num(r.comparison.diff), "diff_ci": [_num(v) for v in r.comparison.diff_ci],
                      "p": _num(r.comparison.p), "p_holm": _num(r.p_holm), "verdict": r.verdict,
-                     "regression": r.regression} for r in rows]}
+                     "regression": r.regression, "gated": r.gated, "per_gbit": r.per_gbit} for r in rows]}
     return json.dumps(out, indent=2)
