@@ -477,7 +477,9 @@ class Campaign:
         except Exception as exc:  # a parser or probe bug fails this trial, not the campaign
             return "failed", _last_line(exc), [], {}, False
         verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
-                               foreign_busy=extra.get("foreign_busy_ratio"))
+                               foreign_busy=extra.get("foreign_busy_ratio"), offered_rate=offered_rate(wl))
+        if verdict.flags:  # shown with the trial's numbers: a load not offered, a goodput no ceiling checked
+            extra["flags"] = verdict.flags
         noisy = verdict.noisy + extra.get("background_uncovered", [])
         if noisy:
             extra["noisy"] = noisy
@@ -598,7 +600,17 @@ def ceiling(sc: Scenario, wl) -> float | None:
         return None
     proto = getattr(wl.params, "protocol", None) or ("udp" if str(getattr(wl.params, "test", "")).startswith("UDP")
                                                      else "tcp")
-    return guards.payload_ceiling(sc.underlay_rate, sc.vm_mtu, sc.overhead, proto, int(sc.levels.get("ip_version", 4)))
+    datagram = getattr(wl.params, "message_size", None) if proto == "udp" else None
+    return guards.payload_ceiling(sc.underlay_rate, sc.vm_mtu, sc.overhead, proto, int(sc.levels.get("ip_version", 4)),
+                                  datagram=datagram, duration=getattr(wl.params, "duration", None))
+
+
+def offered_rate(wl) -> float | None:
+    """The bit/s a rate-bounded sender was asked to send per pair and direction (iperf3 UDP: -b per stream)."""
+    p = wl.params
+    if getattr(p, "protocol", None) == "udp" and getattr(p, "udp_rate", None):
+        return float(p.udp_rate) * getattr(p, "streams", 1)
+    return None
 
 
 def _crossing(topo: Topology, wl) -> set[int]:
