@@ -418,3 +418,33 @@ def within(s: Summary, lo: float = 0.0, hi: float = math.inf) -> Summary:
     mean_ci, median_ci = cut(s.ci_mean), cut(s.ci_median)
     clipped = s.clipped or mean_ci != s.ci_mean or median_ci != s.ci_median
     return replace(s, ci_mean=mean_ci, ci_median=median_ci, clipped=clipped)
+
+
+# ---- findings: one test per claim over matched cells -----------------------------------------------------------
+def cells_p(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[float, float, str | None]:
+    """One test of "b differs from a" over matched cells (each cell: a's and b's per-trial values): (p, the
+    geometric-mean ratio b/a over the cells, why it cannot judge). With 3 or more cells the cell is the unit: a
+    one-sample t-test of the cells' log ratios of means; with 1 or 2 cells, Welch on the trials of the cell with
+    the most of them. Never a verdict from one repetition: TOO_FEW when every cell has fewer than 2 trials a side."""
+    usable = [(a, b) for a, b in cells if len(a) and len(b) and np.mean(a) > 0 and np.mean(b) > 0]
+    if not usable:
+        return math.nan, math.nan, TOO_FEW
+    logs = np.array([math.log(np.mean(b) / np.mean(a)) for a, b in usable])
+    ratio = float(np.exp(logs.mean()))
+    if len(usable) >= 3:
+        if np.ptp(logs) == 0:
+            return math.nan, ratio, NO_SPREAD
+        from scipy import stats as sps
+        return float(sps.ttest_1samp(logs, 0.0).pvalue), ratio, None
+    a, b = max(usable, key=lambda ab: min(len(ab[0]), len(ab[1])))
+    why = degenerate(a, b)
+    return (math.nan if why else welch_p(a, b)), ratio, why
+
+
+def finding_words(p_adjusted: float, ratio: float, why: str | None, alpha: float = 0.05) -> str:
+    """What one Holm-corrected finding may say: 'significant: higher/lower' or 'not significant: cannot tell'."""
+    if why:
+        return f"cannot tell ({why})" if why != NO_SPREAD else why
+    if not p_adjusted < alpha:
+        return f"not significant: cannot tell (Holm p = {p_adjusted:.2g})"
+    return f"significant: {'higher' if ratio > 1 else 'lower'} (Holm p = {p_adjusted:.2g})"
