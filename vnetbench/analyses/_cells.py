@@ -88,3 +88,43 @@ def scale(unit: str, values: Sequence[float]) -> tuple[float, str]:
 
 def style(i: int) -> dict:
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
+
+
+# ---- one printed family of tests ------------------------------------------------------------------------------
+class Family:
+    """Holm over every test one printed list (a findings list, a table's marks) makes, without reshaping the code
+    that writes it: the list is built twice with the same Family, the first pass records each test's p, the second
+    reads the Holm-adjusted p of the same test (the code is deterministic: the tests come in the same order)."""
+
+    def __init__(self, alpha: float = 0.05):
+        self.alpha, self.p, self.adjusted, self.i = alpha, [], None, 0
+
+    def _p(self, p: float) -> float:
+        if self.adjusted is None:
+            self.p.append(p)
+            return p
+        p, self.i = self.adjusted[self.i], self.i + 1
+        return p
+
+    def significant(self, a: Sequence[float], b: Sequence[float]) -> bool:
+        """Welch's test of a against b, as one member of the family (False when it cannot judge)."""
+        c = stats.compare(a, b)
+        return bool(self._p(c.p) < self.alpha)
+
+    def above(self, values: Sequence[float], limit: float) -> bool:
+        """One-sided one-sample t-test that the mean of per-trial values is above `limit`, one member."""
+        from scipy import stats as sps
+        x = [v for v in values if math.isfinite(v)]
+        p = math.nan if len(x) < 2 or max(x) == min(x) else \
+            float(sps.ttest_1samp(x, limit, alternative="greater").pvalue)
+        return bool(self._p(p) < self.alpha)
+
+    @property
+    def size(self) -> int:
+        return sum(math.isfinite(p) for p in self.p)
+
+    def build(self, make):
+        """make() twice: the second time with the adjusted p-values; returns its result."""
+        make()
+        self.adjusted, self.i = stats.holm(self.p), 0
+        return make()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import yaml
@@ -23,6 +23,7 @@ from ..dataset import load
 from ..stats import Comparison, Summary, compare, holm, summarize
 from ..store import Store
 from . import register
+from ._cells import Family
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 GROUPS = ("control", "attack")
@@ -168,7 +169,7 @@ def change(a: float | None, b: float | None) -> str:
     return f"{100 * (b - a) / a:+.0f} %"
 
 
-MIN_ROUNDS = 4  # per group: with 3 + 3 rounds Mann-Whitney cannot go below p = 0.1
+MIN_ROUNDS = 4  # per group: fewer rounds a side are reported as too few (Welch at 3 + 3 finds only large changes)
 
 
 def verdict(c: Comparison | None) -> str:
@@ -176,7 +177,7 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
-    return f"{'yes' if c.significant else 'no'} (p = {c.p:.2g})"
+    return f"{'yes' if c.significant else 'not significant'} (p = {c.p:.2g})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
@@ -184,7 +185,7 @@ def _answer(c: Comparison, direction: str) -> str:
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"cannot tell from {c.a.n} + {c.b.n} rounds"
     if not c.significant:
-        return "not shown (within noise)"
+        return "not significant: cannot tell"
     return "yes" if (c.b.mean > c.a.mean) == (direction == "higher") else "no"
 
 
@@ -193,10 +194,28 @@ def _summary(values: list[float]) -> Summary | None:
     return summarize(values) if values else None
 
 
+_FAMILY: list[Family | None] = [None]  # the printed list being built: its tests are Holm-corrected together
+
+
 def _compare(a: list[float], b: list[float]) -> Comparison | None:
+    """Welch's test of a against b; inside family(), its p is the Holm-adjusted p of the list it is printed in."""
     a = [v for v in a if v is not None and math.isfinite(v)]
     b = [v for v in b if v is not None and math.isfinite(v)]
-    return compare(a, b) if a and b else None
+    c = compare(a, b) if a and b else None
+    fam = _FAMILY[0]
+    if c is None or fam is None:
+        return c
+    p = fam._p(c.p)
+    return replace(c, p=p, significant=bool(p < fam.alpha))
+
+
+def family(make):
+    """make() as one Holm family: every _compare it makes is corrected over all of them (see _cells.Family)."""
+    _FAMILY[0] = Family()
+    try:
+        return _FAMILY[0].build(make)
+    finally:
+        _FAMILY[0] = None
 
 
 @register
@@ -211,11 +230,13 @@ class S5(Analysis):
         if not rounds:
             result.findings.append("No round of the web workload finished: nothing to analyse.")
             return result
-        result.tables.append(self._study_table(by))
+        result.tables.append(family(lambda: self._study_table(by)))  # the growth row: one family
         if any(r.vm for r in rounds):
             result.tables.append(self._vm_table(by, victim, neighbour))
-        result.tables.append(self._tenant_table(by, victim, neighbour))
-        result.findings += self._findings(by, neighbour) + self._vm_findings(by) + problems
+        result.tables.append(family(lambda: self._tenant_table(by, victim, neighbour)))
+        result.findings += family(lambda: self._findings(by, neighbour) + self._vm_findings(by)) + [
+            "Findings: Welch's t-test on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
+            "p shown is Holm-adjusted."] + problems
         result.figures.append(self._fig3(by))
         result.figures.append(self._series_figure(by))
         result.figures.append(self._rt_figure(by, victim, neighbour))
@@ -264,7 +285,7 @@ class S5(Analysis):
             text = f"{100 * (mb - ma):+.1f} points" if points else change(ma, mb)
             if min(len(a), len(b)) < MIN_ROUNDS:
                 return f"{text}, not tested ({len(a)} + {len(b)} rounds)"
-            return f"{text}, {'significant' if compare(a, b).significant else 'within noise'}"
+            return f"{text}, {'significant' if _compare(a, b).significant else 'not significant'}"
 
         conv = values(lambda r: r.conversion)
         ratio = "-"
@@ -379,7 +400,7 @@ class S5(Analysis):
                      change(a, b), verdict(_compare(busy["control"], busy["attack"]))])
         note = ("Response times: every request of every round pooled for the median and p95 shown; the significance "
                 "test compares the per-round medians (or p95s) of the two groups, so that rounds, not requests, are the "
-                "independent samples (Welch t-test p < 0.05, stats.compare). "
+                "independent samples (Welch t-test, Holm-corrected over the tests of this table, adjusted p < 0.05). "
                 "Change = attack vs control. CPU work is what the tenant's constant stress-ng load got done per second "
                 "of wall time: it falls when the tenant gets less CPU.")
         return TableData("S5 — the tenants during the attack", ["tenant", "measure", "control", "attack", "change",
