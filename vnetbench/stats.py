@@ -448,3 +448,35 @@ def finding_words(p_adjusted: float, ratio: float, why: str | None, alpha: float
     if not p_adjusted < alpha:
         return f"not significant: cannot tell (Holm p = {p_adjusted:.2g})"
     return f"significant: {'higher' if ratio > 1 else 'lower'} (Holm p = {p_adjusted:.2g})"
+
+
+@dataclass(frozen=True)
+class Contrast:
+    estimate: float                     # sum of weight * mean
+    ci: tuple[float, float]             # Welch-Satterthwaite t interval
+    p: float                            # two-sided; nan when it cannot be judged
+    why: str | None = None
+
+
+def contrast(terms: Sequence[tuple[float, Sequence[float]]], confidence: float = 0.95) -> Contrast:
+    """A test of sum(w * mean(group)) = 0 over independent groups of per-trial values, e.g. whether one mechanism's
+    cost (B+M minus B) exceeds another's: (IPsec - Reference) - (Reference - CS) has weights +1, -2, +1. Welch's
+    approach: the variance sum(w^2 s^2 / n), Satterthwaite's df. Comparing two estimates by eye ("3.1 > 2.9 ms")
+    says yes about half the time when they are equal; this test keeps its 5 %."""
+    merged: dict[int, list] = {}
+    for w, vals in terms:  # the same group twice (a scenario in both costs): its weights add
+        key = id(vals)
+        merged[key] = [merged.get(key, [0.0])[0] + w, vals]
+    parts = [(w, _checked(v)) for w, v in merged.values() if w != 0]
+    est = float(sum(w * x.mean() for w, x in parts))
+    if any(x.size < 2 for _, x in parts):
+        return Contrast(est, NAN_PAIR, math.nan, TOO_FEW)
+    var = [w * w * x.var(ddof=1) / x.size for w, x in parts]
+    total = sum(var)
+    if total == 0:
+        return Contrast(est, (est, est), 1.0 if est == 0 else math.nan, None if est == 0 else NO_SPREAD)
+    df = total ** 2 / sum(v * v / (x.size - 1) for v, (_, x) in zip(var, parts))
+    from scipy import stats as sps
+    se = math.sqrt(total)
+    half = float(sps.t.ppf((1 + confidence) / 2, df)) * se
+    return Contrast(est, (est - half, est + half), float(2 * sps.t.sf(abs(est) / se, df)))

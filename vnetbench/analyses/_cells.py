@@ -106,6 +106,10 @@ class Family:
         p, self.i = self.adjusted[self.i], self.i + 1
         return p
 
+    def adjusted_p(self, p: float) -> float:
+        """A test's p as one member of the family: the raw p on the first pass, Holm-adjusted on the second."""
+        return self._p(p)
+
     def significant(self, a: Sequence[float], b: Sequence[float]) -> bool:
         """Welch's test of a against b, as one member of the family (False when it cannot judge)."""
         c = stats.compare(a, b)

@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter
 
 from .. import figures
 from ..dataset import load
-from ..stats import Comparison, Summary, compare, holm, summarize
+from ..stats import Comparison, Summary, compare, holm, summarize, within
 from ..store import Store
 from . import register
 from ._cells import Family
@@ -148,7 +148,8 @@ def rate_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{s.mean:.0f}"
-    return f"{s.mean:.0f} ({s.ci_mean[0]:.0f}–{s.ci_mean[1]:.0f})"
+    s = within(s, 0.0)  # a rate is not negative: the t interval is cut at 0, and says so
+    return f"{s.mean:.0f} ({s.ci_mean[0]:.0f}–{s.ci_mean[1]:.0f}{', clipped' if s.clipped else ''})"
 
 
 def pct_cell(s: Summary | None) -> str:
@@ -156,7 +157,8 @@ def pct_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{100 * s.mean:.1f} %"
-    return f"{100 * s.mean:.1f} % ({100 * s.ci_mean[0]:.1f}–{100 * s.ci_mean[1]:.1f})"
+    s = within(s, 0.0)  # a conversion rate is not negative (it may exceed 100 %)
+    return f"{100 * s.mean:.1f} % ({100 * s.ci_mean[0]:.1f}–{100 * s.ci_mean[1]:.1f}{', clipped' if s.clipped else ''})"
 
 
 def ms(v: float | None) -> str:
