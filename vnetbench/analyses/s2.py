@@ -3,8 +3,8 @@ table naming the best technology per metric for each placement, VM count and dir
 cannot be told from the best), and tenant B alone vs under tenant A's flood.
 
 The trial is the unit: every statistic is over one value per trial (a trial's median ping under load, its aggregate
-throughput, its mean UDP loss over pairs). The best per metric is stats.best_of: the leader by mean is compared with
-every other technology by Welch's t-test, Holm-corrected within the cell; those it cannot be told from tie with it.
+throughput, its mean UDP loss over pairs). The best per metric is stats.best_of: Welch's t-test on every pair of
+technologies, Holm-corrected over all the pairs of the cell; those that cannot be told from the leader tie with it.
 """
 from __future__ import annotations
 
@@ -107,8 +107,8 @@ def best_table(data: Dataset) -> TableData:
     return TableData("Best technology per metric, placement, VM count and direction",
                      ["placement", "VMs", "direction", *[b[0] for b in BEST]], rows,
                      "Best = the best mean over trials (one value per trial). 'tie: A / B' lists every technology "
-                     "that cannot be told from the best: the best is compared with each other one by Welch's t-test "
-                     "on the per-trial values, and the p-values of a cell are Holm-corrected (alpha 0.05). Latency "
+                     "that cannot be told from the best: Welch's t-test on the per-trial values of every pair of "
+                     "technologies, Holm-corrected over all the pairs of the cell (alpha 0.05). Latency "
                      "(each trial's median ping) and jitter come from pings sent during the TCP test, as in the "
                      "study; loss is UDP datagram loss at the receiver in the UDP tests"
                      + (f" at the highest controlled rate each row ran, per connection: {rates}" if rates else "")
@@ -214,7 +214,8 @@ def interference_table(data: Dataset) -> TableData | None:
                 tests.append((rows[-1], compare(alone, flooded, better=better)))
     for (row, c), p in zip(tests, holm([c.p for _, c in tests])):
         v = verdict(p < 0.05, c.diff, c.better)
-        row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, "no") + f" (p = {p:.2g})"
+        row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, c.why or "not significant") + (
+            f" (p = {p:.2g})" if p == p else "")
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
