@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import dataset
+from . import dataset, stats
 from .sample import METRICS
 from .stats import Summary, summarize
 from .store import Store
@@ -91,8 +91,10 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
             continue
         sc = scenarios[idx]
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{proc}]" if proc else "")
+        unit = METRICS[metric].unit if metric in METRICS else ""
+        # intervals never leave the physical range (a loss CI of -50.8 % .. 137 %): cut there, marked 'clipped'
         out.append(Row(idx, workload, label, implementation(sc["implementation"]), metric,
-                       METRICS[metric].unit if metric in METRICS else "", summarize(values), proc,
+                       unit, stats.within(summarize(values), *stats.physical_range(metric, unit)), proc,
                        sc["implementation"] or {}))
     return out
 
@@ -207,5 +209,5 @@ def stat_cells(s: Summary, unit: str) -> list[str]:
     """The STAT_COLUMNS of one summary in human units; '*' marks a median interval that is only min..max."""
     h = lambda v: human(v, unit)  # noqa: E731
     return [str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std), human(s.cv, "ratio"), h(s.min), h(s.max),
-            f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
+            f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}" + (" (clipped)" if s.clipped else ""),
             f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*")]
