@@ -54,6 +54,7 @@ class Row:
     regression: bool = False
     gated: bool = True                 # this row's metric may fail the gate
     per_gbit: bool = False             # a CPU metric divided by the trial's throughput in Gbit/s
+    not_offered: str = ""              # "A 2/4, B 0/4": trials whose rate-bounded sender fell short of its rate
 
     @property
     def change(self) -> float:
@@ -152,12 +153,26 @@ def _efficiency(side: Side, data, groups: dict) -> dict[tuple, list[float]]:
     return out
 
 
+def _not_offered(data) -> dict[tuple[int, int], tuple[int, int]]:
+    """(scenario, workload) -> (ok trials whose sender did not offer its rate, ok trials) — guards flag them."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for t in data.trials.values():
+        if t["status"] != "ok":
+            continue
+        got = out.setdefault((t["scenario"], t["workload"]), [0, 0])
+        got[0] += any(str(f).startswith("offered ") for f in (t["metadata"] or {}).get("flags", []))
+        got[1] += 1
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
 def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
             threshold: float | None = None, gate: list[str] | None = None) -> list[Row]:
     matched = _match(a, b)
     datas = [dataset.load(s.store, s.campaign.id) for s in (a, b)]
     groups = [report.group_values(s.store, s.campaign.id, d) for s, d in zip((a, b), datas)]
     per_gbit = [_efficiency(s, d, g) for s, d, g in zip((a, b), datas, groups)]
+    short = [_not_offered(d) for d in datas]
+    names = [{v: k for k, v in report.workload_labels(s.store, s.campaign.id, d).items()} for s, d in zip((a, b), datas)]
     wanted = set(metrics or report.DEFAULT_METRICS)
     unknown = (wanted | set(gate or ())) - set(METRICS)
     if unknown:
@@ -175,8 +190,11 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
             if not vb:
                 continue
             c = stats.compare(va, vb, alpha, m.better)
+            flags = [short[i].get((sc_, names[i].get(workload)), (0, 0)) for i, sc_ in ((0, ia), (1, ib))]
             rows.append(Row(levels, workload, who, metric, m.unit + (" per Gbit/s" if eff else ""), m.better, c.a, c.b,
-                            c, gated=gate is None or metric in gate, per_gbit=eff))
+                            c, gated=gate is None or metric in gate, per_gbit=eff,
+                            not_offered=f"A {flags[0][0]}/{flags[0][1]}, B {flags[1][0]}/{flags[1][1]}"
+                            if flags[0][0] or flags[1][0] else ""))
     for row, (p, verdict) in zip(rows, stats.holm_verdicts([r.comparison for r in rows], alpha)):
         row.p_holm, row.verdict = p, verdict
         row.regression = bool(threshold is not None and row.gated and verdict == "worse"
@@ -231,7 +249,8 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
             + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
         verdict = r.verdict + (" REGRESSION" if r.regression else "") \
-            + (stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else "")
+            + (stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else "") \
+            + (f"; load not offered in {r.not_offered} trials" if r.not_offered else "")
         unit = r.unit.replace(" per Gbit/s", "")
         t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit), human(r.b.mean, unit), _ratio(r),
                   _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
@@ -256,5 +275,6 @@ def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | 
                      "ratio": _num(r.comparison.ratio), "ratio_ci": [_num(v) for v in r.comparison.ratio_ci],
                      "diff": _num(r.comparison.diff), "diff_ci": [_num(v) for v in r.comparison.diff_ci],
                      "p": _num(r.comparison.p), "p_holm": _num(r.p_holm), "verdict": r.verdict,
-                     "regression": r.regression, "gated": r.gated, "per_gbit": r.per_gbit} for r in rows]}
+                     "regression": r.regression, "gated": r.gated, "per_gbit": r.per_gbit,
+                     "load_not_offered": r.not_offered or None} for r in rows]}
     return json.dumps(out, indent=2)
