@@ -449,7 +449,7 @@ def finding_words(p_adjusted: float, ratio: float, why: str | None, alpha: float
     if why:
         return f"cannot tell ({why})" if why != NO_SPREAD else why
     if not p_adjusted < alpha:
-        return f"not significant: cannot tell (Holm p = {p_adjusted:.2g})"
+        return f"not significant (Holm p = {p_adjusted:.2g})"
     return f"significant: {'higher' if ratio > 1 else 'lower'} (Holm p = {p_adjusted:.2g})"
 
 
