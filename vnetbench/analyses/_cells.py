@@ -23,12 +23,16 @@ def summary(values: Sequence[float]) -> Summary | None:
 
 
 def mean_ci(values: Sequence[float], unit: str) -> str:
-    """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval."""
+    """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval. An interval that would
+    reach below 0 is cut there and shown as its ends: '550 Mbit/s (0 .. 1.19 Gbit/s, clipped)'."""
     s = summary(values)
     if s is None:
         return DASH
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{human(s.mean, unit)} (n=1)"
+    cut = stats.within(s, 0.0)
+    if cut.clipped:
+        return f"{human(s.mean, unit)} ({human(cut.ci_mean[0], unit)} .. {human(cut.ci_mean[1], unit)}, clipped)"
     return f"{human(s.mean, unit)} ± {human(s.ci_mean[1] - s.mean, unit)}"
 
 
