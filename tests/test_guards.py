@@ -83,3 +83,10 @@ def test_a_sender_that_did_not_offer_its_rate_is_flagged():
     full = guards.judge([tput(99e6), Sample.of("sender_throughput_bps", 99.5e6, pair=1, direction="forward")],
                         ceiling=1e9, crossing={1}, offered_rate=rate)
     assert not full.flags
+
+
+def test_a_background_flood_that_did_not_offer_its_rate_is_flagged_too():
+    """S2's tenant flood asked 4 x 250 Mbit/s in a guest and delivered 29: the background load's own rate."""
+    flood = [Sample.of("sender_throughput_bps", 7.3e6, pair=1, direction="forward", role="background")]
+    assert guards.check_offered(flood, 250e6, role="background")[0].startswith("offered 7.3 of 250 Mbit/s")
+    assert not guards.check_offered(flood, 250e6)  # the foreground's check leaves background samples alone

@@ -479,7 +479,7 @@ class Campaign:
         verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
                                foreign_busy=extra.get("foreign_busy_ratio"), offered_rate=offered_rate(wl))
         if verdict.flags:  # shown with the trial's numbers: a load not offered, a goodput no ceiling checked
-            extra["flags"] = verdict.flags
+            extra["flags"] = extra.get("flags", []) + verdict.flags
         noisy = verdict.noisy + extra.get("background_uncovered", [])
         if noisy:
             extra["noisy"] = noisy
@@ -542,6 +542,11 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     meta = {"foreign_busy_ratio": foreign}
     if uncovered:
         meta["background_uncovered"] = uncovered
+    # a background flood that did not offer its rate (a starved guest's sender): flagged like the foreground's
+    short = [f"background {f}" for b in background
+             for f in guards.check_offered(b.samples, offered_rate(b.workload), role="background")]
+    if short:
+        meta["flags"] = short
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
