@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import dataset, report, stats
+from . import dataset, guards, report, stats
 from .sample import METRICS
 from .store import Campaign, Store
 from .units import human
@@ -160,7 +160,7 @@ def _not_offered(data) -> dict[tuple[int, int], tuple[int, int]]:
         if t["status"] != "ok":
             continue
         got = out.setdefault((t["scenario"], t["workload"]), [0, 0])
-        got[0] += any(str(f).startswith("offered ") for f in (t["metadata"] or {}).get("flags", []))
+        got[0] += guards.not_offered(t["metadata"])
         got[1] += 1
     return {k: (v[0], v[1]) for k, v in out.items()}
 

@@ -193,6 +193,11 @@ def check_offered(samples: Sequence[Sample], rate: float | None, role: str | Non
     return out
 
 
+def not_offered(trial_metadata: dict | None) -> bool:
+    """Whether a stored trial carries a load-not-offered flag (its own sender's or a background flood's)."""
+    return any(str(f).startswith(("offered ", "background offered ")) for f in (trial_metadata or {}).get("flags", []))
+
+
 def check_noise(samples: Sequence[Sample], foreign_busy: float | None) -> list[str]:
     noisy = []
     for s in samples:
