@@ -53,7 +53,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """b against a. `ratio` = mean(b) / mean(a), `diff` = mean(b) - mean(a), each with a bootstrap CI."""
+    """b against a. `ratio` = mean(b) / mean(a) with Fieller's CI, `diff` = mean(b) - mean(a) with Welch's CI."""
     a: Summary
     b: Summary
     alpha: float

@@ -279,7 +279,7 @@ class S4(Analysis):
              "throughput guest", "guest / machine", "latency p50 machine", "latency p50 guest", "guest / machine",
              "4 generators guest / machine"], rows,
             f"One TCP stream (receiver goodput) and sockperf p50, mean over runs ± 95 % CI; ratio of the means with "
-            f"its 95 % bootstrap CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
+            f"Fieller's 95 % CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
             f"the ratio is the guest's cost on a datapath both kernels have, a yardstick for the rows only a guest "
             f"could run (Geneve, kernel IPsec), not a correction to apply to them.")
 

@@ -183,7 +183,7 @@ def verdict(c: Comparison | None) -> str:
 
 
 def _answer(c: Comparison, direction: str) -> str:
-    """yes / no / within noise / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
+    """yes / no / not significant / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"cannot tell from {c.a.n} + {c.b.n} rounds"
     if not c.significant:
@@ -346,7 +346,7 @@ class S5(Analysis):
         note = ("Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
                 "host's probe: its /proc/stat (interrupts, context switches, CPU time, NET_RX softirqs) and its NIC's "
                 "received packets. One value per round; mean with its 95 % CI (Student t); attack − control is the "
-                "difference of the means with its bootstrap 95 % CI; significant = Welch's t-test, Holm-corrected over "
+                "difference of the means with Welch's 95 % CI; significant = Welch's t-test, Holm-corrected over "
                 "the rows of this table. A UML guest's interrupts are its timer and its NICs' signals, and its vector "
                 "NIC takes received packets in batches, so a flood raises its packet count far more than its "
                 "interrupts. A UML guest has no steal time: time the machine does not give it is counted as its idle, "
