@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from .. import figures, guards  # noqa: E402
+from .. import figures, guards, stats  # noqa: E402
 from ..dataset import Dataset, load  # noqa: E402
 from ..stats import best_of, compare, holm, summarize, verdict  # noqa: E402
 from ..store import Store  # noqa: E402
@@ -234,7 +234,8 @@ def interference_table(data: Dataset) -> TableData | None:
     for (row, c), p in zip(tests, holm([c.p for _, c in tests])):
         v = verdict(p < 0.05, c.diff, c.better)
         row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, c.why or "not significant") + (
-            f" (p = {p:.2g})" if p == p else "") + flood_short.get(id(row), "")
+            f" (p = {p:.2g}{stats.could_find(c, 0.05 / len(tests)) if v == stats.NOT_SIGNIFICANT else ''})"
+            if p == p else "") + flood_short.get(id(row), "")
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "

@@ -18,7 +18,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from .. import figures
+from .. import figures, stats
 from ..dataset import load
 from ..stats import Comparison, Summary, compare, holm, summarize, within
 from ..store import Store
@@ -179,7 +179,9 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
-    return f"{'yes' if c.significant else 'not significant'} (p = {c.p:.2g})"
+    if c.significant:
+        return f"yes (p = {c.p:.2g})"
+    return f"not significant (p = {c.p:.2g}{stats.could_find(c)})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
