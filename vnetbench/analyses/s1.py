@@ -22,10 +22,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 from ..dataset import Dataset, load  # noqa: E402
-from .. import stats  # noqa: E402
 from ..stats import Summary, compare, contrast, holm, summarize  # noqa: E402
 from ._cells import Family  # noqa: E402
 from ..store import Store  # noqa: E402
