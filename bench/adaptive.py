@@ -6,7 +6,8 @@ precision of 30 fixed repetitions?
 2. Precision of the fixed design: for each cell, the relative half-width of the 95 % CI of the mean of its main
    metric (one value per trial, throughput_bps); the design guarantees every cell within +-T, T = the widest.
 3. The adaptive rule (repetitions: {min: 3, max: N, target: T}) replayed on the same trials in the order they were
-   measured: a cell stops at the first n >= 3 whose CI is within +-T. Reports the trials it needed.
+   measured: the two-stage rule of vnetbench.adaptive (a pilot of 8 plans the total, at least 16). Reports the
+   trials it needed.
 4. With --live, also runs the adaptive campaign for real (new trials) and reports its trials and widest CI.
 
     .venv/bin/python bench/adaptive.py --reps 30 --only switch=linuxbridge --live
@@ -58,10 +59,13 @@ class _AnyRule:
 
 
 def replay(values: list[float], target: float, lo: int, hi: int) -> int:
-    for n in range(lo, min(hi, len(values)) + 1):
-        if adaptive.half_width(values[:n]) <= target:
-            return n
-    return min(hi, len(values))
+    """The trials the two-stage rule runs on these values (at most as many as there are)."""
+    from vnetbench.spec import Repetitions
+    rule = Repetitions(min=max(lo, 2), max=max(hi, lo, 2), target=min(max(target, 1e-6), 0.99))
+    n0 = adaptive.pilot(rule)
+    if len(values) < n0:
+        return len(values)
+    return min(adaptive.planned(values[:n0], rule), len(values))
 
 
 def run(text: str, db: str) -> tuple[int, object, float]:

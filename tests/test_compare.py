@@ -38,10 +38,10 @@ def rows(proc):
     return {(r["scenario"].get("overlay"), r["metric"]): r for r in json.loads(proc.stdout)["rows"]}
 
 
-def test_campaign_against_itself_is_same(db):
+def test_campaign_against_itself_is_not_significant(db):
     proc = vnetbench("compare", "1", "1", "--db", db, "--fail-on-regression", "5%", "--format", "json")
     got = rows(proc)
-    assert len(got) == 4 and all(r["verdict"] == "same" for r in got.values())
+    assert len(got) == 4 and all(r["verdict"] == "not significant" for r in got.values())
     assert all(r["ratio"] == 1 and r["a"]["n"] == 4 for r in got.values())
     table = vnetbench("compare", "1", "1", "--db", db).stdout
     assert "Holm" in table and "n = trials" in table and "worse" not in table
@@ -54,8 +54,8 @@ def test_regression_gate(db):
     r = got[("vxlan", "throughput_bps")]
     assert r["verdict"] == "worse" and r["regression"] and r["ratio"] == pytest.approx(0.9)
     assert r["ratio_ci"][0] < 0.9 < r["ratio_ci"][1] and r["p_holm"] < 0.05
-    assert got[("none", "throughput_bps")]["verdict"] == "same"
-    assert got[("vxlan", "rtt_loaded_s")]["verdict"] == "same"
+    assert got[("none", "throughput_bps")]["verdict"] == "not significant"
+    assert got[("vxlan", "rtt_loaded_s")]["verdict"] == "not significant"
     # worse by 10 %: a 15 % threshold lets it pass, and without a threshold nothing fails
     assert vnetbench("compare", "1", "2", "--db", db, "--fail-on-regression", "15%", check=False).returncode == 0
     assert vnetbench("compare", "1", "2", "--db", db, check=False).returncode == 0

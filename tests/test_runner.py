@@ -78,16 +78,21 @@ class _Sc:
     workloads = [_Wl()]
 
 
-def test_adaptive_stops_when_the_ci_is_narrow_or_at_max():
-    rule = Repetitions(min=3, max=6, target=0.05)
-    assert adaptive.decide(_Sc(), {0: [100.0, 101.0]}, rule, 2) is None  # below min
-    why = adaptive.decide(_Sc(), {0: [100.0, 101.0, 100.5]}, rule, 3)
-    assert why.startswith("converged after 3") and "throughput_bps" in why
-    assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0]}, rule, 3) is None
-    assert adaptive.decide(_Sc(), {0: [100.0, 150.0, 60.0, 90, 140, 70]}, rule, 6).startswith("reached max 6")
-    assert "no iperf3 trial finished ok" in adaptive.decide(_Sc(), {}, rule, 3)
-    # Repetition 3 with only two ok trials (one invalid): not enough values yet, however narrow.
-    assert adaptive.decide(_Sc(), {0: [100.0, 100.1]}, rule, 3) is None
+def test_adaptive_runs_a_pilot_then_the_planned_n_or_max():
+    rule = Repetitions(min=3, max=30, target=0.05)
+    steady = [100.0, 101.0, 100.5, 99.5, 100.2, 100.8, 99.9, 100.1]
+    assert adaptive.decide(_Sc(), {0: steady[:3]}, rule, 3) is None  # narrow at n = 3 no longer stops: pilot of 8
+    assert adaptive.planned(steady, rule) == 16                      # at least twice the pilot
+    assert adaptive.decide(_Sc(), {0: steady}, rule, 8) is None
+    why = adaptive.decide(_Sc(), {0: steady * 2}, rule, 16)
+    assert why.startswith("stopped after 16 repetitions as planned") and "throughput_bps" in why
+    wide = [100.0, 150.0, 60.0, 90, 140, 70, 120, 80]
+    assert adaptive.planned(wide, rule) == 30                         # spread too wide: up to max
+    assert adaptive.decide(_Sc(), {0: wide * 2}, rule, 16) is None
+    assert adaptive.decide(_Sc(), {0: wide * 3 + wide[:6]}, rule, 30).startswith("reached max 30")
+    assert "no iperf3 trial finished ok" in adaptive.decide(_Sc(), {}, rule, 8)
+    # Repetition 8 with only seven ok trials (one invalid): the pilot is not complete yet.
+    assert adaptive.decide(_Sc(), {0: steady[:7]}, rule, 8) is None
 
 
 def test_trial_value_is_one_value_per_trial():
@@ -165,7 +170,8 @@ def test_adaptive_repetitions_stop_and_say_why(tmp_path, state_dir, target):
         if target < 0.01:  # RTT medians never agree to 0.01 %: every scenario runs to max
             assert n == 4 and reason.startswith("reached max 4"), reason
         else:
-            assert reason.startswith(f"converged after {n}") or (n == 4 and reason.startswith("reached max 4"))
+            # max 4 is below the pilot of 8: a fixed design of 4 that the pilot says is enough
+            assert n == 4 and reason.startswith("stopped after 4 repetitions as planned"), reason
     assert json.loads(env)["order"] == {"order": "random", "seed": 7}
     # Blocks: every scenario's repetition k runs before any scenario's repetition k + 1.
     reps_in_order = [t[1] for t in trials]

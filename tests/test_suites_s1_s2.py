@@ -91,7 +91,12 @@ def test_s2_best_and_tie(tmp_path):
                                for d in (("forward", "reverse") if direction == "bidir" else ("forward",))]
                     samples += [Sample.of("rtt_loaded_s", r * k, pair=1) for k in (0.9, 1, 1.1)]
                     samples += [Sample.of("ping_loss_ratio", 0.5 - loss, pair=1)]
-                _trial(store, cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, samples)
+                if protocol == "udp" and env == ("ovs", "gre") and rep <= 2:  # its sender fell short of 200M
+                    store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0, samples,
+                                     {"flags": ["offered 150 of 200 Mbit/s (pair 1): the sender did not reach its "
+                                                "rate"]})
+                else:
+                    _trial(store, cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, samples)
         idx += 1                                        # a lower rate: not the one the table uses
         _s2_scenario(store, cid, idx, env, protocol="udp", rate="100M")
         for rep in range(1, 7):
@@ -103,7 +108,8 @@ def test_s2_best_and_tie(tmp_path):
     uni, bidir = rows[("cross-host", "2", "uni")], rows[("cross-host", "2", "bidir")]
     assert uni[0] == "tie: LB+VXLAN / OVS+VXLAN"        # 40.0 vs 40.2 µs: within noise; OVS+GRE clearly behind
     assert uni[1] == "n/a"                              # no jitter samples were stored
-    assert uni[2] == "LB+VXLAN"                         # UDP loss 1 % vs 5 % vs 30 % (not the ping loss)
+    # UDP loss 1 % vs 5 % vs 30 % (not the ping loss); the verdict says it rests on loads not offered in full
+    assert uni[2] == "LB+VXLAN; load not offered in 2 of 18 trials (OVS+GRE)"
     assert uni[3] == "LB+VXLAN"                         # 10 vs 1 Gbit/s: a clear winner
     assert uni[4] == "N.A. (fixed rate)"                # the study's semantics for a fixed-rate UDP test
     assert bidir[3] == "LB+VXLAN" and bidir[2].startswith("n/a (no UDP test")

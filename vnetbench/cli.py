@@ -434,9 +434,11 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              allow_missing: bool = typer.Option(False, "--allow-missing", help="with --fail-on-regression: a "
                                                 "scenario that ran on one side only (e.g. failed to build) does not "
                                                 "fail the gate"),
+             gate: Optional[list[str]] = typer.Option(
+                 None, "--gate", help="only this metric can fail --fail-on-regression (repeatable; default: all)"),
              fmt: str = typer.Option("table", "--format", help="table or json"),
              exclude_noisy: bool = EXCLUDE_NOISY) -> None:
-    """B against A per scenario and metric: medians, ratio with 95% CI, Welch p (Holm), better/worse/same."""
+    """B against A per scenario and metric: means, ratio with 95% CI, Welch p (Holm), better/worse/not significant."""
     from . import compare as cmp
     if fmt not in ("table", "json"):
         fail(f"--format {fmt}: use table or json")
@@ -450,7 +452,8 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
-        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, exclude_noisy=exclude_noisy)
+        rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, gate or None,
+                           exclude_noisy=exclude_noisy)
         gone = cmp.missing(side_a, side_b)
     except cmp.CompareError as exc:
         fail(str(exc))

@@ -2,11 +2,13 @@
 
 A and B are two campaigns, or two scenario selections (`--a-where overlay=vxlan --b-where overlay=none`) of one or
 two campaigns. Scenarios are matched by their factor levels, leaving out the factors a selection names. Per matched
-scenario, workload and metric: the median of each side's trial values, the ratio of the means B/A with its bootstrap
-95 % CI, Welch's p on the per-trial values, Holm-corrected over the whole table, and a verdict (better / worse /
-same, by the metric's direction in sample.METRICS). With a regression threshold, a metric that is significantly
-worse (after Holm) by more than the threshold is a regression, and the command exits 1: a CI gate, the way pyperf's
-`compare_to` is used.
+scenario, workload and metric: the mean of each side's trial values, the ratio of the means B/A with Fieller's 95 %
+CI, Welch's p on the same means, Holm-corrected over the whole table, and a verdict (better / worse / not
+significant, by the metric's direction in sample.METRICS; "too few trials" or "cannot tell (no spread)" when the
+test cannot judge). CPU is compared per unit of work: where the workload measured throughput, a CPU metric's row is
+CPU per Gbit/s of that trial (a faster datapath that uses more CPU for more traffic is not a regression). With a
+regression threshold, a gated metric (--gate, default: every metric) that is significantly worse (after Holm) by
+more than the threshold is a regression, and the command exits 1: a CI gate, the way pyperf's `compare_to` is used.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import dataset, report, stats
+from . import dataset, guards, report, stats
 from .sample import METRICS
 from .store import Campaign, Store
 from .units import human
@@ -48,8 +50,10 @@ class Row:
     b: stats.Summary
     comparison: stats.Comparison
     p_holm: float = math.nan
-    verdict: str = "same"
+    verdict: str = stats.NOT_SIGNIFICANT
     regression: bool = False
+    gated: bool = True                 # this row's metric may fail the gate
+    not_offered: str = ""              # "A 2/4, B 0/4": trials whose rate-bounded sender fell short of its rate
 
     @property
     def change(self) -> float:
@@ -149,14 +153,43 @@ def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tu
              for k, v in m.items() if not k.stat} for m in models]
 
 
+def _not_offered(data) -> dict[tuple[int, int], tuple[int, int]]:
+    """(scenario, workload) -> (ok trials whose sender did not offer its rate, ok trials) — guards flag them."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for t in data.trials.values():
+        if t["status"] != "ok":
+            continue
+        got = out.setdefault((t["scenario"], t["workload"]), [0, 0])
+        got[0] += guards.not_offered(t["metadata"])
+        got[1] += 1
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _not_offered(data) -> dict[tuple[int, str], tuple[int, int]]:
+    """(scenario, workload name) -> (ok trials whose sender did not offer its rate, ok trials): guards flag them."""
+    out: dict[tuple[int, str], list[int]] = {}
+    for t in data.trials.values():
+        if t["status"] != "ok":
+            continue
+        got = out.setdefault((t["scenario"], data.names.get((t["scenario"], t["workload"]), t["kind"])), [0, 0])
+        got[0] += guards.not_offered(t["metadata"])
+        got[1] += 1
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
 def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0.05,
-            threshold: float | None = None, exclude_noisy: bool = False) -> list[Row]:
+            threshold: float | None = None, gate: list[str] | None = None,
+            exclude_noisy: bool = False) -> list[Row]:
+    """One row per matched scenario, workload, metric and what it measures; Holm over the whole table. CPU is judged
+    by its efficiency (cpu_s_per_gbit, a metric of its own): raw CPU has no better direction, so a faster datapath
+    that uses more CPU is not a regression."""
     matched = _match(a, b)
     groups = trial_values([a, b], exclude_noisy)
+    short = [_not_offered(dataset.load(s.store, s.campaign.id)) for s in (a, b)]
     wanted = set(metrics or report.COMPARE_METRICS)
-    unknown = wanted - set(METRICS)
+    unknown = (wanted | set(gate or ())) - set(METRICS)
     if unknown:
-        raise CompareError(f"--metric {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
+        raise CompareError(f"--metric/--gate {sorted(unknown)[0]!r} is not a metric; `vnetbench metrics` lists them")
     rows: list[Row] = []
     for levels, ia, ib in matched:
         for (sc, metric, workload, who), va in sorted(groups[0].items()):
@@ -167,14 +200,15 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
             if not vb:
                 continue
             c = stats.compare(va, vb, alpha, m.better)
-            rows.append(Row(levels, workload, who, metric, m.unit, m.better, c.a, c.b, c))
-    for row, p in zip(rows, stats.holm([r.comparison.p for r in rows])):
-        row.p_holm = p
-        if math.isnan(p):
-            row.verdict = "too few trials"
-            continue
-        row.verdict = stats.verdict(p < alpha, row.comparison.diff, row.better)
-        row.regression = bool(threshold is not None and row.verdict == "worse" and abs(row.change) > threshold)
+            flags = [short[0].get((ia, workload), (0, 0)), short[1].get((ib, workload), (0, 0))]
+            rows.append(Row(levels, workload, who, metric, m.unit, m.better, c.a, c.b, c,
+                            gated=gate is None or metric in gate,
+                            not_offered=f"A {flags[0][0]}/{flags[0][1]}, B {flags[1][0]}/{flags[1][1]}"
+                            if flags[0][0] or flags[1][0] else ""))
+    for row, (p, verdict) in zip(rows, stats.holm_verdicts([r.comparison for r in rows], alpha)):
+        row.p_holm, row.verdict = p, verdict
+        row.regression = bool(threshold is not None and row.gated and verdict == "worse"
+                              and abs(row.change) > threshold)
     return rows
 
 
@@ -198,12 +232,16 @@ def _p(p: float) -> str:
 
 def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> list[str]:
     lines = [f"A: {a.describe()}", f"B: {b.describe()}",
-             f"n = trials per side (one value per trial). Medians of the trial values; B/A = ratio of the means with "
-             f"its bootstrap 95 % CI; p = {stats.TEST}, Holm-corrected over the {len(rows)} comparisons of this "
-             f"table; verdict at alpha = {alpha:g}."]
+             f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
+             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
+             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': the row "
+             f"says the smallest change its test finds 80 % of the time. CPU rows marked 'per Gbit/s' divide each "
+             f"trial's CPU by its throughput."]
     if threshold is not None:
         bad = sum(r.regression for r in rows)
-        lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}).")
+        gated = sorted({r.metric for r in rows if r.gated})
+        lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}; "
+                     f"gated metrics: {', '.join(gated) or 'none'}).")
     return lines
 
 
@@ -212,15 +250,19 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold")
-    for col in ("scenario", "metric", "n A/B", "A median", "B median", "B/A [95% CI]", "p (Holm)", "verdict"):
+    for col in ("scenario", "metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"):
         t.add_column(col, justify="left" if col in ("scenario", "metric", "verdict") else "right",
                      overflow="fold")
     for r in rows:
         scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols) or "all"
-        what = r.metric + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
+        what = r.metric \
+            + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
-        verdict = r.verdict + (" REGRESSION" if r.regression else "")
-        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.median, r.unit), human(r.b.median, r.unit), _ratio(r),
+        verdict = r.verdict + (" REGRESSION" if r.regression else "") \
+            + (stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else "") \
+            + (f"; load not offered in {r.not_offered} trials" if r.not_offered else "")
+        unit = r.unit
+        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit), human(r.b.mean, unit), _ratio(r),
                   _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
     return t
 
@@ -244,6 +286,7 @@ def as_json(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | 
                      "ratio": _num(r.comparison.ratio), "ratio_ci": [_num(v) for v in r.comparison.ratio_ci],
                      "diff": _num(r.comparison.diff), "diff_ci": [_num(v) for v in r.comparison.diff_ci],
                      "p": _num(r.comparison.p), "p_holm": _num(r.p_holm), "verdict": r.verdict,
-                     "regression": r.regression} for r in rows],
+                     "regression": r.regression, "gated": r.gated,
+                     "load_not_offered": r.not_offered or None} for r in rows],
            "missing": gone or []}
     return json.dumps(out, indent=2)

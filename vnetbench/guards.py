@@ -1,9 +1,13 @@
 """Guards on a trial's numbers: what cannot be true makes the trial invalid (stored with the reason, never reported
 as a result); what was measured on a busy or stolen machine makes it noisy (kept, flagged with a note).
 
-Invalid: a NaN or infinite value, a negative one, a ratio above 1, a goodput above the underlay's payload ceiling,
-an interval series whose time-weighted mean disagrees with the total it belongs to.
+Invalid: a NaN or infinite value, a negative one, a ratio above 1, a goodput above the underlay's payload ceiling
+(with what tbf's bucket lets through on top), an interval series whose time-weighted mean disagrees with the total
+it belongs to, a receiver that got more than its sender sent, percentiles out of order (p50 above p99), CPU shares
+of one CPU (or machine) that sum above 1.
 Noisy: CPU steal, or load that was not ours (the machine's busy share just before the trial), above a threshold.
+Flagged: a rate-bounded sender that did not offer the rate asked ("offered 14.6 of 100 Mbit/s"), and a trial whose
+goodput no ceiling could check (no underlay rate set).
 """
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ STUB_S = 0.05              # ... and what arrives after the last interval closed
 STEAL_NOISY = 0.05         # share of CPU time stolen by the hypervisor
 FOREIGN_NOISY = 0.25       # share of the machine busy before the trial started (someone else's work)
 ETH_HEADER = 14            # tbf counts each frame from the Ethernet header on (no preamble, no FCS)
+BURST_MIN = 64 * 1024      # bytes: tbf's bucket is at least this (a smaller one throttles below the rate)
+OFFERED_SHORT = 0.95       # a rate-bounded sender below this share of its rate did not offer the load asked
+CPU_SHARES = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq_ratio", "cpu_steal_ratio",
+              "cpu_nice_ratio", "cpu_iowait_ratio")
+PERCENTILES = ("latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_max_s")
 UNBOUNDED_RATIOS = {"process_cpu_ratio", "sender_cpu_ratio", "receiver_cpu_ratio", "cpuload_cpu_ratio"}
 
 
@@ -29,15 +38,29 @@ class Verdict:
     samples: list[Sample]                        # the finite ones: NaN never reaches the store
     invalid: list[str] = field(default_factory=list)
     noisy: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)   # shown with the trial's numbers: load not offered, no ceiling
 
 
-def payload_ceiling(rate: float, vm_mtu: int, overhead: int = 0, protocol: str = "tcp", ip_version: int = 4) -> float:
-    """The most payload bit/s a NIC limited to `rate` (tbf) carries in full-size packets: each frame of
-    vm_mtu + tunnel overhead + 14 bytes carries vm_mtu - IP - TCP/UDP header bytes of payload. TCP counts its
-    timestamp option (on by default in Linux): 1500-byte MTU, IPv4 -> 1448 / 1514."""
+def tbf_burst(rate: float) -> int:
+    """The bucket (bytes) the underlay's tbf gets: 1 ms at the rate, at least BURST_MIN. scenario.py sets it."""
+    return int(max(rate // 8 // 1000, BURST_MIN))
+
+
+def payload_ceiling(rate: float, vm_mtu: int, overhead: int = 0, protocol: str = "tcp", ip_version: int = 4,
+                    datagram: int | None = None, duration: float | None = None) -> float:
+    """The most payload bit/s a NIC limited to `rate` (tbf) carries: each frame of payload + IP + TCP/UDP header +
+    tunnel overhead + 14 bytes carries the payload. Full-size packets carry vm_mtu - IP - L4 (TCP counts its
+    timestamp option, on by default in Linux: 1500-byte MTU, IPv4 -> 1448 / 1514); smaller UDP datagrams carry
+    `datagram` bytes each, so headers take a larger share (64-byte datagrams: 64 / 120 of the rate). Over a
+    `duration`-second test the full bucket (tbf_burst) also passes on top: 10 Mbit/s for 1 s lets 10.07 through."""
     ip = 20 if ip_version == 4 else 40
     l4 = 32 if protocol == "tcp" else 8
-    return rate * (vm_mtu - ip - l4) / (vm_mtu + overhead + ETH_HEADER)
+    payload = vm_mtu - ip - l4
+    if protocol == "udp" and datagram:
+        payload = min(payload, datagram)
+    share = payload / (payload + ip + l4 + overhead + ETH_HEADER)
+    burst = tbf_burst(rate) * 8 / duration if duration else 0.0
+    return (rate + burst) * share
 
 
 def _host(label: str) -> str:
@@ -125,6 +148,56 @@ def check_series(samples: Sequence[Sample]) -> list[str]:
     return problems
 
 
+def _key(s: Sample, *drop: str) -> tuple:
+    """What a sample is about, without its metric: pair, direction, scope, cpu, process ..."""
+    return tuple(sorted((k, str(v)) for k, v in s.metadata.items() if k not in ("window", "seconds", *drop)))
+
+
+def check_consistency(samples: Sequence[Sample]) -> list[str]:
+    """Numbers that cannot all be true: a receiver that got more than its sender sent (5 % for the two windows),
+    percentiles out of order, CPU shares of one CPU or machine summing above 1 (+2 % for counter rounding)."""
+    problems = []
+    by_key: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for s in samples:
+        if not s.metadata.get("series"):
+            by_key[_key(s)][s.metric] = s.value
+    for key, m in by_key.items():
+        where = f" ({', '.join(f'{k} {v}' for k, v in key if k in ('pair', 'direction', 'scope', 'cpu', 'vm'))})"
+        got, sent = m.get("throughput_bps"), m.get("sender_throughput_bps")
+        if got and sent is not None and got > sent * (1 + SERIES_TOLERANCE):
+            problems.append(f"throughput_bps{where} = {got / 1e6:.2f} Mbit/s: the receiver got more than the sender "
+                            f"sent ({sent / 1e6:.2f} Mbit/s)")
+        pcts = [(p, m[p]) for p in PERCENTILES if p in m]
+        for (lo_name, lo), (hi_name, hi) in zip(pcts, pcts[1:]):
+            if lo > hi * (1 + 1e-9):
+                problems.append(f"{lo_name}{where} = {lo:g} is above {hi_name} = {hi:g}: percentiles out of order")
+        shares = sum(m.get(c, 0.0) for c in CPU_SHARES)
+        if shares > 1 + 0.02:
+            problems.append(f"CPU shares{where} sum to {shares:.2f} (> 1): user + system + irq + softirq + steal "
+                            f"cannot exceed the time there was")
+    return problems
+
+
+def check_offered(samples: Sequence[Sample], rate: float | None, role: str | None = None) -> list[str]:
+    """A rate-bounded sender (UDP at `rate` bit/s per pair and direction) that sent less than OFFERED_SHORT of it:
+    what was measured is not the load that was asked for. `role`: "background" checks a background load's samples
+    (its own rate), None the foreground's."""
+    if not rate:
+        return []
+    out = []
+    for s in samples:
+        mine = (s.metadata.get("role") == "background") == (role == "background")
+        if s.metric == "sender_throughput_bps" and mine and s.value < OFFERED_SHORT * rate:
+            out.append(f"offered {s.value / 1e6:.3g} of {rate / 1e6:.3g} Mbit/s{_where(s)}: the sender did not reach "
+                       f"its rate")
+    return out
+
+
+def not_offered(trial_metadata: dict | None) -> bool:
+    """Whether a stored trial carries a load-not-offered flag (its own sender's or a background flood's)."""
+    return any(str(f).startswith(("offered ", "background offered ")) for f in (trial_metadata or {}).get("flags", []))
+
+
 def check_noise(samples: Sequence[Sample], foreign_busy: float | None) -> list[str]:
     noisy = []
     for s in samples:
@@ -137,11 +210,17 @@ def check_noise(samples: Sequence[Sample], foreign_busy: float | None) -> list[s
     return noisy
 
 
+NO_CEILING = "no throughput ceiling checked: the underlay has no rate set"
+
+
 def judge(samples: Sequence[Sample], *, ceiling: float | None = None, crossing: set[int] = frozenset(),
-          foreign_busy: float | None = None) -> Verdict:
+          foreign_busy: float | None = None, offered_rate: float | None = None) -> Verdict:
     keep, invalid = check_values(samples)
     if ceiling:
         invalid += check_ceiling(keep, ceiling, crossing)
-    invalid += check_series(keep)
+    invalid += check_series(keep) + check_consistency(keep)
     noisy = check_noise(keep, foreign_busy) + (check_interval_ceiling(keep, ceiling, crossing) if ceiling else [])
-    return Verdict(keep, invalid, noisy)
+    flags = check_offered(keep, offered_rate)
+    if not ceiling and any(s.metric == "throughput_bps" for s in keep):
+        flags.append(NO_CEILING)
+    return Verdict(keep, invalid, noisy, flags)

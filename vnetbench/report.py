@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import dataset
+from . import dataset, stats
 from .sample import METRICS
 from .scenario import NOT_APPLICABLE
 from .stats import Summary, summarize
@@ -106,8 +106,10 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         sc = scenarios[key.scenario]
         tag = key.dims.label(vary[key.name])
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{tag}]" if tag else "")
-        out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric,
-                       METRICS[key.metric].unit if key.metric in METRICS else "", summarize(list(values.values())),
+        unit = METRICS[key.metric].unit if key.metric in METRICS else ""
+        # intervals never leave the physical range (a loss CI of -50.8 % .. 137 %): cut there, marked 'clipped'
+        out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric, unit,
+                       stats.within(summarize(list(values.values())), *stats.physical_range(key.metric, unit)),
                        tag, sc["implementation"] or {}, key, values, len(noisy & set(values))))
     return out
 
@@ -311,5 +313,5 @@ def stat_cells(s: Summary, unit: str) -> list[str]:
     """The STAT_COLUMNS of one summary in human units; '*' marks a median interval that is only min..max."""
     h = lambda v: human(v, unit)  # noqa: E731
     return [str(s.n), h(s.median), h(s.iqr), h(s.mean), h(s.std), human(s.cv, "ratio"), h(s.min), h(s.max),
-            f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}",
+            f"{h(s.ci_mean[0])} .. {h(s.ci_mean[1])}" + (" (clipped)" if s.clipped else ""),
             f"{h(s.ci_median[0])} .. {h(s.ci_median[1])}" + ("" if s.ci_median_exact else "*")]

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .guards import tbf_burst
 from .strict import one_line
 
 # Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
@@ -129,7 +130,7 @@ class Scenario:
             out.append(f"qdisc add dev {dev} root handle 1: netem limit {limit}{args}")
             parent = "parent 1: handle 2:"
         if self.underlay_rate:
-            burst = max(self.underlay_rate // 8 // 1000, 64 * 1024)
+            burst = tbf_burst(self.underlay_rate)
             out.append(f"qdisc add dev {dev} {parent} tbf rate {self.underlay_rate}bit burst {burst} latency 50ms")
         return out
 

@@ -53,15 +53,17 @@ class Underlay(Strict):
 
 
 class Repetitions(Strict):
-    """Adaptive repetitions: a scenario stops once the 95 % CI of its main metric's mean (one value per trial) is
-    within +-target of the mean, after at least `min` and at most `max` repetitions."""
-    min: int = Field(3, ge=2, le=1000, description="repetitions every scenario runs")
+    """Adaptive repetitions, a two-stage rule (vnetbench.adaptive): a pilot of max(min, 8) trials plans how many
+    trials the 95 % CI of the main metric's mean (one value per trial) needs to be within +-target of the mean (at
+    least twice the pilot, at most `max`); the scenario runs that many."""
+    min: int = Field(3, ge=2, le=1000, description="the least pilot (the pilot is at least 8 trials)")
     max: int = Field(30, ge=2, le=1000, description="repetitions no scenario goes past")
     target: float = Field(0.05, gt=0, lt=1, description="relative half-width of the 95 % CI of the mean to reach")
     metric: str | None = Field(None, description="the metric judged (default: each workload's main metric)")
 
     def __str__(self) -> str:
-        return f"{self.min}..{self.max} (adaptive: until the 95% CI is within +-{self.target:.0%})"
+        return (f"{max(self.min, 8)}..{self.max} (adaptive, two-stage: a pilot plans the trials a 95% CI within "
+                f"+-{self.target:.0%} needs)")
 
     @model_validator(mode="after")
     def _order(self) -> "Repetitions":

@@ -23,12 +23,16 @@ def summary(values: Sequence[float]) -> Summary | None:
 
 
 def mean_ci(values: Sequence[float], unit: str) -> str:
-    """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval."""
+    """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval. An interval that would
+    reach below 0 is cut there and shown as its ends: '550 Mbit/s (0 .. 1.19 Gbit/s, clipped)'."""
     s = summary(values)
     if s is None:
         return DASH
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{human(s.mean, unit)} (n=1)"
+    cut = stats.within(s, 0.0)
+    if cut.clipped:
+        return f"{human(s.mean, unit)} ({human(cut.ci_mean[0], unit)} .. {human(cut.ci_mean[1], unit)}, clipped)"
     return f"{human(s.mean, unit)} ± {human(s.ci_mean[1] - s.mean, unit)}"
 
 
@@ -88,3 +92,47 @@ def scale(unit: str, values: Sequence[float]) -> tuple[float, str]:
 
 def style(i: int) -> dict:
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
+
+
+# ---- one printed family of tests ------------------------------------------------------------------------------
+class Family:
+    """Holm over every test one printed list (a findings list, a table's marks) makes, without reshaping the code
+    that writes it: the list is built twice with the same Family, the first pass records each test's p, the second
+    reads the Holm-adjusted p of the same test (the code is deterministic: the tests come in the same order)."""
+
+    def __init__(self, alpha: float = 0.05):
+        self.alpha, self.p, self.adjusted, self.i = alpha, [], None, 0
+
+    def _p(self, p: float) -> float:
+        if self.adjusted is None:
+            self.p.append(p)
+            return p
+        p, self.i = self.adjusted[self.i], self.i + 1
+        return p
+
+    def adjusted_p(self, p: float) -> float:
+        """A test's p as one member of the family: the raw p on the first pass, Holm-adjusted on the second."""
+        return self._p(p)
+
+    def significant(self, a: Sequence[float], b: Sequence[float]) -> bool:
+        """Welch's test of a against b, as one member of the family (False when it cannot judge)."""
+        c = stats.compare(a, b)
+        return bool(self._p(c.p) < self.alpha)
+
+    def above(self, values: Sequence[float], limit: float) -> bool:
+        """One-sided one-sample t-test that the mean of per-trial values is above `limit`, one member."""
+        from scipy import stats as sps
+        x = [v for v in values if math.isfinite(v)]
+        p = math.nan if len(x) < 2 or max(x) == min(x) else \
+            float(sps.ttest_1samp(x, limit, alternative="greater").pvalue)
+        return bool(self._p(p) < self.alpha)
+
+    @property
+    def size(self) -> int:
+        return sum(math.isfinite(p) for p in self.p)
+
+    def build(self, make):
+        """make() twice: the second time with the adjusted p-values; returns its result."""
+        make()
+        self.adjusted, self.i = stats.holm(self.p), 0
+        return make()

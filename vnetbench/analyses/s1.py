@@ -6,9 +6,11 @@ direct with encryption. Workload entries are recognised by size: of the ping ent
 and the largest TRS; of the iperf3 entries the smallest message gives TT and the largest TTS.
 
 Per-mechanism processing rate (the study's derivation): for a mechanism M added on top of scenario B,
-diff = median(B+M) - median(B), the one-way cost t = diff / 2 and the processing rate TP = 1 / t packets per ms.
-A difference is called significant when stats.compare says so (Mann-Whitney p < 0.05 and disjoint 95% CIs of the
-mean, over the individual echoes); otherwise its cells carry "(n.s.)".
+diff = mean(B+M) - mean(B) over the trials (each trial's value is its median echo), the one-way cost t = diff / 2 and
+the processing rate TP = 1 / t packets per ms. The test of a difference is Welch's t-test on those per-trial values,
+and the CI of t is Welch's interval of the same difference (the statistic the test is about); Holm over each table.
+The findings are one Holm family; a finding that compares two mechanisms' costs tests the contrast of their
+differences (stats.contrast), never two estimates by eye.
 """
 from __future__ import annotations
 
@@ -20,10 +22,10 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 from ..dataset import Dataset, load  # noqa: E402
-from ..stats import DIFF_OF_MEDIANS, Summary, bootstrap_ci, bootstrap_ci2, compare, holm, summarize  # noqa: E402
+from ..stats import Summary, compare, contrast, holm, summarize  # noqa: E402
+from ._cells import Family  # noqa: E402
 from ..store import Store  # noqa: E402
 from . import register  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
@@ -92,8 +94,16 @@ class Measure:
 
     @property
     def ci(self) -> tuple[float, float]:
-        """95 % CI of the median over trials (bootstrap over trials); nan with one trial."""
-        return bootstrap_ci(self.values) if len(self.values) > 1 else (math.nan, math.nan)
+        """The median's exact order-statistic CI over trials (95 % when n allows, else min..max); nan at n = 1."""
+        return self.summary.ci_median if self.summary and len(self.values) > 1 else (math.nan, math.nan)
+
+    @property
+    def ci_label(self) -> str:
+        """'' for a true 95 % interval; ' (75 % CI)' when n is too small and the interval is min..max."""
+        s = self.summary
+        if s is None or s.n < 2 or s.ci_median_exact:
+            return ""
+        return f" ({s.ci_median_coverage:.0%} CI: min–max)"
 
 
 def _measure(values: list[float], missing: str, pooled: list[float] | None = None) -> Measure:
@@ -106,11 +116,6 @@ def _tp_ci(t_ci: tuple[float, float]) -> tuple[float, float]:
     if math.isnan(lo) or hi <= 0:
         return (math.nan, math.nan)
     return (1 / (hi * 1e3), 1 / (lo * 1e3) if lo > 0 else math.inf)
-
-
-def _median_diff_half(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
-    """t = (median B+M - median B) / 2 for every bootstrap resample."""
-    return DIFF_OF_MEDIANS(ra, rb) / 2
 
 
 @dataclass
@@ -207,11 +212,11 @@ class S1(Analysis):
             which = [(n, x) for n, x in ((with_name, with_), (base_name, base)) if not x.ok]
             name, x = which[0]
             return {"ok": False, "missing": f"n/a ({name}: {x.missing.removeprefix('n/a (').removesuffix(')')})"}
-        diff = with_.summary.median - base.summary.median
+        c = compare(base.values, with_.values)
+        diff = c.diff
         t = diff / 2
-        testable = min(len(with_.values), len(base.values)) > 1
-        p = compare(base.values, with_.values).p if testable else math.nan
-        t_ci = bootstrap_ci2(base.values, with_.values, _median_diff_half) if testable else (math.nan, math.nan)
+        p = c.p
+        t_ci = (c.diff_ci[0] / 2, c.diff_ci[1] / 2)
         return {"ok": True, "diff": diff, "t": t, "t_ci": t_ci, "tp": 1 / (t * 1e3) if t > 0 else math.inf,
                 "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False}
 
@@ -243,7 +248,7 @@ class S1(Analysis):
     @staticmethod
     def _with_ci(x: Measure, fmt) -> str:
         lo, hi = x.ci
-        return fmt(x.summary.median) + ("" if math.isnan(lo) else f" [{fmt(lo)} – {fmt(hi)}]")
+        return fmt(x.summary.median) + ("" if math.isnan(lo) else f" [{fmt(lo)} – {fmt(hi)}]{x.ci_label}")
 
     def _table2(self, m: dict, e: Entries) -> TableData:
         rows = []
@@ -265,7 +270,8 @@ class S1(Analysis):
             f"TR: ping with a {e.tr_size}-byte payload ({e.tr_size + 8}-byte ICMP message), unsaturated; TRS: "
             f"{e.trs_size}-byte payload ({e.trs_size + 8}-byte ICMP message, the largest ping allows), saturated. "
             "Each trial's value is the median of its echoes; the table gives the median of those over the trials "
-            "with a 95 % CI by bootstrapping the trials (the trial, not the echo, is the replication). The IQR and "
+            "with its exact order-statistic CI (the trial, not the echo, is the replication): 95 % from 6 trials "
+            "on; below that the interval is min–max and says its own coverage (75 % at 3 trials). The IQR and "
             "CV are over the pooled echoes of all trials, the study's dispersion (its standard deviation was over "
             "2 % of the mean everywhere, and more samples did not reduce it).")
 
@@ -288,8 +294,8 @@ class S1(Analysis):
             ["mechanism", "measured as", "diff TR", "t TR [95% CI] (unsaturated)", "diff TRS",
              "t TRS [95% CI] (saturated)"], rows,
             "diff = TR (TRS) of the scenario with the mechanism minus that of the scenario without it, each the "
-            "median over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
-            "cost is t = diff / 2. The CI of t bootstraps the trials of both scenarios. '(n.s.)': Welch's t-test on "
+            "mean over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
+            "cost is t = diff / 2. The CI of t is Welch's 95 % interval of diff, halved. '(n.s.)': Welch's t-test on "
             f"the per-trial medians gives p >= 0.05 after Holm's correction over the {tests} comparisons of this "
             "table (or a scenario has a single trial).")
 
@@ -314,7 +320,7 @@ class S1(Analysis):
             ["mechanism", f"TP unsaturated [95% CI] ({e.tr_size + 8} B, from TR)",
              f"TP saturated [95% CI] ({e.trs_size + 8} B, from TRS)"],
             rows, "TP = 1 / t with t in ms (Table III): how many packets per millisecond the mechanism alone could "
-                  "process. The CI is 1 / (the CI of t), by bootstrapping the trials; '≥ x' when the CI of t reaches "
+                  "process. The CI is 1 / (the CI of t, Welch's interval); '≥ x' when the CI of t reaches "
                   "zero (no upper bound). The lowest TP in a column is that regime's bottleneck. A mechanism whose t "
                   f"is zero or negative showed no cost at this resolution. '(n.s.)' as in Table III (Holm over {tests}).")
 
@@ -351,7 +357,8 @@ class S1(Analysis):
             "64 bytes (TT = bandwidth / (64 x 8)) and at 65515 bytes (TTS = bandwidth / (65515 x 8)): the same "
             "bandwidth, so the two columns differ only by the packet size. Measured by vnetbench: two transfers. "
             + self._tt_note(e, offered, achieved) + " " + self._tts_note(e)
-            + " Medians over trials with a 95 % CI by bootstrapping the trials.")
+            + " Medians over trials with their exact order-statistic CI (95 % from 6 trials on; below that min–max, "
+              "labelled with its coverage).")
 
     @staticmethod
     def _tt_note(e: Entries, offered: float | None, achieved: list[float]) -> str:
@@ -408,8 +415,8 @@ class S1(Analysis):
         self._bars(a, m, "TR", 1e3, "ms", f"TR: {e.tr_size + 8}-byte echoes (unsaturated)")
         self._bars(b, m, "TRS", 1e3, "ms", f"TRS: {e.trs_size + 8}-byte echoes (saturated)")
         return FigureData("s1-response-times", "Response times TR and TRS per scenario", fig,
-                          "Bars: median over trials of each trial's median echo; whiskers: its 95 % CI (bootstrap over "
-                          "trials). n/a: scenario skipped or without data (Table I says why).")
+                          "Bars: median over trials of each trial's median echo; whiskers: its exact order-statistic "
+                          "CI (95 % from 6 trials on, min–max below: 75 % at 3). n/a: scenario skipped or without data (Table I says why).")
 
     def _figure_tt(self, m: dict, e: Entries) -> FigureData:
         fig = Figure(figsize=(11, 4), layout="constrained")
@@ -417,12 +424,20 @@ class S1(Analysis):
         self._bars(a, m, "TT", 1, "packets/s", f"TT: {e.tt_size + 8}-byte packets")
         self._bars(b, m, "TTS", 1, "packets/s", f"TTS: {e.tts_size + 8}-byte packets")
         return FigureData("s1-transfer-rates", "Transfer rates TT and TTS per scenario, in packets per second", fig,
-                          "Bars: median over the transfer tests (one value per trial); whiskers: its 95 % CI (bootstrap "
-                          "over trials). Table V says how each was measured.")
+                          "Bars: median over the transfer tests (one value per trial); whiskers: its exact "
+                          "order-statistic CI (95 % from 6 trials on, min–max below: 75 % at 3). Table V says how each was measured.")
 
     # ---- findings ----------------------------------------------------------------------------------------
     def _findings(self, m: dict, mech: dict, scen: dict, loss: dict) -> list[str]:
+        """The findings are one Holm family (built twice, see Family)."""
+        family = Family()
+        out = family.build(lambda: self._findings_once(m, mech, family))
+        return out + [f"Findings: Welch's t-test, or Welch's test of a contrast where two costs are compared, on "
+                      f"per-trial values; Holm over the {family.size} tests of these findings (alpha 0.05)."]
+
+    def _findings_once(self, m: dict, mech: dict, family: Family) -> list[str]:
         out = []
+        roles = {name: (with_, base) for name, with_, base in MECHANISMS}
 
         def t_of(name, key):
             x = mech[(name, key)]
@@ -435,26 +450,45 @@ class S1(Analysis):
         def tdesc(name, key):
             x = mech[(name, key)]
             tp = rate(x["tp"]) + " packets/ms" if x["t"] > 0 else "no cost measured"
-            return f"{name} t = {ms(x['t'])} ms (TP {tp}{'' if x['significant'] else ', not significant'})"
+            return f"{name} t = {ms(x['t'])} ms (TP {tp})"
 
-        # 1. IPsec is the bottleneck when saturated
+        def larger(first: str, second: str, key: str) -> str:
+            """Is first's cost larger than second's? A contrast test, one member of the family:
+            'yes' / 'no, smaller' / 'cannot tell'."""
+            (w1, b1), (w2, b2) = roles[first], roles[second]
+            c = contrast([(1, m[(w1, key)].values), (-1, m[(b1, key)].values),
+                          (-1, m[(w2, key)].values), (1, m[(b2, key)].values)])
+            p = family.adjusted_p(c.p)
+            if c.why or not p < 0.05:
+                return "cannot tell"
+            return "yes" if c.estimate > 0 else "no, smaller"
+
+        def overall(answers: list[str]) -> str:
+            if answers and all(a == "yes" for a in answers):
+                return "yes"
+            if any(a.startswith("no") for a in answers):
+                return "no"
+            return "cannot tell (the costs do not differ significantly)"
+
+        # 1. IPsec is the bottleneck when saturated: its cost larger than every other mechanism's
         others = [n for n, *_ in MECHANISMS if n not in ("IPsec", "IPsec on SR-IOV")]
         ti = t_of("IPsec", "TRS")
         to = {n: t_of(n, "TRS") for n in others if t_of(n, "TRS") is not None}
         if ti is None or not to:
             out.append(f"IPsec is the bottleneck when saturated: cannot be checked: {why(('IPsec', 'TRS'), ('OvS (virtual switch)', 'TRS'))}")
         else:
-            yes = ti > max(to.values()) and mech[("IPsec", "TRS")]["significant"]
-            out.append(f"IPsec is the bottleneck when saturated: {'yes' if yes else 'no'} — "
-                       + "; ".join(tdesc(n, "TRS") for n in ["IPsec", *to]) + ".")
+            answers = {n: larger("IPsec", n, "TRS") for n in to}
+            out.append(f"IPsec is the bottleneck when saturated: {overall(list(answers.values()))} — "
+                       + "; ".join(tdesc(n, "TRS") for n in ["IPsec", *to])
+                       + "; IPsec's cost larger than " + ", ".join(f"{n}'s: {a}" for n, a in answers.items()) + ".")
         # 2. the virtual switch is the bottleneck when not saturated
         tv, ti = t_of("OvS (virtual switch)", "TR"), t_of("IPsec", "TR")
         if tv is None or ti is None:
             out.append("The virtual switch is the bottleneck when not saturated: cannot be checked: "
                        + why(("OvS (virtual switch)", "TR"), ("IPsec", "TR")))
         else:
-            yes = tv > ti and mech[("OvS (virtual switch)", "TR")]["significant"]
-            out.append(f"The virtual switch is the bottleneck when not saturated: {'yes' if yes else 'no'} — "
+            answer = overall([larger("OvS (virtual switch)", "IPsec", "TR")])
+            out.append(f"The virtual switch is the bottleneck when not saturated: {answer} — "
                        f"{tdesc('OvS (virtual switch)', 'TR')}; {tdesc('IPsec', 'TR')}.")
         # 3. SR-IOV improves both response time and transfer rate (against the switched Reference)
         parts, verdicts, gone = [], [], []
@@ -463,16 +497,18 @@ class S1(Analysis):
             if not s.ok or not r.ok:
                 gone.append((s if not s.ok else r).missing)
                 continue
-            better = s.summary.median < r.summary.median if lower else s.summary.median > r.summary.median
-            sig = compare(s.values, r.values).significant if min(len(s.values), len(r.values)) > 1 else False
-            verdicts.append(better and sig)
+            better = s.summary.mean < r.summary.mean if lower else s.summary.mean > r.summary.mean
+            sig = family.significant(s.values, r.values)
+            verdicts.append("yes" if better and sig else "no" if sig else "?")
             fmt = (lambda v: f"{ms(v)} ms") if lower else (lambda v: f"{pps(v)} packets/s")
             parts.append(f"{key} {fmt(s.summary.median)} vs {fmt(r.summary.median)}"
                          f"{'' if sig else ' (n.s.)'}")
         if not verdicts:
             out.append(f"SR-IOV improves both response time and transfer rate: cannot be checked: {gone[0]}")
         else:
-            verdict = "yes" if all(verdicts) and not gone else ("partly" if any(verdicts) else "no")
+            verdict = ("yes" if all(v == "yes" for v in verdicts) and not gone else
+                       "partly" if "yes" in verdicts else "no" if "no" in verdicts else
+                       "cannot tell (no difference is significant)")
             out.append(f"SR-IOV improves both response time and transfer rate (SR-IOV vs Reference): {verdict} — "
                        + "; ".join(parts) + (f"; not measured: {gone[0]}" if gone else "") + ".")
         # 4. SR-IOV cannot hide IPsec's cost when saturated
@@ -482,8 +518,11 @@ class S1(Analysis):
         if not x["ok"]:
             out.append(f"SR-IOV cannot hide IPsec's cost when saturated: cannot be checked: {x['missing']}")
         else:
-            yes = x["significant"] and x["t"] > 0 and (tv is None or x["t"] > tv)
-            text = (f"SR-IOV cannot hide IPsec's cost when saturated: {'yes' if yes else 'no'} — TRS IPsec+SR-IOV "
+            costs = family.significant(sriov.values, both.values) and x["t"] > 0
+            above = larger("IPsec on SR-IOV", "OvS (virtual switch)", "TRS") if tv is not None else "yes"
+            answer = "yes" if costs and above == "yes" else "no" if above.startswith("no") else \
+                "cannot tell (not significant)"
+            text = (f"SR-IOV cannot hide IPsec's cost when saturated: {answer} — TRS IPsec+SR-IOV "
                     f"{ms(both.summary.median)} ms vs SR-IOV {ms(sriov.summary.median)} ms; {tdesc('IPsec on SR-IOV', 'TRS')}")
             if tv is not None:
                 text += f", against {tdesc('OvS (virtual switch)', 'TRS')}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 
-from ..stats import compare
+from .. import stats
+from ..stats import compare, holm
 from ..store import Store
 from ..units import human
 from ..workloads.netperf import DEFAULT_SIZE
@@ -150,7 +152,7 @@ class S3(Analysis):
         cols = list(KEY_COLUMNS) + ["ran in", "IPsec implementation"]
         for m in present:
             cols += [m] if m == NONE else [m, f"{m} vs {NONE}"]
-        rows = []
+        rows, marks = [], []
         for size, ip, hops, load_ in keys:
             where = self.where.get((test, size, ip, hops, load_), set())
             impls = sorted({f"{m}: {i}" for m, i, _ in where if m != NONE and i and i != "none"})
@@ -162,10 +164,16 @@ class S3(Analysis):
                 row.append(mean_ci(vals, unit))
                 if m != NONE:
                     row.append(_versus(vals, base))
+                    if len(vals) >= 2 and len(base) >= 2:
+                        marks.append((row, len(row) - 1, compare(base, vals)))
             rows.append(row)
+        for (row, col, c), p in zip(marks, holm([c.p for _, _, c in marks])):
+            if p < 0.05:
+                row[col] += "*"
         note = (f"Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
-                f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly (Mann-Whitney "
-                f"and disjoint CIs). Columns appear only for variants that ran. 'ran in': the kernel that carried the "
+                f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly: Welch's t-test on "
+                f"the per-trial values, Holm-corrected over the {len(marks)} comparisons of this table (alpha 0.05); "
+                f"fewer than 2 trials a side: no test. Columns appear only for variants that ran. 'ran in': the kernel that carried the "
                 f"row's packets; 'IPsec implementation': what ran each variant.")
         gone = [f"{m} ({why})" for m, why in self.skipped.items() if m not in present]
         if gone:
@@ -262,7 +270,7 @@ class S3(Analysis):
         else:
             out += self._ipsec_findings(cells, ipsec)
         out.append(self._ip_finding(cells))
-        out += self._extra_findings(cells)
+        out += self._extra_findings(cells)  # descriptive spreads, no verdict
         if video:
             base = [v for k, v in video.items() if k[-1] == NONE]
             if base:
@@ -272,58 +280,40 @@ class S3(Analysis):
                 out.append(f"Video-like stream (500 B at 30 Mbit/s) without IPsec: the receiver got a median "
                            f"{human(tput, 'bit/s')} with {human(loss, 'ratio')} loss and {human(jit, 's')} jitter"
                            + ("" if ipsec else "; its behaviour under IPsec cannot be checked here") + ".")
-        return out
+        return resolve(out)
 
-    def _ipsec_findings(self, cells: dict, ipsec: list[str]) -> list[str]:
+    def _ipsec_findings(self, cells: dict, ipsec: list[str]) -> list[Claim]:
         out = []
-        stream = [relative(_mean(v), _mean(cells.get((*k[:-1], NONE), []))) for k, v in cells.items()
-                  if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ipsec]
-        stream = [r for r in stream if r is not None]
+        stream = [(cells.get((*k[:-1], NONE), []), v) for k, v in cells.items()
+                  if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ipsec and (*k[:-1], NONE) in cells]
         if stream:
-            med = median(stream)
-            verdict = "confirmed" if med < -CHANGE_THRESHOLD else "not confirmed here"
-            out.append(f"'IPsec lowers throughput': {verdict}: median change of stream throughput with IPsec "
-                       f"{spread(stream)}.")
+            out.append(Claim("'IPsec lowers throughput'", stream, "lower",
+                             f"stream throughput with / without IPsec over {len(stream)} cells"))
         ah = [m for m in ipsec if m.startswith("AH ")]
         esp = [m for m in ipsec if m.startswith("ESP ")]
         if ah and esp:
-            ratios = []
-            for k, v in cells.items():
-                if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ah:
-                    for e in esp:
-                        r = relative(_mean(v), _mean(cells.get((*k[:-1], e), [])))
-                        if r is not None:
-                            ratios.append(r + 1)
-            if ratios:
-                med = median(ratios)
-                verdict = "confirmed" if 1.5 <= med <= 2.7 else "not confirmed here"
-                out.append(f"'AH gives about twice ESP's throughput': {verdict}: AH / ESP stream throughput median "
-                           f"{med:.2f}x over {len(ratios)} cells.")
+            pairs = [(cells[(*k[:-1], e)], v) for k, v in cells.items()
+                     if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ah for e in esp if (*k[:-1], e) in cells]
+            if pairs:
+                out.append(Claim("'AH gives about twice ESP's throughput'", pairs, "higher",
+                                 f"AH / ESP stream throughput over {len(pairs)} cells", band=(1.5, 2.7)))
         else:
             out.append("'AH gives about twice ESP's throughput': cannot be checked: "
                        + ("no AH variant ran." if not ah else "no ESP variant ran."))
-        small = [k for k in cells if k[0] in ("TCP_RR", "UDP_RR") and k[-1] in ipsec]
+        small = [k for k in cells if k[0] in ("TCP_RR", "UDP_RR") and k[-1] in ipsec and (*k[:-1], NONE) in cells]
         if small:
             smallest = min(k[1] for k in small)
-            rr = [relative(_mean(cells[k]), _mean(cells.get((*k[:-1], NONE), []))) for k in small if k[1] == smallest]
-            rr = [r for r in rr if r is not None]
-            if rr:
-                verdict = _verdict(rr)
-                out.append(f"'For small request/response messages IPsec is not the bottleneck': {verdict}: at "
-                           f"{smallest} bytes the transaction rate changes by {spread(rr)} with IPsec.")
+            rr = [(cells[(*k[:-1], NONE)], cells[k]) for k in small if k[1] == smallest]
+            out.append(Claim("'For small request/response messages IPsec is not the bottleneck'", rr, "equal",
+                             f"transaction rate with / without IPsec at {smallest} bytes over {len(rr)} cells"))
         return out
 
-    def _ip_finding(self, cells: dict) -> str:
-        changes = []
-        for k, v in cells.items():
-            if k[2] == "6":
-                r = relative(_mean(v), _mean(cells.get((k[0], k[1], "4", *k[3:]), [])))
-                if r is not None:
-                    changes.append(r)
-        if not changes:
+    def _ip_finding(self, cells: dict) -> str | Claim:
+        pairs = [(cells[(k[0], k[1], "4", *k[3:])], v) for k, v in cells.items()
+                 if k[2] == "6" and (k[0], k[1], "4", *k[3:]) in cells]
+        if not pairs:
             return "'IPv4 and IPv6 about equal': cannot be checked: the campaign did not measure both."
-        return (f"'IPv4 and IPv6 about equal': {_verdict(changes)} (equal: within ±{CHANGE_THRESHOLD:.0%}): IPv6 vs "
-                f"IPv4 over all tests and sizes {spread(changes)}.")
+        return Claim("'IPv4 and IPv6 about equal'", pairs, "equal", f"IPv6 / IPv4 over {len(pairs)} cells")
 
     def _extra_findings(self, cells: dict) -> list[str]:
         out = []
@@ -365,16 +355,45 @@ def skipped_variants(scenarios: list[dict]) -> dict[str, str]:
     return out
 
 
-def _verdict(changes: list[float]) -> str:
-    """Whether changes say 'about equal': the median within the threshold and at least half of the cells too;
-    'not confirmed' when most cells differ the same way; otherwise the cells disagree (noise)."""
-    med = median(changes)
-    within = sum(abs(c) <= CHANGE_THRESHOLD for c in changes) / len(changes)
-    if abs(med) <= CHANGE_THRESHOLD and within >= 0.5:
-        return "confirmed"
-    if abs(med) > CHANGE_THRESHOLD and within < 0.5:
-        return "not confirmed here"
-    return "inconclusive (the cells disagree: too few repetitions or a noisy machine)"
+@dataclass
+class Claim:
+    """A finding that compares estimates: ONE test over its matched cells (stats.cells_p); the findings list is one
+    family, Holm-corrected together (resolve)."""
+    name: str
+    cells: list                          # [(without, with) per-trial values of each matched cell]
+    expect: str                          # "lower" | "higher" | "equal": what the study claims
+    what: str
+    band: tuple[float, float] | None = None   # the claimed size of the ratio, when the study gives one
+
+
+def resolve(items: list, alpha: float = 0.05) -> list[str]:
+    """Findings as text: each Claim tested, the Claims' p-values Holm-corrected together."""
+    claims = [c for c in items if isinstance(c, Claim)]
+    tests = {id(c): stats.cells_p(c.cells) for c in claims}
+    adjusted = dict(zip([id(c) for c in claims], stats.holm([tests[id(c)][0] for c in claims])))
+    out = []
+    for item in items:
+        if not isinstance(item, Claim):
+            out.append(item)
+            continue
+        p, ratio, why = tests[id(item)]
+        adj = adjusted[id(item)]
+        words = stats.finding_words(adj, ratio, why, alpha)
+        sig = not why and adj < alpha
+        if item.expect == "equal":
+            verdict = ("not confirmed here: they differ" if sig else
+                       "cannot tell: no significant difference, which does not show they are equal")
+        elif not sig:
+            verdict = "cannot tell"
+        elif (ratio < 1) == (item.expect == "lower"):
+            verdict = "confirmed" if item.band is None or item.band[0] <= ratio <= item.band[1] else \
+                f"partly: {item.expect} but not by the claimed {item.band[0]}-{item.band[1]}x"
+        else:
+            verdict = "not confirmed here: the opposite"
+        ratio_txt = f"{ratio:.2f}x" if math.isfinite(ratio) else "n/a"
+        out.append(f"{item.name}: {verdict}: {item.what}, geometric mean {ratio_txt}; {words}; one test per "
+                   f"finding, Holm over the {len(claims)} findings.")
+    return out
 
 
 def _mean(vals: list[float]) -> float | None:
@@ -383,12 +402,7 @@ def _mean(vals: list[float]) -> float | None:
 
 def _versus(vals: list[float], base: list[float]) -> str:
     r = relative(_mean(vals), _mean(base))
-    if r is None:
-        return DASH
-    star = ""
-    if len(vals) >= 2 and len(base) >= 2:
-        star = "*" if compare(vals, base).significant else ""
-    return pct(r) + star
+    return DASH if r is None else pct(r)
 
 
 def _matched(mine: dict, pos: int, with_: str, without: str) -> list[float]:

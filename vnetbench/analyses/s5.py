@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from .. import figures
+from .. import figures, stats
 from ..dataset import load
-from ..stats import Comparison, Summary, compare, holm, summarize
+from ..stats import Comparison, Summary, compare, holm, summarize, within
 from ..store import Store
 from . import register
+from ._cells import Family
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 GROUPS = ("control", "attack")
@@ -142,7 +143,8 @@ def rate_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{s.mean:.0f}"
-    return f"{s.mean:.0f} ({s.ci_mean[0]:.0f}–{s.ci_mean[1]:.0f})"
+    s = within(s, 0.0)  # a rate is not negative: the t interval is cut at 0, and says so
+    return f"{s.mean:.0f} ({s.ci_mean[0]:.0f}–{s.ci_mean[1]:.0f}{', clipped' if s.clipped else ''})"
 
 
 def pct_cell(s: Summary | None) -> str:
@@ -150,7 +152,8 @@ def pct_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{100 * s.mean:.1f} %"
-    return f"{100 * s.mean:.1f} % ({100 * s.ci_mean[0]:.1f}–{100 * s.ci_mean[1]:.1f})"
+    s = within(s, 0.0)  # a conversion rate is not negative (it may exceed 100 %)
+    return f"{100 * s.mean:.1f} % ({100 * s.ci_mean[0]:.1f}–{100 * s.ci_mean[1]:.1f}{', clipped' if s.clipped else ''})"
 
 
 def ms(v: float | None) -> str:
@@ -163,7 +166,7 @@ def change(a: float | None, b: float | None) -> str:
     return f"{100 * (b - a) / a:+.0f} %"
 
 
-MIN_ROUNDS = 4  # per group: with 3 + 3 rounds Mann-Whitney cannot go below p = 0.1
+MIN_ROUNDS = 4  # per group: fewer rounds a side are reported as too few (Welch at 3 + 3 finds only large changes)
 
 
 def verdict(c: Comparison | None) -> str:
@@ -171,15 +174,17 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
-    return f"{'yes' if c.significant else 'no'} (p = {c.p:.2g})"
+    if c.significant:
+        return f"yes (p = {c.p:.2g})"
+    return f"not significant (p = {c.p:.2g}{stats.could_find(c)})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
-    """yes / no / within noise / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
+    """yes / no / not significant / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"cannot tell from {c.a.n} + {c.b.n} rounds"
     if not c.significant:
-        return "not shown (within noise)"
+        return "not significant: cannot tell"
     return "yes" if (c.b.mean > c.a.mean) == (direction == "higher") else "no"
 
 
@@ -188,10 +193,28 @@ def _summary(values: list[float]) -> Summary | None:
     return summarize(values) if values else None
 
 
+_FAMILY: list[Family | None] = [None]  # the printed list being built: its tests are Holm-corrected together
+
+
 def _compare(a: list[float], b: list[float]) -> Comparison | None:
+    """Welch's test of a against b; inside family(), its p is the Holm-adjusted p of the list it is printed in."""
     a = [v for v in a if v is not None and math.isfinite(v)]
     b = [v for v in b if v is not None and math.isfinite(v)]
-    return compare(a, b) if a and b else None
+    c = compare(a, b) if a and b else None
+    fam = _FAMILY[0]
+    if c is None or fam is None:
+        return c
+    p = fam._p(c.p)
+    return replace(c, p=p, significant=bool(p < fam.alpha))
+
+
+def family(make):
+    """make() as one Holm family: every _compare it makes is corrected over all of them (see _cells.Family)."""
+    _FAMILY[0] = Family()
+    try:
+        return _FAMILY[0].build(make)
+    finally:
+        _FAMILY[0] = None
 
 
 @register
@@ -206,11 +229,13 @@ class S5(Analysis):
         if not rounds:
             result.findings.append("No round of the web workload finished: nothing to analyse.")
             return result
-        result.tables.append(self._study_table(by))
+        result.tables.append(family(lambda: self._study_table(by)))  # the growth row: one family
         if any(r.vm for r in rounds):
             result.tables.append(self._vm_table(by, victim, neighbour))
-        result.tables.append(self._tenant_table(by, victim, neighbour))
-        result.findings += self._findings(by, neighbour) + self._vm_findings(by) + problems
+        result.tables.append(family(lambda: self._tenant_table(by, victim, neighbour)))
+        result.findings += family(lambda: self._findings(by, neighbour) + self._vm_findings(by)) + [
+            "Findings: Welch's t-test on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
+            "p shown is Holm-adjusted."] + problems
         result.figures.append(self._fig3(by))
         result.figures.append(self._series_figure(by))
         result.figures.append(self._rt_figure(by, victim, neighbour))
@@ -259,7 +284,7 @@ class S5(Analysis):
             text = f"{100 * (mb - ma):+.1f} points" if points else change(ma, mb)
             if min(len(a), len(b)) < MIN_ROUNDS:
                 return f"{text}, not tested ({len(a)} + {len(b)} rounds)"
-            return f"{text}, {'significant' if compare(a, b).significant else 'within noise'}"
+            return f"{text}, {'significant' if _compare(a, b).significant else 'not significant'}"
 
         conv = values(lambda r: r.conversion)
         ratio = "-"
@@ -318,7 +343,7 @@ class S5(Analysis):
         note = ("Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
                 "host's probe: its /proc/stat (interrupts, context switches, CPU time, NET_RX softirqs) and its NIC's "
                 "received packets. One value per round; mean with its 95 % CI (Student t); attack − control is the "
-                "difference of the means with its bootstrap 95 % CI; significant = Welch's t-test, Holm-corrected over "
+                "difference of the means with Welch's 95 % CI; significant = Welch's t-test, Holm-corrected over "
                 "the rows of this table. A UML guest's interrupts are its timer and its NICs' signals, and its vector "
                 "NIC takes received packets in batches, so a flood raises its packet count far more than its "
                 "interrupts. A UML guest has no steal time: time the machine does not give it is counted as its idle, "
@@ -374,7 +399,7 @@ class S5(Analysis):
                      change(a, b), verdict(_compare(busy["control"], busy["attack"]))])
         note = ("Response times: every request of every round pooled for the median and p95 shown; the significance "
                 "test compares the per-round medians (or p95s) of the two groups, so that rounds, not requests, are the "
-                "independent samples (Welch t-test p < 0.05, stats.compare). "
+                "independent samples (Welch t-test, Holm-corrected over the tests of this table, adjusted p < 0.05). "
                 "Change = attack vs control. CPU work is what the tenant's constant stress-ng load got done per second "
                 "of wall time: it falls when the tenant gets less CPU.")
         return TableData("S5 — the tenants during the attack", ["tenant", "measure", "control", "attack", "change",

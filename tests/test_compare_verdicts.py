@@ -1,0 +1,49 @@
+"""compare's verdict logic on hand-built results: raw CPU is not judged, --gate, the words,
+and a verdict built on trials whose load was not offered says so."""
+from vnetbench import compare as cmp
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+
+def _store(tmp_path, flags_b=()):
+    store = Store(tmp_path / "c.db")
+    cid = store.new_campaign("c", "test", "name: c\n", "0" * 64, {})
+    # B: the faster datapath, twice the goodput for 1.6x the CPU: more CPU, less per Gbit/s
+    for idx, overlay, gbit, cpu in ((1, "none", 2.0, 0.40), (2, "fast", 4.0, 0.64)):
+        labels = {"overlay": overlay}
+        store.put_scenario(cid, idx, overlay, labels, labels, "done", None, {}, [])
+        for rep, f in enumerate((0.98, 1.0, 1.02, 0.99, 1.01), 1):
+            meta = {"flags": list(flags_b)} if idx == 2 and rep <= 2 else {}
+            store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0,
+                             [Sample.of("throughput_bps", gbit * 1e9 * f, pair=1, direction="forward"),
+                              Sample.of("cpu_busy_ratio", cpu * (2 - f), scope="machine")], meta)
+    camp = store.campaign(cid)
+    return cmp.Side(store, camp, {"overlay": "none"}), cmp.Side(store, camp, {"overlay": "fast"})
+
+
+def test_more_cpu_for_more_traffic_is_not_a_regression(tmp_path):
+    """Raw CPU has no better direction: it is not judged (cpu_s_per_gbit is: tests/test_profile.py)."""
+    a, b = _store(tmp_path)
+    rows = {r.metric: r for r in cmp.compare(a, b, ["throughput_bps", "cpu_busy_ratio"], threshold=0.05)}
+    assert "cpu_busy_ratio" not in rows
+    assert rows["throughput_bps"].verdict == "better" and not any(r.regression for r in rows.values())
+
+
+def test_gate_chooses_what_can_fail(tmp_path):
+    a, b = _store(tmp_path)
+    # B against A reversed: the slower datapath is worse in throughput; only the gated metric fails the gate
+    rows = cmp.compare(b, a, ["throughput_bps"], threshold=0.05, gate=["rtt_s"])
+    tput = next(r for r in rows if r.metric == "throughput_bps")
+    assert tput.verdict == "worse" and not tput.gated and not tput.regression
+    gated = cmp.compare(b, a, ["throughput_bps"], threshold=0.05, gate=["throughput_bps"])
+    assert gated[0].gated and gated[0].regression
+
+
+def test_a_verdict_on_load_not_offered_says_so(tmp_path):
+    a, b = _store(tmp_path, flags_b=["offered 14.6 of 100 Mbit/s (pair 1): the sender did not reach its rate"])
+    rows = cmp.compare(a, b, ["throughput_bps"])
+    assert rows[0].not_offered == "A 0/5, B 2/5"
+    from rich.console import Console
+    console = Console(width=250, record=True)
+    console.print(cmp.table(a, b, rows, 0.05, None))
+    assert "load not offered in A 0/5, B 2/5 trials" in console.export_text()

@@ -1,0 +1,92 @@
+"""Guards: nothing impossible passes, nothing valid is rejected. Hand-built trials, one case per guard."""
+from types import SimpleNamespace
+
+import pytest
+
+from vnetbench import guards, runner
+from vnetbench.sample import Sample
+
+
+def tput(value, pair=1, direction="forward", **meta):
+    return Sample.of("throughput_bps", value, pair=pair, direction=direction, **meta)
+
+
+def _scenario(rate, mtu=1500):
+    return SimpleNamespace(underlay_rate=rate, vm_mtu=mtu, overhead=0, levels={})
+
+
+def _iperf3(protocol="tcp", duration=1, message_size=None, udp_rate=100_000_000, streams=1):
+    return SimpleNamespace(params=SimpleNamespace(protocol=protocol, duration=duration, message_size=message_size,
+                                                  udp_rate=udp_rate, streams=streams))
+
+
+def test_the_ceiling_includes_what_tbf_s_bucket_lets_through():
+    """10 Mbit/s underlay, 1-s tests: 9.89 and 10.05 Mbit/s were rejected though tbf lets up to 10.07 through (its
+    64 KiB bucket on top of the rate); 10.6 Mbit/s is still impossible."""
+    ceiling = runner.ceiling(_scenario(10_000_000), _iperf3())
+    assert ceiling == pytest.approx(10.07e6, rel=0.002)
+    for ok in (9.89e6, 10.05e6):
+        assert not guards.judge([tput(ok)], ceiling=ceiling, crossing={1}).invalid, ok
+    assert guards.judge([tput(10.6e6)], ceiling=ceiling, crossing={1}).invalid
+    # a 10-s test: the bucket is a tenth of that share
+    assert runner.ceiling(_scenario(10_000_000), _iperf3(duration=10)) == pytest.approx(9.614e6, rel=0.002)
+
+
+def test_small_udp_datagrams_cannot_carry_more_than_the_packet_rate_allows():
+    """64-byte datagrams on a 100 Mbit/s link: each 106-byte frame (UDP 8, IP 20, Ethernet 14) carries 64 bytes, at
+    most 60.4 Mbit/s of goodput
+    (plus the bucket); 1.5x that passed when the ceiling assumed full-size packets."""
+    ceiling = runner.ceiling(_scenario(100_000_000), _iperf3("udp", duration=10, message_size=64))
+    assert ceiling == pytest.approx(100e6 * 64 / 106 * (1 + 65536 * 8 / 10 / 100e6), rel=0.001)
+    assert guards.judge([tput(90e6)], ceiling=ceiling, crossing={1}).invalid
+    assert not guards.judge([tput(55e6)], ceiling=ceiling, crossing={1}).invalid
+
+
+def test_a_receiver_that_got_more_than_was_sent_is_invalid():
+    got = guards.judge([tput(120e6), Sample.of("sender_throughput_bps", 100e6, pair=1, direction="forward")])
+    assert got.invalid and "more than the sender sent" in got.invalid[0]
+    fine = guards.judge([tput(99e6), Sample.of("sender_throughput_bps", 100e6, pair=1, direction="forward")])
+    assert not fine.invalid
+
+
+def test_percentiles_out_of_order_are_invalid():
+    bad = guards.judge([Sample.of("latency_p50_s", 0.004, pair=1), Sample.of("latency_p99_s", 0.002, pair=1)])
+    assert bad.invalid and "latency_p50_s" in bad.invalid[0] and "out of order" in bad.invalid[0]
+    assert not guards.judge([Sample.of("latency_p50_s", 0.001, pair=1), Sample.of("latency_p99_s", 0.002, pair=1),
+                             Sample.of("latency_max_s", 0.002, pair=1)]).invalid
+
+
+def test_cpu_shares_cannot_sum_above_the_time_there_was():
+    shares = [Sample.of(m, v, scope="machine") for m, v in
+              (("cpu_user_ratio", 0.9), ("cpu_system_ratio", 0.6), ("cpu_softirq_ratio", 0.3))]
+    v = guards.judge(shares)
+    assert v.invalid and "sum to 1.80" in v.invalid[0]
+    # per CPU, each CPU on its own: 0.6 + 0.3 on cpu 0 and 0.6 on cpu 1 is fine
+    per_cpu = [Sample.of("cpu_user_ratio", 0.6, scope="machine", cpu=0), Sample.of("cpu_system_ratio", 0.3,
+               scope="machine", cpu=0), Sample.of("cpu_user_ratio", 0.6, scope="machine", cpu=1)]
+    assert not guards.judge(per_cpu).invalid
+
+
+def test_no_underlay_rate_says_no_ceiling_was_checked():
+    assert runner.ceiling(_scenario(None), _iperf3()) is None
+    v = guards.judge([tput(50e9)], ceiling=None)
+    assert not v.invalid and guards.NO_CEILING in v.flags
+
+
+def test_a_sender_that_did_not_offer_its_rate_is_flagged():
+    """A guest's '100 Mbit/s' UDP that got out 14.6 Mbit/s: flagged on the trial with the numbers."""
+    rate = runner.offered_rate(_iperf3("udp", udp_rate=100_000_000))
+    assert rate == 100e6 and runner.offered_rate(_iperf3("tcp")) is None
+    v = guards.judge([tput(14e6), Sample.of("sender_throughput_bps", 14.6e6, pair=1, direction="forward")],
+                     ceiling=1e9, crossing={1}, offered_rate=rate)
+    assert not v.invalid and any(f.startswith("offered 14.6 of 100 Mbit/s") for f in v.flags)
+    full = guards.judge([tput(99e6), Sample.of("sender_throughput_bps", 99.5e6, pair=1, direction="forward")],
+                        ceiling=1e9, crossing={1}, offered_rate=rate)
+    assert not full.flags
+
+
+def test_a_background_flood_that_did_not_offer_its_rate_is_flagged_too():
+    """S2's tenant flood asked 4 x 250 Mbit/s in a guest and delivered 29: the background load's own rate."""
+    flood = [Sample.of("sender_throughput_bps", 7.3e6, pair=1, direction="forward", role="background")]
+    assert guards.check_offered(flood, 250e6, role="background")[0].startswith("offered 7.3 of 250 Mbit/s")
+    assert not guards.check_offered(flood, 250e6)  # the foreground's check leaves background samples alone
