@@ -299,3 +299,32 @@ def test_interfaces_are_named_without_the_run_prefix():
     a = dimensions({"interface": "vb12ab-u", "node": "vb12ab-h2"})
     b = dimensions({"interface": "vb9f00-u", "node": "vb9f00-h2"})
     assert a == b and a.scope == "interface" and a.which == "h2 u"
+
+
+def test_a_load_not_offered_reaches_show_export_and_report(tmp_path):
+    """A rate-bounded sender that fell short is flagged on its trial (guards.check_offered); the flag is counted on
+    every row of that trial's numbers in `show`, named once with its reason, in each exported row, and listed in the
+    report's warnings. The note that no ceiling was checked is said once, not counted as a flag."""
+    from vnetbench.guards import NO_CEILING
+    db = tmp_path / "f.db"
+    store, cid = new(db, "flags")
+    for rep in range(1, 5):
+        flags = [NO_CEILING] + (["offered 14.6 of 100 Mbit/s (pair 1): the sender did not reach its rate"]
+                                if rep in (1, 3) else [])
+        store.save_trial(cid, 1, rep, 0, "iperf3", {"protocol": "udp"}, "ok", None, 0, 1,
+                         [Sample.of("throughput_bps", 14e6 + rep, pair=1, direction="forward", window=W)],
+                         {"flags": flags})
+    store.close()
+    out = vnetbench("show", "--db", db, "-m", "throughput_bps").stdout
+    assert "2 of 4 trials flagged: offered 14.6 of 100 Mbit/s" in out, out
+    assert f"4 of 4 trials: {NO_CEILING}" in out
+    header = next(line for line in out.splitlines() if "median [95% CI]" in line and "flagged" in line)
+    assert re.search(r"\s4\s+2\s*$", rows_of(out, "throughput_bps")[0]), (header, out)  # n = 4, 2 flagged
+    js = json.loads(vnetbench("show", "--db", db, "-m", "throughput_bps", "--json").stdout)
+    assert js["rows"][0]["flagged"] == 2
+    rows = list(csv.DictReader(io.StringIO(vnetbench("export", "1", "--db", db, "--format", "csv").stdout)))
+    assert {r["repetition"]: "offered 14.6" in r["flags"] for r in rows} == {"1": True, "2": False, "3": True,
+                                                                              "4": False}
+    html = tmp_path / "r.html"
+    vnetbench("report", "1", "--db", db, "-o", html)
+    assert "2 of 4 trials carry a flag" in html.read_text()

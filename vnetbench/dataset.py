@@ -95,6 +95,12 @@ class Trial:
     name: str = ""                   # the workload's name in tables (Dataset.names)
 
     @property
+    def flags(self) -> list[str]:
+        """What the run flagged on the trial for the reader (guards.reader_flags): a load asked but not offered."""
+        from .guards import reader_flags
+        return reader_flags(self.metadata)
+
+    @property
     def noisy(self) -> list[str]:
         """Why the run flagged the trial noisy (steal, a busy machine, a load that did not cover it); [] if not."""
         return list(self.metadata.get("noisy") or [])

@@ -284,8 +284,24 @@ def noisy_trials(d: Data) -> list[Block]:
                               "; ".join(map(str, t["metadata"]["noisy"]))] for t in flagged])])]
 
 
+def flagged_trials(d: Data) -> list[Block]:
+    """The trials whose load was asked but not offered (guards.check_offered), each with its flags: a number built
+    on them measures less than the spec asked for."""
+    from .guards import reader_flags
+    flagged = [t for t in d.trials if t["status"] == "ok" and reader_flags(t["metadata"])]
+    if not flagged:
+        return []
+    ok = sum(t["status"] == "ok" for t in d.trials)
+    return [Para(f"{len(flagged)} of {ok} trials carry a flag (counted in every table's 'flagged' column): their "
+                 "numbers measure less load than the spec asked for.", "warn"),
+            Fold(f"The {len(flagged)} flagged trials and why",
+                 [TableData("Flagged trials", ["#", "scenario", "repetition", "workload", "flags"],
+                            [[str(t["scenario"]), label(d, t["scenario"]), str(t["repetition"]), _wname(d, t),
+                              "; ".join(reader_flags(t["metadata"]))] for t in flagged])])]
+
+
 def warnings(d: Data) -> Section:
-    blocks: list[Block] = noisy_trials(d)
+    blocks: list[Block] = noisy_trials(d) + flagged_trials(d)
     if d.camp.status != "done":
         blocks.append(Para(f"The campaign is {d.camp.status}, not done: scenarios or trials are missing "
                            "(`vnetbench run --resume` continues it).", "warn"))

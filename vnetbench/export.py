@@ -28,7 +28,7 @@ FORMATS = ("jsonl", "csv", "parquet")
 COLUMNS: dict[str, str] = {
     "campaign": "int", "scenario": "int", "trial": "int", "repetition": "int", "workload_index": "int",
     "workload": "str", "workload_kind": "str", "trial_status": "str", "trial_error": "str", "noisy": "bool",
-    "noisy_reasons": "str", "retried_after": "str", "metric": "str", "value": "float", "unit": "str",
+    "noisy_reasons": "str", "flags": "str", "retried_after": "str", "metric": "str", "value": "float", "unit": "str",
     "t": "float", "timestamp": "str", "scope": "str", "which": "str", "direction": "str", "pair": "int",
     "all_pairs": "bool", "role": "str", "series": "bool", "cpu": "int", "window_start": "float",
     "window_end": "float",
@@ -54,7 +54,7 @@ def records(store: Store, cid: int) -> Iterator[dict[str, Any]]:
                "scenario_index": s["scenario"], "workload": s["workload"],
                "workload_name": names.get((s["scenario"], s["workload_index"]), s["workload"]),
                "trial_status": t["status"], "trial_error": t["error"], "noisy": (t["metadata"] or {}).get("noisy", []),
-               "metric": s["metric"], "value": s["value"], "unit": s["unit"], "t": s["t"],
+               "flags": (t["metadata"] or {}).get("flags", []), "metric": s["metric"], "value": s["value"], "unit": s["unit"], "t": s["t"],
                "dims": dimensions(s["metadata"]).as_dict(), "implementation": s["implementation"],
                "timestamp": _iso(ts), "metadata": s["metadata"]}
 
@@ -76,6 +76,7 @@ def flat_records(store: Store, cid: int) -> Iterator[dict[str, Any]]:
                "workload": names.get((s["scenario"], s["workload_index"]), s["workload"]), "workload_kind": s["workload"],
                "trial_status": t["status"], "trial_error": t["error"], "noisy": bool(tmeta.get("noisy")),
                "noisy_reasons": "; ".join(map(str, tmeta.get("noisy") or [])) or None,
+               "flags": "; ".join(map(str, tmeta.get("flags") or [])) or None,
                "retried_after": tmeta.get("retried_after"), "metric": s["metric"], "value": s["value"],
                "unit": s["unit"], "t": s["t"], "timestamp": _iso(absolute(s["t"], s["started"]) or s["started"]),
                "scope": d.scope, "which": d.which or None, "direction": d.direction or None,

@@ -193,6 +193,12 @@ def check_offered(samples: Sequence[Sample], rate: float | None, role: str | Non
     return out
 
 
+def reader_flags(trial_metadata: dict | None) -> list[str]:
+    """The trial's flags a reader must see beside its numbers: all but the note that no ceiling was checked (which
+    `show` states once for the campaign)."""
+    return [str(f) for f in (trial_metadata or {}).get("flags", []) if str(f) != NO_CEILING]
+
+
 def not_offered(trial_metadata: dict | None) -> bool:
     """Whether a stored trial carries a load-not-offered flag (its own sender's or a background flood's)."""
     return any(str(f).startswith(("offered ", "background offered ")) for f in (trial_metadata or {}).get("flags", []))

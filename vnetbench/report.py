@@ -5,6 +5,7 @@ terminal (at most 100 columns); `wide` gives every statistic, split into tables 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class Row:
     key: dataset.Key | None = None
     values: dict[int, float] = field(default_factory=dict)   # trial id -> its value, in run order
     noisy: int = 0                 # how many of those trials the run flagged noisy
+    flagged: int = 0               # how many carry a flag for the reader (a load asked but not offered)
 
     @property
     def name(self) -> str:
@@ -101,6 +103,7 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
                         key=lambda kv: (kv[0].scenario, kv[0].workload, kv[0].metric, kv[0].dims.order(), kv[0].stat)))
     vary = varying_dims(shown)
     noisy = {t.id for t in data.ok if t.noisy}
+    flagged = {t.id for t in data.ok if t.flags}
     out = []
     for key, values in shown.items():
         sc = scenarios[key.scenario]
@@ -110,7 +113,8 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         # intervals never leave the physical range (a loss CI of -50.8 % .. 137 %): cut there, marked 'clipped'
         out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric, unit,
                        stats.within(summarize(list(values.values())), *stats.physical_range(key.metric, unit)),
-                       tag, sc["implementation"] or {}, key, values, len(noisy & set(values))))
+                       tag, sc["implementation"] or {}, key, values, len(noisy & set(values)),
+                       len(flagged & set(values))))
     return out
 
 
@@ -156,6 +160,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(f"{len(noisy)} of {len(data.ok)} trials were flagged noisy (steal or other load) and are "
                       + ("left out (--exclude-noisy)" if exclude_noisy else
                          "counted in the 'noisy' column; --exclude-noisy leaves them out"), style="yellow")
+    for line in flag_lines(data):
+        console.print(escape(line), style="yellow", soft_wrap=False)
     if wide:
         console.print(N_COUNTS + ".", style="dim")
         for name, rs in by_metric.items():
@@ -213,7 +219,7 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
         s = r.summary
         out_rows.append({"scenario": r.scenario, "levels": data.scenarios[r.scenario]["labels"],
                          "workload": r.workload, "metric": r.metric, "stat": r.key.stat or None, "unit": r.unit,
-                         **r.key.dims.as_dict(), "n": s.n, "noisy": r.noisy,
+                         **r.key.dims.as_dict(), "n": s.n, "noisy": r.noisy, "flagged": r.flagged,
                          "median": num(s.median), "ci_median": [num(v) for v in s.ci_median],
                          "ci_median_exact": s.ci_median_exact, "mean": num(s.mean),
                          "ci_mean": [num(v) for v in s.ci_mean], "std": num(s.std), "min": num(s.min),
@@ -237,6 +243,20 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
     return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
 
 
+def flag_lines(data: dataset.Dataset) -> list[str]:
+    """What the run flagged, once per campaign: each reason (pairs folded) with how many trials carry it, and
+    whether any throughput ceiling went unchecked."""
+    from .guards import NO_CEILING
+    reasons: dict[str, int] = defaultdict(int)
+    for t in data.ok:
+        for f in {re.sub(r" \(pair \d+\)", "", f).split(":")[0] for f in t.flags}:
+            reasons[f] += 1
+    lines = [f"{n} of {len(data.ok)} trials flagged: {why} (the 'flagged' column counts them)"
+             for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]]
+    unchecked = sum(NO_CEILING in (t.metadata.get("flags") or []) for t in data.ok)
+    return lines + ([f"{unchecked} of {len(data.ok)} trials: {NO_CEILING}"] if unchecked else [])
+
+
 def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[str],
                    labels: dict[int, dict], width: int = COMPACT_WIDTH) -> Table:
     """One line per scenario and what the row measures: its levels of the factors that vary (named once, in the
@@ -247,17 +267,19 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
                   header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
     several = several_workloads(rows_)
     noisy = any(r.noisy for r in rows_)
+    flagged = any(r.flagged for r in rows_)
     lines = []
     for r in rows_:
         s = r.summary
         label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
         lines.append([label, *((r.workload,) if several else ()),
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
-                      *((str(r.noisy),) if noisy else ()),
+                      *((str(r.noisy),) if noisy else ()), *((str(r.flagged),) if flagged else ()),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
     names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
-             *(("noisy",) if noisy else ()), *(("implementation",) if differs else ())]
+             *(("noisy",) if noisy else ()), *(("flagged",) if flagged else ()),
+             *(("implementation",) if differs else ())]
     widths = [max(len(n), *(len(line[i]) for line in lines)) for i, n in enumerate(names)]
     fixed = widths[1:-1] if differs else widths[1:]
     rest = min(width, COMPACT_WIDTH) - 1 - sum(fixed) - 2 * (len(widths) - 1)
@@ -267,7 +289,7 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
         widths[-1] = max(rest - widths[0], 8)
     for n, w in zip(names, widths):
         table.add_column(n, no_wrap=True, overflow="ellipsis", width=w,
-                         justify="right" if n in ("median [95% CI]", "n", "noisy") else "left")
+                         justify="right" if n in ("median [95% CI]", "n", "noisy", "flagged") else "left")
     for line in lines:
         table.add_row(*map(escape, line))
     return table
@@ -276,7 +298,8 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
 def _wide_tables(name: str, rows_: list[Row], width: int) -> list[Table]:
     """Every statistic of a metric: one table when it fits the console, else as few as fit, each led by the scenario
     column and holding the next statistics that fit (the implementation last), so no number is cut or folded."""
-    extra = (*(("noisy",) if any(r.noisy for r in rows_) else ()), "implementation")
+    extra = (*(("noisy",) if any(r.noisy for r in rows_) else ()),
+             *(("flagged",) if any(r.flagged for r in rows_) else ()), "implementation")
     columns, tables, chunk = [*STAT_COLUMNS, *extra], [], []
     wide = Console(width=10_000)
     for col in columns:
@@ -300,6 +323,7 @@ def _table(name: str, rows_: list[Row], columns: tuple[str, ...], cont: bool = F
                          overflow="fold")
     for r in rows_:
         cells = dict(zip(STAT_COLUMNS, stat_cells(r.summary, unit))) | {"noisy": str(r.noisy),
+                                                                        "flagged": str(r.flagged),
                                                                         "implementation": r.implementation}
         table.add_row(escape(r.label), *((escape(r.workload),) if several else ()),
                       *(escape(cells[c]) for c in columns))
