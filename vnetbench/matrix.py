@@ -78,8 +78,9 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
                        wl.get("target_pair")))
         entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
         ids.append(i)
-    cross = levels["placement"] == "cross-host"
-    hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
+    crossing = ("cross-host", "spread")  # placements whose pairs cross hosts: two hosts unless the spec says
+    hosts = exp.hosts or (2 if levels["placement"] in crossing or any(p in crossing for p in factor_levels["placement"])
+                          else 1)
     sc = Scenario(index=index, levels=levels, labels=labels, workload_params=entries, workload_ids=ids,
                   hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate,
                   underlay_impairment=exp.underlay.impairment(), workloads=wls)
@@ -206,7 +207,7 @@ def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     hops = sc.levels.get("hops", 0)
     if not hops:
         return None
-    if sc.levels["placement"] == "same-host":
+    if not sc.crosses_hosts:
         if hops != factor_levels["hops"][0]:
             return f"same-host traffic crosses no router; it is measured once, under hops={factor_levels['hops'][0]}"
         return None
@@ -223,8 +224,8 @@ def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
 
 def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     attach, placement = sc.levels["attach"], sc.levels["placement"]
-    if sc.hosts < 2 and placement == "cross-host":
-        return "cross-host placement needs hosts >= 2"
+    if sc.hosts < 2 and placement in ("cross-host", "spread"):
+        return f"{placement} placement needs hosts >= 2"
     if attach in ("host", "direct"):
         what = "host-to-host traffic" if attach == "host" else "a direct (SR-IOV-like) attachment"
         if sc.labels["overlay"] != "none":
@@ -234,7 +235,7 @@ def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     first_scope = factor_levels["encryption_scope"][0]
     if sc.labels["encryption"] == "none" and sc.levels["encryption_scope"] != first_scope:
         return f"without encryption the scope does not matter; measured once, under encryption_scope={first_scope}"
-    if attach == "host" and placement == "same-host":
+    if attach == "host" and not sc.crosses_hosts:
         return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
     if reason := _hops_problem(sc, factor_levels):
         return reason

@@ -20,7 +20,9 @@ TOPOLOGY_FACTORS = {
     "encryption": "encryption of VM or host traffic (a datapath name)",
     "encryption_scope": "vm-to-vm (end to end between the VMs of a pair) or host-to-host (a gateway tunnel)",
     "attach": "how a VM is connected: switch, direct (SR-IOV-like macvlan) or host (no VM)",
-    "placement": "same-host or cross-host: where the two VMs of a pair live",
+    "placement": "where the two VMs of each pair live: same-host (both on h1), cross-host (client on h1, server on "
+                 "h2), spread (pairs dealt over all hosts, client and server on neighbouring hosts) or pack (each "
+                 "pair on one host, pairs filling the hosts in turn)",
     "pairs": "number of client/server VM pairs running at once",
     "mtu": "MTU of the underlay (the hosts' NICs), bytes",
     "ip_version": "4 or 6: the address family the workloads use",
@@ -40,7 +42,7 @@ DEFAULT_LEVELS: dict[str, Any] = {
     "hops": 0, "kernel": "shared", "vm_kernel": "shared",
 }
 CHOICES = {
-    "placement": ("same-host", "cross-host"),
+    "placement": ("same-host", "cross-host", "spread", "pack"),
     "ip_version": (4, 6),
     "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
@@ -121,6 +123,25 @@ class Scenario:
             burst = max(self.underlay_rate // 8 // 1000, 64 * 1024)
             out.append(f"qdisc add dev {dev} {parent} tbf rate {self.underlay_rate}bit burst {burst} latency 50ms")
         return out
+
+    def pair_hosts(self, k: int) -> tuple[int, int]:
+        """The hosts (numbers from 1) of pair k's client and server under the scenario's placement. spread deals the
+        VMs round-robin over all hosts, so a pair's two VMs are on neighbouring hosts and every host gets its share;
+        pack gives each host the next ceil(pairs / hosts) pairs, both VMs of a pair together."""
+        placement, hosts = self.levels["placement"], max(1, self.hosts)
+        if placement == "cross-host":
+            return 1, 2
+        if placement == "spread":
+            return 2 * (k - 1) % hosts + 1, (2 * (k - 1) + 1) % hosts + 1
+        if placement == "pack":
+            host = (k - 1) // -(-self.levels["pairs"] // hosts) + 1
+            return host, host
+        return 1, 1
+
+    @property
+    def crosses_hosts(self) -> bool:
+        """Whether the pairs' client and server are on different hosts (cross-host, spread)."""
+        return self.levels["placement"] in ("cross-host", "spread")
 
     def __getitem__(self, factor: str) -> Any:
         return self.levels[factor]

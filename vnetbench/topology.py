@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import datapaths
+from . import datapaths, netlink
 from .capabilities import local_installed
 from .datapaths.base import BuildError, Tunnel
 from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
@@ -38,6 +38,7 @@ ROOT = ""  # node label of the machine's root namespace (only namespaces are add
 BATCH_TOOLS = ("ip", "tc", "bridge")
 UNDERLAY_NET = "10.250.0"
 PLAN_PREFIX = "vb0000"
+NETLINK_MIN_BATCHES = 16  # namespaces in one wave from which their batches go over netlink (netlink.py)
 
 
 @dataclass
@@ -365,13 +366,13 @@ class Topology:
             self._add("tor", "switch")
         for k in range(1, self.hops + 1):
             self._add(f"r{k}", "router")
-        server_host = "h2" if sc["placement"] == "cross-host" else "h1"
         for k in range(1, sc["pairs"] + 1):
             tenant = (k - 1) % sc.tenants + 1
+            client_host, server_host = (f"h{h}" for h in sc.pair_hosts(k))
             if sc["attach"] == "host":
-                client, server = self.nodes["h1"], self.nodes[server_host]
+                client, server = self.nodes[client_host], self.nodes[server_host]
             else:
-                client = self._vm("h1", tenant)
+                client = self._vm(client_host, tenant)
                 server = self._vm(server_host, tenant)
             self.pairs.append(Pair(k, self._endpoint(client), self._endpoint(server),
                                    {"tenant": tenant, "client": client.label, "server": server.label}))
@@ -379,7 +380,8 @@ class Topology:
     def _vm(self, host: str, tenant: int) -> Node:
         n = len(self.vms) + 1
         node = self._add(f"{host}v{n}", "vm", host, tenant)
-        node.v4, node.v6 = f"10.{100 + tenant}.0.{n}", f"fd00:{100 + tenant}::{n}"
+        # A tenant's VMs share a /16 (10.<100+tenant>.0.0): the first 254 keep the addresses of the /24 they had.
+        node.v4, node.v6 = f"10.{100 + tenant}.{n // 256}.{n % 256}", f"fd00:{100 + tenant}::{n}"
         return node
 
     def _endpoint(self, node: Node) -> Endpoint:
@@ -498,7 +500,7 @@ class Topology:
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
-                f"addr add {vm.v4}/24 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
+                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
 
     # ---- execution ---------------------------------------------------------------------------------------
     def build(self) -> "Topology":
@@ -567,12 +569,13 @@ class Topology:
             for step in wave:
                 self._run_step(step)
             return
+        wave, over_netlink = self._netlink_part(wave)
         procs = []
         for step in wave:
             argv = self.executor(step.node).batch_argv(step.tool)
             procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                        stderr=subprocess.PIPE, text=True)))
-        errors = []
+        errors = netlink.apply_many(over_netlink) if over_netlink else []
         for step, argv, proc in procs:
             try:
                 _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
@@ -585,6 +588,22 @@ class Topology:
                                                proc.returncode, err)))
         if errors:
             raise BuildError("; ".join(errors))
+
+    def _netlink_part(self, wave: list[Step]) -> tuple[list[Step], list[tuple[str, list]]]:
+        """A wave of many namespaces' ip batches: those netlink.parse understands (a VM's lines) are applied from this
+        process (netlink.py says why), the rest run as `ip -batch` processes. A small wave stays with the processes:
+        importing pyroute2 costs more than a few of them."""
+        if len(wave) < NETLINK_MIN_BATCHES or self.site or self.machine is not None:
+            return wave, []
+        rest, over = [], []
+        for step in wave:
+            ex = self.executor(step.node)
+            ops = netlink.parse(step.lines) if step.tool == "ip" and type(ex) is NetnsExecutor else None
+            if ops is None:
+                rest.append(step)
+            else:
+                over.append((ex.netns, ops))
+        return rest, over
 
     def _run_step(self, step: Step) -> None:
         where = self.executor(step.node)

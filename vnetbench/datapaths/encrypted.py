@@ -63,7 +63,7 @@ class EncryptedTunnel(Encryption):
                 return ("attach=host has no VMs: traffic between the hosts is encrypted under "
                         "encryption_scope host-to-host")
             return None
-        if sc.levels["placement"] == "same-host":
+        if not sc.crosses_hosts:
             return ("both VMs of every pair are on the same host: a host-to-host tunnel would carry nothing; "
                     "host-to-host encryption is measured with placement cross-host")
         if attach == "direct":
