@@ -1,0 +1,163 @@
+"""Studies ten times the seeds: pairs placed over every host, 256 pairs on 10 hosts built, pinged and removed in a
+few seconds, and `clean` after a kill -9 of such a run leaves nothing."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, netns_names, vnetbench
+from vnetbench import netlink
+from vnetbench.capabilities import detect
+from vnetbench.ledger import Ledger, pids_in_namespaces
+from vnetbench.matrix import expand
+from vnetbench.spec import loads
+from vnetbench.topology import Topology
+from vnetbench.workloads.ping import Ping, PingParams
+
+BIG = """\
+name: big
+hosts: 10
+repetitions: 1
+factors: {{pairs: {pairs}, placement: {placement}}}
+workloads:
+  - type: ping
+    count: {count}
+    interval: 0.2
+"""
+
+
+def scenario(pairs=256, placement="spread", count=1):
+    (sc,) = expand(loads(BIG.format(pairs=pairs, placement=placement, count=count)).experiment, detect())
+    assert sc.skip is None, sc.skip
+    return sc
+
+
+def hosts_of(topo):
+    return [(p.client.node.name.split("-")[1].split("v")[0], p.server.node.name.split("-")[1].split("v")[0])
+            for p in topo.pairs]
+
+
+def test_placement_spread_and_pack_use_every_host():
+    spread = hosts_of(Topology(scenario(256, "spread"), None))
+    assert all(c != s for c, s in spread), "spread: each pair crosses hosts"
+    per_host = {h: sum(h in pair for pair in spread) for h in {x for pair in spread for x in pair}}
+    assert set(per_host) == {f"h{i}" for i in range(1, 11)}
+    assert max(per_host.values()) - min(per_host.values()) <= 1, per_host  # 512 VMs: 51 or 52 a host
+    pack = hosts_of(Topology(scenario(256, "pack"), None))
+    assert all(c == s for c, s in pack), "pack: both VMs of a pair on one host"
+    counts = {h: [c for c, _ in pack].count(h) for h in {c for c, _ in pack}}
+    assert len(counts) == 10 and max(counts.values()) == 26  # ceil(256 / 10) pairs fill each host in turn
+    assert [c for c, _ in pack] == sorted([c for c, _ in pack], key=lambda h: int(h[1:]))
+    # the existing placements keep their meaning whatever the number of hosts
+    assert set(hosts_of(Topology(scenario(4, "cross-host"), None))) == {("h1", "h2")}
+    assert set(hosts_of(Topology(scenario(4, "same-host"), None))) == {("h1", "h1")}
+
+
+def test_plan_shows_vms_on_the_tenth_host(tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text(BIG.format(pairs=256, placement="spread", count=1))
+    out = vnetbench("plan", spec).stdout
+    assert "-h10v10" in out and "-h1v512" not in out  # VM 10 is the first on h10 (VM n goes to host (n-1)%10+1)
+
+
+def test_spread_needs_two_hosts(tmp_path):
+    (sc,) = expand(loads("name: one\nhosts: 1\nfactors: {placement: spread}\nworkloads: [{type: ping}]\n").experiment,
+                   detect())
+    assert sc.skip == "spread placement needs hosts >= 2"
+
+
+def test_netlink_grammar_takes_only_what_it_knows():
+    assert netlink.parse(["link set lo up", "link set e0 mtu 1450 up", "addr add 10.101.1.4/16 dev e0",
+                          "addr add fd00:101::260/64 dev e0 nodad"]) is not None
+    for line in ("link add br type bridge", "link set e0 master br0 up", "addr add 10.0.0.1 dev e0",
+                 "route add default via 10.0.0.1", "link set e0 mtu x up"):
+        assert netlink.parse(["link set lo up", line]) is None, line
+
+
+def _addrs(ns):
+    out = json.loads(subprocess.run(["ip", "-n", ns, "-j", "addr"], capture_output=True, text=True, check=True).stdout)
+    return sorted((i["ifname"], i["mtu"], "UP" in i["flags"], sorted((a["local"], a["prefixlen"]) for a in i["addr_info"]))
+                  for i in out)
+
+
+@pytest.mark.net
+def test_netlink_does_what_the_printed_lines_say():
+    names = [f"vbt{os.getpid() % 10000:04d}-{k}" for k in ("a", "b")]
+    lines = ["link set lo up", "link set e0 mtu 1450 up", "addr add 10.101.1.4/16 dev e0",
+             "addr add fd00:101::260/64 dev e0 nodad"]
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "add", "e0", "type", "veth", "peer", "name", "e1"], check=True)
+        subprocess.run(["ip", "-n", names[0], "-batch", "-"], input="\n".join(lines) + "\n", text=True, check=True)
+        assert netlink.apply_many([(names[1], netlink.parse(lines))]) == []
+        assert _addrs(names[0]) == _addrs(names[1])
+        (err,) = netlink.apply_many([(names[1], netlink.parse(["link set lo up", "addr add 10.101.1.4/16 dev e0"]))])
+        assert "line 2 `addr add 10.101.1.4/16 dev e0`" in err and names[1] in err  # refused: it exists
+    finally:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in names), text=True)
+
+
+@pytest.mark.net
+def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
+    sc = scenario(256, "spread", count=1)
+    ledger = Ledger.create()
+    topo = Topology(sc, ledger)
+    began = time.monotonic()
+    try:
+        topo.build()  # with its check that every pair passes traffic
+        took = time.monotonic() - began
+        samples = Ping(PingParams(count=1, interval=0.2)).run(topo.pairs)
+    finally:
+        topo.teardown()
+        ledger.remove_all()
+    print(f"256 pairs on 10 hosts: built and checked in {took:.2f} s")
+    assert took <= 10, f"512 VMs on 10 hosts built in {took:.1f} s"
+    rtts = {s.metadata["pair"]: s.value for s in samples if s.metric == "rtt_s"}
+    assert sorted(rtts) == list(range(1, 257)) and all(0 < v < 1 for v in rtts.values())
+    assert not [n for n in netns_names() if n.startswith(ledger.prefix + "-")]
+
+
+def _ours(state_dir):
+    prefixes = {p.name for p in state_dir.iterdir()} if state_dir.exists() else set()
+    return prefixes, {n for n in netns_names() if any(n.startswith(p + "-") for p in prefixes)}
+
+
+def _pings(names):
+    return [pid for pid in pids_in_namespaces(sorted(names))
+            if open(f"/proc/{pid}/comm").read().strip() == "ping"]
+
+
+@pytest.mark.net
+@pytest.mark.parametrize("when", ["build", "trial"])
+def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, when):
+    spec = tmp_path / "big.yaml"
+    spec.write_text(BIG.format(pairs=256, placement="spread", count=150))  # a trial of 30 s: killed long before
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(tmp_path / "r.db"),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = (lambda: 50 <= len(_ours(state_dir)[1]) < 520) if when == "build" else \
+        (lambda: len(_pings(_ours(state_dir)[1])) >= 200)
+    deadline = time.monotonic() + 45
+    try:
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, f"the run never reached its {when}"
+            time.sleep(0.02 if when == "build" else 0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    prefixes, left = _ours(state_dir)
+    (prefix,) = prefixes
+    orphans = pids_in_namespaces(sorted(left))
+    assert left and (when == "build" or orphans)
+    assert "removed" in vnetbench("clean").stdout
+    time.sleep(0.3)
+    assert not [n for n in netns_names() if n.startswith(prefix + "-")]
+    assert prefix not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    alive = [p for p in orphans if os.path.exists(f"/proc/{p}") and
+             open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive, "clean left processes of the run"
+    assert not (state_dir / prefix).exists()
