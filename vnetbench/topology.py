@@ -16,8 +16,11 @@ Builder); a topology makes its own elements from the scenario's levels, and they
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import re
 import shlex
+import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +41,7 @@ ROOT = ""  # node label of the machine's root namespace (only namespaces are add
 BATCH_TOOLS = ("ip", "tc", "bridge")
 UNDERLAY_NET = "10.250.0"
 PLAN_PREFIX = "vb0000"
+PR_SET_PDEATHSIG = 1
 NETLINK_MIN_BATCHES = 16  # namespaces in one wave from which their batches go over netlink (netlink.py)
 
 
@@ -574,7 +578,8 @@ class Topology:
         for step in wave:
             argv = self.executor(step.node).batch_argv(step.tool)
             procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                                       stderr=subprocess.PIPE, text=True)))
+                                                       stderr=subprocess.PIPE, text=True,
+                                                       preexec_fn=die_with_parent())))
         errors = netlink.apply_many(over_netlink) if over_netlink else []
         for step, argv, proc in procs:
             try:
@@ -612,7 +617,7 @@ class Topology:
                 argv = where.batch_argv(step.tool)
                 try:
                     proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
-                                          timeout=60)
+                                          timeout=60, preexec_fn=die_with_parent())
                 except subprocess.TimeoutExpired:
                     raise CommandError(where.name, [step.tool, "-batch", "-"], -1, "timed out after 60 s") from None
                 if proc.returncode:
@@ -747,6 +752,19 @@ class Topology:
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A preexec_fn: the kernel kills the child when vnetbench dies. A kill -9 in the middle of a build must not leave
+    an `ip -batch` adding namespaces after `clean` has removed the recorded ones (found with 256 pairs: clean ran
+    while the orphaned root batch still had hundreds of `netns add` to go)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the line above: nobody would kill us
+            os._exit(1)
+    return arm
 
 
 def comment(text: str) -> str:
