@@ -11,7 +11,7 @@ run with the two sides alternating (run as root from the repo):
   1000       the cost of 1000 such trials extrapolated: built once and shared (consecutive trials of a scenario share
              its build), and rebuilt for every trial (the worst random order)
 
-    .venv/bin/python bench/scale.py [--rounds N] [--pairs P] [--hosts H]
+    .venv/bin/python bench/scale.py [--rounds N] [--pairs P] [--hosts H] [--processes]
 """
 from __future__ import annotations
 
@@ -109,7 +109,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=256)
     ap.add_argument("--hosts", type=int, default=10)
     ap.add_argument("--trials", type=int, default=3, help="short-ping trials per round on vnetbench's build")
+    ap.add_argument("--processes", action="store_true",
+                    help="build every namespace's batch with its own ip process, as before netlink (for comparison)")
     args = ap.parse_args()
+    if args.processes:
+        from vnetbench import topology
+        topology.NETLINK_MIN_BATCHES = 10 ** 9
     sc = scenario(args.pairs, args.hosts)
     a, b = [], []
     for r in range(args.rounds):  # alternate so drift on a shared machine hits both equally
@@ -123,7 +128,8 @@ def main() -> None:
     def med(rows, key):
         return statistics.median(x[key] for x in rows)
     vms = 2 * args.pairs
-    print(f"\n{vms} VMs ({args.pairs} pairs, spread) on {args.hosts} hosts, medians of {args.rounds} alternating rounds, "
+    how = "one ip process per namespace" if args.processes else "VM namespaces over netlink"
+    print(f"\n{vms} VMs ({args.pairs} pairs, spread) on {args.hosts} hosts ({how}), medians of {args.rounds} alternating rounds, "
           f"load average {os.getloadavg()[0]:.1f}:")
     for key in ("build", "teardown"):
         print(f"  {key:9} vnetbench {med(a, key):6.2f} s   hand-written ip -batch {med(b, key):6.2f} s   "

@@ -2,7 +2,9 @@
 
 Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, daemons — to an ordered list.
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
-running independent batches of different namespaces at once. All devices live inside the run's namespaces,
+running independent batches of different namespaces at once. In a wave of many namespaces (hundreds of VMs), the
+batches made only of a VM's lines (link set, addr add) are sent as the same netlink requests from this process instead
+of one `ip -n NS -batch -` each (netlink.py): `plan` still prints them as that batch, which does the same. All devices live inside the run's namespaces,
 so deleting the namespaces removes them; nothing is created in the root namespace.
 
 Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -508,6 +511,7 @@ class Topology:
 
     # ---- execution ---------------------------------------------------------------------------------------
     def build(self) -> "Topology":
+        raise_file_limit()
         self.emit()
         self._built = True
         self._execute()
@@ -644,11 +648,11 @@ class Topology:
             if self.site:  # one round trip per pair, all at once, nothing left running on the hosts
                 pending = self._remote_pings(pending)
             else:
+                # no pipes: only the exit status counts, and 500 pairs' pipes would pass a 1024-file limit
                 procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
-                                                 label=f"verify-ping-{p.index}")) for p in pending]
+                                                 label=f"verify-ping-{p.index}", stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.DEVNULL)) for p in pending]
                 pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
-                for _, proc in procs:
-                    proc.communicate()
             if not pending:
                 return
             time.sleep(0.2 * (attempt + 1))
@@ -752,6 +756,17 @@ class Topology:
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
+
+
+def raise_file_limit() -> None:
+    """A trial reads every pair's tool through pipes (two files each, in this process): with hundreds of pairs a soft
+    limit of 1024 open files (a common default) would refuse them, so take the hard limit the system allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # keep the soft limit: a trial past it fails with its own message
 
 
 def die_with_parent() -> Callable[[], None]:
