@@ -37,6 +37,15 @@ class Op:
     nodad: bool = False
 
 
+def available() -> bool:
+    """Whether pyroute2 is installed (pinned in pyproject.toml; an older environment without it builds with `ip`)."""
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def parse(lines: Sequence[str]) -> list[Op] | None:
     """The lines as operations, or None if any line is outside the grammar (then `ip -batch` runs them)."""
     ops = []

@@ -602,7 +602,7 @@ class Topology:
         """A wave of many namespaces' ip batches: those netlink.parse understands (a VM's lines) are applied from this
         process (netlink.py says why), the rest run as `ip -batch` processes. A small wave stays with the processes:
         importing pyroute2 costs more than a few of them."""
-        if len(wave) < NETLINK_MIN_BATCHES or self.site or self.machine is not None:
+        if len(wave) < NETLINK_MIN_BATCHES or self.site or self.machine is not None or not netlink.available():
             return wave, []
         rest, over = [], []
         for step in wave:
