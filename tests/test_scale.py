@@ -167,3 +167,21 @@ def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, 
              open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
     assert not alive, "clean left processes of the run"
     assert not (state_dir / prefix).exists()
+
+
+@pytest.mark.parametrize("factors", ["{pairs: 256, placement: spread}", "{pairs: 256, placement: pack, overlay: vxlan}",
+                                     "{pairs: 200, encryption: wireguard}"])
+def test_every_address_of_a_large_plan_is_an_address(factors):
+    """VM 300 is 10.101.1.44/16, and its WireGuard tunnel address 10.252.1.44 (a /24 with VM numbers past 254 gave
+    10.252.0.300, which `ip` refuses)."""
+    import ipaddress
+    import re
+    text = f"name: big\nhosts: 10\ntenants: 2\nfactors: {factors}\nworkloads: [{{type: ping, count: 1}}]\n"
+    (sc,) = expand(loads(text).experiment, detect())
+    if sc.skip:
+        pytest.skip(sc.skip)
+    script = Topology(sc, None).script()
+    found = re.findall(r"^addr add (\S+) dev", script, re.M)
+    assert len(found) >= 2 * 2 * sc.levels["pairs"]
+    for addr in found:
+        ipaddress.ip_interface(addr)  # raises on 10.252.0.300/24
