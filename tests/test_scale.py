@@ -185,3 +185,41 @@ def test_every_address_of_a_large_plan_is_an_address(factors):
     assert len(found) >= 2 * 2 * sc.levels["pairs"]
     for addr in found:
         ipaddress.ip_interface(addr)  # raises on 10.252.0.300/24
+
+
+def test_per_pair_placement_names_each_pairs_hosts():
+    text = ("name: pp\nfactors: {placement: {type: per-pair, hosts: [[1, 3], [2, 2]]}, pairs: 3}\n"
+            "workloads: [{type: ping, count: 1}]\n")
+    (sc,) = expand(loads(text).experiment, detect())
+    assert sc.hosts == 3 and sc.skip is None  # as many hosts as the placement names
+    assert hosts_of(Topology(sc, None)) == [("h1", "h3"), ("h2", "h2"), ("h1", "h3")]  # the list repeats
+
+
+@pytest.mark.parametrize("level,hosts,says", [
+    ("{type: per-pair, hosts: [[1, 17]]}", "", "at most 16"),
+    ("{type: per-pair, hosts: [[1]]}", "", "each pair's client and server host"),
+    ("{type: perpair, hosts: [[1, 2]]}", "", "a placement mapping is per-pair only"),
+    ("{type: per-pair, hosts: [[1, 3]]}", "hosts: 2\n", "host 3 does not exist: hosts is 2"),
+])
+def test_a_bad_per_pair_placement_is_one_line(tmp_path, level, hosts, says):
+    spec = tmp_path / "pp.yaml"
+    spec.write_text(f"name: pp\n{hosts}factors: {{placement: {level}}}\nworkloads: [{{type: ping}}]\n")
+    proc = vnetbench("plan", spec, check=False)
+    assert proc.returncode == 2 and says in proc.stderr + proc.stdout
+    (line,) = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    assert line.startswith(f"{spec}:") and "factors.placement" in line
+
+
+@pytest.mark.net
+def test_per_pair_placement_builds_and_passes_traffic(state_dir):
+    text = ("name: pp\nfactors: {placement: {type: per-pair, hosts: [[1, 3], [2, 2], [3, 1]]}, pairs: 3}\n"
+            "workloads: [{type: ping, count: 1}]\n")
+    (sc,) = expand(loads(text).experiment, detect())
+    ledger = Ledger.create()
+    topo = Topology(sc, ledger)
+    try:
+        topo.build()  # its ping check: every pair answers, across the top-of-rack bridge and inside h2
+        assert {vm.host for vm in topo.vms} == {"h1", "h2", "h3"}
+    finally:
+        topo.teardown()
+        ledger.remove_all()

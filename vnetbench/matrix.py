@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import datapaths, workloads
 from .capabilities import Capabilities
 from .datapaths.base import Availability, Element
-from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label
+from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label, placement_hosts
 
 if TYPE_CHECKING:  # an Experiment is what spec.loads returns (after validate.check); only named here
     from .spec import Experiment
@@ -78,9 +78,8 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
                        wl.get("target_pair")))
         entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
         ids.append(i)
-    crossing = ("cross-host", "spread")  # placements whose pairs cross hosts: two hosts unless the spec says
-    hosts = exp.hosts or (2 if levels["placement"] in crossing or any(p in crossing for p in factor_levels["placement"])
-                          else 1)
+    # as many hosts as the spec says, else as the most demanding placement of the experiment needs
+    hosts = exp.hosts or max(placement_hosts(p) for p in [levels["placement"], *factor_levels["placement"]])
     sc = Scenario(index=index, levels=levels, labels=labels, workload_params=entries, workload_ids=ids,
                   hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate,
                   underlay_impairment=exp.underlay.impairment(), workloads=wls)
@@ -224,8 +223,8 @@ def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
 
 def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     attach, placement = sc.levels["attach"], sc.levels["placement"]
-    if sc.hosts < 2 and placement in ("cross-host", "spread"):
-        return f"{placement} placement needs hosts >= 2"
+    if sc.hosts < placement_hosts(placement):
+        return f"{label(placement)} placement needs hosts >= {placement_hosts(placement)}"
     if attach in ("host", "direct"):
         what = "host-to-host traffic" if attach == "host" else "a direct (SR-IOV-like) attachment"
         if sc.labels["overlay"] != "none":

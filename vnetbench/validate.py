@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from . import datapaths, workloads, yamlread
 from .datapaths.base import Element
 from .matrix import expand, params_of
-from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label
+from .scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
+                       placement_hosts, placement_problem)
 from .strict import CONTROL, pydantic_message
 from .workloads.base import Workload
 
@@ -203,6 +204,10 @@ def _check_factors(exp: Experiment) -> list[Problem]:
 
 
 def _check_any_level(exp: Experiment, wfields: dict[str, list[int]], factor: str, level: Any) -> str | None:
+    if factor == "placement" and isinstance(level, dict):
+        if (msg := placement_problem(level)) or not exp.hosts or placement_hosts(level) <= exp.hosts:
+            return msg
+        return f"host {placement_hosts(level)} does not exist: hosts is {exp.hosts}; raise hosts or name hosts 1 to {exp.hosts}"
     if factor in TOPOLOGY_FACTORS:
         return _check_level(factor, level)
     return _check_param(exp, wfields, factor, level) if factor in wfields else None
