@@ -3,9 +3,10 @@
 Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, daemons — to an ordered list.
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
 running independent batches of different namespaces at once. In a wave of many namespaces (hundreds of VMs), the
-batches made only of a VM's lines (link set, addr add) are sent as the same netlink requests from this process instead
-of one `ip -n NS -batch -` each (netlink.py): `plan` still prints them as that batch, which does the same. All devices live inside the run's namespaces,
-so deleting the namespaces removes them; nothing is created in the root namespace.
+batches made only of a VM's lines (link set, addr add) are sent as the same netlink requests from this process
+instead of one `ip -n NS -batch -` each (netlink.py): `plan` prints them as that batch, which does the same. All
+devices live inside the run's namespaces, so deleting the namespaces removes them; nothing is created in the root
+namespace.
 
 Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
 testbed (sites.TestbedSite), real machines over SSH. There a host's switch, tunnels and VM ports live in a namespace
@@ -774,10 +775,11 @@ def die_with_parent() -> Callable[[], None]:
     an `ip -batch` adding namespaces after `clean` has removed the recorded ones (found with 256 pairs: clean ran
     while the orphaned root batch still had hundreds of `netns add` to go)."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    parent = os.getpid()  # (the signal comes when the forking thread ends: each batch is waited for by its own)
 
     def arm() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before the line above: nobody would kill us
+        if os.getppid() != parent:  # the parent died before the line above: nobody would kill us
             os._exit(1)
     return arm
 
