@@ -80,7 +80,9 @@ def test_netlink_grammar_takes_only_what_it_knows():
 
 def _addrs(ns):
     out = json.loads(subprocess.run(["ip", "-n", ns, "-j", "addr"], capture_output=True, text=True, check=True).stdout)
-    return sorted((i["ifname"], i["mtu"], "UP" in i["flags"], sorted((a["local"], a["prefixlen"]) for a in i["addr_info"]))
+    return sorted((i["ifname"], i["mtu"], "UP" in i["flags"],
+                   sorted((a["local"], a["prefixlen"], a.get("broadcast"), a.get("scope"), bool(a.get("nodad")))
+                          for a in i["addr_info"] if not a["local"].startswith("fe80:")))  # (link-local MACs differ)
                   for i in out)
 
 
