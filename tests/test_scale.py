@@ -230,3 +230,17 @@ def test_per_pair_placement_builds_and_passes_traffic(state_dir):
     finally:
         topo.teardown()
         ledger.remove_all()
+
+
+@pytest.mark.net
+def test_256_pairs_run_through_the_cli_store_one_ping_per_pair(tmp_path, state_dir):
+    import sqlite3
+    spec, db = tmp_path / "big.yaml", tmp_path / "r.db"
+    spec.write_text(BIG.format(pairs=256, placement="spread", count=1))
+    vnetbench("run", spec, "--db", db, "--no-progress", timeout=120)
+    with sqlite3.connect(db) as con:
+        status = con.execute("SELECT status FROM trials").fetchall()
+        pairs = con.execute("SELECT DISTINCT json_extract(metadata, '$.pair') FROM samples WHERE metric = 'rtt_s'")
+        pairs = sorted(p for (p,) in pairs)
+    assert [s for (s,) in status] == ["ok"] and pairs == list(range(1, 257))
+    assert not [n for n in netns_names() if any(n.startswith(p.name + "-") for p in state_dir.iterdir())]
