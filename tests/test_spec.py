@@ -54,7 +54,7 @@ def test_three_mistakes_three_lines_with_line_numbers():
 @pytest.mark.parametrize("text, where, words", [
     ("name: d\nworkloads: [{type: ping}]\nbogus: 1\n", "x.yaml:3: bogus:", "unknown field"),
     ("name: d\nfactors: {colour: red}\nworkloads: [{type: ping}]\n", "factors.colour:", "unknown factor"),
-    ("name: d\nfactors: {pairs: [1, 99]}\nworkloads: [{type: ping}]\n", "factors.pairs[1]:", "from 1 to 64"),
+    ("name: d\nfactors: {pairs: [1, 999]}\nworkloads: [{type: ping}]\n", "factors.pairs[1]:", "from 1 to 500"),
     ("name: d\nfactors: {placement: [moon]}\nworkloads: [{type: ping}]\n", "factors.placement[0]:", "same-host"),
     ("name: d\nworkloads: [{type: quake}]\n", "workloads[0].type:", "not a workload"),
     ("name: d\n", "workloads:", "required field is missing"),

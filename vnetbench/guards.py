@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .sample import Sample
+from .scenario import BURST_MIN, tbf_burst  # noqa: F401 (the bucket the ceiling counts)
 
 TOLERANCE = 0.03           # measurement-window jitter allowed above a ceiling
 SERIES_TOLERANCE = 0.05    # series mean vs total: the receiver's last stub interval (a few ms) is left out
@@ -25,7 +26,6 @@ STUB_S = 0.05              # ... and what arrives after the last interval closed
 STEAL_NOISY = 0.05         # share of CPU time stolen by the hypervisor
 FOREIGN_NOISY = 0.25       # share of the machine busy before the trial started (someone else's work)
 ETH_HEADER = 14            # tbf counts each frame from the Ethernet header on (no preamble, no FCS)
-BURST_MIN = 64 * 1024      # bytes: tbf's bucket is at least this (a smaller one throttles below the rate)
 OFFERED_SHORT = 0.95       # a rate-bounded sender below this share of its rate did not offer the load asked
 CPU_SHARES = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq_ratio", "cpu_steal_ratio",
               "cpu_nice_ratio", "cpu_iowait_ratio")
@@ -39,11 +39,6 @@ class Verdict:
     invalid: list[str] = field(default_factory=list)
     noisy: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)   # shown with the trial's numbers: load not offered, no ceiling
-
-
-def tbf_burst(rate: float) -> int:
-    """The bucket (bytes) the underlay's tbf gets: 1 ms at the rate, at least BURST_MIN. scenario.py sets it."""
-    return int(max(rate // 8 // 1000, BURST_MIN))
 
 
 def payload_ceiling(rate: float, vm_mtu: int, overhead: int = 0, protocol: str = "tcp", ip_version: int = 4,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import datapaths, workloads
 from .capabilities import Capabilities
 from .datapaths.base import Availability, Element
-from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label
+from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label, placement_hosts
 
 if TYPE_CHECKING:  # an Experiment is what spec.loads returns (after validate.check); only named here
     from .spec import Experiment
@@ -120,8 +120,8 @@ def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels
                        wl.get("target_pair"), wl.get("name")))
         entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
         ids.append(i)
-    cross = levels["placement"] == "cross-host"
-    hosts = exp.hosts or (2 if cross or any(p == "cross-host" for p in factor_levels["placement"]) else 1)
+    # as many hosts as the spec says, else as the most demanding placement of the experiment needs
+    hosts = exp.hosts or max(placement_hosts(p) for p in [levels["placement"], *factor_levels["placement"]])
     sc = Scenario(index=index, levels=levels, labels=labels, workload_params=entries, workload_ids=ids,
                   hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate,
                   underlay_impairment=exp.underlay.impairment(), workloads=wls)
@@ -248,7 +248,7 @@ def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     hops = sc.levels.get("hops", 0)
     if not hops:
         return None
-    if sc.levels["placement"] == "same-host":
+    if not sc.crosses_hosts:
         if hops != factor_levels["hops"][0]:
             return f"same-host traffic crosses no router; it is measured once, under hops={factor_levels['hops'][0]}"
         return None
@@ -265,8 +265,8 @@ def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
 
 def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     attach, placement = sc.levels["attach"], sc.levels["placement"]
-    if sc.hosts < 2 and placement == "cross-host":
-        return "cross-host placement needs hosts >= 2"
+    if sc.hosts < placement_hosts(placement):
+        return f"{label(placement)} placement needs hosts >= {placement_hosts(placement)}"
     if attach in ("host", "direct"):
         what = "host-to-host traffic" if attach == "host" else "a direct (SR-IOV-like) attachment"
         if sc.labels["overlay"] != "none":
@@ -276,7 +276,7 @@ def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
     first_scope = factor_levels["encryption_scope"][0]
     if sc.labels["encryption"] == "none" and sc.levels["encryption_scope"] != first_scope:
         return f"without encryption the scope does not matter; measured once, under encryption_scope={first_scope}"
-    if attach == "host" and placement == "same-host":
+    if attach == "host" and not sc.crosses_hosts:
         return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
     if reason := _hops_problem(sc, factor_levels):
         return reason

@@ -11,8 +11,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .guards import tbf_burst
 from .strict import one_line
+
+BURST_MIN = 64 * 1024      # bytes: tbf's bucket is at least this (a smaller one throttles below the rate)
+
+
+def tbf_burst(rate: float) -> int:
+    """The bucket (bytes) the underlay's tbf gets: 1 ms at the rate, at least BURST_MIN (guards count it in the
+    throughput ceiling)."""
+    return int(max(rate // 8 // 1000, BURST_MIN))
 
 # Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
 TOPOLOGY_FACTORS = {
@@ -21,7 +28,10 @@ TOPOLOGY_FACTORS = {
     "encryption": "encryption of VM or host traffic (a datapath name)",
     "encryption_scope": "vm-to-vm (end to end between the VMs of a pair) or host-to-host (a gateway tunnel)",
     "attach": "how a VM is connected: switch, direct (SR-IOV-like macvlan) or host (no VM)",
-    "placement": "same-host or cross-host: where the two VMs of a pair live",
+    "placement": "where the two VMs of each pair live: same-host (both on h1), cross-host (client on h1, server on "
+                 "h2), spread (pairs dealt over all hosts, client and server on neighbouring hosts) or pack (each "
+                 "pair on one host, pairs filling the hosts in turn); {type: per-pair, hosts: [[1, 2], [3, 3]]} "
+                 "names each pair's client and server host",
     "pairs": "number of client/server VM pairs running at once",
     "mtu": "MTU of the underlay (the hosts' NICs), bytes",
     "ip_version": "4 or 6: the address family the workloads use",
@@ -42,12 +52,32 @@ DEFAULT_LEVELS: dict[str, Any] = {
     "hops": 0, "kernel": "shared", "vm_kernel": "shared",
 }
 CHOICES = {
-    "placement": ("same-host", "cross-host"),
+    "placement": ("same-host", "cross-host", "spread", "pack"),
     "ip_version": (4, 6),
     "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
     "kernel": ("shared", "guest", "guest-per-host"),
 }
+
+
+def placement_hosts(level: Any) -> int:
+    """The hosts a placement needs at least: two for pairs that cross hosts, the highest named by a per-pair one."""
+    if isinstance(level, dict):
+        return max(h for pair in level["hosts"] for h in pair)
+    return 2 if level in ("cross-host", "spread") else 1
+
+
+def placement_problem(level: Any) -> str | None:
+    """What is wrong with a per-pair placement (a mapping level), or None."""
+    fix = "write {type: per-pair, hosts: [[1, 2], [3, 4]]}: each pair's client and server host, numbered from 1"
+    if set(level) - {"type", "hosts"} or level.get("type") != "per-pair":
+        return f"a placement mapping is per-pair only: {fix}"
+    hosts = level.get("hosts")
+    if not (isinstance(hosts, list) and hosts and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 16
+                                                        for h in p) for p in hosts)):
+        return f"hosts: {fix} (at most 16; pair k takes entry k, the list repeating)"
+    return None
 
 
 def as_list(value: Any) -> list[Any]:
@@ -133,6 +163,32 @@ class Scenario:
             burst = tbf_burst(self.underlay_rate)
             out.append(f"qdisc add dev {dev} {parent} tbf rate {self.underlay_rate}bit burst {burst} latency 50ms")
         return out
+
+    def pair_hosts(self, k: int) -> tuple[int, int]:
+        """The hosts (numbers from 1) of pair k's client and server under the scenario's placement. spread deals the
+        VMs round-robin over all hosts, so a pair's two VMs are on neighbouring hosts and every host gets its share;
+        pack gives each host the next ceil(pairs / hosts) pairs, both VMs of a pair together; {type: per-pair, hosts:
+        [[c, s], ...]} names them, entry k (counted from 1, the list repeating) for pair k."""
+        placement, hosts = self.levels["placement"], max(1, self.hosts)
+        if isinstance(placement, dict):
+            client, server = placement["hosts"][(k - 1) % len(placement["hosts"])]
+            return client, server
+        if placement == "cross-host":
+            return 1, 2
+        if placement == "spread":
+            return 2 * (k - 1) % hosts + 1, (2 * (k - 1) + 1) % hosts + 1
+        if placement == "pack":
+            host = (k - 1) // -(-self.levels["pairs"] // hosts) + 1
+            return host, host
+        return 1, 1
+
+    @property
+    def crosses_hosts(self) -> bool:
+        """Whether the pairs' client and server are on different hosts (cross-host, spread)."""
+        placement = self.levels["placement"]
+        if isinstance(placement, dict):
+            return any(c != s for c, s in placement["hosts"])
+        return placement in ("cross-host", "spread")
 
     def __getitem__(self, factor: str) -> Any:
         return self.levels[factor]

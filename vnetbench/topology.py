@@ -2,8 +2,11 @@
 
 Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, daemons — to an ordered list.
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
-running independent batches of different namespaces at once. All devices live inside the run's namespaces,
-so deleting the namespaces removes them; nothing is created in the root namespace.
+running independent batches of different namespaces at once. In a wave of many namespaces (hundreds of VMs), the
+batches made only of a VM's lines (link set, addr add) are sent as the same netlink requests from this process
+instead of one `ip -n NS -batch -` each (netlink.py): `plan` prints them as that batch, which does the same. All
+devices live inside the run's namespaces, so deleting the namespaces removes them; nothing is created in the root
+namespace.
 
 Where the hosts are is the topology's `site`: by default emulated hosts (namespaces) on this machine; with a
 testbed (sites.TestbedSite), real machines over SSH. There a host's switch, tunnels and VM ports live in a namespace
@@ -16,15 +19,19 @@ Builder); a topology makes its own elements from the scenario's levels, and they
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import re
+import resource
 import shlex
+import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import datapaths
+from . import datapaths, netlink
 from .capabilities import local_installed
 from .datapaths.base import BuildError, Tunnel
 from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
@@ -38,6 +45,8 @@ ROOT = ""  # node label of the machine's root namespace (only namespaces are add
 BATCH_TOOLS = ("ip", "tc", "bridge")
 UNDERLAY_NET = "10.250.0"
 PLAN_PREFIX = "vb0000"
+PR_SET_PDEATHSIG = 1
+NETLINK_MIN_BATCHES = 16  # namespaces in one wave from which their batches go over netlink (netlink.py)
 
 
 @dataclass
@@ -365,13 +374,13 @@ class Topology:
             self._add("tor", "switch")
         for k in range(1, self.hops + 1):
             self._add(f"r{k}", "router")
-        server_host = "h2" if sc["placement"] == "cross-host" else "h1"
         for k in range(1, sc["pairs"] + 1):
             tenant = (k - 1) % sc.tenants + 1
+            client_host, server_host = (f"h{h}" for h in sc.pair_hosts(k))
             if sc["attach"] == "host":
-                client, server = self.nodes["h1"], self.nodes[server_host]
+                client, server = self.nodes[client_host], self.nodes[server_host]
             else:
-                client = self._vm("h1", tenant)
+                client = self._vm(client_host, tenant)
                 server = self._vm(server_host, tenant)
             self.pairs.append(Pair(k, self._endpoint(client), self._endpoint(server),
                                    {"tenant": tenant, "client": client.label, "server": server.label}))
@@ -379,7 +388,8 @@ class Topology:
     def _vm(self, host: str, tenant: int) -> Node:
         n = len(self.vms) + 1
         node = self._add(f"{host}v{n}", "vm", host, tenant)
-        node.v4, node.v6 = f"10.{100 + tenant}.0.{n}", f"fd00:{100 + tenant}::{n}"
+        # A tenant's VMs share a /16 (10.<100+tenant>.0.0): the first 254 keep the addresses of the /24 they had.
+        node.v4, node.v6 = f"10.{100 + tenant}.{n // 256}.{n % 256}", f"fd00:{100 + tenant}::{n}"
         return node
 
     def _endpoint(self, node: Node) -> Endpoint:
@@ -498,10 +508,11 @@ class Topology:
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
-                f"addr add {vm.v4}/24 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
+                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
 
     # ---- execution ---------------------------------------------------------------------------------------
     def build(self) -> "Topology":
+        raise_file_limit()
         self.emit()
         self._built = True
         self._execute()
@@ -567,12 +578,14 @@ class Topology:
             for step in wave:
                 self._run_step(step)
             return
+        wave, over_netlink = self._netlink_part(wave)
         procs = []
         for step in wave:
             argv = self.executor(step.node).batch_argv(step.tool)
             procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                                       stderr=subprocess.PIPE, text=True)))
-        errors = []
+                                                       stderr=subprocess.PIPE, text=True,
+                                                       preexec_fn=die_with_parent())))
+        errors = netlink.apply_many(over_netlink) if over_netlink else []
         for step, argv, proc in procs:
             try:
                 _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
@@ -586,6 +599,22 @@ class Topology:
         if errors:
             raise BuildError("; ".join(errors))
 
+    def _netlink_part(self, wave: list[Step]) -> tuple[list[Step], list[tuple[str, list]]]:
+        """A wave of many namespaces' ip batches: those netlink.parse understands (a VM's lines) are applied from this
+        process (netlink.py says why), the rest run as `ip -batch` processes. A small wave stays with the processes:
+        importing pyroute2 costs more than a few of them."""
+        if len(wave) < NETLINK_MIN_BATCHES or self.site or self.machine is not None or not netlink.available():
+            return wave, []
+        rest, over = [], []
+        for step in wave:
+            ex = self.executor(step.node)
+            ops = netlink.parse(step.lines) if step.tool == "ip" and type(ex) is NetnsExecutor else None
+            if ops is None:
+                rest.append(step)
+            else:
+                over.append((ex.netns, ops))
+        return rest, over
+
     def _run_step(self, step: Step) -> None:
         where = self.executor(step.node)
         try:
@@ -593,7 +622,7 @@ class Topology:
                 argv = where.batch_argv(step.tool)
                 try:
                     proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
-                                          timeout=60)
+                                          timeout=60, preexec_fn=die_with_parent())
                 except subprocess.TimeoutExpired:
                     raise CommandError(where.name, [step.tool, "-batch", "-"], -1, "timed out after 60 s") from None
                 if proc.returncode:
@@ -620,11 +649,11 @@ class Topology:
             if self.site:  # one round trip per pair, all at once, nothing left running on the hosts
                 pending = self._remote_pings(pending)
             else:
+                # no pipes: only the exit status counts, and 500 pairs' pipes would pass a 1024-file limit
                 procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
-                                                 label=f"verify-ping-{p.index}")) for p in pending]
+                                                 label=f"verify-ping-{p.index}", stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.DEVNULL)) for p in pending]
                 pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
-                for _, proc in procs:
-                    proc.communicate()
             if not pending:
                 return
             time.sleep(0.2 * (attempt + 1))
@@ -728,6 +757,31 @@ class Topology:
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
+
+
+def raise_file_limit() -> None:
+    """A trial reads every pair's tool through pipes (two files each, in this process): with hundreds of pairs a soft
+    limit of 1024 open files (a common default) would refuse them, so take the hard limit the system allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # keep the soft limit: a trial past it fails with its own message
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A preexec_fn: the kernel kills the child when vnetbench dies. A kill -9 in the middle of a build must not leave
+    an `ip -batch` adding namespaces after `clean` has removed the recorded ones (found with 256 pairs: clean ran
+    while the orphaned root batch still had hundreds of `netns add` to go)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    parent = os.getpid()  # (the signal comes when the forking thread ends: each batch is waited for by its own)
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the line above: nobody would kill us
+            os._exit(1)
+    return arm
 
 
 def comment(text: str) -> str:

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from . import datapaths, workloads, yamlread
 from .datapaths.base import Element
 from .matrix import expand, params_of
-from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label
+from .scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
+                       placement_hosts, placement_problem)
 from .strict import CONTROL, pydantic_message
 from .workloads.base import Workload
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the spec module calls check(); its model is only named here
     from .spec import Experiment
 
 MTU_RANGE = (1280, 9000)
-PAIRS_RANGE = (1, 64)
+PAIRS_RANGE = (1, 500)  # 2 VMs a pair: gc_thresh3 (1024 neighbour entries, all namespaces) and BR_MAX_PORTS
 HOPS_RANGE = (0, 8)
 MAX_SCENARIOS = 10_000   # combinations of all factors' levels (before exclude); a run of more would take weeks
 MAX_PORT = 65535
@@ -97,7 +98,9 @@ def _check_level(factor: str, level: Any) -> str | None:
     elif factor in CHOICES and level not in CHOICES[factor]:
         return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
     elif factor == "pairs" and not (_whole(level) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):
-        return f"'{level}' is not allowed; pairs is a whole number from {PAIRS_RANGE[0]} to {PAIRS_RANGE[1]}"
+        return (f"'{level}' is not allowed; pairs is a whole number from {PAIRS_RANGE[0]} to {PAIRS_RANGE[1]} (two VMs "
+                f"a pair: the kernel's neighbour table, shared by every namespace, holds 1024 entries and a Linux "
+                f"bridge 1024 ports)")
     elif factor == "mtu" and not (_whole(level) and MTU_RANGE[0] <= level <= MTU_RANGE[1]):
         return f"'{level}' is not allowed; mtu is a whole number of bytes from {MTU_RANGE[0]} to {MTU_RANGE[1]}"
     elif factor == "hops" and not (_whole(level) and HOPS_RANGE[0] <= level <= HOPS_RANGE[1]):
@@ -205,6 +208,10 @@ def _check_factors(exp: Experiment) -> list[Problem]:
 
 
 def _check_any_level(exp: Experiment, wfields: dict[str, list[int]], factor: str, level: Any) -> str | None:
+    if factor == "placement" and isinstance(level, dict):
+        if (msg := placement_problem(level)) or not exp.hosts or placement_hosts(level) <= exp.hosts:
+            return msg
+        return f"host {placement_hosts(level)} does not exist: hosts is {exp.hosts}; raise hosts or name hosts 1 to {exp.hosts}"
     if factor in TOPOLOGY_FACTORS:
         return _check_level(factor, level)
     return _check_param(exp, wfields, factor, level) if factor in wfields else None

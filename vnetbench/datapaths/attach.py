@@ -33,7 +33,8 @@ class DirectAttach(Attach):
 
     def check(self, scenario, caps):
         vfs = caps.kernel.get("sriov-vf")  # a testbed whose NICs have free SR-IOV virtual functions
-        need = scenario["pairs"] * (2 if scenario["placement"] == "same-host" else 1)  # VMs on the busiest host
+        on = [h for k in range(1, scenario["pairs"] + 1) for h in scenario.pair_hosts(k)]
+        need = max(on.count(h) for h in set(on))  # VMs on the busiest host
         if vfs is not None and vfs.ok and int(vfs.detail.split()[0]) >= need:
             return Availability(True, "sriov-vf", notes=(f"a free SR-IOV virtual function of the host NIC per VM "
                                                          f"({vfs.detail})",))

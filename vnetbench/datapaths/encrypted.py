@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .base import Builder as Topology  # the builder interface, whatever site the topology is on
 
 HOST_TUNNEL = ("10.251.0.", "fd00:251::")  # + host number: a host's address inside a host-to-host tunnel
-VM_TUNNEL = ("10.252.0.", "fd00:252::")    # + VM number: a VM's address inside a vm-to-vm tunnel (WireGuard)
+VM_TUNNEL = ("10.252.", "fd00:252::")      # + VM number: a VM's address inside a vm-to-vm tunnel (WireGuard), a /16
 READY_TIMEOUT_S = 10.0
 
 
@@ -63,7 +63,7 @@ class EncryptedTunnel(Encryption):
                 return ("attach=host has no VMs: traffic between the hosts is encrypted under "
                         "encryption_scope host-to-host")
             return None
-        if sc.levels["placement"] == "same-host":
+        if not sc.crosses_hosts:
             return ("both VMs of every pair are on the same host: a host-to-host tunnel would carry nothing; "
                     "host-to-host encryption is measured with placement cross-host")
         if attach == "direct":
@@ -90,8 +90,10 @@ class EncryptedTunnel(Encryption):
     @staticmethod
     def tunnel_addrs(label: str) -> tuple[str, str]:
         """(IPv4, IPv6) of a node inside the tunnel: a host's for host-to-host, a VM's for vm-to-vm."""
-        v4, v6 = HOST_TUNNEL if "v" not in label else VM_TUNNEL
-        return v4 + str(number(label)), v6 + str(number(label))
+        n = number(label)
+        if "v" not in label:
+            return HOST_TUNNEL[0] + str(n), HOST_TUNNEL[1] + str(n)
+        return f"{VM_TUNNEL[0]}{n // 256}.{n % 256}", VM_TUNNEL[1] + str(n)  # up to 1000 VMs; the first 254 in .0.n
 
     def transport_ip(self, topo: "Topology", host: str) -> str | None:
         """Host-to-host: the overlay's tunnels run between the hosts' tunnel addresses."""

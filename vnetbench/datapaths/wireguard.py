@@ -81,7 +81,8 @@ class WireGuard(EncryptedTunnel):
         mtu = self.tunnel_mtu(self.link_mtu(topo.sc))
         for n in nodes:
             v4, v6 = self.tunnel_addrs(n)
-            topo.ip(n, f"addr add {v4}/24 dev {dev}", f"addr add {v6}/64 dev {dev} nodad",
+            plen = 16 if topo.nodes[n].role == "vm" else 24  # a VM's tunnel address is in a /16 (encrypted.VM_TUNNEL)
+            topo.ip(n, f"addr add {v4}/{plen} dev {dev}", f"addr add {v6}/64 dev {dev} nodad",
                     f"link set {dev} mtu {mtu} up")
         if not self.host_to_host(topo.sc) or topo.sc["attach"] == "host":
             self.target_tunnel_addrs(topo)
