@@ -3,7 +3,7 @@ stored with the campaign). It names its datapath elements by their levels; the e
 those levels through the datapath registry by whoever checks or builds them (matrix, topology), never kept here.
 
 This module is also the one place the topology factors are declared (their names, defaults and choices):
-spec, validate, matrix and topology all read them from here. It imports nothing of vnetbench.
+spec, validate, matrix and topology all read them from here. It imports only a leaf (strict's one_line).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def tbf_burst(rate: float) -> int:
     """The bucket (bytes) the underlay's tbf gets: 1 ms at the rate, at least BURST_MIN (guards count it in the
     throughput ceiling)."""
     return int(max(rate // 8 // 1000, BURST_MIN))
+
 
 # Factors that shape the topology; every other factor must be a parameter of a workload in the spec.
 TOPOLOGY_FACTORS = {
