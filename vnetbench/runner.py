@@ -26,7 +26,7 @@ from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import GuestSystemProbe, StreamedSystemProbe, SystemProbe, busy_ratio_now
+from .probes.procstat import GuestSystemProbe, LoadWatch, StreamedSystemProbe, SystemProbe, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
@@ -39,6 +39,7 @@ TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estima
 BUILD_OVERHEAD_S = 1.0
 READY_TIMEOUT_S = 15.0   # a background load must be running by then, or the trial fails
 FOREIGN_SAMPLE_S = 0.2   # the machine's busy share just before a trial: load that is not ours
+_LOAD: LoadWatch | None = None  # watches the machine's load while a campaign runs (no sleep before a trial)
 
 
 class TrialFailure(Exception):
@@ -169,7 +170,9 @@ class Runner:
     def run(self, spec: LoadedSpec | None = None, resume: int | None = None, order: str | None = None) -> Outcome:
         """The handlers go in before anything is created: a SIGTERM during the capability probe, which builds a
         scratch namespace, takes the probe's own clean-up path instead of killing the process."""
+        global _LOAD
         outcome = Outcome(resume or 0, "interrupted")
+        _LOAD = LoadWatch().start()
         try:
             with _signals_as_interrupt(outcome):
                 self._run(spec, resume, order, outcome)
@@ -180,6 +183,9 @@ class Runner:
             outcome.signal = outcome.signal or signal.SIGINT
             hint = f" Continue with: vnetbench run --resume {outcome.campaign}" if outcome.campaign else ""
             self.console.print(f"[yellow]Interrupted: topology removed, finished trials kept.{hint}[/]")
+        finally:
+            _LOAD.stop()
+            _LOAD = None
         return outcome
 
     def _run(self, spec: LoadedSpec | None, resume: int | None, order: str | None, outcome: Outcome) -> None:
@@ -190,6 +196,7 @@ class Runner:
                 raise CampaignBusy(f"campaign {resume} is still being run by process {holder}; wait for it to "
                                    f"finish, or stop it (kill {holder}) and resume again")
         caps = self.caps or detect()
+        scenarios = None
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
@@ -198,13 +205,15 @@ class Runner:
         else:
             plan = {"order": order or spec.experiment.order,
                     "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
-            env = environment.capture(caps, nics=not self.testbed) | {"order": plan}
+            scenarios = expand(spec.experiment, caps)  # first: it asks strongSwan only if a scenario needs charon
+            env = environment.capture(caps, nics=not self.testbed, steal=_LOAD.steal() if _LOAD else None,
+                                      swan=caps.swan is not None) | {"order": plan}
             if self.testbed:
                 from .sites import TestbedSite
                 env["testbed"] = TestbedSite(self.testbed, None).environment()
             cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env, owner=me)
         outcome.campaign = cid
-        scenarios = expand(spec.experiment, caps)
+        scenarios = scenarios or expand(spec.experiment, caps)
         if self.testbed:
             from .sites import TestbedSite
             site = TestbedSite(self.testbed, None)
@@ -450,9 +459,12 @@ class Campaign:
         meta |= extra
         if status == "failed":
             samples = []
+        ended = time.time()
+        if "phases" in meta:  # the phases add up to the trial's time: the rest is judging it
+            meta["phases"]["judge"] = round(max(0.0, ended - started - sum(meta["phases"].values())), 4)
         try:
             self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
-                                  status, error, started, time.time(), samples, meta)
+                                  status, error, started, ended, samples, meta)
         except Exception as exc:  # a store error fails this trial: try to record that much, then go on
             status, error = "failed", f"store: {_last_line(exc)}"
             try:
@@ -469,7 +481,7 @@ class Campaign:
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung."""
         try:
-            samples, extra = measure(sc, topo, wl, topo.site)
+            samples, extra = measure(sc, topo, wl, topo.site, time.time())
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:
@@ -495,10 +507,12 @@ def by_topology(block: list[Scenario]) -> list[Scenario]:
     return [sc for group in groups.values() for sc in group]
 
 
-def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], dict]:
-    """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
-    Raises TrialFailure when the tool or a background load failed."""
-    foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
+def measure(sc: Scenario, topo: Topology, wl, site=None, began: float | None = None) -> tuple[list[Sample], dict]:
+    """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
+    (with the seconds of each phase since `began`: see phases()). Raises TrialFailure when the tool or a background
+    load failed."""
+    began = began or time.time()
+    foreign = _LOAD.foreign(FOREIGN_SAMPLE_S) if _LOAD else busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
     # in a guest: the guest kernel's own /proc/stat, streamed by one reader in it, and its interface counters at the
     # window's two ends (a command over SSH per reading would take a third of a one-CPU guest: procstat.py)
     probes = site.probes(topo) if site else [
@@ -508,24 +522,25 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
     guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
     guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
-    for p in probes:
-        p.start()
+    at_once([p.start for p in probes])  # each may be a command on another machine: they wait together
     probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
-    error, hung, samples, window, uncovered = None, False, [], None, []
+    error, hung, samples, window, uncovered, ran = None, False, [], None, [], None
     try:
         for b in background:
             b.start()
         for b in background:
             b.wait_ready()
+        ran = time.time()
         samples = wl.run(wl.select(topo.pairs))
+        ran = (ran, time.time())
     except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
         error, hung = str(exc), isinstance(exc, ToolHung)
     except TrialFailure as exc:
         error = str(exc)
     finally:
         window = tool_window(samples)
-        probe_samples = [s for p in probes for s in p.stop(window)]
+        probe_samples = [s for got in at_once([lambda p=p: p.stop(window) for p in probes]) for s in got]
         for b in background:
             try:
                 samples += b.finish()
@@ -537,12 +552,39 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
         raise TrialFailure(error, hung)
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
-    meta = {"foreign_busy_ratio": foreign}
+    meta = {"foreign_busy_ratio": foreign, "phases": phases(began, ran, window, time.time())}
     if uncovered:
         meta["background_uncovered"] = uncovered
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def at_once(calls: list) -> list:
+    """Call each at once (threads: most wait for a command on a machine, here or over SSH) and return their results
+    in order; the first exception raised is raised once all have ended."""
+    if len(calls) <= 1:
+        return [c() for c in calls]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+    return [f.result() for f in futures]
+
+
+def phases(began: float, ran: tuple[float, float], window, ended: float) -> dict[str, float]:
+    """Where a trial's seconds went: `before` the tool (probes starting, background loads getting ready), the tool's
+    `setup` (servers up, clients connecting: up to its measurement window), `measure` (the window), its `finish`
+    (results exchanged and read, processes stopped) and `after` it (probes read at the window's end); a tool without
+    a window has one `run` phase instead of the middle three. The runner adds `judge` (guards) so that they add up to
+    the trial's stored time."""
+    out = {"before": ran[0] - began}
+    if window and ran[0] <= window[0] <= window[1]:
+        w0, w1 = window[0], min(window[1], ran[1])
+        out |= {"setup": w0 - ran[0], "measure": w1 - w0, "finish": ran[1] - w1}
+    else:
+        out["run"] = ran[1] - ran[0]
+    out["after"] = ended - ran[1]
+    return {k: round(max(v, 0.0), 4) for k, v in out.items()}
 
 
 def _start_guest_probes(guest_probes: list, started: list) -> list:

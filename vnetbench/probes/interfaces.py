@@ -47,7 +47,7 @@ class InterfaceProbe(Probe):
         self._started = False
 
     def _read(self) -> dict[str, float]:
-        links = parse_ip_link_json(self.executor.run(["ip", "-s", "-j", "link", "show"]).stdout)
+        links = parse_ip_link_json(self.executor.run_ip(["-s", "-j", "link", "show"]).stdout)
         # The ifindex is in the key: an interface recreated under the same name restarts its counters from zero.
         return {f"{name}/{c.ifindex}/{f}": getattr(c, f) for name, c in links.items() if name != "lo" for f in FIELDS}
 

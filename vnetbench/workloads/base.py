@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from ..executor import Executor
+from ..agent import LISTEN_STEP_S, listens
+from ..executor import Executor, LocalExecutor, NetnsExecutor
 from ..sample import Sample
 from ..strict import not_a_bool
 
@@ -187,13 +188,26 @@ def stop(proc: subprocess.Popen, grace: float = 2.0) -> tuple[str, str]:
         return proc.communicate()
 
 
-def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0) -> None:
-    """Poll until something listens on port inside node (servers need a moment to bind)."""
-    flag = "-t" if proto == "tcp" else "-u"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
-        if out.strip():
+def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0,
+                   proc: subprocess.Popen | None = None) -> None:
+    """Wait until something listens on port inside node (servers need a moment to bind). With `proc`, a process in
+    that namespace (the server itself): its /proc/<pid>/net is read where it runs, every few ms, by the machine's
+    agent or here, with no process started per look; else `ss` is asked every 20 ms."""
+    if proc is not None and hasattr(proc, "listening"):  # run by a machine's agent: it waits there
+        if proc.listening(port, proto, timeout):
             return
-        time.sleep(0.02)
+    elif proc is not None and isinstance(node, (NetnsExecutor, LocalExecutor)):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if listens(proc.pid, port, proto):
+                return
+            time.sleep(LISTEN_STEP_S)
+    else:
+        deadline = time.monotonic() + timeout
+        flag = "-t" if proto == "tcp" else "-u"
+        while time.monotonic() < deadline:
+            out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
+            if out.strip():
+                return
+            time.sleep(0.02)
     raise WorkloadError(f"nothing listens on {proto} port {port} in {node.name} after {timeout:.0f} s")
