@@ -15,7 +15,7 @@ scipy is imported inside the functions that need it, so that importing this modu
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -40,10 +40,18 @@ class Summary:
     min: float
     max: float
     confidence: float
-    ci_mean: tuple[float, float]        # Student t; nan when n == 1
     ci_median: tuple[float, float]      # exact order-statistic interval; (min, max) when n is too small
     ci_median_exact: bool               # False: n too small to reach `confidence`; ci_median is (min, max)
     ci_median_coverage: float           # true coverage of ci_median for continuous data (>= confidence if exact)
+
+    @cached_property
+    def ci_mean(self) -> tuple[float, float]:
+        """Student t; nan when n == 1. Computed when read: its t quantile needs scipy, whose import took 75 % of
+        `show`'s time, and `show` prints medians."""
+        if self.n < 2:
+            return NAN_PAIR
+        half = t_quantile(self.confidence, self.n - 1) * self.std / math.sqrt(self.n)
+        return (self.mean - half, self.mean + half)
 
 
 @dataclass(frozen=True)
@@ -108,20 +116,14 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(sps.t.ppf((1 + confidence) / 2, df=df))
 
 
-def _ci_mean(x: np.ndarray, mean: float, std: float, confidence: float) -> tuple[float, float]:
-    if x.size < 2:
-        return NAN_PAIR
-    half = t_quantile(confidence, x.size - 1) * std / math.sqrt(x.size)
-    return (mean - half, mean + half)
-
-
 @lru_cache(maxsize=1024)
 def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     """(k, coverage): [x_(k+1), x_(n-k)] (0-based ranks k and n-1-k) is the narrowest order-statistic interval whose
-    coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small."""
-    from scipy import stats as sps
+    coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small.
+    The binomial CDF is summed exactly in integers (no scipy import for a median's interval)."""
     j = np.arange(n // 2)
-    coverage = 1 - 2 * sps.binom.cdf(j, n, 0.5)
+    below = np.cumsum([math.comb(n, i) for i in range(n // 2)], dtype=object)
+    coverage = np.array([1 - 2 * float(c / 2 ** n) for c in below], dtype=float)
     ok = np.flatnonzero(coverage >= confidence)
     if ok.size == 0:
         return -1, float(coverage[0]) if coverage.size else math.nan
@@ -150,8 +152,7 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
     q1, med, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
     ci_median, exact, coverage = _ci_median(x, confidence)
     return Summary(n=int(x.size), mean=mean, std=std, cv=cv, median=med, q1=q1, q3=q3, iqr=q3 - q1,
-                   min=float(x.min()), max=float(x.max()), confidence=confidence,
-                   ci_mean=_ci_mean(x, mean, std, confidence), ci_median=ci_median,
+                   min=float(x.min()), max=float(x.max()), confidence=confidence, ci_median=ci_median,
                    ci_median_exact=exact, ci_median_coverage=coverage)
 
 

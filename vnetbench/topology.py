@@ -423,8 +423,13 @@ class Topology:
             self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {self.ifname('x')} netns {self.ns('h1')}")
             self.ip("h1", f"link set {self.ifname('x')} mtu {mtu} up")
         else:
+            # The bridge first, so its ports' ifindexes differ from their peers' (each `u`, index 2 in its host):
+            # a veth whose index equals its peer's gets its carrier through the kernel's linkwatch, which delays
+            # such an event by up to 1 s, and the bridge forwards through that port only after it (every build
+            # with 3 or more hosts lost its first ping to that second).
             tor = self.ifname("tor")
-            self.ip("tor", f"link add {tor} type bridge", f"link set {tor} mtu {mtu} up")
+            self.ip(ROOT, f"link add {tor} netns {self.ns('tor')} type bridge")
+            self.ip("tor", f"link set {tor} mtu {mtu} up")
             for h in self.hosts:
                 port = self.ifname(f"p{h.label[1:]}")
                 self.ip(ROOT, f"link add {up} netns {h.exec.name} type veth peer name {port} netns {self.ns('tor')}")
