@@ -101,6 +101,18 @@ class Executor(ABC):
         log_command(argv)
         return argv
 
+    def batch(self, tool: str, lines: Sequence[str], timeout: float = 60.0) -> None:
+        """`tool -batch -` (ip, tc, bridge) with these lines; CommandError names the failing line."""
+        if tool == "ip":
+            return self.ip_batch(lines, timeout)
+        argv = self.batch_argv(tool)
+        try:
+            proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CommandError(self.name, [tool, "-batch", "-"], -1, f"timed out after {timeout:.0f} s") from None
+        if proc.returncode:
+            raise CommandError(self.name, [tool, "-batch", "-"], proc.returncode, _batch_error(proc.stderr, lines))
+
     def ip_batch(self, lines: Sequence[str], timeout: float = 60.0) -> None:
         """Apply iproute2 commands in one process; stops at the first failing line and names it."""
         if not lines:
@@ -111,10 +123,17 @@ class Executor(ABC):
                            timeout=timeout, check=True)
         except subprocess.CalledProcessError as exc:
             raise CommandError(self.name, argv, exc.returncode, _batch_error(exc.stderr, lines)) from exc
+        except subprocess.TimeoutExpired:
+            raise CommandError(self.name, argv, -1, f"timed out after {timeout:.0f} s") from None
 
     def read_text(self, path: str) -> str:
         """A file as this place sees it (/proc/stat, /sys/class/net/...)."""
         return self.run(["cat", path]).stdout
+
+    def link_counters(self) -> list[dict] | None:
+        """Each interface's ifname, ifindex and 64-bit counters (rx_packets, tx_packets, rx_dropped, tx_dropped...)
+        when this place can read them without starting a process (a machine's agent); None: ask `ip -s -j link`."""
+        return None
 
     # ---- the run's files where this place runs (configs, keys, sockets, pid files, logs of its daemons) ----------
     def files_dir(self) -> str | None:
@@ -415,6 +434,17 @@ class SshExecutor(Executor):
     def batch_argv(self, tool: str = "ip", *options: str) -> list[str]:
         return self.remote(shlex.join(self.batch_cmd(tool, *options)))
 
+    def batch(self, tool: str, lines: Sequence[str], timeout: float = 60.0) -> None:
+        ch = self.channel()
+        if ch is None:
+            if tool == "ip":
+                return self.ip_batch(lines, timeout)
+            return super().batch(tool, lines, timeout)
+        proc = self._agent_run(ch, self.batch_cmd(tool), [tool, "-batch", "-"], "\n".join(lines) + "\n", timeout,
+                               False)
+        if proc.returncode:
+            raise CommandError(self.name, [tool, "-batch", "-"], proc.returncode, _batch_error(proc.stderr, lines))
+
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
             check: bool = True) -> subprocess.CompletedProcess[str]:
         if ch := self.channel():
@@ -439,13 +469,9 @@ class SshExecutor(Executor):
         return proc
 
     def ip_batch(self, lines: Sequence[str], timeout: float = 60.0) -> None:
+        if lines and self.channel():
+            return self.batch("ip", lines, timeout)
         if not lines:
-            return
-        if ch := self.channel():
-            proc = self._agent_run(ch, self.batch_cmd("ip"), ["ip", "-batch", "-"], "\n".join(lines) + "\n",
-                                   timeout, False)
-            if proc.returncode:
-                raise CommandError(self.name, ["ip", "-batch", "-"], proc.returncode, _batch_error(proc.stderr, lines))
             return
         argv = self.batch_argv("ip")
         proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout)
@@ -454,7 +480,27 @@ class SshExecutor(Executor):
             raise cls(self.name, ["ip", "-batch", "-"], proc.returncode, _batch_error(proc.stderr, lines))
 
     def read_text(self, path: str) -> str:
+        per_netns = path.startswith(("/sys/class/net", "/proc/net", "/proc/sys/net"))
+        if (ch := self.channel()) and not (self.netns and per_netns):  # read by the agent: no `cat` started
+            try:
+                r = ch.call("read", 30, path=path)
+            except agent_mod.ChannelLost as exc:
+                raise HostUnreachable(self.name, ["cat", path], SSH_UNREACHABLE, f"ssh: {exc}") from None
+            if r["rc"]:
+                raise CommandError(self.name, ["cat", path], r["rc"], r.get("err", ""))
+            return r["out"]
         return self.run(["cat", path]).stdout
+
+    def link_counters(self) -> list[dict] | None:
+        if (ch := self.channel()) is None:
+            return None
+        try:
+            r = ch.call("links", 30, netns=self.netns)
+        except agent_mod.ChannelLost as exc:
+            raise HostUnreachable(self.name, ["ip", "-s", "link"], SSH_UNREACHABLE, f"ssh: {exc}") from None
+        if r["rc"]:
+            raise CommandError(self.name, ["ip", "-s", "link"], r["rc"], r.get("err", ""))
+        return r["links"]
 
     # ---- the run's files on the remote machine (own_files) ----------------------------------------------------
     def files_dir(self) -> str | None:
