@@ -2,6 +2,7 @@
 (median, its 95% CI, n, what ran) that fits a 100-column terminal; `wide` gives every statistic."""
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -139,10 +140,26 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if s["status"] in ("skipped", "failed"):
             short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
             console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({short}): {s['reason']}", soft_wrap=True)
-    failed = [t for t in store.trials(cid) if t["status"] == "failed"]
+    trials = store.trials(cid)
+    failed = [t for t in trials if t["status"] == "failed"]
     for t in failed[:10]:
         console.print(f"[red]failed trial[/] scenario {t['scenario']} rep {t['repetition']} {t['kind']}: {t['error']}",
                       soft_wrap=True)
+    if line := tool_time(trials):
+        console.print(line, style="dim")  # wrapped to the terminal
+
+
+def tool_time(trials: list[dict]) -> str:
+    """Where the tool's own time went: the topology builds (metadata.build) and the median of each phase of a
+    trial (metadata.phases, which add up to the trial's time); '' for trials stored without them."""
+    builds = {(t["metadata"].get("prefix"), b["n"]): b["s"] for t in trials if (b := t["metadata"].get("build"))}
+    phases = [t["metadata"]["phases"] for t in trials if t["metadata"].get("phases")]
+    if not phases:
+        return ""
+    keys = list(dict.fromkeys(k for p in phases for k in p))
+    each = " ".join(f"{k} {statistics.median(p.get(k, 0.0) for p in phases):.2f}" for k in keys)
+    built = f"{len(builds)} build{'s' * (len(builds) != 1)} {sum(builds.values()):.1f} s; " if builds else ""
+    return f"tool time: {built}trial phases (median s of {len(phases)}): {each}"
 
 
 def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:

@@ -288,6 +288,7 @@ class Campaign:
         self.ran: set[int] = set()
         self.described: set[int] = set()
         self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
+        self.build: dict | None = None
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -431,6 +432,7 @@ class Campaign:
             raise
         self.outcome.builds += 1
         self.outcome.topology_s += time.monotonic() - began
+        self.build = {"n": self.outcome.builds, "s": round(time.monotonic() - began, 4)}  # kept with its trials
         self.bar.advance(self.task, BUILD_OVERHEAD_S)
         return topo
 
@@ -447,6 +449,7 @@ class Campaign:
         wl = sc.workloads[w]
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
+                "build": self.build,  # the build of the topology it ran on: its number in this run and seconds
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs]}
         status, error, samples, extra, hung = self._attempt(sc, topo, wl)
         if hung:  # the first attempt's reason stays with the trial: a reader sees it was tried twice
