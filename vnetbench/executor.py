@@ -596,7 +596,8 @@ class SshExecutor(Executor):
         # that terminate() signals. It records itself (pid + kernel start time) before it becomes the tool.
         # Only shell builtins before the exec (a process start costs a UML guest tens of ms): the kernel start
         # time is field 22 of /proc/$$/stat, the 20th after the command name's closing parenthesis.
-        script = (f"{{ [ -d {d}/pids ] || mkdir -p {d}/pids; }} && read -r s < /proc/$$/stat && s=${{s##*') '}} && "
+        script = (f"{{ [ -d {d}/pids ] || (umask 077 && mkdir -p {d}/pids); }} && read -r s < /proc/$$/stat && "
+                  f"s=${{s##*') '}} && "
                   f"set -- $s && printf {shlex.quote(record)} {shlex.quote(json.dumps(label))} \"$$\" \"${{20}}\" "
                   f">> {d}/objects.jsonl && echo $$ > {d}/pids/{token} && exec {shlex.join(inner)}")
         return token, script

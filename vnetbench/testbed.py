@@ -258,7 +258,7 @@ PLAN_CONTROL = f"{REMOTE_STATE_DIR}/vb0000/ssh"  # shown by `plan`, never used
 
 def executor(host: Host, ledger: Ledger | None = None, log=None, control: str | None = None) -> SshExecutor:
     return SshExecutor(host.target, ledger, name=host.name, log=log, control=control,
-                       connect=control != PLAN_CONTROL, own_files=True, agent=True)  # one agent per host: agent.py
+                       connect=control != PLAN_CONTROL, own_files=True)
 
 
 FACTS_SCRIPT = r"""
