@@ -118,3 +118,23 @@ def test_nothing_the_agent_started_outlives_its_channel(channel):
         time.sleep(0.05)
     assert not alive(p.pid)
     assert p.wait(10) != 0  # the local end says the process ended
+
+
+@pytest.mark.net
+def test_a_process_spawned_into_a_namespace_sees_that_namespace_only(channel, state_dir):
+    """The agent enters the namespace for the process itself (no `ip netns exec`): its network is the namespace's."""
+    from vnetbench.ledger import Ledger
+    led = Ledger.create()
+    ns = f"{led.prefix}-a"
+    led.record("netns", ns)
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "add", f"{led.prefix}-d", "type", "bridge"], check=True)
+        p = channel.spawn(["cat", "/proc/self/net/dev"], out=True, err=True, netns=ns)
+        out, err = p.communicate(timeout=10)
+        names = {ln.split(":")[0].strip() for ln in out.splitlines()[2:]}
+        assert names == {"lo", f"{led.prefix}-d"}, (out, err)
+        bad = channel.spawn(["true"], out=False, err=True, netns=f"{led.prefix}-nosuch")
+        assert bad.wait(10) != 0 and "nosuch" in bad.stderr.read()
+    finally:
+        led.remove_all()

@@ -69,13 +69,15 @@ def serve() -> None:
         i = req["id"]
         pipe = {True: subprocess.PIPE, False: subprocess.DEVNULL}
         try:
+            if req.get("netns"):  # this thread joins it, and the process inherits it: no `ip netns exec`
+                enter_netns(req["netns"])
             p = subprocess.Popen(req["argv"], stdin=subprocess.DEVNULL, stdout=pipe[req["out"]],
                                  stderr=pipe[req["err"]], start_new_session=True)
         except OSError as exc:
             send({"id": i, "pid": 0})
             ended.add(i)
             if req["err"]:
-                send({"id": i, "fd": 2, "data": f"{req['argv'][0]}: {exc.strerror}\n"})
+                send({"id": i, "fd": 2, "data": f"{req['argv'][0]}: {exc}\n"})
             return send({"id": i, "rc": 127})
         procs[i] = p
         send({"id": i, "pid": p.pid})
@@ -161,6 +163,19 @@ def listens(pid: int, port: int, proto: str) -> bool:
     return False
 
 
+def enter_netns(netns: str) -> None:
+    """Move the calling thread (only: setns acts on one thread) into a named network namespace."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns {netns}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def link_stats(netns: str | None) -> list[dict]:
     """Every interface of a network namespace with its 64-bit packet and drop counters, as `ip -s link show` reads
     them (an RTM_GETLINK dump over rtnetlink), without starting a process: the request runs in a thread of its own
@@ -172,14 +187,7 @@ def link_stats(netns: str | None) -> list[dict]:
     def dump() -> None:
         try:
             if netns:
-                import ctypes
-                libc = ctypes.CDLL(None, use_errno=True)
-                fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-                try:
-                    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-                        raise OSError(ctypes.get_errno(), f"setns {netns}")
-                finally:
-                    os.close(fd)
+                enter_netns(netns)
             out.extend(_rtnl_links())
         except OSError as exc:
             error.append(exc)
@@ -333,13 +341,14 @@ class Channel:
         """{"rc", "out", "err", "timeout"} of one command run to its end there (killed after `timeout` s)."""
         return self.call("run", timeout + 10, argv=list(argv), input=input, timeout=timeout)
 
-    def spawn(self, argv: list[str], out: bool, err: bool) -> "AgentProcess":
+    def spawn(self, argv: list[str], out: bool, err: bool, netns: str | None = None) -> "AgentProcess":
+        """Start a process there (in `netns`, entered by the agent itself, when given)."""
         i = self._id()
         p = AgentProcess(self, i, list(argv), out, err)
         with self._lock:
             self._procs[i] = p
         try:
-            self._send({"op": "spawn", "id": i, "argv": list(argv), "out": out, "err": err})
+            self._send({"op": "spawn", "id": i, "argv": list(argv), "out": out, "err": err, "netns": netns})
         except ChannelLost:
             with self._lock:
                 self._procs.pop(i, None)
