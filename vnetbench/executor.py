@@ -379,8 +379,11 @@ class SshExecutor(Executor):
         return ch if ch and ch.alive() else None
 
     def _start_agent(self) -> "agent_mod.Channel":
+        # Recorded in the run's directory only if the run made it already: on a testbed host the run's first
+        # command starts the agent before the run's directory exists with its owner (a directory without an owner
+        # is not the run's for `clean --testbed`). The agent needs no record to go: it ends with its connection.
         token, script = self._spawn_script(["python3", "-u", "-c", agent_mod.source()], f"{self.target.name}:agent",
-                                           None, netns=False)
+                                           None, netns=False, only_if_dir=True)
         proc = subprocess.Popen(self.remote(script), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         if self.ledger is not None:
@@ -589,9 +592,10 @@ class SshExecutor(Executor):
         return proc
 
     def _spawn_script(self, argv: Sequence[str], label: str | None, env: dict | None,
-                      netns: bool = True) -> tuple[str, str]:
+                      netns: bool = True, only_if_dir: bool = False) -> tuple[str, str]:
         """A token and the remote script that records the process there (pid and kernel start time), then becomes
-        argv (in this executor's namespace unless netns=False)."""
+        argv (in this executor's namespace unless netns=False; recorded only if the run's directory is there
+        already with only_if_dir)."""
         token = secrets.token_hex(4)
         label = f"{label or f'{self.name}:{argv[0]}'}#{token}"
         extra = {k: v for k, v in (env or {}).items() if os.environ.get(k) != v}
@@ -606,8 +610,10 @@ class SshExecutor(Executor):
         script = (f"{{ [ -d {d}/pids ] || (umask 077 && mkdir -p {d}/pids); }} && read -r s < /proc/$$/stat && "
                   f"s=${{s##*') '}} && "
                   f"set -- $s && printf {shlex.quote(record)} {shlex.quote(json.dumps(label))} \"$$\" \"${{20}}\" "
-                  f">> {d}/objects.jsonl && echo $$ > {d}/pids/{token} && exec {shlex.join(inner)}")
-        return token, script
+                  f">> {d}/objects.jsonl && echo $$ > {d}/pids/{token}")
+        if only_if_dir:
+            return token, f"if [ -d {d} ]; then {script}; fi; exec {shlex.join(inner)}"
+        return token, f"{script} && exec {shlex.join(inner)}"
 
     def signal_remote(self, token: str, sig: int) -> bool:
         """Signal the remote process group of one spawned process; False if the host did not answer."""
