@@ -192,22 +192,23 @@ def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float
                    proc: subprocess.Popen | None = None) -> None:
     """Wait until something listens on port inside node (servers need a moment to bind). With `proc`, a process in
     that namespace (the server itself): its /proc/<pid>/net is read where it runs, every few ms, by the machine's
-    agent or here, with no process started per look; else `ss` is asked every 20 ms."""
+    agent or here, with no process started per look. Once it has exited (or without it), `ss` is asked every 20 ms:
+    whatever else listens there counts, as it always did."""
+    deadline = time.monotonic() + timeout
     if proc is not None and hasattr(proc, "listening"):  # run by a machine's agent: it waits there
         if proc.listening(port, proto, timeout):
             return
     elif proc is not None and isinstance(node, (NetnsExecutor, LocalExecutor)):
-        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             if listens(proc.pid, port, proto):
                 return
             time.sleep(LISTEN_STEP_S)
-    else:
-        deadline = time.monotonic() + timeout
-        flag = "-t" if proto == "tcp" else "-u"
-        while time.monotonic() < deadline:
-            out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
-            if out.strip():
-                return
-            time.sleep(0.02)
+    flag = "-t" if proto == "tcp" else "-u"
+    while True:
+        out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
+        if out.strip():
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
     raise WorkloadError(f"nothing listens on {proto} port {port} in {node.name} after {timeout:.0f} s")
