@@ -328,8 +328,9 @@ def _busy(lab, h):
 
 
 def _client_running(lab, h):
-    """An iperf3 client runs in one of the host's namespaces: a trial is under way."""
-    return " -c " in lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
+    """An iperf3 client runs in one of the host's namespaces: a trial is under way (the build's ping check has a
+    " -c " too: the sshd stopped during a build, not a trial)."""
+    return "iperf3 -c " in lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1); do for p in $(ip netns pids $n); "
                                            "do tr '\\0' ' ' < /proc/$p/cmdline; echo; done; done 2>/dev/null; true")
 
 

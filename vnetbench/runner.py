@@ -394,7 +394,10 @@ class Campaign:
             self.topo = (key, topo)
         if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
             if key not in self.descriptions:
-                self.descriptions[key] = environment.scenario_interfaces(self.topo[1])
+                try:
+                    self.descriptions[key] = environment.scenario_interfaces(self.topo[1])
+                except CommandError as exc:  # a host lost right after the build: its trials fail, with the reason
+                    self.descriptions[key] = {"error": str(exc)}
             self.store.set_scenario_environment(self.cid, sc.index, self.descriptions[key])
             self.described.add(sc.index)
         return self.topo[1]
