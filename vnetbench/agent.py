@@ -242,7 +242,8 @@ class Channel:
 
     def __init__(self, proc: subprocess.Popen, name: str, ready_timeout: float = 30.0):
         self.proc, self.name = proc, name
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()   # the calls and processes waiting for answers
+        self._wlock = threading.Lock()  # one request written at a time (never held while waiting for the reader)
         self._next = 0
         self._calls: dict[int, dict] = {}
         self._procs: dict[int, AgentProcess] = {}
@@ -306,7 +307,7 @@ class Channel:
 
     def _send(self, msg: dict) -> None:
         data = (json.dumps(msg) + "\n").encode()
-        with self._lock:
+        with self._wlock:
             if self.lost is not None:
                 raise ChannelLost(self.lost)
             try:
