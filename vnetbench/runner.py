@@ -196,7 +196,7 @@ class Runner:
                 raise CampaignBusy(f"campaign {resume} is still being run by process {holder}; wait for it to "
                                    f"finish, or stop it (kill {holder}) and resume again")
         caps = self.caps or detect()
-        scenarios = None
+        scenarios, self.steal_env = None, None
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
@@ -206,8 +206,9 @@ class Runner:
             plan = {"order": order or spec.experiment.order,
                     "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
             scenarios = expand(spec.experiment, caps)  # first: it asks strongSwan only if a scenario needs charon
-            env = environment.capture(caps, nics=not self.testbed, steal=_LOAD.steal() if _LOAD else None,
+            env = environment.capture(caps, nics=not self.testbed, steal=_LOAD.steal(0) if _LOAD else None,
                                       swan=caps.swan is not None) | {"order": plan}
+            self.steal_env = env  # its steal is measured again over a longer span once the first trial is stored
             if self.testbed:
                 from .sites import TestbedSite
                 env["testbed"] = TestbedSite(self.testbed, None).environment()
@@ -479,10 +480,23 @@ class Campaign:
             except Exception:
                 pass
         self.done.add((sc.index, rep, sc.workload_ids[w]))
+        self._steal_at_start()
         if status != "ok":
             self.r.console.print(f"[{'red' if status == 'failed' else 'yellow'}]trial {status}[/] "
                                  f"(scenario {sc.index}, rep {rep}, {wl.kind}): {error}", highlight=False)
         return status, adaptive.trial_value(samples, wl, self.rule) if status == "ok" else None
+
+    def _steal_at_start(self) -> None:
+        """The steal at the campaign's start, over the span watched up to its first trial's end (start-up, build,
+        that trial) instead of a 0.5-s sleep before anything ran."""
+        env = getattr(self.r, "steal_env", None)
+        if env is None or _LOAD is None:
+            return
+        self.r.steal_env = None
+        steal = _LOAD.steal(0)
+        if steal == steal:  # not nan
+            env["cpu_steal_ratio_at_start"] = round(steal, 4)
+            self.store.set_campaign(self.cid, environment=env)
 
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung."""

@@ -200,8 +200,8 @@ class LoadWatch:
             point = self._read()
             with self._lock:
                 self.points.append(point)
-                while len(self.points) > 2 and point[0] - self.points[1][0] > self.keep:
-                    del self.points[0]  # (the first reading stays: steal() is since the start)
+                while len(self.points) > 3 and point[0] - self.points[2][0] > self.keep:
+                    del self.points[1]  # (the first reading stays: steal() is since the start)
 
     def stop(self) -> None:
         self._halt.set()
