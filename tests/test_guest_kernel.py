@@ -113,15 +113,19 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
     spec = tmp_path / "g.yaml"
     spec.write_text("name: g\nrepetitions: 1\nfactors: {kernel: guest, overlay: gre}\n"
                     "workloads: [{type: iperf3, duration: 30}]\n")
+    # the commands go to the guest over its agent (no local process per command): the command log says when the
+    # iperf3 client was started there
+    log = tmp_path / "commands.log"
     run = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(tmp_path / "r.db"),
-                            "--no-progress"], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+                            "--no-progress"], cwd=ROOT, env=os.environ | {"VNETBENCH_COMMAND_LOG": str(log)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     prefix = None
     while time.monotonic() < deadline:
         runs = [p.name for p in state_dir.iterdir()] if state_dir.exists() else []
+        started = [ln for ln in (log.read_text().splitlines() if log.exists() else []) if "iperf3 -c" in ln]
         for p in runs:  # the run's own ledger (the capability probe's guest has one of its own, removed after)
-            if subprocess.run(["pgrep", "-f", f"{p}.*iperf3 -c"], capture_output=True).returncode == 0:
+            if any(f"{p}-" in ln for ln in started):
                 prefix = p
         if prefix:
             break

@@ -117,3 +117,48 @@ def test_a_refused_key_is_an_ssh_failure(lab, tmp_path):
         ex.run(["true"])
     ex.close()
     assert "Permission denied" in str(exc.value)
+
+
+def test_the_agent_runs_every_command_over_one_ssh_session_fast_and_at_once(lab, tmp_path):
+    """With the agent, a machine gets one SSH session for the run (its agent) however many commands and processes
+    go there; a command's round trip is well under a session's, commands sent together run together, a spawned
+    process is recorded there before it runs and stops on terminate, and an unreachable host is still one."""
+    log: list = []
+    ex = SshExecutor(target(lab, 2), control=str(tmp_path), prefix="vbt003", log=log, agent=True)
+    try:
+        assert lab.hosts[2].address in ex.run(["ip", "-br", "-4", "addr", "show", "dev", "eth1"]).stdout
+        ch = ex.channel()
+        assert ch is not None and len(log) == 1  # the agent's own session
+        times = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            ch.call("echo", 10)
+            times.append(time.monotonic() - t0)
+        assert sorted(times)[10] < 0.05, times  # ~1-3 ms idle (target 5 ms); generous for a loaded machine
+        with pytest.raises(CommandError) as exc:
+            ex.run(["sh", "-c", "echo oops >&2; exit 3"])
+        assert exc.value.returncode == 3 and "oops" in str(exc.value)
+        from concurrent.futures import ThreadPoolExecutor
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda _: ex.run(["sleep", "0.5"]), range(6)))
+        assert time.monotonic() - t0 < 2.0  # 3 s one after another
+        proc = ex.spawn(["sleep", "57"], label="sleeper")
+        ledger = ""
+        deadline = time.monotonic() + 10
+        while "sleeper" not in ledger and time.monotonic() < deadline:
+            ledger = ex.run(["cat", "/run/vnetbench/vbt003/objects.jsonl"], check=False).stdout
+        assert '"kind": "process"' in ledger and "sleeper" in ledger
+        assert "sleep 57" in ex.run(["ps", "-eo", "args"]).stdout.splitlines()
+        proc.terminate()
+        assert proc.wait(timeout=10) != 0
+        assert "sleep 57" not in ex.run(["ps", "-eo", "args"]).stdout.splitlines()
+        assert len(log) == 1  # still the one session
+    finally:
+        ex.run(["rm", "-rf", "/run/vnetbench/vbt003"], check=False)
+        ex.close()
+    down = SshExecutor(SshTarget("root@10.77.255.99", config=str(lab.dir / "ssh_config"), connect_timeout=2),
+                       control=str(tmp_path), agent=True)
+    with pytest.raises(HostUnreachable):
+        down.run(["true"])
+    down.close()

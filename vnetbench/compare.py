@@ -153,18 +153,6 @@ def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tu
              for k, v in m.items() if not k.stat} for m in models]
 
 
-def _not_offered(data) -> dict[tuple[int, int], tuple[int, int]]:
-    """(scenario, workload) -> (ok trials whose sender did not offer its rate, ok trials) — guards flag them."""
-    out: dict[tuple[int, int], list[int]] = {}
-    for t in data.trials.values():
-        if t["status"] != "ok":
-            continue
-        got = out.setdefault((t["scenario"], t["workload"]), [0, 0])
-        got[0] += guards.not_offered(t["metadata"])
-        got[1] += 1
-    return {k: (v[0], v[1]) for k, v in out.items()}
-
-
 def _not_offered(data) -> dict[tuple[int, str], tuple[int, int]]:
     """(scenario, workload name) -> (ok trials whose sender did not offer its rate, ok trials): guards flag them."""
     out: dict[tuple[int, str], list[int]] = {}

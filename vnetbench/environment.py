@@ -72,9 +72,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def capture(caps: Capabilities, nics: bool = True) -> dict:
+def capture(caps: Capabilities, nics: bool = True, steal: float | None = None, swan: bool = True) -> dict:
     """`nics`: this machine carries the traffic (not so when it only drives a testbed over SSH: its NICs and its
-    strongSwan are then not what ran, and probing them would run commands that did not go to the testbed)."""
+    strongSwan are then not what ran, and probing them would run commands that did not go to the testbed).
+    `steal`: the CPU steal share already watched at the start (else sampled now, for 0.5 s). `swan`: charon's
+    plugins are listed (a charon started to see them: only for a campaign that runs one)."""
     uname = platform.uname()
     return {
         "hostname": socket.gethostname(),
@@ -84,14 +86,14 @@ def capture(caps: Capabilities, nics: bool = True) -> dict:
         "cpu_count": os.cpu_count(),
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "load_average": os.getloadavg(),
-        "cpu_steal_ratio_at_start": round(steal_ratio_now(LocalExecutor()), 4),
+        "cpu_steal_ratio_at_start": round(steal_ratio_now(LocalExecutor()) if steal is None else steal, 4),
         "python": platform.python_version(),
         "vnetbench": version("vnetbench"),
         "vnetbench_git": git_commit(),
         "sysctls": read_sysctls() if nics else {},
         "tools": {k: v.detail for k, v in caps.tools.items() if v.ok},
         "kernel_features": {k: v.ok for k, v in caps.kernel.items()},
-        "strongswan_plugins": list(caps.strongswan().plugins) if nics and caps.tool("charon") else [],
+        "strongswan_plugins": list(caps.strongswan().plugins) if nics and swan and caps.tool("charon") else [],
         "nics": interfaces(LocalExecutor(), [n for n in _names() if (Path("/sys/class/net") / n / "device").exists()])
         if nics else {},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

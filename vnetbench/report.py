@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -190,6 +191,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     for t in failed[:10]:
         console.print(f"[red]{t['status']} trial[/] scenario {t['scenario']} rep {t['repetition']} "
                       f"{escape(data.names.get((t['scenario'], t['workload']), t['kind']))}: {escape(str(t['error']))}")
+    if line := tool_time(list(data.trials.values())):
+        console.print(line, style="dim")  # wrapped to the terminal
 
 
 
@@ -233,6 +236,19 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
                                "status": t["status"], "error": t["error"]}
                               for t in data.trials.values() if t["status"] != "ok"],
             "rows": out_rows}
+
+
+def tool_time(trials: list[dict]) -> str:
+    """Where the tool's own time went: the topology builds (metadata.build) and the median of each phase of a
+    trial (metadata.phases, which add up to the trial's time); '' for trials stored without them."""
+    builds = {(t["metadata"].get("prefix"), b["n"]): b["s"] for t in trials if (b := t["metadata"].get("build"))}
+    phases = [t["metadata"]["phases"] for t in trials if t["metadata"].get("phases")]
+    if not phases:
+        return ""
+    keys = list(dict.fromkeys(k for p in phases for k in p))
+    each = " ".join(f"{k} {statistics.median(p.get(k, 0.0) for p in phases):.2f}" for k in keys)
+    built = f"{len(builds)} build{'s' * (len(builds) != 1)} {sum(builds.values()):.1f} s; " if builds else ""
+    return f"tool time: {built}trial phases (median s of {len(phases)}): {each}"
 
 
 def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:

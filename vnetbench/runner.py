@@ -31,7 +31,7 @@ from .scenario import NOT_APPLICABLE
 from .progress import RunProgress, log_path
 from .probes.interfaces import InterfaceProbe
 from .probes.process import ProcessProbe
-from .probes.procstat import GuestSystemProbe, StreamedSystemProbe, SystemProbe, busy_ratio_now
+from .probes.procstat import GuestSystemProbe, LoadWatch, StreamedSystemProbe, SystemProbe, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
@@ -45,6 +45,7 @@ TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estima
 BUILD_OVERHEAD_S = 1.0
 READY_TIMEOUT_S = 15.0   # a background load must be running by then, or the trial fails
 FOREIGN_SAMPLE_S = 0.2   # the machine's busy share just before a trial: load that is not ours
+_LOAD: LoadWatch | None = None  # watches the machine's load while a campaign runs (no sleep before a trial)
 
 
 class TrialFailure(Exception):
@@ -219,7 +220,9 @@ class Runner:
     def run(self, spec: LoadedSpec | None = None, resume: int | None = None, order: str | None = None) -> Outcome:
         """The handlers go in before anything is created: a SIGTERM during the capability probe, which builds a
         scratch namespace, takes the probe's own clean-up path instead of killing the process."""
+        global _LOAD
         outcome = Outcome(resume or 0, "interrupted")
+        _LOAD = LoadWatch().start()
         try:
             with _signals_as_interrupt(outcome):
                 self._run(spec, resume, order, outcome)
@@ -231,6 +234,9 @@ class Runner:
             hint = f" Continue with: {self.resume_command(outcome.campaign)}" if outcome.campaign else ""
             self.console.print(f"Interrupted: topology removed, finished trials kept.{hint}", style="yellow",
                                markup=False, highlight=False, soft_wrap=True)  # the command on one line, as is
+        finally:
+            _LOAD.stop()
+            _LOAD = None
         return outcome
 
     def resume_command(self, cid: int) -> str:
@@ -244,6 +250,7 @@ class Runner:
                 raise CampaignBusy(f"campaign {resume} is still being run by process {holder}; wait for it to "
                                    f"finish, or stop it (kill {holder}) and resume again")
         caps = self.caps or detect()
+        scenarios, self.steal_env = None, None
         if resume is not None:
             camp = self.store.campaign(resume)
             spec = loads(camp.spec_text, camp.source)
@@ -252,7 +259,8 @@ class Runner:
             plan = {"order": order or spec.experiment.order,
                     "seed": spec.experiment.seed if spec.experiment.seed is not None else random.randrange(2 ** 31)}
         # the matrix (which may probe the guest for a while) before the campaign exists: an interrupt before this
-        # point leaves no campaign, and after it the campaign has its scenarios
+        # point leaves no campaign, and after it the campaign has its scenarios; and before the environment: it
+        # asks strongSwan only if a scenario needs charon
         scenarios = expand(spec.experiment, caps)
         if self.testbed:
             from .sites import TestbedSite
@@ -265,7 +273,9 @@ class Runner:
             cid = camp.id
             stored = {s["idx"] for s in self.store.scenarios(cid)}
         else:
-            env = environment.capture(caps, nics=not self.testbed) | {"order": plan, "place": place_of(self.testbed)}
+            env = environment.capture(caps, nics=not self.testbed, steal=_LOAD.steal(0) if _LOAD else None,
+                                      swan=caps.swan is not None) | {"order": plan, "place": place_of(self.testbed)}
+            self.steal_env = env  # its steal is measured again over a longer span once the first trial is stored
             if self.testbed:
                 from .sites import TestbedSite
                 env["testbed"] = TestbedSite(self.testbed, None).environment()
@@ -341,6 +351,7 @@ class Campaign:
         self.described: set[int] = set()
         self.raw: bytes | None = None  # the last attempt's commands and tool output (rawlog.pack)
         self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
+        self.build: dict | None = None
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -448,7 +459,10 @@ class Campaign:
             self.topo = (key, topo)
         if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
             if key not in self.descriptions:
-                self.descriptions[key] = environment.scenario_interfaces(self.topo[1])
+                try:
+                    self.descriptions[key] = environment.scenario_interfaces(self.topo[1])
+                except CommandError as exc:  # a host lost right after the build: its trials fail, with the reason
+                    self.descriptions[key] = {"error": str(exc)}
             self.store.set_scenario_environment(self.cid, sc.index, self.descriptions[key])
             self.described.add(sc.index)
         return self.topo[1]
@@ -486,6 +500,7 @@ class Campaign:
             raise
         self.outcome.builds += 1
         self.outcome.topology_s += time.monotonic() - began
+        self.build = {"n": self.outcome.builds, "s": round(time.monotonic() - began, 4)}  # kept with its trials
         self.bar.advance(self.task, BUILD_OVERHEAD_S)
         return topo
 
@@ -502,6 +517,7 @@ class Campaign:
         wl = sc.workloads[w]
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
+                "build": self.build,  # the build of the topology it ran on: its number in this run and seconds
                 "pairs": [p.meta | {"client_addr": p.client.addr, "server_addr": p.server.addr} for p in topo.pairs],
                 "workload_name": wl.name}
         status, error, samples, extra, hung = self._attempt(sc, topo, wl)
@@ -516,9 +532,12 @@ class Campaign:
         meta |= extra
         if status == "failed":
             samples = []
+        ended = time.time()
+        if "phases" in meta:  # the phases add up to the trial's time: the rest is judging it
+            meta["phases"]["judge"] = round(max(0.0, ended - started - sum(meta["phases"].values())), 4)
         try:
             tid = self.store.save_trial(self.cid, sc.index, rep, sc.workload_ids[w], wl.kind, wl.params.model_dump(),
-                                        status, error, started, time.time(), samples, meta, raw=self.raw)
+                                        status, error, started, ended, samples, meta, raw=self.raw)
             if folded and status != "failed":
                 self._save_profile(tid, folded)
         except StoreError:  # the results file cannot take the trial (a full disk): measuring on would lose them all
@@ -531,6 +550,7 @@ class Campaign:
             except Exception:
                 pass
         self.done.add((sc.index, rep, sc.workload_ids[w]))
+        self._steal_at_start()
         if status != "ok":
             self.r.console.print(f"[{'red' if status == 'failed' else 'yellow'}]trial {status}[/] "
                                  f"(scenario {sc.index}, rep {rep}, {wl.kind}): {error}", highlight=False)
@@ -543,6 +563,18 @@ class Campaign:
         except Exception as exc:
             self.r.console.print(f"[yellow]profile of trial {tid} not stored:[/] {_last_line(exc)}", highlight=False)
 
+    def _steal_at_start(self) -> None:
+        """The steal at the campaign's start, over the span watched up to its first trial's end (start-up, build,
+        that trial) instead of a 0.5-s sleep before anything ran."""
+        env = getattr(self.r, "steal_env", None)
+        if env is None or _LOAD is None:
+            return
+        self.r.steal_env = None
+        steal = _LOAD.steal(0)
+        if steal == steal:  # not nan
+            env["cpu_steal_ratio_at_start"] = round(steal, 4)
+            self.store.set_campaign(self.cid, environment=env)
+
     def _attempt(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         """Measure and judge once: status, error, samples, trial metadata, and whether a tool hung. The commands
         and what the tools printed are kept (self.raw) for the trial's record."""
@@ -554,7 +586,7 @@ class Campaign:
 
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
-            samples, extra = measure(sc, topo, wl, topo.site)
+            samples, extra = measure(sc, topo, wl, topo.site, time.time())
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:
@@ -582,10 +614,12 @@ def by_topology(block: list[Scenario]) -> list[Scenario]:
     return [sc for group in groups.values() for sc in group]
 
 
-def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], dict]:
-    """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata.
-    Raises TrialFailure when the tool or a background load failed."""
-    foreign = busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
+def measure(sc: Scenario, topo: Topology, wl, site=None, began: float | None = None) -> tuple[list[Sample], dict]:
+    """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
+    (with the seconds of each phase since `began`: see phases()). Raises TrialFailure when the tool or a background
+    load failed."""
+    began = began or time.time()
+    foreign = _LOAD.foreign(FOREIGN_SAMPLE_S) if _LOAD else busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
     # in a guest: the guest kernel's own /proc/stat, streamed by one reader in it, and its interface counters at the
     # window's two ends (a command over SSH per reading would take a third of a one-CPU guest: procstat.py)
     probes = site.probes(topo) if site else [
@@ -596,26 +630,29 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
     guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
     profiler, no_profile = profile.for_trial(sc, topo, wl, site)
-    probes += [profiler] if profiler else []
-    for p in probes:
-        p.start()
+    at_once([p.start for p in probes])  # each may be a command on another machine: they wait together
+    if profiler:  # started last: it samples from its acknowledgement on, after the others' start-up
+        profiler.start()
     probes += _start_guest_probes(guest_probes, probes)
-    probes.sort(key=lambda p: p is profiler)  # stopped last: it resolves its symbols once the others have read
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
-    error, hung, samples, window, uncovered = None, False, [], None, []
+    error, hung, samples, window, uncovered, ran = None, False, [], None, [], None
     try:
         for b in background:
             b.start()
         for b in background:
             b.wait_ready()
+        ran = time.time()
         samples = wl.run(wl.select(topo.pairs))
+        ran = (ran, time.time())
     except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
         error, hung = str(exc), isinstance(exc, ToolHung)
     except TrialFailure as exc:
         error = str(exc)
     finally:
         window = tool_window(samples)
-        probe_samples = [s for p in probes for s in p.stop(window)]
+        probe_samples = [s for got in at_once([lambda p=p: p.stop(window) for p in probes]) for s in got]
+        if profiler:  # stopped last: it resolves its symbols once the others have read (they run at once)
+            probe_samples += profiler.stop(window)
         for b in background:
             try:
                 samples += b.finish()
@@ -628,7 +665,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if site:  # on a testbed every sample says which hosts it came from
         samples = site.tag(topo, samples)
     probe_samples += efficiency.derive(samples + probe_samples, efficiency.payload_of(sc, wl))
-    meta = {"foreign_busy_ratio": foreign}
+    meta = {"foreign_busy_ratio": foreign, "phases": phases(began, ran, window, time.time())}
     if no_profile or (profiler and profiler.note):
         meta["profile_skipped"] = no_profile or profiler.note
     if profiler and profiler.folded:
@@ -643,6 +680,33 @@ def measure(sc: Scenario, topo: Topology, wl, site=None) -> tuple[list[Sample], 
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def at_once(calls: list) -> list:
+    """Call each at once (threads: most wait for a command on a machine, here or over SSH) and return their results
+    in order; the first exception raised is raised once all have ended."""
+    if len(calls) <= 1:
+        return [c() for c in calls]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+    return [f.result() for f in futures]
+
+
+def phases(began: float, ran: tuple[float, float], window, ended: float) -> dict[str, float]:
+    """Where a trial's seconds went: `before` the tool (probes starting, background loads getting ready), the tool's
+    `setup` (servers up, clients connecting: up to its measurement window), `measure` (the window), its `finish`
+    (results exchanged and read, processes stopped) and `after` it (probes read at the window's end); a tool without
+    a window has one `run` phase instead of the middle three. The runner adds `judge` (guards) so that they add up to
+    the trial's stored time."""
+    out = {"before": ran[0] - began}
+    if window and ran[0] <= window[0] <= window[1]:
+        w0, w1 = window[0], min(window[1], ran[1])
+        out |= {"setup": w0 - ran[0], "measure": w1 - w0, "finish": ran[1] - w1}
+    else:
+        out["run"] = ran[1] - ran[0]
+    out["after"] = ended - ran[1]
+    return {k: round(max(v, 0.0), 4) for k, v in out.items()}
 
 
 def _start_guest_probes(guest_probes: list, started: list) -> list:

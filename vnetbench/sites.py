@@ -76,6 +76,7 @@ class TestbedSite:
         h = self.host(label)
         if h.name not in self._exec:
             self._exec[h.name] = tb.executor(h, self.ledger, self.log, None if self.ledger else tb.PLAN_CONTROL)
+            self._exec[h.name].agent = self.ledger is not None  # a run's hosts: one agent each (agent.py)
         return self._exec[h.name]
 
     def mac_serial(self) -> int:

@@ -19,7 +19,7 @@ scipy is imported inside the functions that need it, so that importing this modu
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
@@ -44,11 +44,34 @@ class Summary:
     min: float
     max: float
     confidence: float
-    ci_mean: tuple[float, float]        # Student t; nan when n == 1
     ci_median: tuple[float, float]      # exact order-statistic interval; (min, max) when n is too small
     ci_median_exact: bool               # False: n too small to reach `confidence`; ci_median is (min, max)
     ci_median_coverage: float           # true coverage of ci_median for continuous data (>= confidence if exact)
-    clipped: bool = False               # an interval was cut at the physical range (see within())
+    clipped_median: bool = False        # ci_median was cut at the physical range (see within())
+    bounds: tuple[float, float] = (-math.inf, math.inf)  # the physical range the mean's interval is cut at
+
+    @cached_property
+    def _t_ci_mean(self) -> tuple[float, float]:
+        """Student t; nan when n == 1. Computed when read: its t quantile needs scipy, whose import took 75 % of
+        `show`'s time, and `show` prints medians."""
+        if self.n < 2:
+            return NAN_PAIR
+        half = t_quantile(self.confidence, self.n - 1) * self.std / math.sqrt(self.n)
+        return (self.mean - half, self.mean + half)
+
+    @property
+    def ci_mean(self) -> tuple[float, float]:
+        """The Student-t interval of the mean, cut at `bounds`."""
+        return _cut(self._t_ci_mean, *self.bounds)
+
+    @property
+    def clipped(self) -> bool:
+        """An interval was cut at the physical range: the reader is told."""
+        return self.clipped_median or self.ci_mean != self._t_ci_mean
+
+
+def _cut(ci: tuple[float, float], lo: float, hi: float) -> tuple[float, float]:
+    return ci if math.isnan(ci[0]) else (min(max(ci[0], lo), hi), min(max(ci[1], lo), hi))
 
 
 @dataclass(frozen=True)
@@ -117,20 +140,13 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(stdtrit(df, (1 + confidence) / 2))
 
 
-def _ci_mean(x: np.ndarray, mean: float, std: float, confidence: float) -> tuple[float, float]:
-    if x.size < 2:
-        return NAN_PAIR
-    half = t_quantile(confidence, x.size - 1) * std / math.sqrt(x.size)
-    return (mean - half, mean + half)
-
-
 @lru_cache(maxsize=1024)
 def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     """(k, coverage): [x_(k+1), x_(n-k)] (0-based ranks k and n-1-k) is the narrowest order-statistic interval whose
-    coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small."""
-    from scipy.special import bdtr  # the binomial CDF
-    j = np.arange(n // 2)
-    coverage = 1 - 2 * bdtr(j, n, 0.5)
+    coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small.
+    The binomial CDF is summed exactly in integers (no scipy import for a median's interval)."""
+    below = np.cumsum([math.comb(n, i) for i in range(n // 2)], dtype=object)
+    coverage = np.array([1 - 2 * float(c / 2 ** n) for c in below], dtype=float)
     ok = np.flatnonzero(coverage >= confidence)
     if ok.size == 0:
         return -1, float(coverage[0]) if coverage.size else math.nan
@@ -159,8 +175,7 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
     q1, med, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
     ci_median, exact, coverage = _ci_median(x, confidence)
     return Summary(n=int(x.size), mean=mean, std=std, cv=cv, median=med, q1=q1, q3=q3, iqr=q3 - q1,
-                   min=float(x.min()), max=float(x.max()), confidence=confidence,
-                   ci_mean=_ci_mean(x, mean, std, confidence), ci_median=ci_median,
+                   min=float(x.min()), max=float(x.max()), confidence=confidence, ci_median=ci_median,
                    ci_median_exact=exact, ci_median_coverage=coverage)
 
 
@@ -417,11 +432,9 @@ def physical_range(metric: str, unit: str) -> tuple[float, float]:
 def within(s: Summary, lo: float = 0.0, hi: float = math.inf) -> Summary:
     """The summary with its intervals cut at the physical range [lo, hi]; `clipped` says an end was cut (the reader
     is told: a Student-t interval of a mean near 0 % or 100 % would otherwise reach below 0 or above 100 %)."""
-    def cut(ci: tuple[float, float]) -> tuple[float, float]:
-        return ci if math.isnan(ci[0]) else (min(max(ci[0], lo), hi), min(max(ci[1], lo), hi))
-    mean_ci, median_ci = cut(s.ci_mean), cut(s.ci_median)
-    clipped = s.clipped or mean_ci != s.ci_mean or median_ci != s.ci_median
-    return replace(s, ci_mean=mean_ci, ci_median=median_ci, clipped=clipped)
+    median_ci = _cut(s.ci_median, lo, hi)
+    return replace(s, ci_median=median_ci, clipped_median=s.clipped_median or median_ci != s.ci_median,
+                   bounds=(max(lo, s.bounds[0]), min(hi, s.bounds[1])))
 
 
 # ---- findings: one test per claim over matched cells -----------------------------------------------------------

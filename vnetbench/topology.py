@@ -19,12 +19,9 @@ Builder); a topology makes its own elements from the scenario's levels, and they
 """
 from __future__ import annotations
 
-import ctypes
-import os
 import re
 import resource
 import shlex
-import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +42,6 @@ ROOT = ""  # node label of the machine's root namespace (only namespaces are add
 BATCH_TOOLS = ("ip", "tc", "bridge")
 UNDERLAY_NET = "10.250.0"
 PLAN_PREFIX = "vb0000"
-PR_SET_PDEATHSIG = 1
 NETLINK_MIN_BATCHES = 16  # namespaces in one wave from which their batches go over netlink (netlink.py)
 
 
@@ -433,8 +429,13 @@ class Topology:
             self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {self.ifname('x')} netns {self.ns('h1')}")
             self.ip("h1", f"link set {self.ifname('x')} mtu {mtu} up")
         else:
+            # The bridge first, so its ports' ifindexes differ from their peers' (each `u`, index 2 in its host):
+            # a veth whose index equals its peer's gets its carrier through the kernel's linkwatch, which delays
+            # such an event by up to 1 s, and the bridge forwards through that port only after it (every build
+            # with 3 or more hosts lost its first ping to that second).
             tor = self.ifname("tor")
-            self.ip("tor", f"link add {tor} type bridge", f"link set {tor} mtu {mtu} up")
+            self.ip(ROOT, f"link add {tor} netns {self.ns('tor')} type bridge")
+            self.ip("tor", f"link set {tor} mtu {mtu} up")
             for h in self.hosts:
                 port = self.ifname(f"p{h.label[1:]}")
                 self.ip(ROOT, f"link add {up} netns {h.exec.name} type veth peer name {port} netns {self.ns('tor')}")
@@ -579,23 +580,18 @@ class Topology:
                 self._run_step(step)
             return
         wave, over_netlink = self._netlink_part(wave)
-        procs = []
-        for step in wave:
-            argv = self.executor(step.node).batch_argv(step.tool)
-            procs.append((step, argv, subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                                       stderr=subprocess.PIPE, text=True,
-                                                       preexec_fn=die_with_parent())))
-        errors = netlink.apply_many(over_netlink) if over_netlink else []
-        for step, argv, proc in procs:
+
+        def one(step: Step) -> str | None:  # each batch in one process, all at once (over a machine's agent too)
             try:
-                _, err = proc.communicate("\n".join(step.lines) + "\n", timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-                err = f"timed out after 60 s {err}"
-            if proc.returncode:
-                errors.append(str(CommandError(self.executor(step.node).name, [step.tool, "-batch", "-"],
-                                               proc.returncode, err)))
+                self.executor(step.node).batch(step.tool, step.lines)
+            except CommandError as exc:
+                return str(exc)
+            return None
+        errors = []
+        if wave:
+            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                errors = [e for e in pool.map(one, wave) if e]
+        errors += netlink.apply_many(over_netlink) if over_netlink else []
         if errors:
             raise BuildError("; ".join(errors))
 
@@ -619,14 +615,7 @@ class Topology:
         where = self.executor(step.node)
         try:
             if step.tool in BATCH_TOOLS:
-                argv = where.batch_argv(step.tool)
-                try:
-                    proc = subprocess.run(argv, input="\n".join(step.lines) + "\n", capture_output=True, text=True,
-                                          timeout=60, preexec_fn=die_with_parent())
-                except subprocess.TimeoutExpired:
-                    raise CommandError(where.name, [step.tool, "-batch", "-"], -1, "timed out after 60 s") from None
-                if proc.returncode:
-                    raise CommandError(where.name, [step.tool, "-batch", "-"], proc.returncode, proc.stderr)
+                where.batch(step.tool, step.lines)
             elif step.tool == "run":
                 where.run(step.argv)
             elif step.tool == "call":
@@ -768,20 +757,6 @@ def raise_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             pass  # keep the soft limit: a trial past it fails with its own message
-
-
-def die_with_parent() -> Callable[[], None]:
-    """A preexec_fn: the kernel kills the child when vnetbench dies. A kill -9 in the middle of a build must not leave
-    an `ip -batch` adding namespaces after `clean` has removed the recorded ones (found with 256 pairs: clean ran
-    while the orphaned root batch still had hundreds of `netns add` to go)."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-    parent = os.getpid()  # (the signal comes when the forking thread ends: each batch is waited for by its own)
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the line above: nobody would kill us
-            os._exit(1)
-    return arm
 
 
 def comment(text: str) -> str:

@@ -234,6 +234,7 @@ class Fleet:
                                                       timeout=max(1.0, min(3.0, deadline - time.monotonic()))):
                 g.boot_s = time.monotonic() - t0
                 g.executor = ex
+                ex.channel()  # the guest's agent starts now, beside the other guests' (one SSH session, kept)
                 return None
             time.sleep(0.05)
 

@@ -21,7 +21,7 @@ def target(fleet, guest) -> SshTarget:
 
 def executor(fleet, guest) -> SshExecutor:
     return SshExecutor(target(fleet, guest), fleet.ledger, name=guest.label, control=str(fleet.control_dir),
-                       prefix=fleet.prefix)
+                       prefix=fleet.prefix, agent=True)
 
 
 def connect(ex: SshExecutor, log: Path, timeout: float = 3.0) -> bool:

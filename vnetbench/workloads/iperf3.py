@@ -492,7 +492,7 @@ class Iperf3(Workload):
 
     def _await_server(self, pair: Pair, proc, k: int = 0) -> None:
         try:
-            wait_listening(pair.server.node, self._port(pair, k))
+            wait_listening(pair.server.node, self._port(pair, k), proc=proc)
         except WorkloadError as exc:
             if proc.poll() is None:
                 raise

@@ -112,8 +112,8 @@ class Netperf(Workload):
         try:
             for pair in pairs:
                 servers.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
-            for pair in pairs:
-                wait_listening(pair.server.node, self._port(pair))
+            for pair, server in zip(pairs, servers):
+                wait_listening(pair.server.node, self._port(pair), proc=server)  # netserver -D stays in front
             began = []
             for pair in pairs:
                 began.append(time.time())

@@ -160,8 +160,8 @@ class Sockperf(Workload):
         try:
             for pair in pairs:
                 servers.append(pair.server.node.spawn(self._server(pair), label=f"sockperf server pair {pair.index}"))
-            for pair in pairs:
-                wait_listening(pair.server.node, self._port(pair), self.params.protocol)
+            for pair, server in zip(pairs, servers):
+                wait_listening(pair.server.node, self._port(pair), self.params.protocol, proc=server)
             began = []
             for pair in pairs:
                 began.append(time.time())

@@ -1,0 +1,140 @@
+"""The agent (vnetbench/agent.py) run as a real process, here through a plain pipe (over SSH in test_ssh.py and in
+guests): framed answers, commands at once, processes streamed and signalled, servers awaited on their socket, and
+nothing it started outliving its channel."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from vnetbench import agent
+
+
+@pytest.fixture
+def channel():
+    proc = subprocess.Popen([sys.executable, "-u", "-c", agent.source()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    ch = agent.Channel(proc, "test")
+    yield ch
+    ch.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ")[1][0] != "Z"
+
+
+def test_answers_are_framed_by_request_with_exit_status_output_and_input(channel):
+    evil = ["$(touch /tmp/pwned)", "; touch /tmp/pwned2", "a\ntouch x", "'\"", "*", "\u00e9\u4e2d"]
+    r = channel.run(["printf", "%s\\0", *evil])
+    assert r["rc"] == 0 and r["out"].split("\0")[:-1] == evil
+    r = channel.run(["sh", "-c", "cat; echo oops >&2; exit 3"], input="line 1\nline 2\n")
+    assert (r["rc"], r["out"], r["err"]) == (3, "line 1\nline 2\n", "oops\n")
+    assert channel.run(["/nonexistent/tool"])["rc"] == 127
+    r = channel.run(["sleep", "30"], timeout=0.5)
+    assert r["timeout"] and r["rc"] != 0
+
+
+def test_commands_sent_from_several_threads_run_at_once(channel):
+    """Eight commands of 0.5 s each, sent at once: together well under their 4 s one after another."""
+    results = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda k=k: results.append(channel.run(["sh", "-c", f"sleep 0.5; echo {k}"])))
+               for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - t0
+    assert sorted(r["out"] for r in results) == [f"{k}\n" for k in range(8)]
+    assert took < 2.5, took  # 4 s if they had run one after another
+
+
+def test_a_spawned_process_streams_its_output_and_stops_on_a_signal(channel):
+    p = channel.spawn(["sh", "-c", "echo first; echo to-err >&2; exec sleep 60"], out=True, err=True)
+    assert p.stdout.readline() == "first\n"  # read as it comes, before the process ends
+    assert p.poll() is None and p.pid and alive(p.pid)
+    with pytest.raises(subprocess.TimeoutExpired):
+        p.wait(0.2)
+    p.terminate()
+    out, err = p.communicate(timeout=10)
+    assert p.returncode == -signal.SIGTERM and err == "to-err\n" and out == ""
+    assert not alive(p.pid)
+
+
+def test_a_large_output_nobody_reads_yet_blocks_nothing(channel):
+    """3 MB on stdout before anyone reads it: other requests are answered meanwhile, and all of it arrives."""
+    p = channel.spawn(["python3", "-c", "import sys; sys.stdout.write('x' * 3_000_000)"], out=True, err=False)
+    assert p.wait(30) == 0
+    assert channel.run(["echo", "still here"])["out"] == "still here\n"
+    out, err = p.communicate()
+    assert len(out) == 3_000_000 and err is None
+
+
+def test_a_server_is_awaited_on_its_socket_and_an_exited_one_is_not(channel):
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = f"import socket, time; time.sleep(0.3); s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(30)"
+    server = channel.spawn(["python3", "-c", code], out=False, err=True)
+    t0 = time.monotonic()
+    assert server.listening(port, "tcp", 10)
+    assert 0.25 < time.monotonic() - t0 < 5  # it waited for the bind, and no longer
+    server.kill()
+    gone = channel.spawn(["sh", "-c", "exit 1"], out=False, err=False)
+    t0 = time.monotonic()
+    assert not gone.listening(port, "tcp", 10)
+    assert time.monotonic() - t0 < 5  # its exit ends the wait, not the timeout
+
+
+def test_files_and_interface_counters_are_read_without_a_process(channel):
+    assert channel.call("read", 10, path="/proc/loadavg")["out"].count(" ") == 4
+    links = channel.call("links", 10, netns=None)["links"]
+    lo = next(d for d in links if d["ifname"] == "lo")
+    ip = subprocess.run(["ip", "-s", "-j", "link", "show", "lo"], capture_output=True, text=True).stdout
+    import json
+    (want,) = json.loads(ip)
+    assert lo["ifindex"] == want["ifindex"] == 1
+    assert 0 <= lo["rx_packets"] - want["stats64"]["rx"]["packets"] < 10_000  # read a moment apart
+
+
+def test_nothing_the_agent_started_outlives_its_channel(channel):
+    p = channel.spawn(["sleep", "60"], out=False, err=False)
+    deadline = time.monotonic() + 10
+    while not p.pid and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert alive(p.pid)
+    channel.close()  # its stdin ends, as when vnetbench is killed and the SSH connection goes
+    deadline = time.monotonic() + 10
+    while alive(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(p.pid)
+    assert p.wait(10) != 0  # the local end says the process ended
+
+
+@pytest.mark.net
+def test_a_process_spawned_into_a_namespace_sees_that_namespace_only(channel, state_dir):
+    """The agent enters the namespace for the process itself (no `ip netns exec`): its network is the namespace's."""
+    from vnetbench.ledger import Ledger
+    led = Ledger.create()
+    ns = f"{led.prefix}-a"
+    led.record("netns", ns)
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "add", f"{led.prefix}-d", "type", "bridge"], check=True)
+        p = channel.spawn(["cat", "/proc/self/net/dev"], out=True, err=True, netns=ns)
+        out, err = p.communicate(timeout=10)
+        names = {ln.split(":")[0].strip() for ln in out.splitlines()[2:]}
+        assert names == {"lo", f"{led.prefix}-d"}, (out, err)
+        bad = channel.spawn(["true"], out=False, err=True, netns=f"{led.prefix}-nosuch")
+        assert bad.wait(10) != 0 and "nosuch" in bad.stderr.read()
+    finally:
+        led.remove_all()

@@ -1,0 +1,137 @@
+"""The tool's own time: what a trial's seconds went to (stored, adding up), and the fixed costs a run or `show` no
+longer pays (a sleep before each trial, scipy for a table of medians, a charon for a spec without IPsec, the
+top-of-rack bridge's second of lost carrier). Bounds are generous: other work shares this machine."""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, vnetbench
+
+ONE = """\
+name: phases
+repetitions: 3
+order: sequential
+workloads: [{type: iperf3, duration: 1}]
+"""
+
+
+@pytest.mark.net
+def test_each_trial_stores_its_phases_adding_up_to_its_time_and_show_prints_them(tmp_path, state_dir):
+    spec, db = tmp_path / "p.yaml", tmp_path / "p.db"
+    spec.write_text(ONE)
+    vnetbench("run", spec, "--db", db)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT started, finished, metadata, status FROM trials ORDER BY id").fetchall()
+        env = json.loads(c.execute("SELECT environment FROM campaigns").fetchone()[0])
+    assert [r[3] for r in rows] == ["ok"] * 3
+    for started, finished, meta, _ in rows:
+        meta = json.loads(meta)
+        ph = meta["phases"]
+        assert list(ph) == ["before", "setup", "measure", "finish", "after", "judge"]
+        assert all(v >= 0 for v in ph.values())
+        assert abs(sum(ph.values()) - (finished - started)) < 0.01, (ph, finished - started)
+        assert 0.9 < ph["measure"] < 1.3  # iperf3's own window of 1 s
+        assert meta["build"]["n"] == 1 and 0 < meta["build"]["s"] < 60  # one build for all three (sequential)
+    # No trial sleeps before it starts any more (the load before it is watched): 0.2 s was slept in each
+    assert min(json.loads(r[2])["phases"]["before"] for r in rows) < 0.2
+    assert 0 <= env["cpu_steal_ratio_at_start"] <= 1
+    # a spec without IPsec starts no charon to list its plugins
+    assert env["strongswan_plugins"] == []
+    out = vnetbench("show", "--db", db).stdout
+    assert "tool time: 1 build" in out and "measure 1.0" in out
+
+
+def test_show_does_not_import_scipy(tmp_path, state_dir):
+    """A table of medians needs the binomial's exact sums, not scipy (75 % of `show`'s time was its import)."""
+    from vnetbench.store import Store
+    db = tmp_path / "s.db"
+    store = Store(db)
+    cid = store.new_campaign("x", "x.yaml", "name: x\nworkloads: [{type: ping}]\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "k", {"switch": "linuxbridge"}, {"switch": "linuxbridge"}, "done", None, {}, [])
+    for rep in range(1, 8):
+        store.save_trial(cid, 1, rep, 0, "ping", {}, "ok", None, 1.0 * rep, 1.0 * rep + 0.5,
+                         [_sample(0.001 * rep)], {})
+    store.close()
+    code = ("import sys; from vnetbench.cli import main; sys.argv = ['vnetbench', 'show', '--db', sys.argv[1]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "assert 'scipy' not in sys.modules, 'scipy imported'; print('NO-SCIPY')")
+    proc = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, cwd=ROOT,
+                          env=os.environ | {"COLUMNS": "100"})
+    assert "NO-SCIPY" in proc.stdout, proc.stdout + proc.stderr
+    assert "4 [1 .. 7] ms" in proc.stdout  # the table was printed: median of 1..7 ms, its exact interval at n = 7
+
+
+def _sample(v):
+    from vnetbench.sample import Sample
+    return Sample.of("rtt_s", v, pair=1)
+
+
+def test_the_exact_median_interval_matches_the_binomial():
+    from scipy import stats as sps
+    from vnetbench.stats import median_ci_rank
+    for n in (2, 5, 6, 9, 20, 47, 200):
+        k, coverage = median_ci_rank(n)
+        want = [1 - 2 * sps.binom.cdf(j, n, 0.5) for j in range(n // 2)]
+        ok = [j for j, c in enumerate(want) if c >= 0.95]
+        assert k == (ok[-1] if ok else -1)
+        assert coverage == pytest.approx(want[k] if ok else want[0], abs=1e-12)
+
+
+def test_the_load_watch_answers_at_once_and_leaves_our_own_cpu_out():
+    """The busy share before a trial comes from readings already taken (no wait), and what this process burned
+    itself is not counted as someone else's load."""
+    from vnetbench.probes.procstat import LoadWatch
+    watch = LoadWatch().start()
+    try:
+        stop = time.monotonic() + 0.8
+        t = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
+        r0 = os.times()
+        t.start()
+        t.join()
+        own = (os.times().user + os.times().system) - (r0.user + r0.system)
+        t0 = time.monotonic()
+        foreign = watch.foreign(0.6)
+        assert time.monotonic() - t0 < 0.1
+        a, b = watch._since(0.6)
+        from vnetbench.probes.procstat import busy, cpu_shares
+        machine = busy(cpu_shares(a[1], b[1]))
+        assert own > 0.2  # we did burn CPU in the window
+        # our own share of all CPUs is taken out of the machine's busy share
+        assert foreign <= machine - 0.5 * own / (0.6 * os.cpu_count()) + 0.05, (foreign, machine, own)
+    finally:
+        watch.stop()
+
+
+@pytest.mark.net
+def test_the_top_of_rack_ports_forward_at_once(state_dir):
+    """With 3 hosts each port of the ToR bridge has an ifindex of its own, not its peer's (such a veth's carrier
+    waited up to 1 s for the kernel's linkwatch, and the first ping of every build was lost to it)."""
+    from vnetbench.capabilities import detect
+    from vnetbench.ledger import Ledger
+    from vnetbench.matrix import expand
+    from vnetbench.spec import loads
+    from vnetbench.topology import Topology
+    (sc,) = expand(loads("name: t\nhosts: 3\nworkloads: [{type: ping, count: 1}]\n").experiment, detect())
+    led = Ledger.create()
+    topo = Topology(sc, led)
+    try:
+        topo.emit()
+        topo._built = True
+        topo._execute()
+        links = json.loads(subprocess.run(["ip", "-n", topo.ns("tor"), "-j", "link"], capture_output=True,
+                                          text=True, check=True).stdout)
+        ports = [ln for ln in links if ln.get("link_index")]
+        assert len(ports) == 3
+        assert all(p["ifindex"] != p["link_index"] for p in ports), ports
+        t0 = time.monotonic()
+        topo.verify()
+        assert time.monotonic() - t0 < 0.9  # the lost first ping took 1.0-1.1 s
+    finally:
+        topo.teardown()
+        led.remove_all()
