@@ -222,9 +222,9 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
     lines = [f"A: {a.describe()}", f"B: {b.describe()}",
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
              f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
-             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': the row "
-             f"says the smallest change its test finds 80 % of the time. CPU rows marked 'per Gbit/s' divide each "
-             f"trial's CPU by its throughput."]
+             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
+             f"(±x %) is the smallest change its test finds 80 % of the time. Raw CPU has no better direction: "
+             f"cpu_s_per_gbit judges it."]
     if threshold is not None:
         bad = sum(r.regression for r in rows)
         gated = sorted({r.metric for r in rows if r.gated})
@@ -237,21 +237,26 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
     from rich.table import Table
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
-    t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold")
-    for col in ("scenario", "metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"):
+    from rich import box
+    t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold",
+              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)  # fits 100 columns
+    for col in ((("scenario",) if cols else ()) + ("metric", "n A/B", "A mean", "B mean", "B/A [95% CI]",
+                                                     "p (Holm)", "verdict")):
         t.add_column(col, justify="left" if col in ("scenario", "metric", "verdict") else "right",
-                     overflow="fold")
+                     overflow="fold", no_wrap=col in ("metric", "B/A [95% CI]"),
+                     min_width={"p (Holm)": 5, "n A/B": 5}.get(col))
     for r in rows:
-        scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols) or "all"
+        scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols)
         what = r.metric \
             + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
+        found = stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else ""
         verdict = r.verdict + (" REGRESSION" if r.regression else "") \
-            + (stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else "") \
+            + (f" (±{found})" if found else "") \
             + (f"; load not offered in {r.not_offered} trials" if r.not_offered else "")
         unit = r.unit
-        t.add_row(scen, what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit), human(r.b.mean, unit), _ratio(r),
-                  _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
+        t.add_row(*((scen,) if cols else ()), what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit),
+                  human(r.b.mean, unit), _ratio(r), _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
     return t
 
 

@@ -414,11 +414,11 @@ def min_detectable(na: int, nb: int, cv: float, alpha: float = 0.05, power: floa
 
 
 def could_find(c: Comparison, alpha: float = 0.05) -> str:
-    """'; could find ±x %' for a comparison that did not reject: the smallest change it finds 80 % of the time at
-    the pooled CV of its two sides (empty when that cannot be computed)."""
+    """'x %' for a comparison that did not reject: the smallest change it finds 80 % of the time at the pooled CV
+    of its two sides (empty when that cannot be computed)."""
     cvs = [s.cv for s in (c.a, c.b) if math.isfinite(s.cv)]
     m = min_detectable(c.a.n, c.b.n, float(np.sqrt(np.mean(np.square(cvs)))) if cvs else math.nan, alpha)
-    return "" if not math.isfinite(m) else f"; could find ±{m:.0%} (80 % power)"
+    return "" if not math.isfinite(m) else f"{m:.0%}"
 
 
 # ---- the physical range --------------------------------------------------------------------------------------

@@ -234,7 +234,7 @@ def interference_table(data: Dataset) -> TableData | None:
     for (row, c), p in zip(tests, holm([c.p for _, c in tests])):
         v = verdict(p < 0.05, c.diff, c.better)
         row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, c.why or "not significant") + (
-            f" (p = {p:.2g}{stats.could_find(c, 0.05 / len(tests)) if v == stats.NOT_SIGNIFICANT else ''})"
+            f" (p = {p:.2g}{_could(c, 0.05 / len(tests)) if v == stats.NOT_SIGNIFICANT else ''})"
             if p == p else "") + flood_short.get(id(row), "")
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
@@ -286,3 +286,8 @@ def _findings(best: TableData, implementation: str) -> list[str]:
     if implementation:
         out.append(implementation)
     return out
+
+
+def _could(c: stats.Comparison, alpha: float) -> str:
+    found = stats.could_find(c, alpha)
+    return f"; could find ±{found} (80 % power)" if found else ""

@@ -176,7 +176,8 @@ def verdict(c: Comparison | None) -> str:
         return f"too few rounds ({c.a.n} + {c.b.n})"
     if c.significant:
         return f"yes (p = {c.p:.2g})"
-    return f"not significant (p = {c.p:.2g}{stats.could_find(c)})"
+    found = stats.could_find(c)
+    return f"not significant (p = {c.p:.2g}{f'; could find ±{found} (80 % power)' if found else ''})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
