@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 from .executor import LocalExecutor, NetnsExecutor
+from .catalog import workload_tools
 from .ledger import Ledger
 
 
@@ -20,17 +21,13 @@ class Feature:
     detail: str = ""  # version when ok, reason when not
 
 
-# tool -> (Debian package, argv printing the version, regex picking the version out)
+# tool -> (Debian package, argv printing the version, regex picking the version out): the tools of the machine and
+# its datapaths here, and every registered workload's own (each workload class declares its `tools`).
 TOOLS: dict[str, tuple[str, list[str], str]] = {
     "ip": ("iproute2", ["ip", "-V"], r"iproute2-([\w.]+)"),
     "tc": ("iproute2", ["tc", "-V"], r"iproute2-([\w.]+)"),
     "bridge": ("iproute2", ["bridge", "-V"], r"(\d+\.\d[\d.]*)"),
     "ss": ("iproute2", ["ss", "-V"], r"iproute2-([\w.]+)"),
-    "iperf3": ("iperf3", ["iperf3", "--version"], r"iperf (\S+)"),
-    "sockperf": ("sockperf", ["sockperf", "--version"], r"[Vv]ersion:?\s*(\S+)"),
-    "ping": ("iputils-ping", ["ping", "-V"], r"iputils[- ](\S+)"),
-    "netperf": ("netperf (non-free)", ["netperf", "-V"], r"[Vv]ersion ([\d.]+)"),
-    "netserver": ("netperf (non-free)", ["netserver", "-V"], r"[Vv]ersion ([\d.]+)"),
     "mpstat": ("sysstat", ["mpstat", "-V"], r"sysstat version (\S+)"),
     "ethtool": ("ethtool", ["ethtool", "--version"], r"version (\S+)"),
     "tcpdump": ("tcpdump", ["tcpdump", "--version"], r"tcpdump version (\S+)"),
@@ -42,8 +39,7 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "swanctl": ("strongswan-swanctl", ["swanctl", "--version"], r"(\d[\w.]+)"),
     "wireguard-go": ("wireguard-go", ["wireguard-go", "--version"], r"v?(\d[\w.\-+]+)"),
     "wg": ("wireguard-tools", ["wg", "--version"], r"v(\S+)"),
-    "nginx": ("nginx", ["nginx", "-v"], r"nginx/(\S+)"),
-    "stress-ng": ("stress-ng", ["stress-ng", "--version"], r"version (\S+)"),
+    **workload_tools(),
 }
 
 # kernel feature -> the line in a scratch namespace that creates it (ip batch unless it starts with "tc ")

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import dataset, report, stats
-from .sample import METRICS
+from .catalog import METRICS
 from .store import Campaign, Store
 from .units import human
 

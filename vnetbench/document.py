@@ -14,7 +14,7 @@ import yaml
 
 from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
-from .sample import METRICS
+from .catalog import METRICS
 from .store import Campaign, Store
 from .units import human, human_interval
 

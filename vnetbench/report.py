@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import dataset
-from .sample import METRICS
+from .catalog import METRICS
 from .stats import Summary, summarize
 from .store import Store
 from .units import human, human_interval

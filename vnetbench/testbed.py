@@ -33,7 +33,7 @@ from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL
                            TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
                            parse_features, parse_list_algs)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget, control_dir
-from .ledger import Ledger, Obj, identity, owner_state
+from .ledger import REMOTE_CLEANERS, Ledger, Obj, identity, owner_state
 from .strict import one_line
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -648,6 +648,9 @@ def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[st
         return [], str(exc)
     finally:
         ex.close()
+
+
+REMOTE_CLEANERS["host"] = clean_host  # `clean` and a run's teardown reach a testbed host through the ledger
 
 
 def remote_runs(host: Host) -> list[tuple[str, dict]]:
