@@ -114,8 +114,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
         caps = guest
         sc.implementation["kernel"] = guest.tools["kernel"].detail
         if sc.levels["kernel"] == "guest-per-host":
-            from .guests.hostsite import why_not
-            if why := why_not(sc):
+            if why := machine.why_not_per_host(sc):
                 sc.skip = f"kernel guest-per-host: {why}"
                 return
             sc.implementation["kernel"] += " per host"
