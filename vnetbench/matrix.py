@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import datapaths, workloads
 from .capabilities import Capabilities
 from .datapaths.base import Availability, Element
+from .guests import machine, vms  # the guest placements' checks: until host backends refuse scenarios themselves
 from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label
 
 if TYPE_CHECKING:  # an Experiment is what spec.loads returns (after validate.check); only named here
@@ -100,12 +101,10 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
     if reason:
         sc.skip = reason
         return
-    from .guests import vms
     if reason := vms.decide(sc):
         sc.skip = reason
         return
     if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # checked against what a guest's kernel offers
-        from .guests import machine
         guest = machine.capabilities()
         if guest is None:
             sc.skip = (f"kernel {sc.levels['kernel']}: "
