@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnetbench.ledger import process_start_time
+from vnetbench.ledger import delete_namespaces, process_start_time
 
 SSHD = "/usr/sbin/sshd"
 MACHINE_DIR = "/run/lab"  # a lab machine's own files, as it sees them
@@ -208,12 +208,8 @@ def destroy(directory: Path) -> None:
                     _kill(pid)
     for o in alive:
         _kill(o["pid"])
-    namespaces = [o["name"] for o in objs if o["kind"] == "netns"]
-    for ns in namespaces:
-        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-            _kill(int(pid))
-    _ip_batch(None, [f"netns del {ns}" for ns in namespaces] +
-              [f"link del {o['name']}" for o in objs if o["kind"] == "link"], force=True)
+    delete_namespaces([o["name"] for o in objs if o["kind"] == "netns"])
+    _ip_batch(None, [f"link del {o['name']}" for o in objs if o["kind"] == "link"], force=True)
     path.rename(path.with_suffix(".removed"))
 
 

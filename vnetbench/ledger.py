@@ -216,7 +216,7 @@ class Ledger:
             if ns in present:
                 done.append(f"netns {ns}")
         if not dry_run and namespaces:
-            _del_netns([ns for ns in namespaces if ns in present])
+            delete_namespaces([ns for ns in namespaces if ns in present])
         if not dry_run and namespaces:
             self.forget_many([("netns", ns) for ns in namespaces])
         for obj in reversed([o for o in objs if o.kind == "dir"]):
@@ -271,8 +271,12 @@ def kill_pids(pids: list[int]) -> None:
         _kill(pid)
 
 
-def _del_netns(names: list[str]) -> None:
+def delete_namespaces(names: list[str]) -> None:
+    """Delete these namespaces of this machine, each process still in one killed first (a namespace whose last
+    process is gone goes with its interfaces). The one way vnetbench removes local namespaces; names not there are
+    passed over (ip -force)."""
     if names:
+        kill_pids(pids_in_namespaces(names))
         batch = "".join(f"netns del {n}\n" for n in names)
         subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
 

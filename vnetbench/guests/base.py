@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from . import backend as backend_cls, ssh
-from ..ledger import Ledger, kill_pids, pids_in_namespaces
+from ..ledger import Ledger, delete_namespaces
 
 # a kernel's stack dump and boot chatter say nothing about why a guest failed
 _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8}( [0-9a-f]{8})+$|"
@@ -251,8 +251,7 @@ class Fleet:
                 g.executor.close()
             self.backend.stop(self, g)
         if self._net_up:
-            kill_pids(pids_in_namespaces([self.netns]))
-            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+            delete_namespaces([self.netns])
         import shutil
         if not str(self.control_dir).startswith(str(self.ledger.dir)):
             shutil.rmtree(self.control_dir, ignore_errors=True)
