@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import vnetbench.catalog  # noqa: F401 (every workload and probe registered: their metrics, as the CLI has them)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

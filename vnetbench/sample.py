@@ -112,6 +112,9 @@ class Sample:
     @classmethod
     def of(cls, metric: str, value: float, t: float | None = None, **metadata: Any) -> "Sample":
         """A sample of a registered metric; the unit comes from the registry so it cannot drift."""
+        if metric not in METRICS:
+            raise KeyError(f"metric {metric!r} is not declared: a workload or probe declares its metrics in its "
+                           f"`catalogue` (vnetbench.catalog loads them all)")
         return cls(metric, float(value), METRICS[metric].unit, metadata, t)
 
 
