@@ -208,7 +208,7 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
 
 
 def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None):
-    from rich.table import Table
+    from rich.table import Table  # lazily: start-up speed of commands that print no comparison
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold")

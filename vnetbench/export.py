@@ -168,7 +168,7 @@ ARROW = {"int": "int64", "float": "float64", "bool": "bool_", "str": "string"}
 def write_parquet(store: Store, cid: int, path: Path) -> int:
     """The flat table as Parquet with an explicit schema (pyarrow): the fixed columns keep their types whatever the
     campaign holds."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazily: only Parquet needs it, and it takes a while to load
     import pyarrow.parquet as pq
     names, kinds, rows = table(store, cid)
     schema = pa.schema([pa.field(k, getattr(pa, ARROW[kinds[k]])()) for k in names])
