@@ -5,7 +5,7 @@
       is the campaign's trial time (first trial's start to last trial's end) per trial, minus the tool's measured
       window (each trial's stored phases say where the rest went)
   (b) the same in a guest kernel (`kernel: guest`, User-Mode Linux); the guest's boot is not counted
-  (c) one command's round trip into a guest and to an SSH host (the emulated lab of vnetbench/testlab.py), through
+  (c) one command's round trip into a guest and to an SSH host (the emulated lab of tests/testlab.py), through
       the machine's agent: the channel alone (`echo`, no process there), `true` started there, and `true` over its
       own SSH session as before the agent; medians of --commands
   (d) a one-pair ping campaign (`vnetbench run`, one ping) and `vnetbench show` of it: wall time of the command
@@ -27,11 +27,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the emulated SSH lab is a test fixture
 
 from vnetbench import testbed as tb  # noqa: E402
 from vnetbench.guests.machine import GuestMachine  # noqa: E402
 from vnetbench.ledger import Ledger  # noqa: E402
-from vnetbench.testlab import Lab  # noqa: E402
+from testlab import Lab  # noqa: E402
 
 SPEC = "name: overhead\nrepetitions: {n}\norder: sequential\n{factors}workloads: [{{type: iperf3, duration: 1}}]\n"
 PING = "name: ping\nrepetitions: 1\nworkloads: [{type: ping, count: 1}]\n"

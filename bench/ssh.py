@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What driving hosts over SSH costs (run as root from the repo). It sets up the emulated SSH lab (vnetbench/testlab.py:
+"""What driving hosts over SSH costs (run as root from the repo). It sets up the emulated SSH lab (tests/testlab.py:
 machines with their own sshd, reached only over ssh), then measures:
 
   (a) the round trip of one remote command (`true`) over the shared connection (ControlMaster): median of N
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the lab is a test fixture
 
 from vnetbench import testbed as tb  # noqa: E402
 from vnetbench.capabilities import detect  # noqa: E402
@@ -26,7 +27,7 @@ from vnetbench.ledger import Ledger  # noqa: E402
 from vnetbench.matrix import expand  # noqa: E402
 from vnetbench.sites import TestbedSite  # noqa: E402
 from vnetbench.spec import loads  # noqa: E402
-from vnetbench.testlab import Lab  # noqa: E402
+from testlab import Lab  # noqa: E402
 from vnetbench.topology import Topology  # noqa: E402
 
 SETTLE_S = 0.5  # untimed pause between rounds: the kernel frees deleted namespaces asynchronously

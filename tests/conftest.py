@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import vnetbench.catalog  # noqa: F401 (every workload and probe registered: their metrics, as the CLI has them)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,8 +66,8 @@ def vnetbench(*args, env=None, check=True, timeout=600):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """Three "remote machines" (network + mount namespaces with their own sshd) joined by a lab switch;
-    see vnetbench/testlab.py. Everything it created is removed at teardown."""
-    from vnetbench.testlab import Lab
+    see tests/testlab.py. Everything it created is removed at teardown."""
+    from testlab import Lab
     made = Lab(tmp_path_factory.mktemp("lab"), 3)
     try:
         yield made.create()

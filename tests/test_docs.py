@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from vnetbench.sample import METRICS
+from vnetbench.catalog import METRICS
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"\((needs a testbed|takes minutes)\)")

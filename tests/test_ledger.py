@@ -1,5 +1,6 @@
 """The cleanup ledger: objects recorded before creation; clean removes exactly those of dead runs."""
 import json
+import time
 import os
 import subprocess
 import sys
@@ -97,3 +98,43 @@ def test_an_owner_that_cannot_be_checked_is_left_alone(state_dir):
     for led in (odd, other):
         (led.dir / "owner.json").unlink()
         led.remove_all()
+
+
+def test_delete_namespaces_kills_what_runs_inside_and_spares_the_rest(state_dir):
+    """The one function that removes local namespaces: a process left inside one is killed (else the namespace
+    would outlive `ip netns del` with its interfaces), a namespace not named survives, a missing name is passed over."""
+    led = ledger.Ledger.create()
+    mine, other = f"{led.prefix}-del", f"{led.prefix}-keep"
+    for ns in (mine, other):
+        led.record("netns", ns)
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", mine, "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while not ledger.pids_in_namespaces([mine]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ledger.pids_in_namespaces([mine])
+        ledger.delete_namespaces([mine, f"{led.prefix}-absent"])
+        assert sleeper.wait(timeout=5) == -9
+        names = netns_names()
+        assert mine not in names and other in names
+    finally:
+        sleeper.kill()
+        led.remove_all()
+    assert other not in netns_names()
+
+
+def test_only_the_ledger_deletes_local_namespaces():
+    """Deleting namespaces of this machine is ledger.delete_namespaces; the others listed delete them elsewhere (in a
+    guest, on a testbed host, in plan's printed script) or are on their way to it."""
+    from pathlib import Path
+    root = Path(ledger.__file__).parent
+    elsewhere = {"cli.py": "plan prints the teardown script a user can run",
+                 "testbed.py": "on a testbed host, in its clean script",
+                 "topology.py": "teardown: in a guest, and locally (batched with the build's ip runner)",
+                 "guests/machine.py": "the OVS probe's scratch namespaces, inside the guest",
+                 "capabilities.py": "the kernel probe script removes its scratch namespace where it runs",
+                 "ledger.py": "the function itself"}
+    found = {str(p.relative_to(root)) for p in root.rglob("*.py")
+             if "netns del" in p.read_text() or '"netns", "del"' in p.read_text()}
+    assert found <= set(elsewhere), found - set(elsewhere)

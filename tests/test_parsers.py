@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from vnetbench.sample import METRICS
+from vnetbench.catalog import METRICS
 from vnetbench.workloads import load_all
 from vnetbench.workloads import sockperf as sockperf_mod
 from vnetbench.workloads.base import WorkloadError

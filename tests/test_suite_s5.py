@@ -16,7 +16,8 @@ from conftest import netns_names, vnetbench
 from vnetbench.analyses import load_all as analyses
 from vnetbench.executor import LocalExecutor
 from vnetbench.matrix import expand
-from vnetbench.sample import METRICS, Sample
+from vnetbench.catalog import METRICS
+from vnetbench.sample import Sample
 from vnetbench.spec import SpecError, loads
 from vnetbench.store import Store
 from vnetbench.workloads import load_all as workloads

@@ -17,7 +17,8 @@ from vnetbench.analyses import load_all as analyses
 from vnetbench.capabilities import detect
 from vnetbench.ledger import Ledger
 from vnetbench.matrix import expand
-from vnetbench.sample import METRICS, Sample
+from vnetbench.catalog import METRICS
+from vnetbench.sample import Sample
 from vnetbench.spec import SpecError, loads
 from vnetbench.store import Store
 from vnetbench.topology import Topology

@@ -15,19 +15,16 @@ import math
 from collections import defaultdict
 from typing import Iterable
 
-from . import stats
+from . import catalog, stats
 from .sample import Sample
 
-MAIN_METRIC = {"iperf3": "throughput_bps", "ping": "rtt_s", "sockperf": "latency_p50_s",
-               "http": "http_response_time_s", "cpuload": "cpuload_ops_per_s"}
 
 
 def main_metric(wl, rule=None) -> str:
+    """The spec's rule's metric, else the one the workload's class declares (catalog: from the registry)."""
     if rule is not None and rule.metric:
         return rule.metric
-    if wl.kind == "netperf":
-        return "throughput_bps" if wl.params.test.endswith("STREAM") else "transactions_per_s"
-    return MAIN_METRIC.get(wl.kind, "throughput_bps")
+    return catalog.main_metric(wl.kind, wl.params)
 
 
 def trial_value(samples: Iterable[Sample], wl, rule=None) -> float | None:

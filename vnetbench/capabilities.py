@@ -3,6 +3,7 @@ in a scratch namespace (the surest test: a user's kernel will differ from ours).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
-from .executor import LocalExecutor, NetnsExecutor
+from .executor import Executor, LocalExecutor, NetnsExecutor, SshExecutor
+from .catalog import workload_tools
 from .ledger import Ledger
 
 
@@ -20,17 +22,13 @@ class Feature:
     detail: str = ""  # version when ok, reason when not
 
 
-# tool -> (Debian package, argv printing the version, regex picking the version out)
+# tool -> (Debian package, argv printing the version, regex picking the version out): the tools of the machine and
+# its datapaths here, and every registered workload's own (each workload class declares its `tools`).
 TOOLS: dict[str, tuple[str, list[str], str]] = {
     "ip": ("iproute2", ["ip", "-V"], r"iproute2-([\w.]+)"),
     "tc": ("iproute2", ["tc", "-V"], r"iproute2-([\w.]+)"),
     "bridge": ("iproute2", ["bridge", "-V"], r"(\d+\.\d[\d.]*)"),
     "ss": ("iproute2", ["ss", "-V"], r"iproute2-([\w.]+)"),
-    "iperf3": ("iperf3", ["iperf3", "--version"], r"iperf (\S+)"),
-    "sockperf": ("sockperf", ["sockperf", "--version"], r"[Vv]ersion:?\s*(\S+)"),
-    "ping": ("iputils-ping", ["ping", "-V"], r"iputils[- ](\S+)"),
-    "netperf": ("netperf (non-free)", ["netperf", "-V"], r"[Vv]ersion ([\d.]+)"),
-    "netserver": ("netperf (non-free)", ["netserver", "-V"], r"[Vv]ersion ([\d.]+)"),
     "mpstat": ("sysstat", ["mpstat", "-V"], r"sysstat version (\S+)"),
     "ethtool": ("ethtool", ["ethtool", "--version"], r"version (\S+)"),
     "tcpdump": ("tcpdump", ["tcpdump", "--version"], r"tcpdump version (\S+)"),
@@ -42,9 +40,8 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "swanctl": ("strongswan-swanctl", ["swanctl", "--version"], r"(\d[\w.]+)"),
     "wireguard-go": ("wireguard-go", ["wireguard-go", "--version"], r"v?(\d[\w.\-+]+)"),
     "wg": ("wireguard-tools", ["wg", "--version"], r"v(\S+)"),
-    "nginx": ("nginx", ["nginx", "-v"], r"nginx/(\S+)"),
-    "stress-ng": ("stress-ng", ["stress-ng", "--version"], r"version (\S+)"),
     "perf": ("linux-perf", ["perf", "--version"], r"perf version (\S+)"),  # the profiler (workload option profile)
+    **workload_tools(),
 }
 
 # kernel feature -> the line in a scratch namespace that creates it (ip batch unless it starts with "tc ")
@@ -230,28 +227,58 @@ def _kernel() -> dict[str, Feature]:
     ns = f"{ledger.prefix}-probe"
     ledger.record("netns", ns)
     try:
-        LocalExecutor().ip_batch([f"netns add {ns}"])
-        node = NetnsExecutor(ns)
-        found = _batch_probe(node, "ip", {k: v for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")})
-        found |= _batch_probe(node, "tc", {k: v[3:] for k, v in KERNEL_PROBES.items() if v.startswith("tc ")})
-        for feature, argv in XFRM_PROBES.items():
-            proc = subprocess.run([*node.ip(), *argv], capture_output=True, text=True)
-            found[feature] = Feature(proc.returncode == 0, _first_error(proc.stderr) if proc.returncode else "")
-        for feature, family in GENL_FAMILIES.items():
-            proc = node.run(["genl", "ctrl", "get", "name", family], check=False)
-            found[feature] = Feature(proc.returncode == 0, "" if proc.returncode == 0 else
-                                     f"generic netlink family {family} absent (module not loaded or not built)")
-        tun = subprocess.run(["test", "-c", TUN_DEVICE]).returncode == 0
-        found["tun"] = Feature(tun, "" if tun else f"{TUN_DEVICE} missing")
-        return found
+        return probe_kernel(LocalExecutor(), ns)
     finally:
         ledger.remove_all()
 
 
-def _batch_probe(node: NetnsExecutor, tool: str, probes: dict[str, str]) -> dict[str, Feature]:
-    argv = [tool, "-n", node.netns, "-force", "-batch", "-"]
-    proc = subprocess.run(argv, input="\n".join(probes.values()) + "\n", capture_output=True, text=True)
-    return batch_features(list(probes), proc.stderr)
+def kernel_script(ns: str) -> str:
+    """The one kernel probe, as a shell script for any machine (this one, a guest, a testbed host): it makes the
+    scratch namespace `ns`, creates each device of KERNEL_PROBES in it (one ip batch, one tc batch), then the rest
+    one line each (`@@F name ok` or `@@F name no why`): xfrm states, generic netlink families, the TUN device."""
+    q = shlex.quote
+    ip_lines = [v for v in KERNEL_PROBES.values() if not v.startswith("tc ")]
+    tc_lines = [v[3:] for v in KERNEL_PROBES.values() if v.startswith("tc ")]
+    checks = [(name, f"ip -n {q(ns)} {shlex.join(argv)}") for name, argv in XFRM_PROBES.items()]
+    checks += [(name, f"ip netns exec {q(ns)} genl ctrl get name {q(family)}") for name, family in GENL_FAMILIES.items()]
+    checks += [("tun", f"test -c {q(TUN_DEVICE)}")]
+    rest = "; ".join(f"e=$({cmd} 2>&1 >/dev/null) && echo '@@F {name} ok' || echo \"@@F {name} no $(echo \"$e\" | head -1)\""
+                     for name, cmd in checks)
+    return (f"ip netns add {q(ns)} || exit 9; "
+            f"printf '%s\\n' {' '.join(map(q, ip_lines))} | ip -n {q(ns)} -force -batch - 2>&1; echo @@tc; "
+            f"printf '%s\\n' {' '.join(map(q, tc_lines))} | tc -n {q(ns)} -force -batch - 2>&1; echo @@rest; "
+            f"{rest}; ip netns del {q(ns)}")
+
+
+def parse_kernel(out: str) -> dict[str, Feature]:
+    """Each feature kernel_script probed, available or not with the kernel's reason."""
+    out, _, rest_out = out.partition("@@rest")
+    ip_out, _, tc_out = out.partition("@@tc")
+    found: dict[str, Feature] = {}
+    for names, text in (([k for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")], ip_out),
+                        ([k for k, v in KERNEL_PROBES.items() if v.startswith("tc ")], tc_out)):
+        found |= batch_features(names, text)
+    for line in rest_out.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "@@F":
+            why = (parts[3] if len(parts) > 3 else "").removeprefix("Error: ")
+            if parts[1] == "tun" and parts[2] != "ok":
+                why = f"{TUN_DEVICE} missing"
+            elif parts[1] in GENL_FAMILIES and parts[2] != "ok":
+                why = f"generic netlink family {GENL_FAMILIES[parts[1]]} absent (module not loaded or not built)"
+            found[parts[1]] = Feature(parts[2] == "ok", "" if parts[2] == "ok" else why or "failed")
+    return found
+
+
+def probe_kernel(ex: Executor, ns: str, timeout: float = 30) -> dict[str, Feature]:
+    """Kernel features where `ex` runs (this machine, a guest, a testbed host over SSH), probed by creating each
+    device in the scratch namespace `ns` (the caller's: recorded in its ledger)."""
+    script = kernel_script(ns)
+    if isinstance(ex, SshExecutor):  # a script over SSH: one round trip, no quoting of the whole on a command line
+        out = ex.run_script(script, timeout=timeout, check=False).stdout
+    else:
+        out = ex.run(["sh", "-c", script], timeout=timeout, check=False).stdout
+    return parse_kernel(out)
 
 
 def batch_features(names: list[str], said: str) -> dict[str, Feature]:

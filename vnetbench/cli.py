@@ -388,7 +388,7 @@ EXCLUDE_NOISY = typer.Option(False, "--exclude-noisy", help="leave out the trial
 
 def known_metrics(names: list[str] | None) -> None:
     """A metric name that is not one: one line naming it and the valid ones, exit 2."""
-    from .sample import METRICS
+    from .catalog import METRICS
     for name in names or ():
         if name not in METRICS:
             fail(f"--metric {name!r} is not a metric; valid: {', '.join(METRICS)}")
@@ -587,6 +587,7 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     every testbed host a run touched (and, with --testbed, on every host of that testbed) too. The runs' records
     are read from $VNETBENCH_STATE_DIR (default /run/vnetbench)."""
     need_root()
+    from . import testbed as _  # noqa: F401 (registers how the ledger reaches a testbed host a run touched)
     removed, left, pending = ledger.clean_all(dry_run)
     running = [f"run {prefix}: {why}" for prefix, why in left]
     if testbed:
@@ -625,7 +626,7 @@ def suites() -> None:
 @app.command()
 def metrics() -> None:
     """Every metric vnetbench records, with its SI unit and which direction is better."""
-    from .sample import METRICS
+    from .catalog import METRICS
     table = Table()
     for col in ("metric", "unit", "better", "meaning"):
         table.add_column(col)

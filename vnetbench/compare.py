@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import dataset, guards, report, stats
-from .sample import METRICS
+from .catalog import METRICS
 from .store import Campaign, Store
 from .units import human
 
@@ -234,7 +234,7 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
 
 
 def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None):
-    from rich.table import Table
+    from rich.table import Table  # lazily: start-up speed of commands that print no comparison
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     from rich import box

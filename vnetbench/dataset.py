@@ -24,12 +24,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from . import stats
-from .sample import METRICS, Dims, dimensions
+from .catalog import METRICS, WORKLOADS, distributions
+from .sample import Dims, dimensions
 from .store import Campaign, Store
+from .guards import reader_flags
 
 # Metrics a trial holds many samples of (one per echo, round trip or request): a trial's value is their median.
 # Every other metric has one sample per pair (or one per trial): a trial's value is their mean (the per-pair value).
-DISTRIBUTIONS = {"rtt_s", "rtt_loaded_s", "latency_s", "http_response_time_s"}
+DISTRIBUTIONS = distributions()  # declared by each workload (Metric.per_event)
 POOLED = "pooled samples"
 # Per-trial statistics of a per-echo metric beside its median: the tail a reader needs (latency under load's p99).
 TAIL_STATS = ("p90", "p99", "max")
@@ -97,7 +99,6 @@ class Trial:
     @property
     def flags(self) -> list[str]:
         """What the run flagged on the trial for the reader (guards.reader_flags): a load asked but not offered."""
-        from .guards import reader_flags
         return reader_flags(self.metadata)
 
     @property
@@ -300,8 +301,7 @@ def one_pair_aggregates(got: dict[Key, dict[int, float]]) -> set[Key]:
 def workload_names(trials: Iterable[dict]) -> dict[tuple[int, int], str]:
     """(scenario, spec position) -> the workload's name: the spec's `name:`, else what its parameters say it is
     ('iperf3 tcp x10'); two entries of one scenario with one name get their place in the spec ('ping #1')."""
-    from . import workloads
-    reg = workloads.load_all()
+    reg = WORKLOADS
     named: dict[tuple[int, int], str] = {}
     for t in trials:
         cls = reg.get(t["kind"])

@@ -13,9 +13,11 @@ from typing import Union
 
 from . import analyses, dataset, figures, report
 from .analyses.base import FigureData, TableData
-from .sample import METRICS
+from .catalog import METRICS
 from .store import Campaign, Store
 from .units import human, human_interval
+from . import mechanism_report
+from .guards import reader_flags
 
 NOISE_STEAL = 0.01          # steal share above which the machine was not ours alone
 NOISE_CV = 0.10             # coefficient of variation above which a scenario's metric is called noisy
@@ -126,7 +128,6 @@ def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
 
 def where_cpu(store: Store, d: Data) -> Section:
     """Where the CPU went, per profiled scenario (mechanism_report.py); empty when no trial was profiled."""
-    from . import mechanism_report
     blocks: list = mechanism_report.section_blocks(store, d.camp.id, lambda idx: label(d, idx))
     if why := mechanism_report.skipped(store, d.camp.id):
         blocks.append(Para("Profiles asked for but not taken: " + "; ".join(why) + ".", "note"))
@@ -287,7 +288,6 @@ def noisy_trials(d: Data) -> list[Block]:
 def flagged_trials(d: Data) -> list[Block]:
     """The trials whose load was asked but not offered (guards.check_offered), each with its flags: a number built
     on them measures less than the spec asked for."""
-    from .guards import reader_flags
     flagged = [t for t in d.trials if t["status"] == "ok" and reader_flags(t["metadata"])]
     if not flagged:
         return []

@@ -21,6 +21,7 @@ from typing import IO, Any, Iterator
 from . import dataset
 from .sample import absolute, dimensions
 from .store import Store
+from . import rawlog
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -169,7 +170,7 @@ ARROW = {"int": "int64", "float": "float64", "bool": "bool_", "str": "string"}
 def write_parquet(store: Store, cid: int, path: Path) -> int:
     """The flat table as Parquet with an explicit schema (pyarrow): the fixed columns keep their types whatever the
     campaign holds."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazily: only Parquet needs it, and it takes a while to load
     import pyarrow.parquet as pq
     names, kinds, rows = table(store, cid)
     schema = pa.schema([pa.field(k, getattr(pa, ARROW[kinds[k]])()) for k in names])
@@ -181,7 +182,6 @@ def write_parquet(store: Store, cid: int, path: Path) -> int:
 def raw_record(store: Store, tid: int) -> dict | None:
     """One trial's exact commands (argv, where each ran, the full command line) and what each tool printed, with
     the trial's identity: enough to parse its output again or to run it again. None: no such trial."""
-    from . import rawlog
     trial = store.trial(tid)
     if trial is None:
         return None

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, ScalarFormatter  # noqa: E402
 
 from .analyses.base import FigureData  # noqa: E402
+from .sample import elapsed  # noqa: E402
 from .stats import Summary  # noqa: E402
 
 WIDTH = 11.0          # inches; 110 dpi PNG = 1210 px, readable in a 1400 px page
@@ -43,7 +44,6 @@ def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
 def since_start(sample: dict) -> float:
     """A series point's time on the figure's axis: seconds from the start of its tool's measurement window (the
     sample's `window` metadata), else from the trial's start; sample.elapsed is the one rule."""
-    from .sample import elapsed
     got = elapsed(sample["t"], sample["metadata"], sample.get("started"))
     return sample["t"] if got is None else got
 

@@ -17,9 +17,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 DEFAULT_STATE_DIR = "/run/vnetbench"
 PREFIX_LEN = 6  # "vb" + 4 hex digits: leaves 9 characters of a 15-character interface name
+
+# What visits another machine a run touched, by the kind of ledger object ("host": (entry, prefix, dry_run) ->
+# (removed, why pending or None)). The testbed backend registers its own when it loads: the ledger, the lowest
+# layer, knows no backend.
+RemoteCleaner = Callable[[dict, str, bool], tuple[list[str], "str | None"]]
+REMOTE_CLEANERS: dict[str, RemoteCleaner] = {}
 
 
 def state_dir() -> Path:
@@ -197,15 +204,15 @@ class Ledger:
                 if not dry_run:
                     _kill(obj.pid)
         hosts = [o for o in objs if o.kind == "host"]
-        if hosts:
-            from .testbed import clean_host  # only a testbed run needs SSH
-            for obj in hosts:
-                removed, why = clean_host(obj.extra or {}, self.prefix, dry_run)
-                done += removed
-                if why is not None:
-                    self.pending.append(f"host {obj.name}: {why}")
-                elif not dry_run:
-                    self.forget("host", obj.name)
+        for obj in hosts:
+            visit = REMOTE_CLEANERS.get(obj.kind)
+            removed, why = visit(obj.extra or {}, self.prefix, dry_run) if visit else \
+                ([], "no host backend is loaded to reach it; `vnetbench clean` visits it")
+            done += removed
+            if why is not None:
+                self.pending.append(f"host {obj.name}: {why}")
+            elif not dry_run:
+                self.forget("host", obj.name)
         namespaces = [o.name for o in reversed(objs) if o.kind == "netns"]
         inside = pids_in_namespaces(namespaces)
         done += [f"process pid {pid} in a namespace of the run" for pid in inside]
@@ -216,7 +223,7 @@ class Ledger:
             if ns in present:
                 done.append(f"netns {ns}")
         if not dry_run and namespaces:
-            _del_netns([ns for ns in namespaces if ns in present])
+            delete_namespaces([ns for ns in namespaces if ns in present])
         if not dry_run and namespaces:
             self.forget_many([("netns", ns) for ns in namespaces])
         for obj in reversed([o for o in objs if o.kind == "dir"]):
@@ -289,8 +296,12 @@ def kill_pids(pids: list[int]) -> None:
         _kill(pid)
 
 
-def _del_netns(names: list[str]) -> None:
+def delete_namespaces(names: list[str]) -> None:
+    """Delete these namespaces of this machine, each process still in one killed first (a namespace whose last
+    process is gone goes with its interfaces). The one way vnetbench removes local namespaces; names not there are
+    passed over (ip -force)."""
     if names:
+        kill_pids(pids_in_namespaces(names))
         batch = "".join(f"netns del {n}\n" for n in names)
         subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import datapaths, workloads
 from .capabilities import Capabilities
 from .datapaths.base import Availability, Element
+from .guests import machine, vms  # the guest placements' checks: until host backends refuse scenarios themselves
 from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label, placement_hosts
 
 if TYPE_CHECKING:  # an Experiment is what spec.loads returns (after validate.check); only named here
@@ -142,12 +143,10 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
     if reason:
         sc.skip = reason
         return
-    from .guests import vms
     if reason := vms.decide(sc):
         sc.skip = reason
         return
     if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # checked against what a guest's kernel offers
-        from .guests import machine
         guest = machine.capabilities()
         if guest is None:
             sc.skip = (f"kernel {sc.levels['kernel']}: "
@@ -156,8 +155,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
         caps = guest
         sc.implementation["kernel"] = guest.tools["kernel"].detail
         if sc.levels["kernel"] == "guest-per-host":
-            from .guests.hostsite import why_not
-            if why := why_not(sc):
+            if why := machine.why_not_per_host(sc):
                 sc.skip = f"kernel guest-per-host: {why}"
                 return
             sc.implementation["kernel"] += " per host"

@@ -1,8 +1,10 @@
-"""Plug-in registries: a package's modules register their classes by name when the package loads them."""
+"""The plug-in registry, one implementation for datapaths, workloads, probes and analyses: a package's modules
+register their classes by name when the package loads them."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from types import ModuleType
 from typing import Callable, TypeVar
 
@@ -10,25 +12,31 @@ T = TypeVar("T")
 
 
 class Registry(dict):
-    """name -> class, filled by the @register decorator of the package's modules."""
+    """name -> class, filled by the @register decorator of the package's modules. With `group`, two levels:
+    group -> name -> class (the datapaths: kind -> name). `on_register` sees each class as it registers (to collect
+    what it declares)."""
 
-    def __init__(self, package: ModuleType, key: str):
-        super().__init__()
-        self.package, self.key = package, key
+    def __init__(self, package: ModuleType, key: str, group: str | None = None, groups: tuple[str, ...] = (),
+                 on_register: Callable[[type], None] | None = None):
+        super().__init__({g: {} for g in groups})
+        self.package, self.key, self.group, self.on_register = package, key, group, on_register
 
     def register(self, cls: T) -> T:
-        self[getattr(cls, self.key)] = cls
+        if self.on_register is not None:
+            self.on_register(cls)
+        table = self.setdefault(getattr(cls, self.group), {}) if self.group else self
+        table[getattr(cls, self.key)] = cls
         return cls
 
     def load_all(self) -> "Registry":
+        """Import every module of the package but its interface (base), so that each registers its classes."""
         for mod in pkgutil.iter_modules(self.package.__path__):
             if mod.name != "base":
                 importlib.import_module(f"{self.package.__name__}.{mod.name}")
         return self
 
 
-def plugins(package_name: str, key: str) -> tuple[Registry, Callable, Callable]:
+def plugins(package_name: str, key: str, **options) -> tuple[Registry, Callable, Callable]:
     """(REGISTRY, register, load_all) for a package's __init__."""
-    import sys
-    reg = Registry(sys.modules[package_name], key)
+    reg = Registry(sys.modules[package_name], key, **options)
     return reg, reg.register, reg.load_all

@@ -16,19 +16,23 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import dataset, stats
-from .sample import METRICS
+from .catalog import METRICS, WORKLOADS
 from .scenario import NOT_APPLICABLE
 from .stats import Summary, summarize
 from .store import Store
 from .units import human, human_interval
+from .guards import NO_CEILING
 
 COMPACT_WIDTH = 100
 
-DEFAULT_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s", "rtt_s",
-                   "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
-                   "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio")
+HEADLINE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s",
+                    "rtt_s", "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
+                    "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio")
+# ... and every workload's main metric, so that a new workload's numbers are shown without naming them here
+DEFAULT_METRICS = HEADLINE_METRICS + tuple(m for m in dict.fromkeys(cls.main_metric for cls in WORKLOADS.values())
+                                           if m not in HEADLINE_METRICS)
 # compare's default family: the headline metrics (retransmits, rare events, are compared when asked for with -m)
-COMPARE_METRICS = tuple(m for m in DEFAULT_METRICS if m != "tcp_retransmits")
+COMPARE_METRICS = tuple(m for m in HEADLINE_METRICS if m != "tcp_retransmits")
 # The tail `show` gives beside a per-echo metric's median unless asked for more (--all, -m): latency under load.
 SHORT_TAILS: dict[str, tuple[str, ...]] | None = {"rtt_loaded_s": ("p99",)}
 ALL_TAILS = None  # every tail statistic of every per-echo metric
@@ -262,7 +266,6 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
 def flag_lines(data: dataset.Dataset) -> list[str]:
     """What the run flagged, once per campaign: each reason (pairs folded) with how many trials carry it, and
     whether any throughput ceiling went unchecked."""
-    from .guards import NO_CEILING
     reasons: dict[str, int] = defaultdict(int)
     for t in data.ok:
         for f in {re.sub(r" \(pair \d+\)", "", f).split(":")[0] for f in t.flags}:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -13,61 +13,23 @@ class Metric:
     better: str  # "higher" | "lower" | "none": which direction the report calls best
     description: str
     additive: bool = False  # the directions of a bidirectional test add up (goodput, retransmits): their sum is shown
+    per_event: bool = False  # one sample per event (an echo, a request): a distribution, summarised by its median
 
 
-def _additive(names: str) -> None:
-    for name in names.split():
-        METRICS[name] = Metric(*(getattr(METRICS[name], f) for f in ("name", "unit", "better", "description")), True)
+def declare(metrics: "Iterable[Metric]", owner: str) -> None:
+    """Add the metrics a workload or probe declares to the catalogue (its registry calls this as it registers the
+    class): a new workload is one module. One name, one meaning: a second, different definition is an error."""
+    for m in metrics:
+        if METRICS.get(m.name, m) != m:
+            raise ValueError(f"{owner} redefines metric {m.name!r}: {m} != {METRICS[m.name]}")
+        METRICS[m.name] = m
 
 
-# Every metric vnetbench writes. Values are in SI base units: bit/s, s, ratio 0-1, events/s.
+# The metrics no plug-in owns. Values are in SI base units: bit/s, s, ratio 0-1, events/s. Each workload and probe
+# declares its own (its class's `catalogue`); `catalog.METRICS` is this table once every plug-in has registered.
 METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("throughput_bps", "bit/s", "higher", "goodput counted at the receiver over the whole test"),
-    Metric("throughput_interval_bps", "bit/s", "higher", "receiver goodput per reporting interval (series)"),
-    Metric("aggregate_throughput_bps", "bit/s", "higher", "sum of throughput_bps over all pairs of a trial"),
-    Metric("sender_throughput_bps", "bit/s", "higher", "rate offered by the sender"),
-    Metric("tcp_retransmits", "1", "lower", "TCP segments retransmitted by the sender"),
-    Metric("udp_loss_ratio", "ratio", "lower", "UDP datagrams lost, counted at the receiver"),
-    Metric("jitter_s", "s", "lower", "UDP inter-arrival jitter at the receiver (RFC 3550)"),
-    Metric("rtt_s", "s", "lower", "ICMP echo round-trip time, one sample per echo"),
-    Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time during the measurement window of a throughput test"),
-    Metric("rtt_idle_s", "s", "lower", "ICMP echo round-trip time just before a throughput test starts (its baseline)"),
-    Metric("ping_loss_ratio", "ratio", "lower", "ICMP echoes without reply"),
-    Metric("ping_jitter_s", "s", "lower", "mean absolute difference of consecutive RTTs"),
-    Metric("latency_s", "s", "lower", "request/response round-trip latency (sockperf ping-pong)"),
-    Metric("latency_p50_s", "s", "lower", "median request/response latency"),
-    Metric("latency_p90_s", "s", "lower", "90th percentile request/response latency"),
-    Metric("latency_p99_s", "s", "lower", "99th percentile request/response latency"),
-    Metric("latency_min_s", "s", "lower", "minimum request/response latency"),
-    Metric("latency_max_s", "s", "lower", "maximum request/response latency"),
-    Metric("latency_mean_s", "s", "lower", "mean request/response latency over every round trip, as the tool reports it"),
-    Metric("transactions_per_s", "1/s", "higher", "request/response transactions per second"),
-    # Raw CPU is not judged better or worse (a datapath that carries more traffic uses more): its efficiency is,
-    # cpu_s_per_gbit and cpu_s_per_mpacket below.
-    Metric("cpu_busy_ratio", "ratio", "none", "whole machine: share of CPU time not idle"),
-    Metric("cpu_user_ratio", "ratio", "lower", "whole machine: user time share"),
-    Metric("cpu_system_ratio", "ratio", "lower", "whole machine: system time share"),
-    Metric("cpu_irq_ratio", "ratio", "lower", "whole machine: hard interrupt time share"),
-    Metric("cpu_softirq_ratio", "ratio", "lower", "whole machine: soft interrupt time share"),
-    Metric("cpu_steal_ratio", "ratio", "lower", "whole machine: time stolen by the hypervisor"),
-    Metric("interrupts_per_s", "1/s", "lower", "hardware interrupts per second, whole machine"),
-    Metric("context_switches_per_s", "1/s", "lower", "context switches per second, whole machine"),
-    Metric("net_rx_softirqs_per_s", "1/s", "lower", "NET_RX soft interrupts per second, whole machine"),
-    Metric("net_tx_softirqs_per_s", "1/s", "lower", "NET_TX soft interrupts per second, whole machine"),
-    Metric("process_cpu_ratio", "ratio", "none", "CPU time of one datapath process (1.0 = one core)"),
-    Metric("sender_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's sending process(es) over the "
-                                                 "test, as iperf3 reports it (1.0 = one core)"),
-    Metric("receiver_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's receiving process(es) over "
-                                                   "the test, as iperf3 reports it (1.0 = one core)"),
-    Metric("if_rx_packets_per_s", "1/s", "none", "packets received per second on an interface"),
-    Metric("if_tx_packets_per_s", "1/s", "none", "packets sent per second on an interface"),
-    Metric("if_drops", "1", "lower", "packets dropped on an interface during the trial"),
-    Metric("packet_rate_pps", "1/s", "higher", "throughput converted to packets per second"),
-    Metric("http_response_time_s", "s", "lower", "HTTP request to complete response (connect included), one per request"),
-    Metric("http_requests_per_s", "1/s", "higher", "HTTP responses completed per second, all clients of a pair"),
-    Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
-    Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
-    Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
+    Metric("packet_rate_pps", "1/s", "higher", "throughput converted to packets per second", additive=True),
+    # derived from the probes and the traffic (efficiency.py, probes/profile.py): owned by no one workload or probe
     Metric("cpu_s_per_gbit", "s/Gbit", "lower", "CPU time one account (machine, host, VM or daemon) spent per gigabit "
                                                 "the tool delivered, over its window (= cores per Gbit/s)"),
     Metric("cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one account spent per million packets delivered "
@@ -78,9 +40,6 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("profile_cpu_s_per_mpacket", "s/Mpacket", "lower", "CPU time one mechanism took per million packets "
                                                               "delivered, from the kernel profile"),
 ]}
-
-
-_additive("throughput_bps aggregate_throughput_bps sender_throughput_bps tcp_retransmits packet_rate_pps")
 
 
 @dataclass(frozen=True, order=True)
@@ -165,6 +124,9 @@ class Sample:
     @classmethod
     def of(cls, metric: str, value: float, t: float | None = None, **metadata: Any) -> "Sample":
         """A sample of a registered metric; the unit comes from the registry so it cannot drift."""
+        if metric not in METRICS:
+            raise KeyError(f"metric {metric!r} is not declared: a workload or probe declares its metrics in its "
+                           f"`catalogue` (vnetbench.catalog loads them all)")
         return cls(metric, float(value), METRICS[metric].unit, metadata, t)
 
 

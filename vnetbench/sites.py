@@ -25,6 +25,7 @@ from .datapaths.ovs import KERNEL_TUNNEL_IN_OVS
 from .probes.interfaces import InterfaceProbe
 from .probes.procstat import SystemProbe
 from .sample import Sample
+from .topology import BATCH_TOOLS
 
 # Device names that appear in an iproute2 line after these words.
 _DEV_AFTER = {"dev", "master", "name", "set", "del"}
@@ -196,7 +197,6 @@ class TestbedSite:
         """Build on the hosts: the batches between two commands or daemons go to each host as ONE script (the
         records of what they create appended to its ledger first), all hosts at once. A host's batches keep their
         order; hosts do not wait for each other, since no batch on one host needs an object of another."""
-        from .topology import BATCH_TOOLS
         self.guard(topo, waves)
         self._set_mtu(topo)
         pending: list = []

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from . import yamlread
 from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS  # noqa: F401 (declared there)
 from .strict import Strict, not_a_bool, one_line, pydantic_message  # noqa: F401 (shared by every input model)
+from .catalog import METRICS
 from .units import parse_duration, parse_percent, parse_rate
 from .validate import Problem, check
 
@@ -69,7 +70,6 @@ class Repetitions(Strict):
     def _order(self) -> "Repetitions":
         if self.max < self.min:
             raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
-        from .sample import METRICS
         if self.metric is not None and self.metric not in METRICS:
             raise ValueError(f"metric: '{self.metric}' is not a metric; `vnetbench metrics` lists them")
         return self

@@ -25,6 +25,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .guards import UNBOUNDED_RATIOS
+
 NAN_PAIR = (math.nan, math.nan)
 TEST = "Welch's t-test on per-trial values, two-sided"
 CORRECTION = "holm"
@@ -425,7 +427,6 @@ def could_find(c: Comparison, alpha: float = 0.05) -> str:
 def physical_range(metric: str, unit: str) -> tuple[float, float]:
     """Where a metric's values can lie: every vnetbench metric is >= 0; a ratio (a share, a loss) is <= 1 except the
     per-process CPU ratios, which count cores."""
-    from .guards import UNBOUNDED_RATIOS
     return (0.0, 1.0) if unit == "ratio" and metric not in UNBOUNDED_RATIOS else (0.0, math.inf)
 
 

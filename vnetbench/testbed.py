@@ -32,11 +32,10 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, ValidationError, field_validator
 
 from . import inventory, yamlread
-from .capabilities import (CHARON_PATHS, GENL_FAMILIES, INSTALLED_SCRIPT, KERNEL_PROBES, STRONGSWAN_PLUGINS, TOOLS,
-                           TUN_DEVICE, XFRM_PROBES, Capabilities, Feature, Strongswan, batch_features,
-                           parse_features, parse_list_algs)
+from .capabilities import (CHARON_PATHS, INSTALLED_SCRIPT, STRONGSWAN_PLUGINS, TOOLS, Capabilities, Feature,
+                           Strongswan, parse_features, parse_list_algs, probe_kernel)
 from .executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, SshTarget, control_dir
-from .ledger import Ledger, Obj, identity, owner_state
+from .ledger import REMOTE_CLEANERS, Ledger, Obj, identity, owner_state
 from .strict import Strict, one_line, pydantic_message
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -529,39 +528,9 @@ def tools(ex: SshExecutor) -> dict[str, Feature]:
 
 
 def kernel(ex: SshExecutor, prefix: str) -> dict[str, Feature]:
-    """Kernel features probed by creating each device in a scratch namespace of the run's on the host."""
-    ns = f"{prefix}-probe"
-    ip_lines = [v for v in KERNEL_PROBES.values() if not v.startswith("tc ")]
-    tc_lines = [v[3:] for v in KERNEL_PROBES.values() if v.startswith("tc ")]
-    q = shlex.quote
-    # the rest, one line each: `@@F name ok` or `@@F name no why` (xfrm states in the scratch namespace, generic
-    # netlink families, the TUN device), as capabilities._kernel probes them locally
-    checks = [(name, f"ip -n {q(ns)} {shlex.join(argv)}") for name, argv in XFRM_PROBES.items()]
-    checks += [(name, f"ip netns exec {q(ns)} genl ctrl get name {q(family)}") for name, family in GENL_FAMILIES.items()]
-    checks += [("tun", f"test -c {q(TUN_DEVICE)}")]
-    rest = "; ".join(f"e=$({cmd} 2>&1 >/dev/null) && echo '@@F {name} ok' || echo \"@@F {name} no $(echo \"$e\" | head -1)\""
-                     for name, cmd in checks)
-    script = (f"ip netns add {q(ns)} || exit 9; "
-              f"printf '%s\\n' {' '.join(map(q, ip_lines))} | ip -n {q(ns)} -force -batch - 2>&1; echo @@tc; "
-              f"printf '%s\\n' {' '.join(map(q, tc_lines))} | tc -n {q(ns)} -force -batch - 2>&1; echo @@rest; "
-              f"{rest}; ip netns del {q(ns)}")
-    out = ex.run_script(script, timeout=30, check=False).stdout
-    out, _, rest_out = out.partition("@@rest")
-    ip_out, _, tc_out = out.partition("@@tc")
-    found: dict[str, Feature] = {}
-    for names, text in (([k for k, v in KERNEL_PROBES.items() if not v.startswith("tc ")], ip_out),
-                        ([k for k, v in KERNEL_PROBES.items() if v.startswith("tc ")], tc_out)):
-        found |= batch_features(names, text)
-    for line in rest_out.splitlines():
-        parts = line.split(" ", 3)
-        if len(parts) >= 3 and parts[0] == "@@F":
-            why = parts[3] if len(parts) > 3 else ""
-            if parts[1] == "tun" and parts[2] != "ok":
-                why = f"{TUN_DEVICE} missing"
-            elif parts[1] in GENL_FAMILIES and parts[2] != "ok":
-                why = f"generic netlink family {GENL_FAMILIES[parts[1]]} absent (module not loaded or not built)"
-            found[parts[1]] = Feature(parts[2] == "ok", "" if parts[2] == "ok" else why or "failed")
-    return found
+    """Kernel features probed by creating each device in a scratch namespace of the run's on the host (the one
+    probe script, capabilities.kernel_script)."""
+    return probe_kernel(ex, f"{prefix}-probe")
 
 
 SWAN_SCRIPT = r"""
@@ -796,6 +765,9 @@ def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[st
         return [], str(exc)
     finally:
         ex.close()
+
+
+REMOTE_CLEANERS["host"] = clean_host  # `clean` and a run's teardown reach a testbed host through the ledger
 
 
 def remote_runs(host: Host) -> list[tuple[str, dict]]:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from . import datapaths, workloads, yamlread
 from .datapaths.base import Element
+from .guests import vms
 from .matrix import expand, params_of
 from .scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
                        placement_hosts, placement_problem)
@@ -93,8 +94,7 @@ def _check_level(factor: str, level: Any) -> str | None:
         except ValueError as exc:
             return str(exc)
     elif factor == "vm_kernel":
-        from .guests.vms import problem
-        return problem(level)
+        return vms.problem(level)
     elif factor in CHOICES and level not in CHOICES[factor]:
         return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
     elif factor == "pairs" and not (_whole(level) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):

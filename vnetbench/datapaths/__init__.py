@@ -2,25 +2,13 @@
 Element objects are made here from a scenario's levels (plain data), by whoever checks or builds them."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any, Mapping
 
 from .base import Element
+from ..registry import plugins
 
-REGISTRY: dict[str, dict[str, type[Element]]] = {"switch": {}, "overlay": {}, "encryption": {}, "attach": {}}
-
-
-def register(cls: type[Element]) -> type[Element]:
-    REGISTRY[cls.kind][cls.name] = cls
-    return cls
-
-
-def load_all() -> dict[str, dict[str, type[Element]]]:
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name != "base":
-            importlib.import_module(f"{__name__}.{mod.name}")
-    return REGISTRY
+REGISTRY, register, load_all = plugins(__name__, "name", group="kind",
+                                       groups=("switch", "overlay", "encryption", "attach"))
 
 
 def element(kind: str, level: Any) -> Element:

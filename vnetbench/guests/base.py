@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..ledger import Ledger
+from . import backend as backend_cls, ssh
+from ..ledger import Ledger, delete_namespaces
 
 # a kernel's stack dump and boot chatter say nothing about why a guest failed
 _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8}( [0-9a-f]{8})+$|"
@@ -111,7 +112,6 @@ class Fleet:
     """The guests of one run: records, network, keys, parallel boot, executors, teardown."""
 
     def __init__(self, ledger: Ledger, backend: str = "uml", boot_timeout: float = 30.0):
-        from . import backend as backend_cls
         self.ledger = ledger
         self.prefix = ledger.prefix
         self.backend: Backend = backend_cls(backend)()
@@ -220,7 +220,6 @@ class Fleet:
         return self
 
     def _wait(self, g: Guest, t0: float, deadline: float) -> str | None:
-        from . import ssh
         ex = ssh.executor(self, g)
         while True:
             if g.proc is not None and g.proc.poll() is not None:
@@ -253,9 +252,7 @@ class Fleet:
                 g.executor.close()
             self.backend.stop(self, g)
         if self._net_up:
-            from ..ledger import kill_pids, pids_in_namespaces
-            kill_pids(pids_in_namespaces([self.netns]))
-            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+            delete_namespaces([self.netns])
         import shutil
         if not str(self.control_dir).startswith(str(self.ledger.dir)):
             shutil.rmtree(self.control_dir, ignore_errors=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 import shutil
 from dataclasses import replace
+from typing import Callable
 
 from .. import testbed as tb
 from ..executor import _COPIED
@@ -33,26 +34,14 @@ DATA_NET = "10.252.0"
 MEM_MB = 512  # one host's switch, daemons and its VMs' tools
 
 
-def why_not(sc) -> str | None:
-    """Why a scenario cannot run with one guest per host (None: it can)."""
-    if sc.levels.get("hops", 0):
-        return "routers between host guests are not built yet (kernel: guest runs them)"
-    if sc.labels.get("encryption", "").split("(")[0] == "wireguard":
-        from .machine import capabilities
-        caps = capabilities()
-        kernel, go = (caps.kernel.get("wireguard"), caps.tools.get("wireguard-go")) if caps else (None, None)
-        if not (kernel and kernel.ok) and not (go and go.ok):
-            return (f"WireGuard: the guest's kernel has no wireguard device ({kernel.detail if kernel else 'not probed'})"
-                    f", and wireguard-go cannot run in it: {go.detail if go else 'not probed'}")
-    return None
-
-
 class GuestHostSite(TestbedSite):
     """One guest per emulated host, booted in parallel; h<i> is guest i, its underlay address 10.252.0.<i>."""
 
     owns_hosts = True
 
-    def __init__(self, ledger: Ledger, hosts: int, backend: str = "uml", boot_timeout: float = 60):
+    def __init__(self, ledger: Ledger, hosts: int, backend: str = "uml", boot_timeout: float = 60,
+                 why_not: Callable[[object], str | None] = lambda sc: None):
+        self.why_not = why_not  # what the guests' kernel refuses (guests.machine knows it: it probes the guest)
         self.fleet = Fleet(ledger, backend, boot_timeout=boot_timeout)
         self.nic_name = f"{ledger.prefix}-u"
         for i in range(1, hosts + 1):
@@ -83,7 +72,7 @@ class GuestHostSite(TestbedSite):
     def check(self, sc) -> str | None:
         if sc.hosts > self.hosts:
             return f"the scenario needs {sc.hosts} hosts; {self.hosts} host guests were booted"
-        return why_not(sc)
+        return self.why_not(sc)
 
     # ---- build: the guest's NIC is the host's, for the scenario ----------------------------------------------
     def underlay(self, topo) -> None:

@@ -21,10 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
-from ..capabilities import GENL_FAMILIES, XFRM_PROBES, Capabilities, Feature
+from .. import testbed
+from ..capabilities import Capabilities, Feature, probe_kernel
+from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
 from ..executor import CommandError
 from ..ledger import Ledger
+from . import backend, uml
 from .base import Fleet, GuestError
+from .hostsite import GuestHostSite
 
 LEVELS = ("shared", "guest")
 BACKEND = "uml"
@@ -32,8 +36,20 @@ MEM_MB = 1024  # the whole topology (daemons, iperf3, netperf) lives in it
 
 
 def support():
-    from . import backend
     return backend(BACKEND).support()
+
+
+def why_not_per_host(sc) -> str | None:
+    """Why a scenario cannot run with one guest per host (None: it can)."""
+    if sc.levels.get("hops", 0):
+        return "routers between host guests are not built yet (kernel: guest runs them)"
+    if sc.labels.get("encryption", "").split("(")[0] == "wireguard":
+        caps = capabilities()
+        kernel, go = (caps.kernel.get("wireguard"), caps.tools.get("wireguard-go")) if caps else (None, None)
+        if not (kernel and kernel.ok) and not (go and go.ok):
+            return (f"WireGuard: the guest's kernel has no wireguard device ({kernel.detail if kernel else 'not probed'})"
+                    f", and wireguard-go cannot run in it: {go.detail if go else 'not probed'}")
+    return None
 
 
 class GuestMachine:
@@ -47,14 +63,13 @@ class GuestMachine:
     def host_site(self, sc):
         """One guest per emulated host (guests.hostsite), booted at the first such scenario and kept while the
         scenarios need no more hosts than it has (each topology sets the underlay to its MTU and rate)."""
-        from .hostsite import GuestHostSite
         if self.fleet is not None:  # both use the run's guest namespace: one kind of guests at a time
             self.close()
         if self.hosts is not None and self.hosts.hosts < sc.hosts:
             self.hosts.close()
             self.hosts = None
         if self.hosts is None:
-            self.hosts = GuestHostSite(self.ledger, sc.hosts, BACKEND)
+            self.hosts = GuestHostSite(self.ledger, sc.hosts, BACKEND, why_not=why_not_per_host)
         return self.hosts
 
     def executor(self):
@@ -82,22 +97,10 @@ class GuestMachine:
 
 
 def probe(ex, prefix: str) -> Capabilities:
-    """Tools and kernel features as the guest sees them (the same probes as on the machine)."""
-    from .. import testbed
+    """Tools and kernel features as the guest sees them (the same probe script as on the machine and on a host)."""
     # the OVS probe waits for a young guest's clock (ovs_forwards): it runs beside the other probes
     ovs = ThreadPoolExecutor(1).submit(ovs_forwards, ex, prefix)
-    found = testbed.kernel(ex, prefix)
-    ns = f"{prefix}-probe"
-    q = shlex.quote
-    script = f"ip netns add {q(ns)}; "
-    for feature, argv in XFRM_PROBES.items():
-        script += f"echo @@{feature}; ip -n {q(ns)} {shlex.join(argv)} 2>&1 && echo @@ok; "
-    for feature, family in GENL_FAMILIES.items():
-        script += f"echo @@{feature}; ip netns exec {q(ns)} genl ctrl get name {q(family)} >/dev/null 2>&1 && echo @@ok; "
-    script += "echo @@tun; test -c /dev/net/tun && echo @@ok; "
-    script += f"ip netns del {q(ns)}"
-    out = ex.run_script(script, timeout=60, check=False).stdout
-    found.update(_parse(out))
+    found = probe_kernel(ex, f"{prefix}-probe", timeout=60)
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?
         found["ovs-kernel-datapath"] = ovs.result()
     else:
@@ -115,7 +118,6 @@ def ovs_forwards(ex, prefix: str) -> Feature:
     """ovs-vswitchd with a `system` bridge between two namespaces in the guest: ok if a ping crosses it with flows
     set up in the kernel and no upcall lost (Open vSwitch 3.1.0 loses them all in a kernel up for less than 10 s:
     datapaths/ovs.py waits for that, here as in a run)."""
-    from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
     q = shlex.quote
     young = "|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)
     d, sw, a, b = (q(f"/tmp/{prefix}-ovsprobe"), q(f"{prefix}-ps"), q(f"{prefix}-pa"), q(f"{prefix}-pb"))
@@ -149,17 +151,6 @@ ip netns del {sw}; ip netns del {a}; ip netns del {b}; rm -rf $d
         return Feature(True, f"a ping crossed ovs-vswitchd's kernel datapath ({flows} flows; {lookups})")
     return Feature(False, f"the guest's kernel has it, but Open vSwitch forwarded no ping through it ({flows} flows "
                           f"set up; {lookups})")
-
-
-def _parse(out: str) -> dict[str, Feature]:
-    found = {}
-    for chunk in out.split("@@")[1:]:
-        name, _, text = chunk.partition("\n")
-        if name == "ok":
-            continue
-        ok = "@@ok" in chunk or out.split(f"@@{name}\n", 1)[1].startswith("@@ok")
-        found[name] = Feature(ok, "" if ok else (text.strip().splitlines() or ["failed"])[-1].removeprefix("Error: "))
-    return found
 
 
 BOOT: dict[str, float] = {}  # the probing guest's boot time and memory, for doctor
@@ -214,7 +205,6 @@ def _probe_key() -> str:
     """What a guest probe's answer depends on: the guest kernel binary, every installed package (dpkg's status
     changes with each install or removal: the tools the guest runs come from the machine's own root), the machine's
     kernel and CPU flags (the AVX workaround), and vnetbench's own probing code."""
-    from . import uml
     parts = [support().kernel, os.uname().release]
     for path in (shutil.which(uml.LINUX_UML) or "", "/var/lib/dpkg/status"):
         with suppress(OSError):

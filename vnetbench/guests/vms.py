@@ -22,8 +22,11 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from ..datapaths.base import Availability
 from ..ledger import Ledger
+from ..topology import Topology
 from ..strict import Strict, pydantic_message
+from . import backend, machine
 from .base import VM_NIC, Fleet, GuestError
 
 BACKEND = "uml"
@@ -71,7 +74,6 @@ def wanted(sc) -> list[str]:
     vk = parse(sc.levels.get("vm_kernel", "shared"))
     if vk.type != "guest" or sc.levels.get("attach") != "switch":
         return []
-    from ..topology import Topology
     layout = Topology(sc, None)  # names only: nothing is built
     out = []
     for pair in layout.pairs:
@@ -95,7 +97,6 @@ def decide(sc) -> str | None:
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
-    from . import backend
     sup = backend(BACKEND).support()
     if not sup.ok:
         return f"vm_kernel guest: {sup.reason}"
@@ -107,7 +108,6 @@ def encrypting_vms(sc) -> list[str]:
     """The VMs whose kernels hold a vm-to-vm tunnel's ends (both VMs of every pair), [] without one."""
     if sc.labels.get("encryption", "none") == "none" or sc.levels.get("encryption_scope") != "vm-to-vm":
         return []
-    from ..topology import Topology
     return list(dict.fromkeys(p.meta[side] for p in Topology(sc, None).pairs for side in ("client", "server")))
 
 
@@ -116,12 +116,10 @@ def check_encryption(sc, element, caps):
     probe found it), not the machine's; an end that is not a guest has the machine's kernel, which must offer the
     same implementation (kernel xfrm at both ends: an IKE peer in userspace libipsec encapsulates ESP in UDP, a
     kernel peer does not). None: not such a scenario (the matrix's own check stands)."""
-    from ..datapaths.base import Availability
     guests = set(wanted(sc))
     ends = encrypting_vms(sc) if guests else []
     if not guests.intersection(ends):
         return None
-    from . import machine
     caps_g = machine.capabilities()
     if caps_g is None:
         return Availability.no(f"its ends are guest VMs whose kernel could not be probed: "

@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Sequence
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 
 log = logging.getLogger(__name__)
 Window = Sequence[float]  # [start, end], absolute UNIX times
@@ -19,6 +19,7 @@ Window = Sequence[float]  # [start, end], absolute UNIX times
 
 class Probe(ABC):
     kind: ClassVar[str]
+    catalogue: ClassVar[tuple[Metric, ...]] = ()  # every metric it writes (the registry adds them to sample.METRICS)
 
     @abstractmethod
     def start(self) -> None:

@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 
 from ..executor import CommandError, Executor
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
 from .base import Probe, Sampler, span, value_at
 
@@ -39,6 +39,11 @@ class InterfaceProbe(Probe):
     readings every `interval` s interpolated at the window's edges."""
 
     kind = "interfaces"
+    catalogue = (
+        Metric("if_rx_packets_per_s", "1/s", "none", "packets received per second on an interface"),
+        Metric("if_tx_packets_per_s", "1/s", "none", "packets sent per second on an interface"),
+        Metric("if_drops", "1", "lower", "packets dropped on an interface during the trial"),
+    )
 
     def __init__(self, executor: Executor, interval: float | None = 1.0):
         self.executor = executor

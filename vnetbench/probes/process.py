@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..executor import CommandError, Executor
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
 from .base import Probe, Sampler, span, value_at
 
@@ -30,6 +30,9 @@ class ProcessProbe(Probe):
     interpolated at the window's edges. A process not there at both edges of the window gives no sample."""
 
     kind = "process"
+    catalogue = (
+        Metric("process_cpu_ratio", "ratio", "none", "CPU time of one datapath process (1.0 = one core)"),
+    )
 
     def __init__(self, executor: Executor, pids: Mapping[str, int], interval: float | None = 0.5):
         self.executor, self.pids = executor, dict(pids)

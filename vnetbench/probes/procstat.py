@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from ..executor import Executor
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
 from .base import Probe, span, value_at
 
@@ -242,6 +242,18 @@ class SystemProbe(Probe):
     `series` s; counters read every `interval` s (interval=None: window totals only, from the two end readings)."""
 
     kind = "system"
+    catalogue = (
+        Metric("cpu_busy_ratio", "ratio", "none", "whole machine: share of CPU time not idle"),
+        Metric("cpu_user_ratio", "ratio", "lower", "whole machine: user time share"),
+        Metric("cpu_system_ratio", "ratio", "lower", "whole machine: system time share"),
+        Metric("cpu_irq_ratio", "ratio", "lower", "whole machine: hard interrupt time share"),
+        Metric("cpu_softirq_ratio", "ratio", "lower", "whole machine: soft interrupt time share"),
+        Metric("cpu_steal_ratio", "ratio", "lower", "whole machine: time stolen by the hypervisor"),
+        Metric("interrupts_per_s", "1/s", "lower", "hardware interrupts per second, whole machine"),
+        Metric("context_switches_per_s", "1/s", "lower", "context switches per second, whole machine"),
+        Metric("net_rx_softirqs_per_s", "1/s", "lower", "NET_RX soft interrupts per second, whole machine"),
+        Metric("net_tx_softirqs_per_s", "1/s", "lower", "NET_TX soft interrupts per second, whole machine"),
+    )
 
     def __init__(self, executor: Executor, interval: float | None = READ_S, series: float = SERIES_S,
                  meta: dict | None = None):

@@ -11,15 +11,37 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .. import rawlog
 from ..agent import LISTEN_STEP_S, listens
 from ..executor import Executor, LocalExecutor, NetnsExecutor
-from ..sample import Sample
+from ..sample import Metric, Sample
 from ..strict import not_a_bool
+
+
+class Tool(NamedTuple):
+    """An executable a workload runs: doctor and the matrix look for it and record its version."""
+    package: str          # the Debian package that installs it (what a user is told to install)
+    version: list[str]    # argv printing its version
+    pattern: str          # regex picking the version out of that output
+
+
+# Metrics more than one workload gives (one definition each: sample.declare refuses two different ones).
+THROUGHPUT = Metric("throughput_bps", "bit/s", "higher", "goodput counted at the receiver over the whole test",
+                    additive=True)
+SENDER_THROUGHPUT = Metric("sender_throughput_bps", "bit/s", "higher", "rate offered by the sender", additive=True)
+TRANSACTIONS = Metric("transactions_per_s", "1/s", "higher", "request/response transactions per second")
+LATENCY_SUMMARY = (
+    Metric("latency_p50_s", "s", "lower", "median request/response latency"),
+    Metric("latency_p90_s", "s", "lower", "90th percentile request/response latency"),
+    Metric("latency_p99_s", "s", "lower", "99th percentile request/response latency"),
+    Metric("latency_min_s", "s", "lower", "minimum request/response latency"),
+    Metric("latency_max_s", "s", "lower", "maximum request/response latency"),
+    Metric("latency_mean_s", "s", "lower", "mean request/response latency over every round trip, as the tool reports it"),
+)
 
 
 class WorkloadError(RuntimeError):
@@ -70,9 +92,17 @@ class Command:
 class Workload(ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[Params]]
-    tool: ClassVar[str]  # the executable doctor checks for
+    tool: ClassVar[str]  # the executable doctor checks for: a key of `tools`
+    tools: ClassVar[dict[str, Tool]] = {}  # every executable it runs (the registry adds them to capabilities.TOOLS)
+    catalogue: ClassVar[tuple[Metric, ...]] = ()  # every metric it writes (the registry adds them to sample.METRICS)
+    main_metric: ClassVar[str]  # what adaptive repetitions judge, unless the spec's rule names another
     # the metrics its trials give one value per pair of (not series): what adaptive repetitions can judge
     metrics: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def main_metric_for(cls, params: Params) -> str:
+        """The main metric for these parameters (a workload whose tests differ in kind overrides this)."""
+        return cls.main_metric
 
     def __init__(self, params: Params, only_pairs: list[int] | None = None, background: bool = False,
                  target_pair: int | None = None, name: str | None = None):

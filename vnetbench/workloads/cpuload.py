@@ -17,9 +17,9 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
-from .base import Command, Endpoint, Pair, Params, Workload, WorkloadError, finish, stop
+from .base import Command, Endpoint, Pair, Params, Tool, Workload, WorkloadError, finish, stop
 
 _METRICS = re.compile(r"metrc: \[\d+\] cpu\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
 START_SLACK_S = 10  # stress-ng's own start and stop, on a loaded machine
@@ -52,6 +52,12 @@ class CpuLoad(Workload):
     metrics = frozenset({"cpuload_cpu_ratio", "cpuload_ops_per_s"})
     Params = CpuLoadParams
     tool = "stress-ng"
+    tools = {"stress-ng": Tool("stress-ng", ["stress-ng", "--version"], r"version (\S+)")}
+    main_metric = "cpuload_ops_per_s"
+    catalogue = (
+        Metric("cpuload_ops_per_s", "1/s", "higher", "work a synthetic CPU load got done (stress-ng bogo ops per second)"),
+        Metric("cpuload_cpu_ratio", "ratio", "none", "CPU time a synthetic load got, per worker (1.0 = one core)"),
+    )
 
     @classmethod
     def describe(cls, p: dict) -> str:

@@ -27,9 +27,9 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
+from .base import Command, Pair, Params, Tool, Workload, WorkloadError, finish, stop, wait_listening
 
 PAGE = "/index.html"
 CLIENT_SLACK_S = 15  # client start and stop on a loaded machine, beyond duration + timeout
@@ -110,6 +110,13 @@ class Http(Workload):
     metrics = frozenset({"http_errors", "http_requests_per_s", "http_response_time_s"})
     Params = HttpParams
     tool = "nginx"
+    tools = {"nginx": Tool("nginx", ["nginx", "-v"], r"nginx/(\S+)")}
+    main_metric = "http_response_time_s"
+    catalogue = (
+        Metric("http_response_time_s", "s", "lower", "HTTP request to complete response (connect included), one per request", per_event=True),
+        Metric("http_requests_per_s", "1/s", "higher", "HTTP responses completed per second, all clients of a pair"),
+        Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
+    )
 
     @classmethod
     def describe(cls, p: dict) -> str:

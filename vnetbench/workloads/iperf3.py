@@ -41,11 +41,12 @@ from typing import Any, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 from ..units import parse_rate
 from . import register
-from .base import Command, Pair, Params, Stamped, Workload, WorkloadError, finish, stop, wait_listening
-from .ping import collect_ping, parse_ping, parse_rtts, ping_argv
+from .base import (SENDER_THROUGHPUT, THROUGHPUT, Command, Pair, Params, Stamped, Tool, Workload, WorkloadError,
+                   finish, stop, wait_listening)
+from .ping import PING_TOOLS, collect_ping, parse_ping, parse_rtts, ping_argv
 
 PING_INTERVAL_S = 0.2
 IDLE_PINGS = 5           # echoes before the load starts: the idle baseline beside rtt_loaded_s
@@ -417,6 +418,23 @@ class Iperf3(Workload):
     metrics = frozenset({"throughput_bps", "sender_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s", "sender_cpu_ratio", "receiver_cpu_ratio", "rtt_idle_s", "rtt_loaded_s"})
     Params = Iperf3Params
     tool = "iperf3"
+    tools = {"iperf3": Tool("iperf3", ["iperf3", "--version"], r"iperf (\S+)"), **PING_TOOLS}
+    main_metric = "throughput_bps"
+    catalogue = (
+        THROUGHPUT,
+        SENDER_THROUGHPUT,
+        Metric("throughput_interval_bps", "bit/s", "higher", "receiver goodput per reporting interval (series)"),
+        Metric("aggregate_throughput_bps", "bit/s", "higher", "sum of throughput_bps over all pairs of a trial", additive=True),
+        Metric("tcp_retransmits", "1", "lower", "TCP segments retransmitted by the sender", additive=True),
+        Metric("udp_loss_ratio", "ratio", "lower", "UDP datagrams lost, counted at the receiver"),
+        Metric("jitter_s", "s", "lower", "UDP inter-arrival jitter at the receiver (RFC 3550)"),
+        Metric("rtt_loaded_s", "s", "lower", "ICMP echo round-trip time during the measurement window of a throughput test", per_event=True),
+        Metric("rtt_idle_s", "s", "lower", "ICMP echo round-trip time just before a throughput test starts (its baseline)"),
+        Metric("sender_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's sending process(es) over the "
+                                                     "test, as iperf3 reports it (1.0 = one core)"),
+        Metric("receiver_cpu_ratio", "ratio", "lower", "CPU time of the traffic generator's receiving process(es) over "
+                                                       "the test, as iperf3 reports it (1.0 = one core)"),
+    )
 
     @classmethod
     def describe(cls, p: dict) -> str:

@@ -20,7 +20,8 @@ from pydantic import Field, model_validator
 
 from ..sample import Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, finish, stop, wait_listening
+from .base import (LATENCY_SUMMARY, SENDER_THROUGHPUT, THROUGHPUT, TRANSACTIONS, Command, Pair, Params, Tool,
+                   Workload, WorkloadError, finish, stop, wait_listening)
 
 _UNIT = re.compile(r"^10\^(\d+)bits/s$")
 # selector -> (metric, factor to SI); throughputs get the unit factor of THROUGHPUT_UNITS on top.
@@ -75,6 +76,20 @@ class Netperf(Workload):
     metrics = frozenset({"throughput_bps", "sender_throughput_bps", "transactions_per_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_p50_s", "latency_p90_s", "latency_p99_s"})
     Params = NetperfParams
     tool = "netperf"
+    tools = {"netperf": Tool("netperf (non-free)", ["netperf", "-V"], r"[Vv]ersion ([\d.]+)"),
+             "netserver": Tool("netperf (non-free)", ["netserver", "-V"], r"[Vv]ersion ([\d.]+)")}
+    main_metric = "throughput_bps"
+    catalogue = (
+        THROUGHPUT,
+        SENDER_THROUGHPUT,
+        TRANSACTIONS,
+        *LATENCY_SUMMARY,
+    )
+
+    @classmethod
+    def main_metric_for(cls, params: Params) -> str:
+        """A stream test is judged by its throughput, a request/response test by its transaction rate."""
+        return "throughput_bps" if params.test.endswith("STREAM") else "transactions_per_s"
 
     @classmethod
     def describe(cls, p: dict) -> str:

@@ -13,9 +13,9 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, bounded, stop
+from .base import Command, Pair, Params, Tool, Workload, WorkloadError, bounded, stop
 
 # `[1795316499.979524] 64 bytes from 127.0.0.1: icmp_seq=47 ttl=64 time=0.029 ms` (-D puts the epoch first).
 _REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\d+) .*?time=(?P<ms>[\d.]+) ms"
@@ -24,6 +24,9 @@ _REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from .*?icmp_seq=(?P<seq>\
 _SUMMARY = re.compile(r"^(?P<tx>\d+) packets transmitted, (?P<rx>\d+) received")
 _ERRORS = re.compile(r", \+(\d+) errors")
 REPLY_WAIT_S = 2  # -W: how long ping waits for the last reply
+
+# ping is also run by iperf3 (latency under load): one definition of how to find it
+PING_TOOLS = {"ping": Tool("iputils-ping", ["ping", "-V"], r"iputils[- ](\S+)")}
 
 
 def ping_argv(addr: str, count: int, interval: float, size: int, deadline: int) -> list[str]:
@@ -105,6 +108,13 @@ class Ping(Workload):
     metrics = frozenset({"rtt_s", "ping_loss_ratio", "ping_jitter_s"})
     Params = PingParams
     tool = "ping"
+    tools = PING_TOOLS
+    main_metric = "rtt_s"
+    catalogue = (
+        Metric("rtt_s", "s", "lower", "ICMP echo round-trip time, one sample per echo", per_event=True),
+        Metric("ping_loss_ratio", "ratio", "lower", "ICMP echoes without reply"),
+        Metric("ping_jitter_s", "s", "lower", "mean absolute difference of consecutive RTTs"),
+    )
 
     @classmethod
     def describe(cls, p: dict) -> str:

@@ -21,9 +21,10 @@ from typing import Literal, Sequence
 
 from pydantic import Field, model_validator
 
-from ..sample import Sample
+from ..sample import Metric, Sample
 from . import register
-from .base import Command, Pair, Params, Workload, WorkloadError, bounded, stop, wait_listening
+from .base import (LATENCY_SUMMARY, TRANSACTIONS, Command, Pair, Params, Tool, Workload, WorkloadError, bounded, stop,
+                   wait_listening)
 
 MAX_OBSERVATIONS = 20_000  # latency_s samples kept per pair and trial; the rest are thinned out evenly
 WARMUP_STAGE_S = 2.2       # sockperf's client spends this long before its timed test starts
@@ -119,6 +120,13 @@ class Sockperf(Workload):
     metrics = frozenset({"latency_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_p50_s", "latency_p90_s", "latency_p99_s", "transactions_per_s"})
     Params = SockperfParams
     tool = "sockperf"
+    tools = {"sockperf": Tool("sockperf", ["sockperf", "--version"], r"[Vv]ersion:?\s*(\S+)")}
+    main_metric = "latency_p50_s"
+    catalogue = (
+        Metric("latency_s", "s", "lower", "request/response round-trip latency (sockperf ping-pong)", per_event=True),
+        TRANSACTIONS,
+        *LATENCY_SUMMARY,
+    )
 
     @classmethod
     def describe(cls, p: dict) -> str:

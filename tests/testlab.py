@@ -1,4 +1,5 @@
-"""An emulated lab of "remote machines" on this one machine, for tests and benchmarks of the SSH testbed.
+"""An emulated lab of "remote machines" on this one machine, for tests and benchmarks of the SSH testbed (a test
+fixture: it is not part of the package).
 
 Each machine is a network namespace with its own mount namespace (private /run and /tmp, so its namespaces and
 vnetbench ledger are invisible from here) running its own sshd, started with host keys generated for the lab, never
@@ -6,8 +7,8 @@ as a system service. The machines' underlay NIC (`eth1`, with the machine's addr
 veth into a bridge in a switch namespace; the local machine reaches the switch through one management veth
 (`<lab>-m`, the only object in the root namespace). vnetbench itself reaches the machines only over SSH.
 
-Everything is recorded in `<dir>/objects.jsonl` before it is created; `Lab.destroy()` (or `python -m
-vnetbench.testlab clean DIR`) removes it, and `stop_sshd()` lets a test take one machine off the network.
+Everything is recorded in `<dir>/objects.jsonl` before it is created; `Lab.destroy()` (or `python
+tests/testlab.py clean DIR`) removes it, and `stop_sshd()` lets a test take one machine off the network.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ledger import process_start_time
+from vnetbench.ledger import delete_namespaces, process_start_time
 
 SSHD = "/usr/sbin/sshd"
 MACHINE_DIR = "/run/lab"  # a lab machine's own files, as it sees them
@@ -207,12 +208,8 @@ def destroy(directory: Path) -> None:
                     _kill(pid)
     for o in alive:
         _kill(o["pid"])
-    namespaces = [o["name"] for o in objs if o["kind"] == "netns"]
-    for ns in namespaces:
-        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-            _kill(int(pid))
-    _ip_batch(None, [f"netns del {ns}" for ns in namespaces] +
-              [f"link del {o['name']}" for o in objs if o["kind"] == "link"], force=True)
+    delete_namespaces([o["name"] for o in objs if o["kind"] == "netns"])
+    _ip_batch(None, [f"link del {o['name']}" for o in objs if o["kind"] == "link"], force=True)
     path.rename(path.with_suffix(".removed"))
 
 
@@ -266,7 +263,7 @@ def _free_subnet() -> str:
             return subnet
 
 
-if __name__ == "__main__":  # python -m vnetbench.testlab up DIR [N] | clean DIR
+if __name__ == "__main__":  # python tests/testlab.py up DIR [N] | clean DIR
     if sys.argv[1] == "up":
         lab = Lab(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 3).create()
         print(lab.dir / "testbed.yaml")
