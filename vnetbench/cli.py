@@ -596,13 +596,15 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
         more, left, unreachable = tb.clean_testbed(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
         removed, running, pending = removed + more, running + left, pending + unreachable
     verb = "would remove" if dry_run else "removed"
+    # one line each, never wrapped (a script greps them; a wrapped command cannot be pasted), markup not obeyed
     for line in removed:
-        out.print(f"{verb} {line}", highlight=False)
+        out.print(f"{verb} {line}", highlight=False, markup=False, soft_wrap=True)
     for line in running:
-        out.print(f"left alone: {line}", highlight=False)
+        out.print(f"left alone: {line}", highlight=False, markup=False, soft_wrap=True)
     for line in pending:
-        out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {testbed}" if testbed else ""),
-                  highlight=False)
+        out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {shlex.quote(testbed)}" if testbed
+                                                                       else ""),
+                  highlight=False, markup=False, soft_wrap=True)
     if not removed and not pending:
         out.print("nothing to clean")
     if pending:

@@ -70,7 +70,8 @@ def _shown(share: dict, wl: int, scs: list[int]) -> list[str]:
 
 def skipped(store: Store, cid: int) -> list[str]:
     """Why trials that asked for a profile have none, once per reason."""
-    return sorted({t["metadata"]["profile_skipped"] for t in store.trials(cid) if t["metadata"].get("profile_skipped")})
+    trials = dataset.load(store, cid).trials.values()  # the report's one read of the campaign
+    return sorted({t["metadata"]["profile_skipped"] for t in trials if t["metadata"].get("profile_skipped")})
 
 
 def section_blocks(store: Store, cid: int, label) -> list:
