@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
-from .dataset import Dataset, Trial
+from .dataset import DISTRIBUTIONS, Dataset, Trial, reduce_values
 from .guards import not_offered, reader_flags
 from .units import human
 
@@ -86,7 +86,7 @@ def _cells(data: Dataset, sels: list[dict], metric: str) -> _Cells:
         got = [t for t in data.ok if matches(sel, t.labels, t.levels, t.params)]
         vals, used = [], []
         for t in got:
-            v = t.total(metric)
+            v = _value(t, metric)
             if v is not None and math.isfinite(v):
                 vals.append(v)
                 used.append(t)
@@ -95,6 +95,14 @@ def _cells(data: Dataset, sels: list[dict], metric: str) -> _Cells:
         out.skipped += [f"{s['status']}: {s['reason'] or 'no reason recorded'}" for s in data.scenario_list
                         if s["status"] in ("skipped", "failed") and matches(sel, s["labels"], s["levels"], None)]
     return out
+
+
+def _value(t: Trial, metric: str) -> float | None:
+    """A trial's one value: the median of its echoes for a per-echo metric (rtt_s), else the sum over its pairs."""
+    if metric in DISTRIBUTIONS:
+        vals = t.values(metric)
+        return reduce_values(vals, "median") if vals else None
+    return t.total(metric)
 
 
 def _reason(cells: _Cells) -> str:
