@@ -92,7 +92,7 @@ def test_s1_row_uses_each_trials_median_echo(tmp_path):
     data = load(b.store, b.cid)
     row = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ovs-tr"]
     assert math.isclose(row.estimate, 0.90 / 0.25) and row.n == (3, 3)      # 3.6, the study 3.487 +- 25 %
-    # its 95 % CI (2.46 .. 5.81x) lies within half to twice 3.487, but the interval widened for the card's 9 interval
+    # its 95 % CI (2.46 .. 5.81x) lies within half to twice 3.487, but the interval widened for the card's 8 interval
     # rows (Bonferroni) does not: too wide to tell, never 'agrees' from 3 noisy trials
     assert row.study == "3.49x" and row.ours == "3.60x (2.46x .. 5.81x)"
     assert row.verdict == scorecard.CANNOT and row.why.startswith("interval too wide")
