@@ -297,7 +297,9 @@ def test_s1_smoke_report_shows_the_study_first(tmp_path, s1_smoke_db):
     assert order.index("analysis") < order.index("statistics") < order.index("environment")
     study = text[text.index('<section id="analysis">'):text.index("</section>", text.index('<section id="analysis">'))]
     first = re.search(r"<table>|<p class=\"scope\">|<figure", study)
-    assert first.group(0) == '<p class="scope">' and "leaves out of the study" in study  # the profile's omissions
+    assert first.group(0) == "<table>" and "leaves out of the study" in study  # the scorecard, then the omissions
+    assert study.index("<caption>Reproduction scorecard") < study.index('<p class="scope">') < \
+        study.index("<caption>Table I")
     assert study.index("<caption>Table I") < study.index("<caption>Table II") < study.index("<figure")
     assert "<details>" not in study
     from vnetbench import document

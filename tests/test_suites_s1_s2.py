@@ -22,6 +22,9 @@ def jitter(center, n=21, step=1e-3):
     return [center * (1 + step * (i - n // 2) / (n // 2) * 10) for i in range(n)]
 
 
+SCENARIOS = "Scenarios and what each adds (the paper's section III)"
+
+
 def test_s1_decomposition_on_known_medians(tmp_path):
     store, cid = _campaign(tmp_path, "s1")
     scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
@@ -44,24 +47,59 @@ def test_s1_decomposition_on_known_medians(tmp_path):
                    [Sample.of("throughput_bps", 1e9 * f, pair=1)])
     result = load_all()["s1"]().run(store, cid)
     tables = {t.title.split(" —")[0]: t for t in result.tables}
-    assert list(tables) == ["Table I", "Table II", "Table III", "Table IV", "Table V"]
-    tp = {row[0]: [c.split(" [")[0] for c in row[1:]] for row in tables["Table IV"].rows}
+    # numbered as the paper: I response times, II IPsec, III OvS, IV SR-IOV processing rates, V transfer
+    assert list(tables) == [SCENARIOS, "Table I", "Table II", "Table III", "Table IV", "Table V"]
+    rows = [row for n in ("Table II", "Table III", "Table IV") for row in tables[n].rows]
+    tp = {row[0]: [row[4].split(" [")[0], row[7].split(" [")[0]] for row in rows}   # TP TR, TP TRS
     # OvS: (0.30 - 0.10) / 2 = 0.1 ms -> 10 packets/ms; saturated: (3.0 - 1.0) / 2 = 1 ms -> 1 packet/ms
     assert tp["OvS (virtual switch)"] == ["10.0", "1.00"]
     assert tp["SR-IOV (direct NIC path)"] == ["20.0", "2.00"]      # (0.20 - 0.10) / 2 = 0.05 ms
     assert tp["IPsec"] == ["5.00", "0.5"]                          # (0.70 - 0.30) / 2 = 0.2 ms
     assert tp["IPsec on SR-IOV"] == ["6.67", "0.667"]              # (0.50 - 0.20) / 2 = 0.15 ms
-    ovs = tables["Table IV"].rows[0][1]                            # '10.0 [lo – hi]': a CI around the estimate
+    assert [r[0] for r in tables["Table II"].rows] == ["IPsec", "IPsec on SR-IOV"]
+    ovs = tables["Table III"].rows[0][4]                           # '10.0 [lo – hi]': a CI around the estimate
     lo, hi = (float(v) for v in ovs.split("[")[1].rstrip("]").split(" – "))
     assert lo < 10.0 < hi and "n.s." not in ovs
     assert "Holm" in tables["Table III"].note and "8 comparisons" in tables["Table III"].note
-    cs = tables["Table II"].rows[0]
+    cs = tables["Table I"].rows[0]
     assert cs[1].startswith("0.100 [") and cs[5] == "7 / 7"        # median of 7 trial medians; n counts trials
     # Table V: the study's conversion of one bandwidth (1 Gbit/s), beside the two measured transfers
     v = {row[0]: row[1:] for row in tables["Table V"].rows}
     assert v["CS"][:3] == ["1,000.0", "1,953,125", "1,908"]        # 1e9 / (8 x 64), 1e9 / (8 x 65515)
     assert v["CS"][3].startswith("100,000 [") and v["CS"][4] == "50.0 of 200"
     assert "The sender never reached that rate" in tables["Table V"].note
+
+
+def test_s1_saturated_findings_at_the_echo_every_scenario_carries(tmp_path):
+    """The 65515-byte echo is n/a through IPsec (kernel ESP): TRS at 65434 B, measured in all five, carries the
+    saturated findings and its own columns."""
+    store, cid = _campaign(tmp_path, "s1")
+    scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
+                 "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
+                 "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}
+    for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
+        labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
+        store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+        for rep, f in enumerate(jitter(1.0, 7, 1e-3), 1):
+            _trial(store, cid, idx, rep, 0, "ping", {"type": "ping", "ping_size": 56},
+                   [Sample.of("rtt_s", v * f, pair=1) for v in jitter(tr)])
+            if enc == "none":   # the 65515-byte echo does not fit through kernel ESP
+                _trial(store, cid, idx, rep, 1, "ping", {"type": "ping", "ping_size": 65507},
+                       [Sample.of("rtt_s", v * f, pair=1) for v in jitter(10 * tr)])
+            sat = 100 * tr if enc != "none" else 10 * tr   # IPsec's saturated cost far above the switch's
+            _trial(store, cid, idx, rep, 2, "ping", {"type": "ping", "ping_size": 65426},
+                   [Sample.of("rtt_s", v * f, pair=1) for v in jitter(sat)])
+    result = load_all()["s1"]().run(store, cid)
+    tables = {t.title.split(" —")[0]: t for t in result.tables}
+    assert "TRS median [95% CI] (65434 B, the largest echo all five carry)" in tables["Table I"].columns
+    ipsec = tables["Table II"].rows[0]
+    # IPsec: (70 - 3) / 2 = 33.5 ms at 65434 B -> TP 0.0299 packets/ms
+    assert ipsec[10].startswith("0.0299") and tables["Table II"].columns[8] == "diff TRSc (65434 B)"
+    bottleneck = [f for f in result.findings if f.startswith("IPsec is the bottleneck when saturated")][0]
+    assert bottleneck.startswith("IPsec is the bottleneck when saturated (TRS at 65434 B, the largest echo all five "
+                                 "scenarios carry): yes")
+    hide = [f for f in result.findings if f.startswith("SR-IOV cannot hide")][0]
+    assert ": yes" in hide and "cannot be checked" not in hide
 
 
 def _s2_scenario(store, cid, idx, env, interference="none", protocol="tcp", direction="uni", rate="200M"):
@@ -132,6 +170,7 @@ def test_smoke_profile_end_to_end(request, tmp_path, state_dir, suite, scenarios
     result = load_all()[suite]().run(Store(db), 1)
     assert result.tables and all(t.rows for t in result.tables)
     if suite == "s1":
-        assert [t.title.split(" —")[0] for t in result.tables] == ["Table I", "Table II", "Table III", "Table IV", "Table V"]
+        assert [t.title.split(" —")[0] for t in result.tables] == [SCENARIOS, "Table I", "Table II", "Table III",
+                                                                   "Table IV", "Table V"]
     else:
         assert any(t.title.startswith("Tenant interference") for t in result.tables)

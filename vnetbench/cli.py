@@ -413,6 +413,9 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
                                     indent=1) + "\n")
         return
     tails = report.SHORT_TAILS if chosen in (report.DEFAULT_METRICS, report.SHORT_METRICS) else report.ALL_TAILS
+    from . import scorecard
+    if card := scorecard.for_campaign(store, camp.id):
+        scorecard.print_card(card, out if wide else narrow())
     report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy, tails=tails)
 
 
@@ -500,11 +503,20 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
                                                    "script); trial ids are in the samples' `trial` field"),
             trial: Optional[int] = typer.Option(None, "--trial", help="--format folded: this trial's stacks only"),
             scenario: Optional[int] = typer.Option(None, "--scenario", help="--format folded: this scenario's "
-                                                                            "trials, added up")) -> None:
+                                                                            "trials, added up"),
+            card: bool = typer.Option(False, "--scorecard", help="instead: the study's reproduction scorecard as "
+                                                                "JSON (a suite campaign)")) -> None:
     """One line per sample, values in SI base units, with what it measures and its trial's status and flags
     (--raw TRIAL: one trial's commands and raw tool output; --format folded: the profiled stacks)."""
     if raw is not None:
         return export_raw(db, raw, fmt or "json", output)
+    if card:
+        from . import scorecard
+        store, camp = open_campaign(db, campaign)
+        text = json.dumps([r.as_dict() for r in scorecard.for_campaign(store, camp.id)], indent=1) + "\n"
+        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+            fh.write(text)
+        return
     fmt = fmt or "jsonl"
     if fmt not in export.FORMATS + ("folded",):
         fail(f"--format {fmt}: use {', '.join(export.FORMATS + ('folded',))}")

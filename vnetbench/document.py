@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 
-from . import analyses, dataset, figures, report
+from . import analyses, dataset, figures, report, scorecard
 from .analyses.base import FigureData, TableData
 from .catalog import METRICS
 from .store import Campaign, Store
@@ -535,7 +535,7 @@ def study(store: Store, d: Data) -> Section:
     except Exception as exc:  # the generic report stays useful when a study's analysis breaks
         return Section("analysis", cls.title, [Para(f"Analysis '{name}' failed: {type(exc).__name__}: {exc}", "warn"),
                                                Para(traceback.format_exc(limit=3), "note"), *scope])
-    blocks: list[Block] = [*scope, *result.tables]
+    blocks: list[Block] = [*card(d), *scope, *result.tables]
     blocks += [FigureData(re.sub(r"[^A-Za-z0-9_.-]+", "-", f"analysis-{name}-{f.name}"), f.title, f.figure, f.caption)
                for f in result.figures]
     if result.findings:
@@ -543,6 +543,13 @@ def study(store: Store, d: Data) -> Section:
     if not result.tables and not result.figures and not result.findings:
         blocks.append(Para("The analysis produced nothing for this campaign.", "note"))
     return Section("analysis", cls.title, blocks, cls.title.split(":")[0])
+
+
+def card(d: Data) -> list[Block]:
+    """The reproduction scorecard: the study's claims (data in the suite file) against this campaign."""
+    rows = scorecard.evaluate(d.spec, d.data) if d.spec.get("scorecard") and d.data is not None else []
+    return [TableData("Reproduction scorecard", scorecard.COLUMNS, scorecard.table_rows(rows), scorecard.NOTE)] \
+        if rows else []
 
 
 def omitted(d: Data) -> Para | None:

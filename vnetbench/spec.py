@@ -97,6 +97,9 @@ class Experiment(Strict):
     analysis: str | None = Field(None, description="study analysis the report adds (s1..s5), see `vnetbench suites`")
     omits: list[str] = Field(default_factory=list, description="what this spec (or profile) leaves out of the study it "
                                                                "reproduces; the report shows it in the study's section")
+    scorecard: list[dict[str, Any]] = Field(default_factory=list, description="the study's checkable claims as data: "
+                                            "the report's reproduction scorecard (vnetbench/scorecard.py)")
+    scorecard_where: dict[str, Any] = Field(default_factory=dict, description="selector merged into every scorecard cell")
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                 description="named overrides merged over this file, chosen with --profile")
     profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")

@@ -49,6 +49,10 @@ MECHANISMS = (
     ("IPsec", "IPsec", "Reference"),
     ("IPsec on SR-IOV", "IPsec+SR-IOV", "SR-IOV"),
 )
+# the paper's Tables II-IV: one per mechanism's processing rate
+MECH_TABLES = (("II", "IPsec's processing rate", ("IPsec", "IPsec on SR-IOV")),
+               ("III", "Open vSwitch's processing rate", ("OvS (virtual switch)",)),
+               ("IV", "SR-IOV's processing rate", ("SR-IOV (direct NIC path)",)))
 CV_LIMIT = 0.02  # the study: the standard deviation was over 2 % of the mean everywhere
 
 
@@ -128,6 +132,8 @@ class Entries:
     trs_size: int = 0
     tt_size: int = 0
     tts_size: int = 0
+    trc: int | None = None       # TRS at the largest echo every scenario carries (kernel ESP cannot carry 65515 B)
+    trc_size: int = 0
     tt_proto: str = "udp"
     tts_proto: str = "tcp"
 
@@ -142,6 +148,8 @@ def _entries(data: Dataset) -> Entries:
             e.tr, e.tr_size = small[0], small[1].get("ping_size", 56)
         if len(pings) > 1 or large[1].get("ping_size", 56) >= 1472:
             e.trs, e.trs_size = large[0], large[1].get("ping_size", 56)
+        if len(pings) >= 3:
+            e.trc, e.trc_size = pings[-2][0], pings[-2][1].get("ping_size", 56)
     if perfs:
         small, large = perfs[0], perfs[-1]
         if len(perfs) > 1 or (small[1].get("message_size") or 131072) < 1472:
@@ -171,6 +179,7 @@ class S1(Analysis):
         m: dict[tuple[str, str], Measure] = {}
         for role, sc in scen.items():
             for key, entry, metric, size in (("TR", e.tr, "rtt_s", 0), ("TRS", e.trs, "rtt_s", 0),
+                                             ("TRSc", e.trc, "rtt_s", 0),
                                              ("TT", e.tt, "throughput_bps", e.tt_size),
                                              ("TTS", e.tts, "throughput_bps", e.tts_size)):
                 if entry is None:
@@ -192,18 +201,24 @@ class S1(Analysis):
         bandwidth = {role: (data.values(sc["idx"], e.tts, "throughput_bps") if sc and e.tts is not None else [])
                      for role, sc in scen.items()}
         mech = {(name, key): self._mechanism(m[(with_, key)], m[(base, key)], with_, base)
-                for name, with_, base in MECHANISMS for key in ("TR", "TRS")}
+                for name, with_, base in MECHANISMS for key in self._rt_keys(e)}
         tested = [k for k, x in mech.items() if x["ok"] and math.isfinite(x["p"])]
         for k, p in zip(tested, holm([mech[k]["p"] for k in tested])):
             mech[k]["p_holm"], mech[k]["significant"] = p, p < 0.05
         offered = data.entries("iperf3").get(e.tt, {}).get("udp_rate") if e.tt is not None else None
         result = AnalysisResult()
-        result.tables = [self._table1(data, scen), self._table2(m, e), self._table3(mech, e, len(tested)),
-                         self._table4(mech, e, len(tested)),
+        result.tables = [self._table1(data, scen), self._table2(m, e),
+                         *(self._mech_table(number, title, names, mech, e, len(tested))
+                           for number, title, names in MECH_TABLES),
                          self._table5(m, loss, sent, bandwidth, e, offered)]
         result.figures = [self._figure_rt(m, e), self._figure_tt(m, e)]
-        result.findings = self._findings(m, mech, scen, loss)
+        result.findings = self._findings(m, mech, scen, loss, "TRSc" if e.trc is not None else "TRS",
+                                         (e.trc_size if e.trc is not None else e.trs_size) + 8)
         return result
+
+    @staticmethod
+    def _rt_keys(e: Entries) -> tuple[str, ...]:
+        return ("TR", "TRS", "TRSc") if e.trc is not None else ("TR", "TRS")
 
     # ---- mechanisms --------------------------------------------------------------------------------------
     @staticmethod
@@ -242,7 +257,7 @@ class S1(Analysis):
         if userspace:
             note += (" Userspace datapaths in this campaign (" + ", ".join(userspace) + "): their costs include the "
                      "trips between kernel and user space, so absolute numbers are not the kernel datapaths' costs.")
-        return TableData("Table I — Scenarios and what each adds", ["scenario", "what it is", "adds", "implementation",
+        return TableData("Scenarios and what each adds (the paper's section III)", ["scenario", "what it is", "adds", "implementation",
                                                                    "status"], rows, note)
 
     @staticmethod
@@ -255,7 +270,7 @@ class S1(Analysis):
         for role, *_ in ROLES:
             tr, trs = m[(role, "TR")], m[(role, "TRS")]
             cells = []
-            for x in (tr, trs):
+            for x in (tr, trs, *((m[(role, "TRSc")],) if e.trc is not None else ())):
                 iqr = summarize(x.pooled).iqr if x.pooled else math.nan
                 cells += [self._with_ci(x, ms), ms(iqr) if math.isfinite(iqr) else "n/a"] if x.ok else [x.missing, "n/a"]
             n = f"{len(tr.values)} / {len(trs.values)}"
@@ -263,17 +278,21 @@ class S1(Analysis):
                             for x in (tr, trs))
             rows.append(_dedupe([role, *cells, n, cv]))
         return TableData(
-            "Table II — Response times TR and TRS (ms): median over trials [95 % CI], IQR of the echoes",
+            "Table I — Response times TR and TRS (ms): median over trials [95 % CI], IQR of the echoes",
             ["scenario", f"TR median [95% CI] ({e.tr_size + 8} B)", "TR IQR (echoes)",
-             f"TRS median [95% CI] ({e.trs_size + 8} B)", "TRS IQR (echoes)", "trials (TR / TRS)",
-             "CV of the echoes (TR / TRS)"], rows,
+             f"TRS median [95% CI] ({e.trs_size + 8} B)", "TRS IQR (echoes)",
+             *([f"TRS median [95% CI] ({e.trc_size + 8} B, the largest echo all five carry)", "its IQR (echoes)"]
+               if e.trc is not None else []), "trials (TR / TRS)", "CV of the echoes (TR / TRS)"], rows,
             f"TR: ping with a {e.tr_size}-byte payload ({e.tr_size + 8}-byte ICMP message), unsaturated; TRS: "
             f"{e.trs_size}-byte payload ({e.trs_size + 8}-byte ICMP message, the largest ping allows), saturated. "
             "Each trial's value is the median of its echoes; the table gives the median of those over the trials "
             "with its exact order-statistic CI (the trial, not the echo, is the replication): 95 % from 6 trials "
             "on; below that the interval is min–max and says its own coverage (75 % at 3 trials). The IQR and "
             "CV are over the pooled echoes of all trials, the study's dispersion (its standard deviation was over "
-            "2 % of the mean everywhere, and more samples did not reduce it).")
+            "2 % of the mean everywhere, and more samples did not reduce it)."
+            + (f" Kernel ESP encrypts an echo whole before fragmenting it, so the {e.trs_size + 8}-byte echo does not "
+               f"fit through IPsec (n/a there); TRS is also measured at {e.trc_size + 8} B, the largest echo all five "
+               "scenarios carry, and the saturated findings are tested on it." if e.trc is not None else ""))
 
     @staticmethod
     def _mech_cells(x: dict) -> list[str]:
@@ -284,20 +303,29 @@ class S1(Analysis):
         ci = "" if math.isnan(lo) else f" [{ms(lo)} – {ms(hi)}]"
         return [ms(x["diff"]) + ns, ms(x["t"]) + ci + ns]
 
-    def _table3(self, mech: dict, e: Entries, tests: int) -> TableData:
-        rows = []
+    def _mech_table(self, number: str, title: str, names: tuple[str, ...], mech: dict, e: Entries,
+                    tests: int) -> TableData:
+        """One of the paper's Tables II-IV: a mechanism's cost diff, t = diff / 2 and TP = 1 / t, unsaturated and
+        saturated (and saturated at the size every scenario carries)."""
+        sizes = {"TR": e.tr_size, "TRS": e.trs_size, "TRSc": e.trc_size}
+        cols, rows = ["mechanism", "measured as"], []
+        for key in self._rt_keys(e):
+            cols += [f"diff {key} ({sizes[key] + 8} B)", f"t {key} [95% CI]", f"TP {key} [95% CI] (packets/ms)"]
         for name, with_, base in MECHANISMS:
-            tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
-            rows.append(_dedupe([name, f"{with_} − {base}", *self._mech_cells(tr), *self._mech_cells(trs)]))
+            if name in names:
+                cells = []
+                for key in self._rt_keys(e):
+                    cells += [*self._mech_cells(mech[(name, key)]), self._tp_cell(mech[(name, key)])]
+                rows.append(_dedupe([name, f"{with_} − {base}", *cells]))
         return TableData(
-            "Table III — Cost of each mechanism: difference of response times and one-way cost t = diff / 2 (ms)",
-            ["mechanism", "measured as", "diff TR", "t TR [95% CI] (unsaturated)", "diff TRS",
-             "t TRS [95% CI] (saturated)"], rows,
+            f"Table {number} — {title}: diff of response times, one-way cost t = diff / 2 (ms), TP = 1 / t", cols, rows,
             "diff = TR (TRS) of the scenario with the mechanism minus that of the scenario without it, each the "
             "mean over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
-            "cost is t = diff / 2. The CI of t is Welch's 95 % interval of diff, halved. '(n.s.)': Welch's t-test on "
-            f"the per-trial medians gives p >= 0.05 after Holm's correction over the {tests} comparisons of this "
-            "table (or a scenario has a single trial).")
+            "cost is t = diff / 2, and TP = 1 / t (t in ms) the packets per millisecond the mechanism alone could "
+            "process. The CI of t is Welch's 95 % interval of diff, halved; TP's is 1 / that ('≥ x' when it reaches "
+            "zero). '(n.s.)': Welch's t-test on the per-trial medians gives p >= 0.05 after Holm's correction over the "
+            f"{tests} comparisons of Tables II-IV (or a scenario has a single trial). TRS: the {sizes['TRS'] + 8}-byte echo"
+            + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else "."))
 
     @staticmethod
     def _tp_cell(x: dict) -> str:
@@ -309,20 +337,6 @@ class S1(Analysis):
         lo, hi = x["tp_ci"]
         ci = "" if math.isnan(lo) else (f" [{rate(lo)} – {rate(hi)}]" if math.isfinite(hi) else f" [≥ {rate(lo)}]")
         return rate(x["tp"]) + ci + ns
-
-    def _table4(self, mech: dict, e: Entries, tests: int) -> TableData:
-        rows = []
-        for name, with_, base in MECHANISMS:
-            tr, trs = mech[(name, "TR")], mech[(name, "TRS")]
-            rows.append(_dedupe([name, self._tp_cell(tr), self._tp_cell(trs)]))
-        return TableData(
-            "Table IV — Processing rate of each mechanism TP = 1 / t (packets per ms)",
-            ["mechanism", f"TP unsaturated [95% CI] ({e.tr_size + 8} B, from TR)",
-             f"TP saturated [95% CI] ({e.trs_size + 8} B, from TRS)"],
-            rows, "TP = 1 / t with t in ms (Table III): how many packets per millisecond the mechanism alone could "
-                  "process. The CI is 1 / (the CI of t, Welch's interval); '≥ x' when the CI of t reaches "
-                  "zero (no upper bound). The lowest TP in a column is that regime's bottleneck. A mechanism whose t "
-                  f"is zero or negative showed no cost at this resolution. '(n.s.)' as in Table III (Holm over {tests}).")
 
     def _table5(self, m: dict, loss: dict, sent: dict, bandwidth: dict, e: Entries,
                 offered: float | None) -> TableData:
@@ -428,15 +442,17 @@ class S1(Analysis):
                           "order-statistic CI (95 % from 6 trials on, min–max below: 75 % at 3). Table V says how each was measured.")
 
     # ---- findings ----------------------------------------------------------------------------------------
-    def _findings(self, m: dict, mech: dict, scen: dict, loss: dict) -> list[str]:
-        """The findings are one Holm family (built twice, see Family)."""
+    def _findings(self, m: dict, mech: dict, scen: dict, loss: dict, sat: str = "TRS", sat_bytes: int = 0) -> list[str]:
+        """The findings are one Holm family (built twice, see Family). `sat`: the saturated response time the
+        saturated findings use (TRSc, the echo every scenario carries, when the campaign has it)."""
         family = Family()
-        out = family.build(lambda: self._findings_once(m, mech, family))
+        out = family.build(lambda: self._findings_once(m, mech, family, sat, sat_bytes))
         return out + [f"Findings: Welch's t-test, or Welch's test of a contrast where two costs are compared, on "
                       f"per-trial values; Holm over the {family.size} tests of these findings (alpha 0.05)."]
 
-    def _findings_once(self, m: dict, mech: dict, family: Family) -> list[str]:
+    def _findings_once(self, m: dict, mech: dict, family: Family, sat: str = "TRS", sat_bytes: int = 0) -> list[str]:
         out = []
+        at = f" (TRS at {sat_bytes} B, the largest echo all five scenarios carry)" if sat == "TRSc" else ""
         roles = {name: (with_, base) for name, with_, base in MECHANISMS}
 
         def t_of(name, key):
@@ -472,14 +488,14 @@ class S1(Analysis):
 
         # 1. IPsec is the bottleneck when saturated: its cost larger than every other mechanism's
         others = [n for n, *_ in MECHANISMS if n not in ("IPsec", "IPsec on SR-IOV")]
-        ti = t_of("IPsec", "TRS")
-        to = {n: t_of(n, "TRS") for n in others if t_of(n, "TRS") is not None}
+        ti = t_of("IPsec", sat)
+        to = {n: t_of(n, sat) for n in others if t_of(n, sat) is not None}
         if ti is None or not to:
-            out.append(f"IPsec is the bottleneck when saturated: cannot be checked: {why(('IPsec', 'TRS'), ('OvS (virtual switch)', 'TRS'))}")
+            out.append(f"IPsec is the bottleneck when saturated: cannot be checked: {why(('IPsec', sat), ('OvS (virtual switch)', sat))}")
         else:
-            answers = {n: larger("IPsec", n, "TRS") for n in to}
-            out.append(f"IPsec is the bottleneck when saturated: {overall(list(answers.values()))} — "
-                       + "; ".join(tdesc(n, "TRS") for n in ["IPsec", *to])
+            answers = {n: larger("IPsec", n, sat) for n in to}
+            out.append(f"IPsec is the bottleneck when saturated{at}: {overall(list(answers.values()))} — "
+                       + "; ".join(tdesc(n, sat) for n in ["IPsec", *to])
                        + "; IPsec's cost larger than " + ", ".join(f"{n}'s: {a}" for n, a in answers.items()) + ".")
         # 2. the virtual switch is the bottleneck when not saturated
         tv, ti = t_of("OvS (virtual switch)", "TR"), t_of("IPsec", "TR")
@@ -512,20 +528,20 @@ class S1(Analysis):
             out.append(f"SR-IOV improves both response time and transfer rate (SR-IOV vs Reference): {verdict} — "
                        + "; ".join(parts) + (f"; not measured: {gone[0]}" if gone else "") + ".")
         # 4. SR-IOV cannot hide IPsec's cost when saturated
-        both, sriov = m[("IPsec+SR-IOV", "TRS")], m[("SR-IOV", "TRS")]
-        x = mech[("IPsec on SR-IOV", "TRS")]
-        tv = t_of("OvS (virtual switch)", "TRS")
+        both, sriov = m[("IPsec+SR-IOV", sat)], m[("SR-IOV", sat)]
+        x = mech[("IPsec on SR-IOV", sat)]
+        tv = t_of("OvS (virtual switch)", sat)
         if not x["ok"]:
             out.append(f"SR-IOV cannot hide IPsec's cost when saturated: cannot be checked: {x['missing']}")
         else:
             costs = family.significant(sriov.values, both.values) and x["t"] > 0
-            above = larger("IPsec on SR-IOV", "OvS (virtual switch)", "TRS") if tv is not None else "yes"
+            above = larger("IPsec on SR-IOV", "OvS (virtual switch)", sat) if tv is not None else "yes"
             answer = "yes" if costs and above == "yes" else "no" if above.startswith("no") else \
                 "cannot tell (not significant)"
-            text = (f"SR-IOV cannot hide IPsec's cost when saturated: {answer} — TRS IPsec+SR-IOV "
-                    f"{ms(both.summary.median)} ms vs SR-IOV {ms(sriov.summary.median)} ms; {tdesc('IPsec on SR-IOV', 'TRS')}")
+            text = (f"SR-IOV cannot hide IPsec's cost when saturated{at}: {answer} — TRS IPsec+SR-IOV "
+                    f"{ms(both.summary.median)} ms vs SR-IOV {ms(sriov.summary.median)} ms; {tdesc('IPsec on SR-IOV', sat)}")
             if tv is not None:
-                text += f", against {tdesc('OvS (virtual switch)', 'TRS')}"
+                text += f", against {tdesc('OvS (virtual switch)', sat)}"
             out.append(text + ".")
         # 5. the dispersion that made the study use medians
         groups = [(role, key) for role, *_ in ROLES for key in ("TR", "TRS") if m[(role, key)].ok
