@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
-from .dataset import DISTRIBUTIONS, Dataset, Trial, reduce_values
+from .dataset import DISTRIBUTIONS, Dataset, Trial, load, reduce_values
 from .guards import not_offered, reader_flags
 from .units import human
 
@@ -218,7 +218,6 @@ NOTE = ("Each row is a claim of the study, data in the suite file's `scorecard`;
 
 def for_campaign(store, cid: int) -> list[Row]:
     """The scorecard of a stored campaign ([] when its spec has none)."""
-    from .dataset import load
     data = load(store, cid)
     spec = data.campaign.spec or {}
     return evaluate(spec, data) if spec.get("scorecard") else []
