@@ -46,7 +46,7 @@ SRC
 fi
 
 PY=$(command -v python3.11 || command -v python3)
-if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench" 2>/dev/null; then
+if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, pyroute2" 2>/dev/null; then
   "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
@@ -65,7 +65,9 @@ case "$what" in
     exit "$rc" ;;
   test)
     .venv/bin/vnetbench clean >/dev/null
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 tests ;;
+    # Two workers (the machine has two cores): most of a test's time is a guest kernel or a network waiting; each
+    # module runs whole on one worker (tests/conftest.py groups them).
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadgroup tests ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
   *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;
 esac

@@ -9,6 +9,16 @@ import pytest
 import vnetbench.catalog  # noqa: F401 (every workload and probe registered: their metrics, as the CLI has them)
 
 ROOT = Path(__file__).resolve().parent.parent
+# Modules whose tools run in the machine's own network namespace (loopback) and count them there: one worker.
+LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (`-n 2 --dist loadgroup`, what install.sh test runs), a module runs whole on one worker, like
+    --dist loadfile: its module-scoped fixtures (the SSH lab) are made once; the loopback modules share a worker."""
+    for item in items:
+        name = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("loopback" if name in LOOPBACK_MODULES else name))
 
 
 @pytest.fixture

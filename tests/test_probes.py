@@ -130,7 +130,8 @@ def test_system_probe_live_busy_vs_idle():
         for p in spinners:
             p.wait()
     assert 0 < one(busy, "cpu_busy_ratio") <= 1
-    assert one(busy, "cpu_busy_ratio") > one(idle, "cpu_busy_ratio")
+    # every CPU spun: busier than before, unless other work beside the suite had the machine (nearly) full already
+    assert one(busy, "cpu_busy_ratio") >= min(one(idle, "cpu_busy_ratio") + 0.1, 0.97), (idle, busy)
     assert one(busy, "cpu_busy_ratio") > 0.5
     assert one(busy, "interrupts_per_s") > 0 and one(busy, "context_switches_per_s") > 0
     parts = sum(one(busy, f"cpu_{f}_ratio") for f in ("user", "system", "irq", "softirq"))
@@ -140,7 +141,8 @@ def test_system_probe_live_busy_vs_idle():
     ts = sorted({s.t for s in busy if s.t is not None})
     window = by(busy, "cpu_busy_ratio")[0].metadata["window"]
     assert window[1] - window[0] == pytest.approx(elapsed)
-    assert len(ts) >= 3 and window[0] < ts[0] and ts[-1] == pytest.approx(window[1])  # absolute times    assert all(0 <= s.value <= 1 for s in by(busy, "cpu_busy_ratio") if s.t is not None)
+    assert len(ts) >= 3 and window[0] < ts[0] and ts[-1] == pytest.approx(window[1])  # absolute times
+    assert all(0 <= s.value <= 1 for s in by(busy, "cpu_busy_ratio") if s.t is not None)
 
 
 @pytest.mark.net

@@ -669,11 +669,15 @@ def test_sriov_virtual_functions_are_taken_only_when_free():
     # the direct attachment takes VFs when every host has enough free ones for its VMs, else a macvlan
     from vnetbench.capabilities import Capabilities, Feature
     from vnetbench.datapaths.attach import DirectAttach
-    sc = {"pairs": 1, "placement": "cross-host"}
+    from vnetbench.scenario import Scenario
+
+    def scenario(placement):
+        return Scenario(1, {"pairs": 1, "placement": placement}, {}, [], [], hosts=2, tenants=1, underlay_rate=None)
+    sc = scenario("cross-host")
     with_vf = Capabilities({}, {"macvlan": Feature(True),
                                 "sriov-vf": Feature(True, "1 free virtual functions per host")})
     assert DirectAttach().check(sc, with_vf).implementation == "sriov-vf"
-    assert DirectAttach().check(sc | {"placement": "same-host"}, with_vf).implementation == "macvlan"
+    assert DirectAttach().check(scenario("same-host"), with_vf).implementation == "macvlan"
     assert DirectAttach().check(sc, Capabilities({}, {"macvlan": Feature(True)})).implementation == "macvlan"
     # the only line in a host's root namespace touching a device not the run's: moving a VF the run took
     from vnetbench.sites import _foreign
