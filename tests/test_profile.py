@@ -206,7 +206,7 @@ def test_daemons_time_goes_to_their_mechanism(campaign):
 @pytest.mark.net
 def test_cpu_per_gbit_in_show_with_a_physical_bound(campaign):
     db = campaign / "r.db"
-    show = vnetbench("show", "1", "--db", db).stdout
+    show = vnetbench("show", "1", "--db", db, env=os.environ | {"COLUMNS": "200"}).stdout  # labels uncut
     assert "cpu_s_per_gbit" in show and "s/Gbit" in show
     lines = [ln for ln in show.splitlines() if "s/Gbit" in ln and "[" in ln and "cpu_s_per_gbit" not in ln]
     assert any(ln.startswith("linuxbridge/none/none") for ln in lines), show

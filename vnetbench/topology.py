@@ -635,19 +635,21 @@ class Topology:
         """Every pair must pass traffic before anything is measured (this also warms up ARP/ND)."""
         pending = list(self.pairs)
         for attempt in range(attempts):
+            wait_s = 2 * 2 ** attempt  # 2, 4, 8 s: hundreds of first ARP exchanges on a busy machine take longer
             if self.site:  # one round trip per pair, all at once, nothing left running on the hosts
                 pending = self._remote_pings(pending)
             else:
                 # no pipes: only the exit status counts, and 500 pairs' pipes would pass a 1024-file limit
-                procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", "2", p.server.addr],
+                procs = [(p, p.client.node.spawn(["ping", "-n", "-c", "1", "-W", str(wait_s), p.server.addr],
                                                  label=f"verify-ping-{p.index}", stdout=subprocess.DEVNULL,
                                                  stderr=subprocess.DEVNULL)) for p in pending]
-                pending = [p for p, proc in procs if proc.wait(timeout=10) != 0]
+                pending = [p for p, proc in procs if proc.wait(timeout=wait_s + 30) != 0]
             if not pending:
                 return
             time.sleep(0.2 * (attempt + 1))
         p = pending[0]
-        raise BuildError(f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}): no reply to "
+        more = f" (and {len(pending) - 1} more pairs)" if len(pending) > 1 else ""
+        raise BuildError(f"pair {p.index} ({p.client.label} -> {p.server.label} {p.server.addr}){more}: no reply to "
                          f"ping after {attempts} tries: this topology does not pass traffic")
 
     def _remote_pings(self, pairs: list[Pair]) -> list[Pair]:
