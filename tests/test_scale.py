@@ -105,6 +105,7 @@ def test_netlink_does_what_the_printed_lines_say():
 
 
 @pytest.mark.net
+@pytest.mark.alone
 def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
     sc = scenario(256, "spread", count=1)
     ledger = Ledger.create()
@@ -146,6 +147,7 @@ def _pings(names):
 
 
 @pytest.mark.net
+@pytest.mark.alone
 @pytest.mark.parametrize("when", ["build", "trial"])
 def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, when):
     spec = tmp_path / "big.yaml"
@@ -233,6 +235,7 @@ def test_per_pair_placement_builds_and_passes_traffic(state_dir):
 
 
 @pytest.mark.net
+@pytest.mark.alone
 def test_256_pairs_run_through_the_cli_store_one_ping_per_pair(tmp_path, state_dir):
     import sqlite3
     spec, db = tmp_path / "big.yaml", tmp_path / "r.db"
