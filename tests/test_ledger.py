@@ -138,3 +138,26 @@ def test_only_the_ledger_deletes_local_namespaces():
     found = {str(p.relative_to(root)) for p in root.rglob("*.py")
              if "netns del" in p.read_text() or '"netns", "del"' in p.read_text()}
     assert found <= set(elsewhere), found - set(elsewhere)
+
+
+@pytest.mark.net
+def test_a_namespace_that_outlives_its_delete_keeps_the_run_recorded(tmp_path, monkeypatch):
+    """The run's directory (its ledger) goes only once every recorded namespace is gone: a delete that left them
+    (two 256-pair runs left 500 namespaces with no ledger) must leave the run for the next clean."""
+    from vnetbench import ledger as lg
+    monkeypatch.setenv("VNETBENCH_STATE_DIR", str(tmp_path / "state"))
+    run = lg.Ledger.create()
+    ns = f"{run.prefix}-h1v1"
+    run.record("netns", ns)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        monkeypatch.setattr(lg, "delete_namespaces", lambda names: None)  # a delete that does nothing
+        run.remove_all()
+        assert run.pending and ns in run.pending[0] and run.dir.exists()
+        assert ("netns", ns) in {(o.kind, o.name) for o in run.objects()}
+        monkeypatch.undo()
+        monkeypatch.setenv("VNETBENCH_STATE_DIR", str(tmp_path / "state"))
+        lg.Ledger(run.prefix, run.dir.parent).remove_all()
+        assert ns not in lg._netns_names() and not run.dir.exists()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
