@@ -67,8 +67,8 @@ case "$what" in
     .venv/bin/vnetbench clean >/dev/null
     # Two workers (the machine has two cores): most of a test's time is a guest kernel or a network waiting; each
     # module runs whole on one worker (tests/conftest.py groups them).
-    # 256 pairs' CLI run failed its build check with another worker's tests beside it (2 runs of 2; alone it
-    # passes): the `alone` tests run after the others, by themselves.
+    # The `alone` tests run after the others, by themselves: a machine-wide profile saw another worker's VXLAN
+    # traffic, and 256 pairs' CLI run failed its build check beside another worker (2 runs of 2; alone it passes).
     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadgroup -m "not alone" tests
     .venv/bin/python -m pytest -q -p no:cacheprovider -m alone tests ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
