@@ -75,18 +75,37 @@ def test_no_underlay_rate_says_no_ceiling_was_checked():
 
 def test_a_sender_that_did_not_offer_its_rate_is_flagged():
     """A guest's '100 Mbit/s' UDP that got out 14.6 Mbit/s: flagged on the trial with the numbers."""
-    rate = runner.offered_rate(_iperf3("udp", udp_rate=100_000_000))
-    assert rate == 100e6 and runner.offered_rate(_iperf3("tcp")) is None
+    offer = _workload({"type": "iperf3", "protocol": "udp", "udp_rate": "100M"}).offer()
+    assert offer.rate == 100e6 and _workload({"type": "iperf3"}).offer() is None
     v = guards.judge([tput(14e6), Sample.of("sender_throughput_bps", 14.6e6, pair=1, direction="forward")],
-                     ceiling=1e9, crossing={1}, offered_rate=rate)
+                     ceiling=1e9, crossing={1}, offer=offer)
     assert not v.invalid and any(f.startswith("offered 14.6 of 100 Mbit/s") for f in v.flags)
     full = guards.judge([tput(99e6), Sample.of("sender_throughput_bps", 99.5e6, pair=1, direction="forward")],
-                        ceiling=1e9, crossing={1}, offered_rate=rate)
+                        ceiling=1e9, crossing={1}, offer=offer)
     assert not full.flags
+
+
+def _workload(params: dict):
+    from vnetbench.workloads import REGISTRY, load_all
+    load_all()
+    cls = REGISTRY[params["type"]]
+    return cls(cls.Params(**params))
+
+
+def test_http_clients_that_did_not_start_the_requests_asked_are_flagged():
+    """S5's six clients at 10/s each, on a machine at load 16: 209 of 360 requests in 3 s. The clients' own count
+    (requests started, failed ones included: a server the flood overwhelms is a result, not a shortfall)."""
+    offer = _workload({"type": "http", "clients": 6, "rate": 10}).offer()
+    assert offer.rate == 60
+    short = guards.judge([Sample.of("http_started_per_s", 34.8, pair=1)], offer=offer).flags
+    assert short == ["offered 34.8 of 60 requests/s (pair 1): the clients did not start the requests asked"]
+    assert not guards.judge([Sample.of("http_started_per_s", 59.0, pair=1)], offer=offer).flags
 
 
 def test_a_background_flood_that_did_not_offer_its_rate_is_flagged_too():
     """S2's tenant flood asked 4 x 250 Mbit/s in a guest and delivered 29: the background load's own rate."""
     flood = [Sample.of("sender_throughput_bps", 7.3e6, pair=1, direction="forward", role="background")]
-    assert guards.check_offered(flood, 250e6, role="background")[0].startswith("offered 7.3 of 250 Mbit/s")
-    assert not guards.check_offered(flood, 250e6)  # the foreground's check leaves background samples alone
+    from vnetbench.workloads.base import Offer
+    offer = Offer("sender_throughput_bps", 250e6)
+    assert guards.check_offered(flood, offer, role="background")[0].startswith("offered 7.3 of 250 Mbit/s")
+    assert not guards.check_offered(flood, offer)  # the foreground's check leaves background samples alone

@@ -89,21 +89,28 @@ def test_the_load_watch_answers_at_once_and_leaves_our_own_cpu_out():
     from vnetbench.probes.procstat import LoadWatch
     watch = LoadWatch().start()
     try:
-        stop = time.monotonic() + 0.8
-        t = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
+        # burn until this process has used 0.3 s of CPU (not for a fixed wall time: at load 16 a thread got 0.14 s
+        # of CPU in 0.8 s), within the watch's 5-s memory
         r0 = os.times()
+        began = time.monotonic()
+
+        def burn():
+            while time.monotonic() - began < 4 and sum(os.times()[:2]) - (r0.user + r0.system) < 0.3:
+                pass
+        t = threading.Thread(target=burn)
         t.start()
         t.join()
         own = (os.times().user + os.times().system) - (r0.user + r0.system)
+        window = time.monotonic() - began + 0.05
         t0 = time.monotonic()
-        foreign = watch.foreign(0.6)
+        foreign = watch.foreign(window)
         assert time.monotonic() - t0 < 0.1
-        a, b = watch._since(0.6)
+        a, b = watch._since(window)
         from vnetbench.probes.procstat import busy, cpu_shares
         machine = busy(cpu_shares(a[1], b[1]))
         assert own > 0.2  # we did burn CPU in the window
         # our own share of all CPUs is taken out of the machine's busy share
-        assert foreign <= machine - 0.5 * own / (0.6 * os.cpu_count()) + 0.05, (foreign, machine, own)
+        assert foreign <= machine - 0.5 * own / (window * os.cpu_count()) + 0.05, (foreign, machine, own, window)
     finally:
         watch.stop()
 

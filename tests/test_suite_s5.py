@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import netns_names, vnetbench
+from vnetbench import guards
 from vnetbench.analyses import load_all as analyses
 from vnetbench.executor import LocalExecutor
 from vnetbench.matrix import expand
@@ -79,12 +80,25 @@ def test_smoke_profile_end_to_end(tmp_path, state_dir):
             series = [v for a, m, v, meta, _ in samples if a == attack and m == metric and meta.get("series")]
             assert len(series) >= 2, (attack, metric, "1-s series")
         rts = [v for a, m, v, meta, _ in samples if a == attack and m == "http_response_time_s"]
-        assert len(rts) >= 0.8 * 2 * 6 * 10 * 3 and all(0 < v < 2 for v in rts)  # 2 pairs x 6 clients x 10/s x 3 s
+        assert all(0 < v < 2 for v in rts)
+        ok = [v for a, m, v, meta, _ in samples if a == attack and m == "http_requests_per_s"]
+        started = [v for a, m, v, meta, _ in samples if a == attack and m == "http_started_per_s"]
+        assert len(ok) == len(started) == 2 and len(rts) == round(sum(ok) * 3)  # one time per response, over 3 s
+        # 2 pairs x 6 clients x 10/s: a busy machine may start fewer (209 of 360 at load 16), and the trial says so
+        flags = {f for a, *_, t in samples if a == attack for f in t.get("flags", [])}
+        short = {f for f in flags if "the clients did not start the requests asked" in f}
+        assert bool(short) == any(v < 0.95 * 60 for v in started), (started, flags)
+        assert len(rts) >= 0.2 * 2 * 6 * 10 * 3
         ops = [v for a, m, v, meta, _ in samples if a == attack and m == "cpuload_ops_per_s"]
         assert len(ops) == 2 and min(ops) > 0  # the constant load ran in both tenant VMs
     flood = [(a, v) for a, m, v, meta, _ in samples if m == "throughput_bps" and meta.get("role") == "background"]
     assert {a for a, _ in flood} == {"on"} and len(flood) == 10  # ten attackers, in attack rounds only
-    assert all(v > 0.5 * 250e3 for _, v in flood)  # each delivered most of its bounded 250 kbit/s to the victim
+    sent = [v for a, m, v, meta, _ in samples if m == "sender_throughput_bps" and meta.get("role") == "background"]
+    assert len(sent) == 10 and all(v <= 250e3 * 1.05 for v in sent)  # each bounded to its 250 kbit/s
+    # each delivered most of what it sent to the victim; an attacker a busy machine starved is flagged on its trial
+    assert sum(v for _, v in flood) > 0.5 * sum(sent), (flood, sent)
+    flagged = [f for a, *_, t in samples if a == "on" for f in t.get("flags", []) if f.startswith("background offered")]
+    assert bool(flagged) == any(v < 0.95 * 250e3 for v in sent), (sent, flagged)
 
     # The victim's host NIC (h2's underlay veth) receives the flood: far more packets than the web traffic alone.
     def nic_rx(attack):
@@ -167,7 +181,12 @@ def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_p
         rts = [s for s in samples if s.metric == "http_response_time_s" and s.metadata["pair"] == index]
         assert all(0 < s.value < 1 for s in rts) and {s.metadata["client"] for s in rts} == {1, 2, 3}
         assert all(0 <= s.t - s.metadata["window"][0] < 2 for s in rts)  # absolute times inside the client's window
-        assert abs(len(rts) - 3 * 20 * 2) <= 6  # rate x clients x duration, within 5 %
+        [started] = [s.value for s in samples if s.metric == "http_started_per_s" and s.metadata["pair"] == index]
+        assert len(rts) <= started * 2 <= 3 * 20 * 2 + 1  # never more than clients x rate x duration
+        # a busy machine may start fewer requests than asked; the workload's offer check then says so
+        short = guards.check_offered([s for s in samples if s.metadata["pair"] == index], wl.offer())
+        assert bool(short) == (started < 0.95 * 60), (started, short)
+        assert short or abs(len(rts) - 3 * 20 * 2) <= 6  # rate x clients x duration, within 5 %
         [rps] = [s.value for s in samples if s.metric == "http_requests_per_s" and s.metadata["pair"] == index]
         assert rps == pytest.approx(len(rts) / 2)
         assert [s.value for s in samples if s.metric == "http_errors" and s.metadata["pair"] == index] == [0]

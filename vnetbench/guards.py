@@ -173,18 +173,18 @@ def check_consistency(samples: Sequence[Sample]) -> list[str]:
     return problems
 
 
-def check_offered(samples: Sequence[Sample], rate: float | None, role: str | None = None) -> list[str]:
-    """A rate-bounded sender (UDP at `rate` bit/s per pair and direction) that sent less than OFFERED_SHORT of it:
-    what was measured is not the load that was asked for. `role`: "background" checks a background load's samples
-    (its own rate), None the foreground's."""
-    if not rate:
+def check_offered(samples: Sequence[Sample], offer, role: str | None = None) -> list[str]:
+    """A rate-bounded load (a workload's `Offer`: UDP at a rate per pair and direction, HTTP clients at a request rate)
+    whose own count fell below OFFERED_SHORT of it: what was measured is not the load that was asked for. `role`:
+    "background" checks a background load's samples (its own rate), None the foreground's."""
+    if not offer:
         return []
     out = []
     for s in samples:
         mine = (s.metadata.get("role") == "background") == (role == "background")
-        if s.metric == "sender_throughput_bps" and mine and s.value < OFFERED_SHORT * rate:
-            out.append(f"offered {s.value / 1e6:.3g} of {rate / 1e6:.3g} Mbit/s{_where(s)}: the sender did not reach "
-                       f"its rate")
+        if s.metric == offer.metric and mine and s.value < OFFERED_SHORT * offer.rate:
+            out.append(f"offered {s.value / offer.scale:.3g} of {offer.rate / offer.scale:.3g} {offer.unit}{_where(s)}: "
+                       f"{offer.short}")
     return out
 
 
@@ -215,13 +215,13 @@ NO_CEILING = "no throughput ceiling checked: the underlay has no rate set"
 
 
 def judge(samples: Sequence[Sample], *, ceiling: float | None = None, crossing: set[int] = frozenset(),
-          foreign_busy: float | None = None, offered_rate: float | None = None) -> Verdict:
+          foreign_busy: float | None = None, offer=None) -> Verdict:
     keep, invalid = check_values(samples)
     if ceiling:
         invalid += check_ceiling(keep, ceiling, crossing)
     invalid += check_series(keep) + check_consistency(keep)
     noisy = check_noise(keep, foreign_busy) + (check_interval_ceiling(keep, ceiling, crossing) if ceiling else [])
-    flags = check_offered(keep, offered_rate)
+    flags = check_offered(keep, offer)
     if not ceiling and any(s.metric == "throughput_bps" for s in keep):
         flags.append(NO_CEILING)
     return Verdict(keep, invalid, noisy, flags)

@@ -594,7 +594,7 @@ class Campaign:
         except Exception as exc:  # a parser or probe bug fails this trial, not the campaign
             return "failed", _last_line(exc), [], {}, False
         verdict = guards.judge(samples, ceiling=ceiling(sc, wl), crossing=_crossing(topo, wl),
-                               foreign_busy=extra.get("foreign_busy_ratio"), offered_rate=offered_rate(wl))
+                               foreign_busy=extra.get("foreign_busy_ratio"), offer=wl.offer())
         if verdict.flags:  # shown with the trial's numbers: a load not offered, a goodput no ceiling checked
             extra["flags"] = extra.get("flags", []) + verdict.flags
         noisy = verdict.noisy + extra.get("background_uncovered", [])
@@ -674,7 +674,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None, began: float | None = N
         meta["background_uncovered"] = uncovered
     # a background flood that did not offer its rate (a starved guest's sender): flagged like the foreground's
     short = [f"background {f}" for b in background
-             for f in guards.check_offered(b.samples, offered_rate(b.workload), role="background")]
+             for f in guards.check_offered(b.samples, b.workload.offer(), role="background")]
     if short:
         meta["flags"] = short
     if window:
@@ -765,14 +765,6 @@ def ceiling(sc: Scenario, wl) -> float | None:
     datagram = getattr(wl.params, "message_size", None) if proto == "udp" else None
     return guards.payload_ceiling(sc.underlay_rate, sc.vm_mtu, sc.overhead, proto, int(sc.levels.get("ip_version", 4)),
                                   datagram=datagram, duration=getattr(wl.params, "duration", None))
-
-
-def offered_rate(wl) -> float | None:
-    """The bit/s a rate-bounded sender was asked to send per pair and direction (iperf3 UDP: -b per stream)."""
-    p = wl.params
-    if getattr(p, "protocol", None) == "udp" and getattr(p, "udp_rate", None):
-        return float(p.udp_rate) * getattr(p, "streams", 1)
-    return None
 
 
 def _crossing(topo: Topology, wl) -> set[int]:

@@ -89,6 +89,17 @@ class Command:
     background: bool = False
 
 
+@dataclass(frozen=True)
+class Offer:
+    """A load a workload was asked to offer per pair and direction, and the metric of its own samples that says what it
+    offered (the sender's count, not the receiver's: what the network dropped is a result, not a shortfall)."""
+    metric: str        # e.g. sender_throughput_bps
+    rate: float        # asked, in the metric's unit
+    unit: str = "Mbit/s"
+    scale: float = 1e6  # metric units per printed unit
+    short: str = "the sender did not reach its rate"  # what the flag says happened
+
+
 class Workload(ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[Params]]
@@ -145,6 +156,10 @@ class Workload(ABC):
     def listen_ports(self, index: int) -> list[int]:
         """The ports this workload's server(s) for pair `index` listen on (checked for clashes before a run)."""
         return []
+
+    def offer(self) -> Offer | None:
+        """The rate-bounded load it was asked to offer, if any (checked on every trial: guards.check_offered)."""
+        return None
 
     def largest_datagram(self) -> int | None:
         """Bytes above IP of the largest datagram it sends whole (ICMP or UDP header included), which the sending

@@ -13,7 +13,9 @@ them per pair, each making `rate` requests per second for `duration` seconds, a 
 
 Samples, per pair: http_response_time_s for every successful request (t = when it started, seconds since the
 client's start; metadata client), http_requests_per_s (successful responses of all clients over `duration`, the
-window in which requests start: clients x rate when every request succeeds) and http_errors (requests that failed or got a wrong status or length).
+window in which requests start: clients x rate when every request succeeds), http_started_per_s (requests the
+clients started over `duration`: the load offered, flagged on the trial when below what was asked) and http_errors
+(requests that failed or got a wrong status or length).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from pydantic import Field
 
 from ..sample import Metric, Sample
 from . import register
-from .base import Command, Pair, Params, Tool, Workload, WorkloadError, finish, stop, wait_listening
+from .base import Command, Offer, Pair, Params, Tool, Workload, WorkloadError, finish, stop, wait_listening
 
 PAGE = "/index.html"
 CLIENT_SLACK_S = 15  # client start and stop on a loaded machine, beyond duration + timeout
@@ -107,7 +109,7 @@ class HttpParams(Params):
 @register
 class Http(Workload):
     kind = "http"
-    metrics = frozenset({"http_errors", "http_requests_per_s", "http_response_time_s"})
+    metrics = frozenset({"http_errors", "http_requests_per_s", "http_response_time_s", "http_started_per_s"})
     Params = HttpParams
     tool = "nginx"
     tools = {"nginx": Tool("nginx", ["nginx", "-v"], r"nginx/(\S+)")}
@@ -116,7 +118,13 @@ class Http(Workload):
         Metric("http_response_time_s", "s", "lower", "HTTP request to complete response (connect included), one per request", per_event=True),
         Metric("http_requests_per_s", "1/s", "higher", "HTTP responses completed per second, all clients of a pair"),
         Metric("http_errors", "1", "lower", "HTTP requests that failed (refused, timed out, wrong status or length)"),
+        Metric("http_started_per_s", "1/s", "higher", "HTTP requests started per second, all clients of a pair: the "
+               "load offered (clients x rate asked)"),
     )
+
+    def offer(self) -> Offer:
+        return Offer("http_started_per_s", self.params.clients * self.params.rate, "requests/s", 1.0,
+                     "the clients did not start the requests asked")
 
     @classmethod
     def describe(cls, p: dict) -> str:
@@ -210,6 +218,7 @@ class Http(Workload):
                 # Requests start only within [0, duration): rate x duration of them when all goes well.
                 samples.append(Sample.of("http_requests_per_s", sum(ok for ok, _ in counts) / p.duration, pair=index))
                 samples.append(Sample.of("http_errors", sum(f for _, f in counts), pair=index))
+                samples.append(Sample.of("http_started_per_s", sum(ok + f for ok, f in counts) / p.duration, pair=index))
             return samples
         finally:
             for _, _, proc in clients:

@@ -44,7 +44,7 @@ from pydantic import Field, field_validator, model_validator
 from ..sample import Metric, Sample
 from ..units import parse_rate
 from . import register
-from .base import (SENDER_THROUGHPUT, THROUGHPUT, Command, Pair, Params, Stamped, Tool, Workload, WorkloadError,
+from .base import (SENDER_THROUGHPUT, THROUGHPUT, Command, Offer, Pair, Params, Stamped, Tool, Workload, WorkloadError,
                    finish, stop, wait_listening)
 from .ping import PING_TOOLS, collect_ping, parse_ping, parse_rtts, ping_argv
 
@@ -453,6 +453,13 @@ class Iperf3(Workload):
         """How long each client runs: its omitted seconds, the duration, and a split pair's slack."""
         p = self.params
         return p.omit + p.duration + (SPLIT_SLACK_S if p.n_processes > 1 else 0)
+
+    def offer(self) -> Offer | None:
+        """UDP at -b per stream: the pair's rate in each direction, against the sender's own count."""
+        p = self.params
+        if p.protocol == "udp" and p.udp_rate:
+            return Offer("sender_throughput_bps", float(p.udp_rate) * getattr(p, "streams", 1))
+        return None
 
     def largest_datagram(self) -> int | None:
         udp = self.params.protocol == "udp" and self.params.message_size
