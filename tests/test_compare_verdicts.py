@@ -47,3 +47,31 @@ def test_a_verdict_on_load_not_offered_says_so(tmp_path):
     console = Console(width=250, record=True)
     console.print(cmp.table(a, b, rows, 0.05, None))
     assert "load not offered in A 0/5, B 2/5 trials" in console.export_text()
+
+
+def test_the_table_fits_100_columns_with_each_scenario_heading_its_rows(tmp_path):
+    """At 100 columns a scenario column left the metric and the verdict a few letters wide, folded letter by letter:
+    the scenario now heads its rows, and the words stay whole."""
+    store = Store(tmp_path / "w.db")
+    cid = store.new_campaign("w", "test", "name: w\n", "0" * 64, {})
+    idx = 0
+    for placement in ("same-host", "cross-host"):
+        for overlay in ("none", "vxlan"):
+            idx += 1
+            labels = {"placement": placement, "protocol": "tcp", "overlay": overlay}
+            store.put_scenario(cid, idx, f"{placement} {overlay}", labels, labels, "done", None, {}, [])
+            for rep, f in enumerate((0.9, 1.1, 1.0), 1):
+                store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0,
+                                 [Sample.of("context_switches_per_s", 5e4 * f, scope="machine"),
+                                  Sample.of("throughput_bps", 5e9 * f, pair=1, direction="forward")], {})
+    camp = store.campaign(cid)
+    a, b = cmp.Side(store, camp, {"overlay": "none"}), cmp.Side(store, camp, {"overlay": "vxlan"})
+    rows = cmp.compare(a, b)
+    from rich.console import Console
+    console = Console(width=100, record=True)
+    console.print(cmp.table(a, b, rows, 0.05, None))
+    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    assert max(map(len, lines)) <= 100
+    assert "placement=same-host" in lines and "placement=cross-host" in lines  # a heading line each
+    assert sum("not significant (±" in line for line in lines) == len(rows) == 4
+    assert any(line.strip().startswith("context_switches_per_s") for line in lines)

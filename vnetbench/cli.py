@@ -466,10 +466,13 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        out.print(cmp.table(side_a, side_b, rows, alpha, threshold))
-        for m in gone:
-            out.print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={v}" for k, v in m["scenario"].items())
-                      + f" ({m['why']})", highlight=False, markup=False, soft_wrap=True)
+        narrow().print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        named = [m["scenario"] for m in gone] + [r.scenario for r in rows]
+        keys = cmp.distinguishing(named) or list(dict.fromkeys(k for sc in named for k in sc))
+        for m in gone:  # named by what sets it apart (every factor, constant ones too, made lines of 200 columns)
+            narrow().print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={m['scenario'][k]}" for k in keys
+                                                                         if k in m["scenario"])
+                           + f" ({m['why']})", highlight=False, markup=False)
         if noisy["a"] or noisy["b"]:
             out.print(f"trials flagged noisy while they ran (steal or other load): A {noisy['a']}, B {noisy['b']}; "
                       + ("left out (--exclude-noisy)" if exclude_noisy else "counted; --exclude-noisy leaves them out"),

@@ -201,9 +201,14 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
 
 
 # ---- output ------------------------------------------------------------------------------------------------------
+def distinguishing(scenarios: list[dict[str, str]]) -> list[str]:
+    """The factors whose level is not the same in all these scenarios, in first-seen order."""
+    keys = list(dict.fromkeys(k for sc in scenarios for k in sc))
+    return [k for k in keys if len({sc.get(k) for sc in scenarios}) > 1]
+
+
 def _varying(rows: list[Row]) -> list[str]:
-    keys = list(dict.fromkeys(k for r in rows for k in r.scenario))
-    return [k for k in keys if len({r.scenario.get(k) for r in rows}) > 1]
+    return distinguishing([r.scenario for r in rows])
 
 
 def _ratio(r: Row) -> str:
@@ -238,15 +243,22 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     from rich import box
+    from rich.markup import escape
     t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold",
               box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)  # fits 100 columns
-    for col in ((("scenario",) if cols else ()) + ("metric", "n A/B", "A mean", "B mean", "B/A [95% CI]",
-                                                     "p (Holm)", "verdict")):
-        t.add_column(col, justify="left" if col in ("scenario", "metric", "verdict") else "right",
-                     overflow="fold", no_wrap=col in ("metric", "B/A [95% CI]"),
-                     min_width={"p (Holm)": 5, "n A/B": 5}.get(col))
+    # The scenario heads its group of rows (a column of its own left the metrics and verdicts a few letters wide
+    # at 100 columns).
+    name_width = min(24, max((len(r.metric) for r in rows), default=6))  # a name whole
+    for col in ("metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"):
+        t.add_column(col, justify="left" if col in ("metric", "verdict") else "right", overflow="fold",
+                     no_wrap=col in ("n A/B", "A mean", "B mean"), max_width=15 if col == "B/A [95% CI]" else None,
+                     min_width={"p (Holm)": 5, "verdict": 16, "metric": name_width, "B/A [95% CI]": 14}.get(col))
+    heading = None
     for r in rows:
         scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols)
+        if cols and scen != heading:
+            heading = scen
+            t.add_row(f"[bold]{escape(scen)}[/]", end_section=False)
         what = r.metric \
             + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
@@ -255,7 +267,7 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
             + (f" (±{found})" if found else "") \
             + (f"; load not offered in {r.not_offered} trials" if r.not_offered else "")
         unit = r.unit
-        t.add_row(*((scen,) if cols else ()), what, f"{r.a.n}/{r.b.n}", human(r.a.mean, unit),
+        t.add_row(escape(what), f"{r.a.n}/{r.b.n}", human(r.a.mean, unit),
                   human(r.b.mean, unit), _ratio(r), _p(r.p_holm), f"[{style}]{verdict}[/]" if style else verdict)
     return t
 
