@@ -143,3 +143,30 @@ def test_s4_cpu_per_bit_row_divides_each_trials_machine_cpu_by_its_throughput(tm
     gen4 = got["vxlan-gen4-line-rate"]   # 9.6 Gbit/s against the study's 40 % of line rate: it differs, measurably
     assert gen4.verdict == scorecard.DIFFERS and gen4.why == "a at the line rate (9.5 Gbit/s of 10 Gbit/s)"
     assert got["geneve-tput"].verdict == scorecard.CANNOT and got["geneve-tput"].why.startswith("not measured")
+
+
+S5 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s5.yaml").read_text()
+
+
+def test_s5_conversion_row_is_the_hand_computed_mean_of_rounds(tmp_path):
+    """S5's Table 1 rows on the host's counters (the study's Dom0 view): a round's conversion rate is its context
+    switches over its interrupts, one value per round."""
+    b = Book(tmp_path / "s5.db", spec_text=S5)
+    web = {"type": "http", "pairs": [1], "clients": 6}
+    rounds = {"off": [(1000, 500), (1000, 530), (1000, 560)], "on": [(5000, 3400), (6000, 4200), (7000, 4900)]}
+    for level, counts in rounds.items():
+        sc = b.scenario({"attack": level}, {"attack": level})
+        b.trials(sc, "http", web, [[Sample.of("interrupts_per_s", i, scope="machine"),
+                                    Sample.of("context_switches_per_s", c, scope="machine"),
+                                    Sample.of("interrupts_per_s", 9 * i, scope="vm", vm="h2v2")]   # VM1's own: not Dom0's
+                                   for i, c in counts])
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    r = got["conversion-control"]
+    # 0.50, 0.53, 0.56: mean 0.53, s = 0.03, t(0.975, 2) = 4.3026527 -> 0.53 +- 0.0745241
+    half = 4.302652729911275 * 0.03 / math.sqrt(3)
+    assert math.isclose(r.estimate, 0.53, rel_tol=1e-12) and r.n == (3,)
+    assert math.isclose(r.ci[0], 0.53 - half, rel_tol=1e-9) and math.isclose(r.ci[1], 0.53 + half, rel_tol=1e-9)
+    assert r.verdict == scorecard.AGREES and r.study == "53.4 %"      # the study's 53.39 %
+    growth = got["interrupts-growth"]    # 6000 / 1000 interrupts/s: 6.0x, the paper 5.58x (its '82.08 %')
+    assert math.isclose(growth.estimate, 6.0, rel_tol=1e-12) and growth.study.startswith("5.58x (the paper's")

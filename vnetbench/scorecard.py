@@ -16,6 +16,8 @@ Kinds:
   direction  a `higher` / `lower` than b: Welch's test (stats.compare), Holm over the card's direction rows; the
              direction holds significantly -> agrees; the opposite significantly -> differs; else cannot tell.
   value      mean(a) with its t CI against the study's value, the same band rule as ratio.
+  contrast   (mean(a) - mean(b)) / (mean(c) - mean(d)), Fieller's CI for two contrasts (stats.contrast_ratio; a cell
+             named twice is one sample): S1's ratios of processing rates, TP = 1 / t with t = diff / 2. Band rule as ratio.
 A cell's value per trial: `metric` summed over the trial's pairs (`reduce: mean` for a per-pair quantity such as a
 latency percentile), a whole-machine probe's window value when the workload has no such sample (cpu_busy_ratio,
 interrupts_per_s), or the quotient of two such values (`metric: context_switches_per_s/interrupts_per_s`).
@@ -33,7 +35,7 @@ from .guards import not_offered, reader_flags
 from .units import human, parse_rate
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
-KINDS = ("ratio", "direction", "value")
+KINDS = ("ratio", "direction", "value", "contrast")
 ALPHA = 0.05
 
 
@@ -166,20 +168,38 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:.2f}x" if unit == "x" else human(x, unit)
 
 
+def _selectors(kind: str, r: dict, base: dict) -> tuple[list[dict], list[float], list[float]]:
+    """The row's distinct cells, and for a contrast each one's coefficient in (a - b) / (c - d): a cell named twice
+    (S1's Reference in (Reference - CS) / (IPsec - Reference)) is one sample with both coefficients."""
+    if kind != "contrast":
+        return [{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else []), [], []
+    sels: list[dict] = []
+    num: list[float] = []
+    den: list[float] = []
+    for key, coef, into in (("a", 1, num), ("b", -1, num), ("c", 1, den), ("d", -1, den)):
+        sel = {**base, **r[key]}
+        if sel not in sels:
+            sels.append(sel)
+            num.append(0.0)
+            den.append(0.0)
+        into[sels.index(sel)] += coef
+    return sels, num, den
+
+
 def evaluate(spec: dict, data: Dataset) -> list[Row]:
     """The scorecard of a campaign: one Row per entry of the spec's `scorecard` list."""
     entries = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
     base = dict(spec.get("scorecard_where") or {})
     line = _line_rate(spec)
-    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value") for r in entries))
+    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value", "contrast") for r in entries))
     wide = 1 - ALPHA / m_ci
     rows, pend = [], []    # pend: (row index, Comparison, expect) of direction rows, Holm-ed together
     for r in entries:
         kind, metric, need = str(r.get("kind", "ratio")), str(r.get("metric", "throughput_bps")), int(r.get("min_trials", 3))
-        sels = [{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else [])
+        sels, num, den = _selectors(kind, r, base)
         how = str(r.get("reduce", "sum"))
         cells = _cells(data, sels, metric, how)
-        unit = "x" if kind == "ratio" else str(r.get("unit", ""))
+        unit = "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))
         study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind != "direction" else r.get("expect", "")))
         row = Row(str(r.get("id", "")), str(r.get("claim", "")), study, "—", CANNOT, n=tuple(len(v) for v in cells.values))
         rows.append(row)
@@ -196,6 +216,14 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
                 continue
             sw = stats.summarize(cells.values[0], confidence=wide)
             row.verdict, row.why = _by_interval(r, sw.ci_mean)
+        elif kind == "contrast":
+            sums = [stats.summarize(v) for v in cells.values]
+            row.estimate, row.ci = stats.contrast_ratio(sums, num, den)
+            row.ours = _ci_text(row.estimate, row.ci, "x")
+            if min(row.n) < need:
+                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
+                continue
+            row.verdict, row.why = _by_interval(r, stats.contrast_ratio(sums, num, den, wide)[1])
         else:
             c = stats.compare(cells.values[1], cells.values[0])   # a against b: ratio = mean(a) / mean(b)
             row.estimate, row.ci = c.ratio, c.ratio_ci
