@@ -18,9 +18,10 @@ Kinds:
   value      mean(a) with its t CI against the study's value, the same band rule as ratio.
   contrast   (mean(a) - mean(b)) / (mean(c) - mean(d)), Fieller's CI for two contrasts (stats.contrast_ratio; a cell
              named twice is one sample): S1's ratios of processing rates, TP = 1 / t with t = diff / 2. Band rule as ratio.
-A cell's value per trial: `metric` summed over the trial's pairs (`reduce: mean` for a per-pair quantity such as a
-latency percentile), a whole-machine probe's window value when the workload has no such sample (cpu_busy_ratio,
-interrupts_per_s), or the quotient of two such values (`metric: context_switches_per_s/interrupts_per_s`).
+A cell's value per trial: `metric` summed over the trial's pairs (a row's `reduce: mean` etc. reduces its samples
+instead, for a per-pair quantity such as a latency percentile), a whole-machine probe's window value when the workload
+has no such sample (cpu_busy_ratio, interrupts_per_s), or the quotient of two such values
+(`metric: context_switches_per_s/interrupts_per_s`).
 Every cell needs `min_trials` trials (default 3), else cannot tell. The ratio and value rows decide on intervals
 widened for the card's family (Bonferroni over those rows: 1 - 0.05 / m), the printed CI is the plain 95 % one."""
 from __future__ import annotations
@@ -87,7 +88,7 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
     return True
 
 
-def _cells(data: Dataset, sels: list[dict], metric: str, how: str = "sum") -> _Cells:
+def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None) -> _Cells:
     out = _Cells()
     for sel in sels:
         got = [t for t in data.ok if matches(sel, t.labels, t.levels, t.params)]
@@ -104,16 +105,18 @@ def _cells(data: Dataset, sels: list[dict], metric: str, how: str = "sum") -> _C
     return out
 
 
-def _value(t: Trial, metric: str, how: str = "sum") -> float | None:
-    """A trial's one value: the median of its echoes for a per-echo metric (rtt_s), else the sum (or mean) over its
-    pairs, else the whole machine's window value; 'a/b' is the quotient of two such values (a conversion rate)."""
+def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
+    """A trial's one value: `how` over its samples, else the median of its echoes for a per-echo metric (rtt_s), else
+    the sum over its pairs; else the whole machine's window value (a probe's); 'a/b' is the quotient of two such
+    values (a conversion rate, CPU per bit)."""
     if "/" in metric:
         num, den = (_value(t, m.strip(), how) for m in metric.split("/", 1))
         return num / den if num is not None and den else None
-    if metric in DISTRIBUTIONS:
+    if how or metric in DISTRIBUTIONS:
         vals = t.values(metric)
-        return reduce_values(vals, "median") if vals else None
-    own = t.mean(metric) if how == "mean" else t.total(metric)
+        own = reduce_values(vals, how or "median") if vals else None
+    else:
+        own = t.total(metric)
     return own if own is not None else t.machine(metric)
 
 
@@ -168,11 +171,9 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:.2f}x" if unit == "x" else human(x, unit)
 
 
-def _selectors(kind: str, r: dict, base: dict) -> tuple[list[dict], list[float], list[float]]:
-    """The row's distinct cells, and for a contrast each one's coefficient in (a - b) / (c - d): a cell named twice
-    (S1's Reference in (Reference - CS) / (IPsec - Reference)) is one sample with both coefficients."""
-    if kind != "contrast":
-        return [{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else []), [], []
+def _contrast_cells(r: dict, base: dict) -> tuple[list[dict], list[float], list[float]]:
+    """A contrast row's distinct cells, each with its coefficient in (a - b) / (c - d): a cell named twice (S1's
+    Reference in (Reference - CS) / (IPsec - Reference)) is one sample with both coefficients."""
     sels: list[dict] = []
     num: list[float] = []
     den: list[float] = []
@@ -196,9 +197,9 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
     rows, pend = [], []    # pend: (row index, Comparison, expect) of direction rows, Holm-ed together
     for r in entries:
         kind, metric, need = str(r.get("kind", "ratio")), str(r.get("metric", "throughput_bps")), int(r.get("min_trials", 3))
-        sels, num, den = _selectors(kind, r, base)
-        how = str(r.get("reduce", "sum"))
-        cells = _cells(data, sels, metric, how)
+        sels, num, den = _contrast_cells(r, base) if kind == "contrast" else \
+            ([{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else []), [], [])
+        cells = _cells(data, sels, metric, r.get("reduce"))
         unit = "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))
         study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind != "direction" else r.get("expect", "")))
         row = Row(str(r.get("id", "")), str(r.get("claim", "")), study, "—", CANNOT, n=tuple(len(v) for v in cells.values))
@@ -250,7 +251,7 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
     for i, c, _ in pend:
         if rows[i].verdict == DIFFERS:
             cells = _cells(data, [{**base, **entries[i]["a"]}, {**base, **entries[i]["b"]}],
-                           str(entries[i].get("metric", "throughput_bps")), str(entries[i].get("reduce", "sum")))
+                           str(entries[i].get("metric", "throughput_bps")), entries[i].get("reduce"))
             if reason := _reason(cells, line):
                 rows[i].why += f"; {reason}"
     return rows
