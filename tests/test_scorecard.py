@@ -170,3 +170,30 @@ def test_s5_conversion_row_is_the_hand_computed_mean_of_rounds(tmp_path):
     assert r.verdict == scorecard.AGREES and r.study == "53.4 %"      # the study's 53.39 %
     growth = got["interrupts-growth"]    # 6000 / 1000 interrupts/s: 6.0x, the paper 5.58x (its '82.08 %')
     assert math.isclose(growth.estimate, 6.0, rel_tol=1e-12) and growth.study.startswith("5.58x (the paper's")
+
+
+def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
+    """S1's 'OvS's unsaturated processing rate is 20.6 % of IPsec's': TP = 1 / t with t = diff / 2, so the ratio of the
+    rates is (TR IPsec - TR Reference) / (TR Reference - TR CS); Reference is one sample in both differences."""
+    s1 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s1.yaml").read_text()
+    b = Book(tmp_path / "s1.db", spec_text=s1)
+    ping = {"type": "ping", "ping_size": 56}
+    ipsec = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}
+    for attach, enc, medians in (("host", "none", [0.25e-3, 0.26e-3, 0.27e-3]),
+                                 ("switch", "none", [0.90e-3, 0.91e-3, 0.92e-3]),
+                                 ("switch", ipsec, [1.03e-3, 1.04e-3, 1.05e-3])):
+        label = "none" if enc == "none" else "ipsec(aes-256-cbc,hmac-sha512)"
+        sc = b.scenario({"attach": attach, "encryption": label, "switch": "ovs"}, {"attach": attach, "encryption": enc})
+        b.trials(sc, "ping", ping, [[Sample.of("rtt_s", v, pair=1) for v in (m * 0.9, m, m * 1.1)] for m in medians])
+    data = load(b.store, b.cid)
+    r = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ovs-ipsec-tp-tr"]
+    # N = 1.04 - 0.91 = 0.13 ms, D = 0.91 - 0.26 = 0.65 ms: 0.2 (the paper 3.080 / 14.964 = 20.6 %). Each cell's
+    # mean has v = 0.01^2 / 3 (ms^2); N - r D weighs IPsec 1, Reference -(1 + r), CS r: Welch df
+    # = (1 + 1.44 + 0.04)^2 / ((1 + 1.44^2 + 0.04^2) / 2) = 4, t(0.975, 4) = 2.7764451
+    n, d, v, t2 = 0.13, 0.65, 1e-4 / 3, 2.7764451051977987 ** 2
+    qa, qb, qc = d * d - t2 * 2 * v, -2 * (n * d + t2 * v), n * n - t2 * 2 * v
+    root = math.sqrt(qb * qb - 4 * qa * qc)
+    lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    assert math.isclose(r.estimate, 0.2, rel_tol=1e-9) and r.n == (3, 3, 3)      # Reference counted once
+    assert math.isclose(r.ci[0], lo, rel_tol=1e-6) and math.isclose(r.ci[1], hi, rel_tol=1e-6)
+    assert r.study == "0.21x" and r.verdict == scorecard.AGREES
