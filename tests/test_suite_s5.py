@@ -133,7 +133,7 @@ def test_smoke_profile_end_to_end(tmp_path, state_dir):
         assert abs(float(row[4].split()[0]) - 100 * ctx / intr) <= slack, (row, slack)
     tenants = next(t for t in result.tables if t.title == "S5 — the tenants during the attack")
     # VM1: response time median and p95, requests/s, errors, CPU work; VM2 (no clients): CPU work; the host's CPU
-    assert len(tenants.rows) == 7 and len(result.figures) == 3
+    assert len(tenants.rows) == 7 and len(result.figures) == 4
     assert any(f.startswith("Conversion rate") for f in result.findings)
     assert any(f.startswith("Neighbour degraded") for f in result.findings)
     inside = next(t for t in result.tables if t.title.startswith("S5 — inside the VMs"))
@@ -340,8 +340,15 @@ def test_s5_analysis_on_known_inputs(tmp_path):
     assert tenants[(neighbour, "response time, median")][3] == "too few rounds (2 + 2)"
     findings = " ".join(result.findings)
     assert "53.0 % without vs 55.0 % with the attack" in findings and "cannot tell from 2 + 2 rounds" in findings
-    assert [f.name for f in result.figures] == ["s5-fig3", "s5-series", "s5-response-times"]
-    fig3 = result.figures[0].figure
+    assert [f.name for f in result.figures] == ["s5-fig3", "s5-counts", "s5-series", "s5-response-times"]
+    # the paper's Fig. 3: context switches against interrupts, control (1000, 530) -> attack (1500, 850) observed,
+    # and 530 x 1500 / 1000 = 795 expected in proportion; the paper's own panel from its Table 1
+    observed, expected = result.figures[0].figure.axes[0].get_lines()[:2]
+    assert list(observed.get_xdata()) == [1000, 1500] and list(observed.get_ydata()) == [530, 850]
+    assert list(expected.get_ydata()) == [530, 795]
+    paper_line = result.figures[0].figure.axes[1].get_lines()[0]
+    assert list(paper_line.get_xdata()) == [25295, 141157] and list(paper_line.get_ydata()) == [13504, 95369]
+    fig3 = result.figures[1].figure
     bars = [p for p in fig3.axes[0].patches]
     assert [round(b.get_height(), 3) for b in bars] == [1.0, 0.53, 1.5, 0.85]  # k/s: control, then attack
     assert [t.get_text() for t in fig3.axes[0].texts] == ["+50 %", "+60 %"]
@@ -390,7 +397,7 @@ def test_neighbour_without_web_clients_as_in_the_study(tmp_path):
     neighbour = "VM2 (neighbour, pair 2)"
     assert not any(k[0] == neighbour and k[1].startswith(("response", "web")) for k in tenants)
     assert tenants[(neighbour, "CPU work done (stress-ng bogo ops/s)")][:3] == ["600", "450", "-25 %"]
-    assert len(result.figures[2].figure.axes) == 1        # response times: VM1's panel only
+    assert len(result.figures[3].figure.axes) == 1        # response times: VM1's panel only
 
 
 def test_a_guests_cpu_rows_are_not_labelled_the_whole_machines(tmp_path):
