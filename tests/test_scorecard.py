@@ -96,3 +96,104 @@ def test_s1_row_uses_each_trials_median_echo(tmp_path):
     # rows (Bonferroni) does not: too wide to tell, never 'agrees' from 3 noisy trials
     assert row.study == "3.49x" and row.ours == "3.60x (2.46x .. 5.81x)"
     assert row.verdict == scorecard.CANNOT and row.why.startswith("interval too wide")
+
+
+S4 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s4.yaml").read_text()
+
+
+def s4_rows(tmp_path) -> dict[str, scorecard.Row]:
+    """S4's own card on hand-made cells: WireGuard at MTU 1500 and 9000, VXLAN and OVS+VXLAN at 8 streams and 4
+    generators (the other rows stay unmeasured)."""
+    from test_suites_s3_s4 import s4_labels, tcp_runs
+    b = Book(tmp_path / "s4.db", spec_text=S4)
+    one = {"type": "iperf3", "streams": 1, "interval": 1}
+    for mtu, vals in (("1500", [2.0e8, 2.2e8, 2.4e8]), ("9000", [8.0e8, 8.8e8, 9.6e8])):
+        sc = b.scenario({**s4_labels(enc="wireguard", mtu=mtu), "kernel": "shared"})
+        b.trials(sc, "iperf3", one, tcp_runs(vals, 0.5))
+    eight, gen4 = {"type": "iperf3", "streams": 8}, {"type": "iperf3", "streams": 4, "processes": 4}
+    for switch, tput in (("ovs", [1.0e9, 1.2e9, 0.8e9]), ("linuxbridge", [3.0e9, 2.0e9, 4.0e9])):
+        sc = b.scenario({**s4_labels("switch", switch=switch, overlay="vxlan", measure="streams8"), "kernel": "shared"})
+        b.trials(sc, "iperf3", eight, tcp_runs(tput, 0.9 if switch == "ovs" else 0.6))
+    sc = b.scenario({**s4_labels("switch", overlay="vxlan", measure="gen4"), "kernel": "shared"})
+    b.trials(sc, "iperf3", gen4, tcp_runs([9.5e9, 9.6e9, 9.7e9], 0.5))
+    data = load(b.store, b.cid)
+    return {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+
+
+def test_s4_jumbo_row_is_the_hand_computed_fieller_interval(tmp_path):
+    r = s4_rows(tmp_path)["wireguard-jumbo"]
+    # 9000: 8.0/8.8/9.6, 1500: 2.0/2.2/2.4 (x 1e8): means 8.8 and 2.2, ratio 4.0 (the study's 4x); variances of the
+    # means 0.64/3 and 0.04/3; at r = 4, va = r^2 vb, so Welch's df = 4 and t(0.975, 4) = 2.7764451
+    t2 = 2.7764451051977987 ** 2
+    qa, qb, qc = 2.2 ** 2 - t2 * 0.04 / 3, -2 * 2.2 * 8.8, 8.8 ** 2 - t2 * 0.64 / 3
+    root = math.sqrt(qb * qb - 4 * qa * qc)
+    lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    assert math.isclose(r.estimate, 4.0, rel_tol=1e-12) and r.n == (3, 3) and r.study == "4.00x"
+    assert math.isclose(r.ci[0], lo, rel_tol=1e-9) and math.isclose(r.ci[1], hi, rel_tol=1e-9)
+    assert r.ours == f"4.00x ({lo:.2f}x .. {hi:.2f}x)"
+
+
+def test_s4_cpu_per_bit_row_divides_each_trials_machine_cpu_by_its_throughput(tmp_path):
+    got = s4_rows(tmp_path)
+    r = got["ovs-cpu-per-bit"]
+    # OVS+VXLAN: 0.9 / (1.0, 1.2, 0.8 Gbit/s) = 0.9, 0.75, 1.125 (x 1e-9), mean 0.925e-9; VXLAN: 0.6 / (3, 2, 4 Gbit/s)
+    # = 0.2, 0.3, 0.15 (x 1e-9), mean 0.21667e-9: OVS spends 4.269x the CPU per bit, as the study says (higher)
+    assert math.isclose(r.estimate, 0.925 / (0.65 / 3), rel_tol=1e-9)
+    assert r.verdict == scorecard.AGREES and r.why.startswith("Holm p = ")
+    gen4 = got["vxlan-gen4-line-rate"]   # 9.6 Gbit/s against the study's 40 % of line rate: it differs, measurably
+    assert gen4.verdict == scorecard.DIFFERS and gen4.why == "a at the line rate (9.5 Gbit/s of 10 Gbit/s)"
+    assert got["geneve-tput"].verdict == scorecard.CANNOT and got["geneve-tput"].why.startswith("not measured")
+
+
+S5 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s5.yaml").read_text()
+
+
+def test_s5_conversion_row_is_the_hand_computed_mean_of_rounds(tmp_path):
+    """S5's Table 1 rows on the host's counters (the study's Dom0 view): a round's conversion rate is its context
+    switches over its interrupts, one value per round."""
+    b = Book(tmp_path / "s5.db", spec_text=S5)
+    web = {"type": "http", "pairs": [1], "clients": 6}
+    rounds = {"off": [(1000, 500), (1000, 530), (1000, 560)], "on": [(5000, 3400), (6000, 4200), (7000, 4900)]}
+    for level, counts in rounds.items():
+        sc = b.scenario({"attack": level}, {"attack": level})
+        b.trials(sc, "http", web, [[Sample.of("interrupts_per_s", i, scope="machine"),
+                                    Sample.of("context_switches_per_s", c, scope="machine"),
+                                    Sample.of("interrupts_per_s", 9 * i, scope="vm", vm="h2v2")]   # VM1's own: not Dom0's
+                                   for i, c in counts])
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    r = got["conversion-control"]
+    # 0.50, 0.53, 0.56: mean 0.53, s = 0.03, t(0.975, 2) = 4.3026527 -> 0.53 +- 0.0745241
+    half = 4.302652729911275 * 0.03 / math.sqrt(3)
+    assert math.isclose(r.estimate, 0.53, rel_tol=1e-12) and r.n == (3,)
+    assert math.isclose(r.ci[0], 0.53 - half, rel_tol=1e-9) and math.isclose(r.ci[1], 0.53 + half, rel_tol=1e-9)
+    assert r.verdict == scorecard.AGREES and r.study == "53.4 %"      # the study's 53.39 %
+    growth = got["interrupts-growth"]    # 6000 / 1000 interrupts/s: 6.0x, the paper 5.58x (its '82.08 %')
+    assert math.isclose(growth.estimate, 6.0, rel_tol=1e-12) and growth.study.startswith("5.58x (the paper's")
+
+
+def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
+    """S1's 'OvS's unsaturated processing rate is 20.6 % of IPsec's': TP = 1 / t with t = diff / 2, so the ratio of the
+    rates is (TR IPsec - TR Reference) / (TR Reference - TR CS); Reference is one sample in both differences."""
+    s1 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s1.yaml").read_text()
+    b = Book(tmp_path / "s1.db", spec_text=s1)
+    ping = {"type": "ping", "ping_size": 56}
+    ipsec = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}
+    for attach, enc, medians in (("host", "none", [0.25e-3, 0.26e-3, 0.27e-3]),
+                                 ("switch", "none", [0.90e-3, 0.91e-3, 0.92e-3]),
+                                 ("switch", ipsec, [1.03e-3, 1.04e-3, 1.05e-3])):
+        label = "none" if enc == "none" else "ipsec(aes-256-cbc,hmac-sha512)"
+        sc = b.scenario({"attach": attach, "encryption": label, "switch": "ovs"}, {"attach": attach, "encryption": enc})
+        b.trials(sc, "ping", ping, [[Sample.of("rtt_s", v, pair=1) for v in (m * 0.9, m, m * 1.1)] for m in medians])
+    data = load(b.store, b.cid)
+    r = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ovs-ipsec-tp-tr"]
+    # N = 1.04 - 0.91 = 0.13 ms, D = 0.91 - 0.26 = 0.65 ms: 0.2 (the paper 3.080 / 14.964 = 20.6 %). Each cell's
+    # mean has v = 0.01^2 / 3 (ms^2); N - r D weighs IPsec 1, Reference -(1 + r), CS r: Welch df
+    # = (1 + 1.44 + 0.04)^2 / ((1 + 1.44^2 + 0.04^2) / 2) = 4, t(0.975, 4) = 2.7764451
+    n, d, v, t2 = 0.13, 0.65, 1e-4 / 3, 2.7764451051977987 ** 2
+    qa, qb, qc = d * d - t2 * 2 * v, -2 * (n * d + t2 * v), n * n - t2 * 2 * v
+    root = math.sqrt(qb * qb - 4 * qa * qc)
+    lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    assert math.isclose(r.estimate, 0.2, rel_tol=1e-9) and r.n == (3, 3, 3)      # Reference counted once
+    assert math.isclose(r.ci[0], lo, rel_tol=1e-6) and math.isclose(r.ci[1], hi, rel_tol=1e-6)
+    assert r.study == "0.21x" and r.verdict == scorecard.AGREES

@@ -571,7 +571,9 @@ def tcp_runs(values, busy, sender=0.5, receiver=0.4, procs=None):
              Sample.of("receiver_cpu_ratio", receiver, pair=1, direction="forward"),
              Sample.of("cpu_busy_ratio", busy, scope="machine"),
              Sample.of("cpu_busy_ratio", 0.99, scope="machine", cpu=0),
-             Sample.of("cpu_busy_ratio", 0.5, t=1.0, scope="machine", series=True)]
+             # two 1-s readings around the window's share: the table's min .. max over seconds
+             Sample.of("cpu_busy_ratio", busy - 0.05, t=1.0, scope="machine", series=True),
+             Sample.of("cpu_busy_ratio", busy + 0.05, t=2.0, scope="machine", series=True)]
         s += [Sample.of("process_cpu_ratio", r, process=p, pid=1) for p, r in (procs or {}).items()]
         out.append(s)
     return out
@@ -592,7 +594,7 @@ def test_s4_one_run_is_not_tested(tmp_path):
     assert "not tested (one run" in f[1] and "not tested (one run" in f[2]
     assert not any("confirmed" in x and "not confirmed" not in x for x in f), f
     row = next(r_ for r_ in r.tables[0].rows if r_[0] == "native")
-    assert row[4:7] == ["50 % (1 run)", "40 % (1 run)", "30 % (1 run)"]
+    assert row[4:7] == ["50 % (1 run)", "40 % (1 run)", "30 % (25 .. 35 % over 2 s)"]
 
 
 def test_s4_analysis_on_known_inputs(tmp_path):
@@ -632,12 +634,12 @@ def test_s4_analysis_on_known_inputs(tmp_path):
     assert list(rows) == ["native", "VXLAN", "Geneve", "OVS+VXLAN", "WireGuard", "IPsec"]
     # [9.0, 9.2, 9.1, 9.3] Gbit/s: mean 9.15, s = 0.1291, t(0.975, 3) = 3.182 -> ± 0.205 Gbit/s
     assert rows["native"] == ["native", "host", "1500", "9.15 Gbit/s ± 205 Mbit/s", "55 % (50 .. 60 %)",
-                              "40 % (40 .. 40 %)", "30 % (30 .. 30 %)", "—",
+                              "40 % (40 .. 40 %)", "30 % (25 .. 35 % over 8 s)", "—",
                               "10 µs", "21 µs", "31 µs", "42 µs", "2 ms", "4"]
     assert rows["OVS+VXLAN"][7] == "90 % (90 .. 90 %)" and rows["WireGuard"][7] == "200 % (200 .. 200 %)"
     assert rows["Geneve"][3] == "skipped: kernel has no geneve"
     line = t["S4 — 4 parallel generators as a percentage of line rate"]
-    assert line.rows == [["native", "9.6 Gbit/s ± 1.27 Gbit/s", "96.0 %", "40 % (40 .. 40 %)", "50 % (50 .. 50 %)",
+    assert line.rows == [["native", "9.6 Gbit/s ± 1.27 Gbit/s", "96.0 %", "40 % (35 .. 45 % over 4 s)", "50 % (50 .. 50 %)",
                           "2"]]
     mtu = t["S4 — MTU 1500 vs 9000 (one TCP stream)"]
     # Welch on per-trial values: 4 trials at 9.0-9.3 vs 2 at 9.8-9.9 Gbit/s differ significantly (*)

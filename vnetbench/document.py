@@ -349,10 +349,20 @@ def _by_metric(d: Data) -> dict[str, list[report.Row]]:
     return out
 
 
+def describe(metric: str, rows: list[report.Row], default: str = "") -> str:
+    """The metric's description; where guests' own rows ([VM ...]) stand beside the machine's, a 'whole machine'
+    metric says what their rows are: the guest kernel's own account (a one-CPU guest's 100 % is its one CPU)."""
+    desc = METRICS[metric].description if metric in METRICS else default
+    if "whole machine" in desc and any(r.key and r.key.dims.scope == "vm" for r in rows):
+        desc += ("; rows [VM ...]: that guest's own kernel's account, not the machine's"
+                 + (" (its own CPUs: for a one-CPU guest 100 % = its one CPU)" if rows[0].unit == "ratio" else ""))
+    return desc
+
+
 def metric_table(name: str, rows: list[report.Row]) -> TableData:
     several = report.several_workloads(rows)
     unit, metric = rows[0].unit, rows[0].metric
-    desc = METRICS[metric].description if metric in METRICS else ""
+    desc = describe(metric, rows)
     stat = rows[0].key.stat if rows[0].key else ""
     return TableData(f"{name} ({unit}) — {desc}" + (f"; {report.trial_value(metric, stat)}" if stat else ""),
                      ["scenario", *(("workload",) if several else ()), "implementation", *report.STAT_COLUMNS,
@@ -419,7 +429,7 @@ def _row_label(d: Data, r: report.Row, several: bool) -> str:
 def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
     several = report.several_workloads(rows)
     vals = [list(r.values.values()) for r in rows]
-    desc = METRICS[metric].description if metric in METRICS else metric
+    desc = describe(metric, rows, metric)
     return figures.metric_overview(f"metric-{metric}", f"{metric} — {desc}", rows[0].unit,
                                    [_row_label(d, r, several) for r in rows], [r.summary for r in rows], vals,
                                    " · ".join(d.cols), "Mean per scenario with its 95 % confidence interval "

@@ -330,6 +330,32 @@ def ratio_ci(a: Summary, b: Summary, confidence: float = 0.95) -> tuple[float, f
     return (lo, hi)
 
 
+def contrast_ratio(cells: Sequence[Summary], num: Sequence[float], den: Sequence[float],
+                   confidence: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """N / D for two contrasts of independent cell means, N = sum num_i * mean_i and D = sum den_i * mean_i (a cell
+    may be in both: S1's (Reference - CS) / (IPsec - Reference)), with Fieller's interval: every r with
+    (N - r D)^2 <= t^2 sum (num_i - r den_i)^2 v_i, v_i a cell mean's squared standard error, Welch-Satterthwaite df
+    at the estimate. (nan, nan) when D cannot be told from 0 or a cell has under 2 values."""
+    m = [c.mean for c in cells]
+    v = [c.std ** 2 / c.n if c.n > 1 else math.nan for c in cells]
+    big_n = sum(a * x for a, x in zip(num, m))
+    big_d = sum(d * x for d, x in zip(den, m))
+    est = big_n / big_d if big_d else math.nan
+    if any(c.n < 2 for c in cells) or not math.isfinite(est):
+        return est, NAN_PAIR
+    w = [(a - est * d) ** 2 * vi for a, d, vi in zip(num, den, v)]
+    df_den = sum(wi * wi / (c.n - 1) for wi, c in zip(w, cells))
+    t2 = _t(sum(w) ** 2 / df_den if df_den > 0 else float(sum(c.n - 1 for c in cells)), confidence) ** 2
+    qa = big_d ** 2 - t2 * sum(d * d * vi for d, vi in zip(den, v))
+    qb = -2 * (big_n * big_d - t2 * sum(a * d * vi for a, d, vi in zip(num, den, v)))
+    qc = big_n ** 2 - t2 * sum(a * a * vi for a, vi in zip(num, v))
+    disc = qb * qb - 4 * qa * qc
+    if qa <= 0 or disc < 0:
+        return est, NAN_PAIR
+    root = math.sqrt(disc)
+    return est, ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
+
+
 def compare(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, better: str | None = None,
             seed: int = 0) -> Comparison:
     """b against a, on one value per trial: Welch's p on the means, the ratio of the means with Fieller's 95 % CI and

@@ -153,8 +153,8 @@ class S4(Analysis):
 
     # ---- tables ------------------------------------------------------------------------------------------
     def _interfaces(self, ifaces: list[str]) -> TableData:
-        cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender CPU", "receiver CPU",
-                "machine CPU", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
+        cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender iperf3 CPU",
+                "receiver iperf3 CPU", "machine CPU (min .. max over seconds)", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
         rows = []
         for name in ifaces:
             single, rr = self._trials(name, SINGLE), self._trials(name, RR)
@@ -169,7 +169,7 @@ class S4(Analysis):
             rows.append([name, impl or DASH, "/".join(mtus), mean_ci(self._tput(name), "bit/s"),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio"))),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio"))),
-                         mean_min_max(self._per_trial(name, SINGLE, lambda t: t.machine("cpu_busy_ratio"))),
+                         machine_cpu(single),
                          mean_min_max(dp),
                          human(min(lat["min"]), "s") if lat["min"] else DASH,
                          *[human(median(lat[k]), "s") if lat[k] else DASH for k in ("p50", "p90", "p99")],
@@ -177,9 +177,11 @@ class S4(Analysis):
                          str(max(len(single), len(rr)))])
         return TableData(
             f"S4 — interfaces: one TCP stream and request/response latency (MTU {self.base_mtu})", cols, rows,
-            "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. CPU cells: mean over runs (min .. max "
-            "over runs), as the study reports them. Sender/receiver CPU: the iperf3 processes' own CPU time over the "
-            "test (100 % = one core). Machine CPU: all CPUs' busy share during the trial. Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core). Latency: "
+            "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. Sender/receiver iperf3 CPU: the iperf3 "
+            "processes' own CPU time over the test (100 % = one core), mean over runs (min .. max over runs); not the "
+            "study's netperf -c/-C, which is each host's system-wide share, since both hosts here are one machine. "
+            f"{MACHINE_CPU_NOTE} Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core), "
+            "mean over runs (min .. max over runs). Latency: "
             "sockperf TCP ping-pong round trips; min and max over all runs, p50/p90/p99 the median over runs of each "
             "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's)."
             + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
@@ -194,14 +196,16 @@ class S4(Analysis):
                 continue
             share = (sum(vals) / len(vals)) / self.line_rate if self.line_rate else None
             rows.append([name, mean_ci(vals, "bit/s"), DASH if share is None else f"{share * 100:.1f} %",
-                         mean_min_max(self._per_trial(name, GEN4, lambda t: t.machine("cpu_busy_ratio"))),
+                         machine_cpu(self._trials(name, GEN4)),
                          mean_min_max(self._per_trial(name, GEN4, lambda t: t.total("sender_cpu_ratio"))),
                          str(len(vals))])
         rate = human(self.line_rate, "bit/s") if self.line_rate else "not set (underlay.rate)"
         return TableData("S4 — 4 parallel generators as a percentage of line rate",
-                         ["interface", "throughput (4 generators)", "of line rate", "machine CPU", "senders' CPU", "runs"],
+                         ["interface", "throughput (4 generators)", "of line rate", "machine CPU (min .. max over seconds)",
+                          "senders' iperf3 CPU", "runs"],
                          rows, f"Four iperf3 client/server processes, one stream each, at once. Line rate: {rate}, the "
-                               f"hosts' NICs' egress limit (tbf). CPU cells: mean over runs (min .. max over runs).")
+                               f"hosts' NICs' egress limit (tbf). {MACHINE_CPU_NOTE} Senders' iperf3 CPU: the four "
+                               f"clients' own CPU time summed (100 % = one core), mean over runs (min .. max over runs).")
 
     def _streams_levels(self) -> list[int]:
         levels = {1} | {int(k[1][len("streams"):]) for k in self.by if k[1].startswith("streams")}
@@ -219,15 +223,14 @@ class S4(Analysis):
             for name in names:
                 ts = self._stream_trials(name, s)
                 tp = [v for t in ts if (v := t.total("throughput_bps", direction="forward")) is not None]
-                cpu = [v for t in ts if (v := t.machine("cpu_busy_ratio")) is not None]
-                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {mean_min_max(cpu)}" if tp else DASH)
+                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {machine_cpu(ts)}" if tp else DASH)
             procs = {_processes(t) for name in names for t in self._stream_trials(name, s)}
             row.append(", ".join(str(p) for p in sorted(procs)) or DASH)
             rows.append(row)
         return TableData("S4 — parallel streams: aggregate throughput and whole-machine CPU",
                          ["streams", *names, "generator processes"], rows,
-                         "Mean over runs of the receiver throughput summed over all streams, and of the machine's CPU "
-                         "busy share (min .. max over runs). Past 128 streams iperf3 runs several generator processes (at most 128 streams "
+                         "Mean over runs of the receiver throughput summed over all streams. " + MACHINE_CPU_NOTE +
+                         " Past 128 streams iperf3 runs several generator processes (at most 128 streams "
                          "each); 1 stream is the single-stream test.")
 
     def _mtu(self, ifaces: list[str]) -> TableData:
@@ -540,6 +543,26 @@ class S4(Analysis):
             verdict = "cannot tell: WireGuard is not significantly above one core"
         cpus = f" on this {self.cpus}-CPU machine" if self.cpus else ""
         return f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)."
+
+
+MACHINE_CPU_NOTE = ("Machine CPU: the share of all the machine's CPUs busy (100 % = every CPU; in a guest kernel its "
+                    "one CPU), as the study's mpstat: the mean over runs of each run's window, and the lowest and "
+                    "highest 1-s reading over all runs' seconds (the study's min and max); both hosts are this one "
+                    "machine, so it is the sum of both hosts' work.")
+
+
+def machine_cpu(trials: list[Trial]) -> str:
+    """'62.1 % (40.3 .. 88.0 % over 20 s)': the mean over runs of the window's busy share, min .. max of the 1-s
+    readings of all runs (the study's mpstat min/max over seconds)."""
+    window = [v for t in trials if (v := t.machine("cpu_busy_ratio")) is not None]
+    secs = [s["value"] for t in trials for s in t.samples if s["metric"] == "cpu_busy_ratio"
+            and s["metadata"].get("scope") == "machine" and s["metadata"].get("series") and "cpu" not in s["metadata"]]
+    if not window:
+        return DASH
+    mean = human(sum(window) / len(window), "ratio")
+    if not secs:
+        return f"{mean} (no 1-s readings)"
+    return f"{mean} ({min(secs) * 100:.3g} .. {human(max(secs), 'ratio')} over {len(secs)} s)"
 
 
 def mean_min_max(values: list[float]) -> str:

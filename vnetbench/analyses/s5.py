@@ -3,9 +3,12 @@ without and with the attack) and what the attack did to the tenants (response ti
 
 What a round is: one ok trial of the foreground web workload (`http`); its scenario's `attack` level says control
 (off) or attack (on). Per round the machine-wide SystemProbe gives interrupts/s and context switches/s over the
-trial's window, exactly vmstat's `in` and `cs` (both read /proc/stat); where VM1 and VM2 are guests with their own
-kernel (`vm_kernel: guest`), each one's own /proc/stat over the same window too (the study's vantage point). The victim is the pair the flood targets
-(`target_pair` of the spec's background workload; pair 1 if none), the neighbour the other pair of the web workload.
+trial's window, exactly vmstat's `in` and `cs` (both read /proc/stat): the host's view, the study's own (vmstat in
+Dom0, the hypervisor's control domain, not inside the VMs). Where VM1 and VM2 are guests with their own kernel
+(`vm_kernel: guest`), each one's own /proc/stat over the same window too: the per-VM view, an addition of ours. The
+victim is the pair the flood targets (`target_pair` of the spec's background workload; pair 1 if none), the neighbour
+the other pair with a server-side workload (the web server's or the tenants' constant load: the study sends no
+clients to VM2).
 """
 from __future__ import annotations
 
@@ -74,11 +77,13 @@ def group_of(level) -> str:
 
 
 def roles(spec: dict) -> tuple[int, int | None]:
-    """(victim pair, neighbour pair) from the spec: the flood's target_pair, the web workload's other pair."""
+    """(victim pair, neighbour pair) from the spec: the flood's target_pair, and the first other pair of the web
+    workload or of the tenants' constant load (cpuload): the neighbour may have no web clients, as in the study."""
     wls = [w for w in spec.get("workloads", []) if isinstance(w, dict)]
     victim = next((w["target_pair"] for w in wls if isinstance(w.get("target_pair"), int)), 1)
-    web = next((w.get("pairs") for w in wls if w.get("type") == "http" and isinstance(w.get("pairs"), list)), None)
-    neighbour = next((p for p in (web or [1, 2]) if p != victim), None)
+    tenants = [p for kind in ("http", "cpuload") for w in wls if w.get("type") == kind
+               and isinstance(w.get("pairs"), list) for p in w["pairs"]]
+    neighbour = next((p for p in (tenants or [1, 2]) if p != victim), None)
     return victim, neighbour
 
 
@@ -160,6 +165,34 @@ def ms(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{1e3 * v:.2f} ms"
 
 
+def _progression(ax, pts: list[tuple[float, float]], cis: list | None = None) -> None:
+    """The paper's Fig. 3 on one axis: (interrupts, context switches) of control then attack, joined (observed), and
+    the proportional growth from control (expected)."""
+    (x0, y0), (x1, y1) = pts
+    ax.plot([x0, x1], [y0, y1], color="C0", marker="o", label="observed (control -> attack)")
+    ax.plot([x0, x1], [y0, y0 * x1 / x0] if x0 else [y0, y0], color="C3", ls="--",
+            label="expected: in proportion to interrupts")
+    for (x, y), ci in zip(pts, cis or [None, None]):
+        if ci and all(math.isfinite(v) for v in (*ci[0], *ci[1])):
+            ax.errorbar([x], [y], xerr=[[x - ci[0][0]], [ci[0][1] - x]], yerr=[[y - ci[1][0]], [ci[1][1] - y]],
+                        color="C0", capsize=3, lw=0.8)
+    for (x, y), g in zip(pts, GROUPS):
+        ax.annotate(g, (x, y), xytext=(4, -10), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("interrupts per second (mean)")
+    ax.set_ylabel("context switches per second (mean)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def paper_growth(a: float | None, b: float | None) -> str:
+    """Growth as the paper computes it, (attack − control) / attack: its 82.08 % = (141,157 − 25,295) / 141,157."""
+    if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or b == 0:
+        return "-"
+    return f"{100 * (b - a) / b:+.1f} %"
+
+
 def change(a: float | None, b: float | None) -> str:
     if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or a == 0:
         return "-"
@@ -238,6 +271,7 @@ class S5(Analysis):
             "Findings: Welch's t-test on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
             "p shown is Holm-adjusted."] + problems
         result.figures.append(self._fig3(by))
+        result.figures.append(self._counts_figure(by))
         result.figures.append(self._series_figure(by))
         result.figures.append(self._rt_figure(by, victim, neighbour))
         return result
@@ -263,10 +297,13 @@ class S5(Analysis):
                 "column with the CI, used for the findings); 'ratio of means' divides the two means instead. "
                 "In this emulation packets between namespaces raise no hardware interrupt: their per-packet work is the "
                 "NET_RX soft interrupt (shown), so the hardware interrupts are mostly timer and inter-processor ones "
-                "and the conversion rate can exceed 100 %. Growth: the attack rounds' mean relative to the control "
-                "rounds' (the conversion rate's in percentage points, as the study's 53 % -> 68 % is +15 points), "
-                "'significant' by stats.compare over per-round values. Every count is the whole machine's, including any other "
-                "load on it. " + _order_note(by))
+                "and the conversion rate can exceed 100 %. Growth, two ways, each labelled: ours is the attack rounds' mean "
+                "relative to the control rounds' ((attack − control) / control); the paper's is relative to the attack "
+                "value ((attack − control) / attack: its 82.08 % = (141,157 − 25,295) / 141,157 and 85.84 % = "
+                "(95,369 − 13,504) / 95,369), which cannot exceed 100 %. The conversion rate's growth is in percentage "
+                "points (the paper's 'converts 14.23 % more' is 67.63 − 53.39 points). 'significant': stats.compare over "
+                "per-round values. Every count is the whole machine's, the host's view as the study's vmstat in Dom0 "
+                "(the hypervisor's control domain), including any other load on it. " + _order_note(by))
         return TableData("S5 — interrupts and context switches without and with the attack",
                          ["round type", "rounds", "interrupts/s (95 % CI)", "context switches/s (95 % CI)",
                           "conversion rate, mean of rounds (95 % CI)", "conversion rate, ratio of means",
@@ -282,20 +319,20 @@ class S5(Analysis):
             if not a or not b:
                 return "-"
             ma, mb = float(np.mean(a)), float(np.mean(b))
-            text = f"{100 * (mb - ma):+.1f} points" if points else change(ma, mb)
+            text = f"{100 * (mb - ma):+.1f} points" if points else \
+                f"ours {change(ma, mb)} of control; as the paper {paper_growth(ma, mb)} of attack"
             if min(len(a), len(b)) < MIN_ROUNDS:
                 return f"{text}, not tested ({len(a)} + {len(b)} rounds)"
             return f"{text}, {'significant' if _compare(a, b).significant else 'not significant'}"
 
         conv = values(lambda r: r.conversion)
-        ratio = "-"
-        if conv["control"] and conv["attack"]:
-            ratio = f"{100 * (STUDY['attack'] - STUDY['control']):+.0f} points in the study"
+        ratio = ("the paper: interrupts 82.08 %, context switches 85.84 % of attack; conversion +14.23 points "
+                 "(53.39 % -> 67.63 %)")
         return ["growth, attack vs control", "", cell(values(lambda r: r.machine.get("interrupts_per_s"))),
                 cell(values(lambda r: r.machine.get("context_switches_per_s"))), cell(conv, points=True), "-", ratio,
                 cell(values(lambda r: r.machine.get("net_rx_softirqs_per_s"))), cell(values(lambda r: r.nic_rx))]
 
-    # ---- inside the VMs (the study's own vantage point) ------------------------------------------------------------
+    # ---- inside the VMs (our addition: the study measured in Dom0, the host) ----------------------------------------
     @staticmethod
     def _vm_value(r: Round, role: str, metric: str) -> float | None:
         got = r.vm.get(r.vm_role.get(role, ""), {})
@@ -341,7 +378,8 @@ class S5(Analysis):
             else:
                 test = f"{'yes' if p_adj < 0.05 else 'no'} (p = {c.p:.2g}, Holm {p_adj:.2g})"
             rows.append([name, label, cell(_summary(vals["control"])), cell(_summary(vals["attack"])), diff, test])
-        note = ("Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
+        note = ("Not the study's vantage point: it read vmstat in Dom0, the host (the 'host (whole machine)' rows, and "
+                "the table above). Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
                 "host's probe: its /proc/stat (interrupts, context switches, CPU time, NET_RX softirqs) and its NIC's "
                 "received packets. One value per round; mean with its 95 % CI (Student t); attack − control is the "
                 "difference of the means with Welch's 95 % CI; significant = Welch's t-test, Holm-corrected over "
@@ -349,7 +387,8 @@ class S5(Analysis):
                 "NIC takes received packets in batches, so a flood raises its packet count far more than its "
                 "interrupts. A UML guest has no steal time: time the machine does not give it is counted as its idle, "
                 "so its CPU busy share understates a starved VM (its stress-ng work done, in the next table, does not).")
-        return TableData("S5 — inside the VMs: each VM's own interrupts and context switches, beside the host's",
+        return TableData("S5 — inside the VMs (our addition; the study measured the host): each VM's own interrupts "
+                         "and context switches, beside the host's",
                          ["VM", "measure", "control (95 % CI)", "attack (95 % CI)", "attack − control (95 % CI)",
                           "significant"], rows, note)
 
@@ -370,7 +409,8 @@ class S5(Analysis):
                              f"attack: {_answer(c, 'higher')} ("
                              + (f"Welch p = {c.p:.2g}; " if math.isfinite(c.p) else "")
                              + "the study, on its host: 53 % -> 68 %)")
-            out.append(f"Inside {name} (its own kernel, control -> attack, mean of rounds): " + "; ".join(parts) + ".")
+            out.append(f"Inside {name} (its own kernel, our addition: the study measured the host; control -> "
+                       f"attack, mean of rounds): " + "; ".join(parts) + ".")
         return out
 
     # ---- what the attack did to the tenants ---------------------------------------------------------------------
@@ -383,13 +423,16 @@ class S5(Analysis):
             pooled = {g: [v for r in by[g] for v in r.rt.get(pair, [])] for g in GROUPS}
             per_round = {g: {q: [float(np.percentile(r.rt[pair], q)) for r in by[g] if r.rt.get(pair)] for q in (50, 95)}
                          for g in GROUPS}
-            for q, label in ((50, "response time, median"), (95, "response time, p95")):
+            served = any(pooled.values())   # the study sends web clients to VM1 only: VM2 has no response times
+            for q, label in ((50, "response time, median"), (95, "response time, p95")) if served else ():
                 a, b = (float(np.percentile(pooled[g], q)) if pooled[g] else None for g in GROUPS)
                 c = _compare(per_round["control"][q], per_round["attack"][q])
                 rows.append([name, label, ms(a), ms(b), change(a, b), verdict(c)])
             for metric, label, fmt in (("rps", "web requests answered/s", "{:.1f}"), ("errors", "web errors per round", "{:.1f}"),
                                        ("cpu_ops", "CPU work done (stress-ng bogo ops/s)", "{:.0f}")):
                 vals = {g: [getattr(r, metric)[pair] for r in by[g] if pair in getattr(r, metric)] for g in GROUPS}
+                if metric != "cpu_ops" and not served:
+                    continue
                 a, b = (float(np.mean(vals[g])) if vals[g] else None for g in GROUPS)
                 cells = [fmt.format(v) if v is not None else "-" for v in (a, b)]
                 rows.append([name, label, *cells, change(a, b), verdict(_compare(vals["control"], vals["attack"]))])
@@ -414,14 +457,16 @@ class S5(Analysis):
         if c is None:
             out.append("Conversion rate higher under attack: cannot tell (control or attack rounds missing).")
         else:
-            out.append(f"Conversion rate (context switches / interrupts) higher under attack: {_answer(c, 'higher')} — "
+            out.append(f"Conversion rate (context switches / interrupts) on the host, the study's vantage point, higher "
+                       f"under attack: {_answer(c, 'higher')} — "
                        f"{100 * c.a.mean:.1f} % without vs {100 * c.b.mean:.1f} % with the attack (mean of "
                        f"{c.a.n} and {c.b.n} rounds, Welch p = {c.p:.2g}); the study: 53 % vs 68 %.")
         for metric, what in (("context_switches_per_s", "Context switches"), ("interrupts_per_s", "Interrupts")):
             vals = {g: [r.machine[metric] for r in by[g] if metric in r.machine] for g in GROUPS}
             if (c := _compare(vals["control"], vals["attack"])) is not None:
-                out.append(f"{what} per second higher under attack: {_answer(c, 'higher')} "
-                           f"({c.a.mean:.0f}/s without, {c.b.mean:.0f}/s with).")
+                out.append(f"{what} per second on the host higher under attack: {_answer(c, 'higher')} "
+                           f"({c.a.mean:.0f}/s without, {c.b.mean:.0f}/s with; grew {change(c.a.mean, c.b.mean)} of "
+                           f"control, {paper_growth(c.a.mean, c.b.mean)} of attack as the paper computes it).")
         if neighbour is None:
             return out
         med = {g: [float(np.median(r.rt[neighbour])) for r in by[g] if r.rt.get(neighbour)] for g in GROUPS}
@@ -435,14 +480,38 @@ class S5(Analysis):
                  for c, what in checks if what == "higher"]
         parts += [f"CPU work {c.a.mean:.0f} -> {c.b.mean:.0f} ops/s: less {_answer(c, 'lower')}"
                   for c, what in checks if what == "lower"]
-        out.append(f"Neighbour degraded: {overall} — " + "; ".join(parts)
+        out.append(f"Neighbour degraded (seen in the authors' earlier experiment, which the paper cites; its own table "
+                   f"is the host's counters): {overall} — " + "; ".join(parts)
                    + " (means of per-round values, control -> attack).")
         return out
 
     # ---- figures ------------------------------------------------------------------------------------------------
     def _fig3(self, by: dict[str, list[Round]]) -> FigureData:
-        """The study's Fig. 3: mean interrupts and context switches per second without and with the attack, the
-        growth of each written over its bars; beside it the conversion rate against the study's 53 % and 68 %."""
+        """The study's Fig. 3: mean context switches as a function of mean interrupts, control to attack (the observed
+        line), against the growth expected if context switches grew in proportion to interrupts (the control's
+        conversion rate carried to the attack's interrupts); left this campaign, right the paper's Table 1."""
+        fig = Figure(figsize=(11.0, 4.2), layout="constrained")
+        ours, paper = fig.subplots(1, 2)
+        sums = {(m, g): _summary([r.machine.get(m) for r in by[g]]) for m in ("interrupts_per_s",
+                                                                              "context_switches_per_s") for g in GROUPS}
+        pts = [(sums[("interrupts_per_s", g)], sums[("context_switches_per_s", g)]) for g in GROUPS]
+        if all(x and y for x, y in pts):
+            _progression(ours, [(x.mean, y.mean) for x, y in pts],
+                         [(x.ci_mean, y.ci_mean) for x, y in pts])
+        ours.set_title("this campaign: the host, mean of rounds (whiskers: 95 % CI)", fontsize=9)
+        _progression(paper, [(25295, 13504), (141157, 95369)])
+        paper.set_title("the paper's Table 1 (Dom0)", fontsize=9)
+        title = "Fig. 3 — context switches as a function of interrupts, without and with the attack"
+        fig.suptitle(title, fontsize=11)
+        return FigureData("s5-fig3", title, fig, "As the paper's Fig. 3: the mean context switches/s against the mean "
+                          "interrupts/s of the control and the attack rounds (blue, observed), and the growth expected "
+                          "if context switches grew in proportion to interrupts (red dashed: the control's conversion "
+                          "rate carried to the attack's interrupts). Blue above red: under attack more interrupts "
+                          "became context switches. Whole machine, the host's view as the study's.")
+
+    def _counts_figure(self, by: dict[str, list[Round]]) -> FigureData:
+        """Mean interrupts and context switches per second without and with the attack, the growth of each written
+        over its bars; beside it the conversion rate against the study's 53 % and 68 %."""
         fig = Figure(figsize=(11.0, 4.2), layout="constrained")
         counts, conv = fig.subplots(1, 2, width_ratios=[2, 1])
         metrics = (("interrupts_per_s", "interrupts"), ("context_switches_per_s", "context switches"))
@@ -484,11 +553,12 @@ class S5(Analysis):
         for ax in (counts, conv):
             ax.grid(True, axis="y", alpha=0.3)
             ax.set_axisbelow(True)
-        title = "Fig. 3 — interrupts and context switches without and with the attack"
+        title = "Interrupts and context switches without and with the attack, and the conversion rate"
         fig.suptitle(title, fontsize=11)
-        return FigureData("s5-fig3", title, fig, "As the study's Fig. 3: the mean of the per-round rates of each group, "
-                          "with the attack's growth over control written above; right: the conversion rate per group "
-                          "(mean of rounds, 95 % CI) against the study's 53 % and 68 % (dashed).")
+        return FigureData("s5-counts", title, fig, "The mean of the per-round rates of each group (the host's), with the "
+                          "attack's growth over control written above (ours: relative to control); right: the "
+                          "conversion rate per group (mean of rounds, 95 % CI) against the study's 53 % and 68 % "
+                          "(dashed).")
 
     def _series_figure(self, by: dict[str, list[Round]]) -> FigureData:
         fig = Figure(figsize=(11.0, 4.2), layout="constrained")
@@ -521,6 +591,8 @@ class S5(Analysis):
     def _rt_figure(self, by: dict[str, list[Round]], victim: int, neighbour: int | None) -> FigureData:
         tenants = [(f"VM1 (victim, pair {victim})", victim)] + (
             [(f"VM2 (neighbour, pair {neighbour})", neighbour)] if neighbour is not None else [])
+        # a VM without web clients (the study's VM2) has no response times: no panel
+        tenants = [(n, p) for n, p in tenants if any(r.rt.get(p) for r in by["control"] + by["attack"])] or tenants[:1]
         fig = Figure(figsize=(11.0, 4.2), layout="constrained")
         axes = fig.subplots(1, len(tenants), squeeze=False, sharex=True)[0]
         for ax, (name, pair) in zip(axes, tenants):
