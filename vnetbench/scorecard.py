@@ -14,7 +14,13 @@ Kinds:
   direction  a `higher` / `lower` than b: Welch's test (stats.compare), Holm over the card's direction rows; the
              direction holds significantly -> agrees; the opposite significantly -> differs; else cannot tell.
   value      mean(a) with its t CI against the study's value, the same band rule as ratio.
-Every cell needs `min_trials` trials (default 3), else cannot tell. The ratio and value rows decide on intervals
+  best       a is the `better` (lower / higher) of a and every selector in `others` (a study's "best technology"
+             cell): Welch's test of a against each, Holm over the card's direction and best comparisons together;
+             a beats each significantly -> agrees; one beats a significantly -> differs; else cannot tell.
+A row's `reduce` (median, mean, sum, ...) makes a trial's one value from its samples (default: the median of a
+per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as loss.
+Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `uncheckable: why` is a claim the
+suite's design cannot test (a load or direction it does not run): cannot tell, with that reason. The ratio and value rows decide on intervals
 widened for the card's family (Bonferroni over those rows: 1 - 0.05 / m), the printed CI is the plain 95 % one."""
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from .guards import not_offered, reader_flags
 from .units import human
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
-KINDS = ("ratio", "direction", "value")
+KINDS = ("ratio", "direction", "value", "best")
 ALPHA = 0.05
 
 
@@ -80,13 +86,13 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
     return True
 
 
-def _cells(data: Dataset, sels: list[dict], metric: str) -> _Cells:
+def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None) -> _Cells:
     out = _Cells()
     for sel in sels:
         got = [t for t in data.ok if matches(sel, t.labels, t.levels, t.params)]
         vals, used = [], []
         for t in got:
-            v = _value(t, metric)
+            v = _value(t, metric, how)
             if v is not None and math.isfinite(v):
                 vals.append(v)
                 used.append(t)
@@ -97,8 +103,12 @@ def _cells(data: Dataset, sels: list[dict], metric: str) -> _Cells:
     return out
 
 
-def _value(t: Trial, metric: str) -> float | None:
-    """A trial's one value: the median of its echoes for a per-echo metric (rtt_s), else the sum over its pairs."""
+def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
+    """A trial's one value: `how` over its samples, else the median of its echoes for a per-echo metric (rtt_s), else
+    the sum over its pairs."""
+    if how:
+        vals = t.values(metric)
+        return reduce_values(vals, how) if vals else None
     if metric in DISTRIBUTIONS:
         vals = t.values(metric)
         return reduce_values(vals, "median") if vals else None
@@ -139,20 +149,36 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
     """The scorecard of a campaign: one Row per entry of the spec's `scorecard` list."""
     entries = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict)]
     base = dict(spec.get("scorecard_where") or {})
-    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value") for r in entries))
+    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value") and not r.get("uncheckable") for r in entries))
     wide = 1 - ALPHA / m_ci
     rows, pend = [], []    # pend: (row index, Comparison, expect) of direction rows, Holm-ed together
     for r in entries:
         kind, metric, need = str(r.get("kind", "ratio")), str(r.get("metric", "throughput_bps")), int(r.get("min_trials", 3))
-        sels = [{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else [])
-        cells = _cells(data, sels, metric)
+        if r.get("uncheckable"):   # a claim this design cannot test, and why (data in the suite file, not a gap)
+            rows.append(Row(str(r.get("id", "")), str(r.get("claim", "")), str(r.get("study_text") or (
+                _fmt(float(r["study"]), "x" if kind == "ratio" else str(r.get("unit", ""))) if "study" in r
+                else r.get("name", r.get("expect", "")))), "—", CANNOT, f"not checkable here: {r['uncheckable']}"))
+            continue
+        cells = _cells(data, _selectors(r, base), metric, r.get("reduce"))
         unit = "x" if kind == "ratio" else str(r.get("unit", ""))
-        study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind != "direction" else r.get("expect", "")))
+        study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind not in ("direction", "best")
+                                            else r.get("name", "") if kind == "best" else r.get("expect", "")))
         row = Row(str(r.get("id", "")), str(r.get("claim", "")), study, "—", CANNOT, n=tuple(len(v) for v in cells.values))
         rows.append(row)
         if any(not v for v in cells.values):
             row.why = "not measured" + (f" ({'; '.join(sorted(set(cells.skipped))[:2])})" if cells.skipped else
                                         " in this campaign (the profile leaves the cell out)")
+            continue
+        if kind == "best":
+            row.ours = _best_text(r, cells, unit)
+            if min(row.n) < need:
+                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
+                continue
+            s = stats.summarize(cells.values[0])
+            row.estimate, row.ci = s.mean, s.ci_mean
+            better = str(r.get("better", "lower"))
+            for other in cells.values[1:]:   # other against a: ratio = mean(a) / mean(other)
+                pend.append((len(rows) - 1, stats.compare(other, cells.values[0]), better))
             continue
         if kind == "value":
             s = stats.summarize(cells.values[0])
@@ -177,22 +203,54 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
         if row.verdict == DIFFERS:
             row.why = _reason(cells) or "no measured cause in the campaign"
     adjusted = stats.holm([c.p for _, c, _ in pend])
+    tests: dict[int, list[tuple[stats.Comparison, str, float]]] = {}
     for (i, c, expect), p in zip(pend, adjusted):
-        row = rows[i]
-        if not math.isfinite(p) or p >= ALPHA:
-            row.verdict, row.why = CANNOT, f"not significant (Holm p = {p:.2g})" if math.isfinite(p) else \
-                (c.why or "no test possible")
-            continue
-        holds = (c.ratio > 1) == (expect == "higher")
-        row.verdict = AGREES if holds else DIFFERS
-        row.why = f"Holm p = {p:.2g}" if holds else f"the opposite (Holm p = {p:.2g})"
-    for i, c, _ in pend:
-        if rows[i].verdict == DIFFERS:
-            cells = _cells(data, [{**base, **entries[i]["a"]}, {**base, **entries[i]["b"]}],
-                           str(entries[i].get("metric", "throughput_bps")))
-            if reason := _reason(cells):
-                rows[i].why += f"; {reason}"
+        tests.setdefault(i, []).append((c, expect, p))
+    for i, got in tests.items():
+        rows[i].verdict, rows[i].why = _directions(got, entries[i])
+        if rows[i].verdict == DIFFERS and (reason := _reason(_cells(data, _selectors(entries[i], base),
+                                                                     str(entries[i].get("metric", "throughput_bps")),
+                                                                     entries[i].get("reduce")))):
+            rows[i].why += f"; {reason}"
     return rows
+
+
+def _selectors(r: dict, base: dict) -> list[dict]:
+    """The row's cells: a, then b (ratio, direction) or each of `others` (best); value rows have a only."""
+    kind = str(r.get("kind", "ratio"))
+    rest = [] if kind == "value" else list(r.get("others") or []) if kind == "best" else [r["b"]]
+    return [{**base, **{k: v for k, v in sel.items() if k != "name"}} for sel in [r["a"], *rest]]
+
+
+def _directions(got: list[tuple[stats.Comparison, str, float]], entry: dict) -> tuple[str, str]:
+    """A direction row's (one test) or a best row's (one per other) verdict from Holm-adjusted p-values."""
+    names = [str(o.get("name", "")) for o in entry.get("others") or []] or [""]
+    held, opposite, open_ = [], [], []
+    for (c, expect, p), name in zip(got, names):
+        label = f"{name}: " if name else ""
+        if not math.isfinite(p) or p >= ALPHA:
+            open_.append(f"{label}not significant (Holm p = {p:.2g})" if math.isfinite(p) else
+                         f"{label}{c.why or 'no test possible'}")
+        elif (c.ratio > 1) == (expect == "higher"):
+            held.append(f"{label}Holm p = {p:.2g}")
+        else:
+            opposite.append(f"{label}the opposite (Holm p = {p:.2g})")
+    if opposite:
+        return DIFFERS, "; ".join(opposite + open_)
+    if open_:
+        return CANNOT, "; ".join(open_ + held)
+    return AGREES, "; ".join(held)
+
+
+def _best_text(r: dict, cells: _Cells, unit: str) -> str:
+    """The named technology's mean with its CI, and the best mean measured when another has it."""
+    names = [str(r.get("name", "a"))] + [str(o.get("name", f"other {j}")) for j, o in enumerate(r["others"], 1)]
+    means = {n: stats.summarize(v).mean for n, v in zip(names, cells.values)}
+    s = stats.summarize(cells.values[0])
+    text = _ci_text(s.mean, s.ci_mean, unit)
+    pick = min if str(r.get("better", "lower")) == "lower" else max
+    top = pick(means, key=means.get)
+    return text if top == names[0] else f"{text}; best mean: {top} {_fmt(means[top], unit)}"
 
 
 def _ci_text(est: float, ci: tuple[float, float], unit: str) -> str:
