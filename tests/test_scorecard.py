@@ -113,7 +113,8 @@ def test_s2_best_rows_on_hand_computed_cells(tmp_path):
     """Table 3.1, different nodes, 4 VMs: 'lowest latency OVS+GRE' and 'lowest loss LB+VXLAN' against exact cells."""
     b = Book(tmp_path / "s2.db", spec_text=S2)
     tcp, udp = {"type": "iperf3", "protocol": "tcp"}, {"type": "iperf3", "protocol": "udp", "udp_rate": 1e8}
-    lat = {"OVS+GRE": [90e-6, 92e-6, 94e-6], "OVS+VXLAN": [150e-6, 152e-6, 154e-6], "LB+VXLAN": [160e-6, 162e-6, 164e-6]}
+    lat = {"OVS+GRE": [90e-6, 92e-6, 94e-6], "OVS+VXLAN": [150e-6, 152e-6, 154e-6],
+           "LB+VXLAN": [160e-6, 162e-6, 164e-6]}
     for env, medians in lat.items():   # each trial: echoes whose median is the value, an outlier a mean would follow
         b.trials(_s2(b, env, "tcp"), "iperf3", tcp,
                  [[Sample.of("rtt_loaded_s", v, pair=p) for p in (1, 2) for v in (m * 0.9, m, m * 1.1)]
@@ -137,6 +138,7 @@ def test_s2_best_rows_on_hand_computed_cells(tmp_path):
     assert math.isclose(lo.estimate, 0.20, rel_tol=1e-9)      # mean of pairs (0.10 + 0.30) / 2, not their sum
     assert lo.verdict == scorecard.DIFFERS and "the opposite" in lo.why and "offered load not reached" in lo.why
     assert "best mean: OVS+GRE" in lo.ours
-    assert got["cross-4vm-jitter"].verdict == scorecard.CANNOT and got["cross-4vm-jitter"].why.startswith("not measured")
+    jitter = got["cross-4vm-jitter"]
+    assert jitter.verdict == scorecard.CANNOT and jitter.why.startswith("not measured")
     udp = got["same-2vm-udp"]     # a claim the design cannot test says so
     assert udp.verdict == scorecard.CANNOT and udp.why.startswith("not checkable here") and udp.study == "LB+VXLAN"

@@ -20,8 +20,9 @@ Kinds:
 A row's `reduce` (median, mean, sum, ...) makes a trial's one value from its samples (default: the median of a
 per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as loss.
 Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `uncheckable: why` is a claim the
-suite's design cannot test (a load or direction it does not run): cannot tell, with that reason. The ratio and value rows decide on intervals
-widened for the card's family (Bonferroni over those rows: 1 - 0.05 / m), the printed CI is the plain 95 % one."""
+suite's design cannot test (a load or direction it does not run): cannot tell, with that reason.
+The ratio and value rows decide on intervals widened for the card's family (Bonferroni over those rows:
+1 - 0.05 / m), the printed CI is the plain 95 % one."""
 from __future__ import annotations
 
 import math
@@ -115,13 +116,31 @@ def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
     return t.total(metric)
 
 
+CPU_BOUND = 0.9   # a host (or guest) kernel this busy over the tool's window had no CPU to spare
+MACHINE_BUSY = 0.5
+
+
 def _reason(cells: _Cells) -> str:
-    """The measured reason a difference could have: a load the campaign asked and did not offer."""
+    """The measured reasons a difference could have: a load the campaign asked and did not offer; a host whose own
+    kernel was CPU-bound over the window; the machine's CPU taken by other work just before the trials."""
     flagged = [f for ts in cells.trials for t in ts if not_offered(t.metadata) for f in reader_flags(t.metadata)
                if "offered" in f]
-    if flagged:
-        return f"offered load not reached ({len(flagged)} flag(s), e.g. {flagged[0]})"
-    return ""
+    out = [f"offered load not reached ({len(flagged)} flag(s), e.g. {flagged[0]})"] if flagged else []
+    busy: dict[str, list[float]] = {}
+    for t in (t for ts in cells.trials for t in ts):
+        for s in t.samples:
+            m = s["metadata"]
+            if s["metric"] == "cpu_busy_ratio" and m.get("scope") == "machine" and m.get("host") \
+                    and "cpu" not in m and not m.get("series"):
+                busy.setdefault(str(m["host"]).removeprefix("guest-"), []).append(s["value"])
+    hot = {h: math.fsum(v) / len(v) for h, v in sorted(busy.items()) if math.fsum(v) / len(v) >= CPU_BOUND}
+    if hot:
+        out.append("CPU-bound: " + ", ".join(f"{h} {b:.0%} busy" for h, b in hot.items()))
+    foreign = [f for ts in cells.trials for t in ts
+               if isinstance(f := t.metadata.get("foreign_busy_ratio"), (int, float))]
+    if foreign and math.fsum(foreign) / len(foreign) >= MACHINE_BUSY:
+        out.append(f"the machine {math.fsum(foreign) / len(foreign):.0%} busy with other work before the trials")
+    return "; ".join(out)
 
 
 def _band(row: dict) -> tuple[float, float]:
