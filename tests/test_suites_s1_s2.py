@@ -190,6 +190,7 @@ def test_s2_cpu_per_gbit_bound_and_a_flood_that_did_not_flood(tmp_path):
                        Sample.of("sender_throughput_bps", 2.5e7, pair=1),
                        host("cpu_busy_ratio", b1, "h1"), host("cpu_busy_ratio", b2, "h2"),
                        host("cpu_s_per_gbit", 2.0 * rep, "h1"), host("cpu_s_per_gbit", 1.0, "h2")]
+            samples += [Sample.of("udp_loss_ratio", 0.01, pair=1)] if proto == "udp" else []
             store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0, samples,
                              {"flags": [flag]} if flag and rep == 1 else {})
     for idx, level in ((4, "victim-alone"), (5, "victim-flooded")):
@@ -205,7 +206,7 @@ def test_s2_cpu_per_gbit_bound_and_a_flood_that_did_not_flood(tmp_path):
     gre, vx, lb = cost["OVS+GRE"], cost["OVS+VXLAN"], cost["LB+VXLAN"]
     assert gre[7] == "h1 4, h2 1" and gre[8] == "h1 97%, h2 60%"    # (2 + 4 + 6) / 3 s per Gbit/s on h1
     assert gre[9] == "CPU of h1 (97% busy)" and gre[6].startswith("n/a (TCP")
-    assert vx[9] == "offered load: the rate asked, sent in full" and vx[6] == "25 Mbit/s of 25 Mbit/s"
+    assert vx[9] == "offered load: the rate asked, sent in full and received" and vx[6] == "25 Mbit/s of 25 Mbit/s"
     assert lb[9] == "offered load: the sender fell short of its rate in 1 of 3 trials"
     inter = t["Tenant interference: tenant B alone vs while tenant A floods"]
     assert all(r[-1] == "could not be tested: tenant A's flood fell short of its rate in 1 of 3 trials"

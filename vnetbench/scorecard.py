@@ -194,15 +194,15 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
                 row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
                 continue
             s = stats.summarize(cells.values[0])
-            row.estimate, row.ci = s.mean, s.ci_mean
+            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
             better = str(r.get("better", "lower"))
             for other in cells.values[1:]:   # other against a: ratio = mean(a) / mean(other)
                 pend.append((len(rows) - 1, stats.compare(other, cells.values[0]), better))
             continue
         if kind == "value":
             s = stats.summarize(cells.values[0])
-            row.estimate, row.ci = s.mean, s.ci_mean
-            row.ours = _ci_text(s.mean, s.ci_mean, unit)
+            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
+            row.ours = _ci_text(s.mean, row.ci, unit)
             if s.n < need:
                 row.why = f"too few trials (n={s.n}, needs {need})"
                 continue
@@ -266,10 +266,16 @@ def _best_text(r: dict, cells: _Cells, unit: str) -> str:
     names = [str(r.get("name", "a"))] + [str(o.get("name", f"other {j}")) for j, o in enumerate(r["others"], 1)]
     means = {n: stats.summarize(v).mean for n, v in zip(names, cells.values)}
     s = stats.summarize(cells.values[0])
-    text = _ci_text(s.mean, s.ci_mean, unit)
+    text = _ci_text(s.mean, _physical(s.ci_mean, cells.values[0]), unit)
     pick = min if str(r.get("better", "lower")) == "lower" else max
     top = pick(means, key=means.get)
     return text if top == names[0] else f"{text}; best mean: {top} {_fmt(means[top], unit)}"
+
+
+def _physical(ci: tuple[float, float], values: list[float]) -> tuple[float, float]:
+    """A mean's t interval of values that cannot be negative (a time, a loss, a rate) starts at 0 at the lowest: a
+    wide interval from few noisy trials is not allowed to print an impossible negative latency."""
+    return (max(0.0, ci[0]), ci[1]) if values and min(values) >= 0 else ci
 
 
 def _ci_text(est: float, ci: tuple[float, float], unit: str) -> str:

@@ -210,6 +210,7 @@ def metric_figures(data: Dataset) -> list[FigureData]:
 
 
 CPU_BOUND = 0.9  # a host whose kernel was this busy over the window had no CPU to spare: its CPU bound the cell
+LOSSY = 0.05     # a fixed-rate UDP cell losing this much of what was sent was bound by its receiving side
 
 
 def _host_means(data: Dataset, sc: int, metric: str) -> dict[str, float]:
@@ -222,23 +223,31 @@ def _host_means(data: Dataset, sc: int, metric: str) -> dict[str, float]:
 
 def bound(data: Dataset, sc: int, offered: tuple[int, int], busy: dict[str, float], rate: int) -> str:
     """What bound the cell, where the data show it: the offered load (a sender short of its rate, or the rate itself
-    when sent in full), a host's CPU (its kernel >= 90 % busy), the machine's CPU taken by other work (a guest's own
-    /proc/stat cannot see the CPU it did not get); else what the data rule out. No S2 underlay has a link rate."""
+    when sent in full and received), the receiving side (a rate sent in full but lost), a host's CPU (its kernel >=
+    90 % busy), the machine's CPU taken by other work (measured just before each trial: a guest's own /proc/stat
+    cannot see the CPU it did not get); else what the data rule out. No S2 underlay has a link rate."""
     short, n = offered
-    if short:
-        return f"offered load: the sender fell short of its rate in {short} of {n} trials"
+    foreign = [f for t in data.trials.values() if t["scenario"] == sc and t["status"] == "ok"
+               and isinstance(f := t["metadata"].get("foreign_busy_ratio"), (int, float))]
+    machine = summarize(foreign).mean if foreign else 0.0
+    context = f"; the machine {machine:.0%} busy with other work just before the trials" if machine >= 0.5 else ""
     hot = {h: b for h, b in busy.items() if b >= CPU_BOUND}
-    if hot:
-        return "CPU of " + ", ".join(f"{h} ({b:.0%} busy)" for h, b in hot.items())
-    if rate:
-        return "offered load: the rate asked, sent in full"
-    foreign = [t["metadata"].get("foreign_busy_ratio") for t in data.trials.values()
-               if t["scenario"] == sc and t["status"] == "ok"]
-    foreign = [f for f in foreign if isinstance(f, (int, float))]
+    cpu = "CPU of " + ", ".join(f"{h} ({b:.0%} busy)" for h, b in hot.items()) if hot else ""
+    if short:
+        return f"offered load: the sender fell short of its rate in {short} of {n} trials" + \
+            (f" ({cpu})" if cpu else "") + context
+    if cpu:
+        return cpu + context
     top = max(busy.values(), default=float("nan"))
-    if foreign and summarize(foreign).mean >= 0.5:
-        return (f"the machine's CPU: other work kept it {summarize(foreign).mean:.0%} busy just before the trials "
-                f"(hosts' own kernels at most {top:.0%} busy: a guest does not see the CPU it did not get)")
+    if rate:
+        loss = trial_values(data, sc, "udp_loss_ratio", None, "mean")
+        if loss and summarize(loss).mean >= LOSSY:
+            return (f"the receiving side: {summarize(loss).mean:.0%} of the rate sent in full was lost (hosts at most "
+                    f"{top:.0%} busy){context}")
+        return "offered load: the rate asked, sent in full and received"
+    if context:
+        return (f"the machine's CPU{context.split(';', 1)[1].removeprefix(' the machine')} (hosts' own kernels at "
+                f"most {top:.0%} busy: a guest does not see the CPU it did not get)")
     return f"not shown by the data: no underlay rate set, hosts at most {top:.0%} busy" if busy else \
         "not shown by the data"
 
