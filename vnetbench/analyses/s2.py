@@ -329,7 +329,9 @@ def interference_table(data: Dataset) -> TableData | None:
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
                      "is measured. Means over trials, one value per trial (its median ping, its goodput ...); "
                      "'significant': Welch's t-test on the per-trial values, p < 0.05 after Holm's correction over "
-                     f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted).")
+                     f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted). 'could not be tested': "
+                     "tenant A's flood fell short of its rate (a sender under 95 % of it) in some trial, so tenant B "
+                     "was not measured under the flood asked for.")
 
 
 def _mean(values: list[float], unit: str) -> str:
