@@ -233,17 +233,19 @@ def bound(data: Dataset, sc: int, offered: tuple[int, int], busy: dict[str, floa
     context = f"; the machine {machine:.0%} busy with other work just before the trials" if machine >= 0.5 else ""
     hot = {h: b for h, b in busy.items() if b >= CPU_BOUND}
     cpu = "CPU of " + ", ".join(f"{h} ({b:.0%} busy)" for h, b in hot.items()) if hot else ""
+    top = max(busy.values(), default=float("nan"))
+    loss = trial_values(data, sc, "udp_loss_ratio", None, "mean") if rate else []
+    lost = summarize(loss).mean if loss else 0.0
     if short:
         return f"offered load: the sender fell short of its rate in {short} of {n} trials" + \
-            (f" ({cpu})" if cpu else "") + context
+            (f" ({cpu})" if cpu else "") + (f", and the receiving side lost {lost:.0%} of what was sent"
+                                            if lost >= LOSSY else "") + context
     if cpu:
         return cpu + context
-    top = max(busy.values(), default=float("nan"))
     if rate:
-        loss = trial_values(data, sc, "udp_loss_ratio", None, "mean")
-        if loss and summarize(loss).mean >= LOSSY:
-            return (f"the receiving side: {summarize(loss).mean:.0%} of the rate sent in full was lost (hosts at most "
-                    f"{top:.0%} busy){context}")
+        if lost >= LOSSY:
+            return (f"the receiving side: {lost:.0%} of the rate sent in full was lost (hosts at most {top:.0%} busy)"
+                    f"{context}")
         return "offered load: the rate asked, sent in full and received"
     if context:
         return (f"the machine's CPU{context.split(';', 1)[1].removeprefix(' the machine')} (hosts' own kernels at "
