@@ -155,7 +155,7 @@ def test_s2_best_and_tie(tmp_path):
 
 
 @pytest.mark.net
-# S2: its four environments (OVS kernel datapath + VXLAN / GRE, Linux bridge + VXLAN / GRE) in a guest kernel
+# S2: its four environments (OVS kernel datapath + VXLAN / GRE, Linux bridge + VXLAN / GRE), a guest kernel per host
 @pytest.mark.parametrize("suite, scenarios", [("s1", 5), ("s2", 6)])
 def test_smoke_profile_end_to_end(request, tmp_path, state_dir, suite, scenarios):
     if suite == "s1":  # the session's one S1 smoke campaign (the report test reads it too)

@@ -1,6 +1,7 @@
 """S2: VXLAN vs GRE with Linux bridge vs Open vSwitch — per-metric figures with 95% confidence intervals, the
 table naming the best technology per metric for each placement, VM count and direction (with every technology that
-cannot be told from the best), and tenant B alone vs under tenant A's flood.
+cannot be told from the best), throughput beside each host's CPU per Gbit/s with what bound each cell, and tenant B
+alone vs under tenant A's flood ("could not be tested" when the flood fell short of its rate).
 
 The trial is the unit: every statistic is over one value per trial (a trial's median ping under load, its aggregate
 throughput, its mean UDP loss over pairs). The best per metric is stats.best_of: Welch's t-test on every pair of
