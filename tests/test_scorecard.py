@@ -197,3 +197,49 @@ def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
     assert math.isclose(r.estimate, 0.2, rel_tol=1e-9) and r.n == (3, 3, 3)      # Reference counted once
     assert math.isclose(r.ci[0], lo, rel_tol=1e-6) and math.isclose(r.ci[1], hi, rel_tol=1e-6)
     assert r.study == "0.21x" and r.verdict == scorecard.AGREES
+
+
+S2 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s2.yaml").read_text()
+S2_ENVS = {"OVS+GRE": ("ovs", "gre"), "OVS+VXLAN": ("ovs", "vxlan"), "LB+VXLAN": ("linuxbridge", "vxlan")}
+
+
+def _s2(b: Book, env: str, protocol: str) -> int:
+    switch, overlay = S2_ENVS[env]
+    labels = {"switch": switch, "overlay": overlay, "placement": "cross-host", "pairs": "2", "protocol": protocol,
+              "direction": "uni", "udp_rate": "100M", "interference": "none", "kernel": "guest-per-host"}
+    return b.scenario(labels, {**labels, "pairs": 2})
+
+
+def test_s2_best_rows_on_hand_computed_cells(tmp_path):
+    """Table 3.1, different nodes, 4 VMs: 'lowest latency OVS+GRE' and 'lowest loss LB+VXLAN' against exact cells."""
+    b = Book(tmp_path / "s2.db", spec_text=S2)
+    tcp, udp = {"type": "iperf3", "protocol": "tcp"}, {"type": "iperf3", "protocol": "udp", "udp_rate": 1e8}
+    lat = {"OVS+GRE": [90e-6, 92e-6, 94e-6], "OVS+VXLAN": [150e-6, 152e-6, 154e-6],
+           "LB+VXLAN": [160e-6, 162e-6, 164e-6]}
+    for env, medians in lat.items():   # each trial: echoes whose median is the value, an outlier a mean would follow
+        b.trials(_s2(b, env, "tcp"), "iperf3", tcp,
+                 [[Sample.of("rtt_loaded_s", v, pair=p) for p in (1, 2) for v in (m * 0.9, m, m * 1.1)]
+                  + [Sample.of("rtt_loaded_s", 1.0, pair=1)] for m in medians])
+    # loss: LB+VXLAN loses MORE than the others, pair 1 and pair 2 differ: the trial's value is their mean
+    loss = {"LB+VXLAN": (0.10, 0.30), "OVS+GRE": (0.01, 0.03), "OVS+VXLAN": (0.02, 0.04)}
+    for env, (p1, p2) in loss.items():
+        b.trials(_s2(b, env, "udp"), "iperf3", udp,
+                 [[Sample.of("udp_loss_ratio", p1 * k, pair=1), Sample.of("udp_loss_ratio", p2 * k, pair=2)]
+                  for k in (0.95, 1.0, 1.05)], metadata=OFFERED if env == "LB+VXLAN" else None)
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    r = got["cross-4vm-latency"]
+    # OVS+GRE's trials 90/92/94 us (the median of 7 echoes each, not the 1-s outlier): mean 92 us, s = 2 us, 95 % CI
+    # 92 +- t(0.975, 2) * 2 / sqrt(3) = 92 +- 4.303 * 1.1547 us
+    half = 4.302652729911275 * 2e-6 / math.sqrt(3)
+    assert math.isclose(r.estimate, 92e-6, rel_tol=1e-9) and r.n == (3, 3, 3) and r.study == "OVS+GRE"
+    assert math.isclose(r.ci[0], 92e-6 - half, rel_tol=1e-9) and math.isclose(r.ci[1], 92e-6 + half, rel_tol=1e-9)
+    assert r.verdict == scorecard.AGREES and r.why.count("Holm p") == 2
+    lo = got["cross-4vm-loss"]    # the study's lowest is here the highest: differs, with the offered-load reason
+    assert math.isclose(lo.estimate, 0.20, rel_tol=1e-9)      # mean of pairs (0.10 + 0.30) / 2, not their sum
+    assert lo.verdict == scorecard.DIFFERS and "the opposite" in lo.why and "offered load not reached" in lo.why
+    assert "best mean: OVS+GRE" in lo.ours
+    jitter = got["cross-4vm-jitter"]
+    assert jitter.verdict == scorecard.CANNOT and jitter.why.startswith("not measured")
+    udp = got["same-2vm-udp"]     # a claim the design cannot test says so
+    assert udp.verdict == scorecard.CANNOT and udp.why.startswith("not checkable here") and udp.study == "LB+VXLAN"

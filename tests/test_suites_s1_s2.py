@@ -155,7 +155,7 @@ def test_s2_best_and_tie(tmp_path):
 
 
 @pytest.mark.net
-# S2: its four environments (OVS kernel datapath + VXLAN / GRE, Linux bridge + VXLAN / GRE) in a guest kernel
+# S2: its four environments (OVS kernel datapath + VXLAN / GRE, Linux bridge + VXLAN / GRE), a guest kernel per host
 @pytest.mark.parametrize("suite, scenarios", [("s1", 5), ("s2", 6)])
 def test_smoke_profile_end_to_end(request, tmp_path, state_dir, suite, scenarios):
     if suite == "s1":  # the session's one S1 smoke campaign (the report test reads it too)
@@ -174,3 +174,41 @@ def test_smoke_profile_end_to_end(request, tmp_path, state_dir, suite, scenarios
                                                                    "Table IV", "Table V"]
     else:
         assert any(t.title.startswith("Tenant interference") for t in result.tables)
+
+
+def test_s2_cpu_per_gbit_bound_and_a_flood_that_did_not_flood(tmp_path):
+    """The cost table: each host's CPU per Gbit/s beside throughput and what bound the cell (a host's CPU, a sender
+    short of its rate, the rate itself); the tenant finding says 'could not be tested' when A's flood fell short."""
+    store, cid = _campaign(tmp_path, "s2")
+    host = lambda metric, v, h: Sample.of(metric, v, scope="machine", host=f"guest-{h}")  # noqa: E731
+    cells = {("ovs", "gre"): ("tcp", 0.97, 0.60, None), ("ovs", "vxlan"): ("udp", 0.50, 0.40, None),
+             ("linuxbridge", "vxlan"): ("udp", 0.55, 0.45, "offered 18 of 25 Mbit/s (pair 1): short")}
+    for idx, (env, (proto, b1, b2, flag)) in enumerate(cells.items(), 1):
+        _s2_scenario(store, cid, idx, env, protocol=proto, rate="25M")
+        for rep, tput in enumerate((2.0e8, 2.2e8, 2.4e8), 1):
+            samples = [Sample.of("aggregate_throughput_bps", tput, pair="all"),
+                       Sample.of("sender_throughput_bps", 2.5e7, pair=1),
+                       host("cpu_busy_ratio", b1, "h1"), host("cpu_busy_ratio", b2, "h2"),
+                       host("cpu_s_per_gbit", 2.0 * rep, "h1"), host("cpu_s_per_gbit", 1.0, "h2")]
+            samples += [Sample.of("udp_loss_ratio", 0.01, pair=1)] if proto == "udp" else []
+            store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0, samples,
+                             {"flags": [flag]} if flag and rep == 1 else {})
+    for idx, level in ((4, "victim-alone"), (5, "victim-flooded")):
+        _s2_scenario(store, cid, idx, ("ovs", "vxlan"), interference=level, rate="25M")
+        for rep in (1, 2, 3):
+            store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0,
+                             [Sample.of("throughput_bps", 1e8 / (idx - 3) + rep, pair=2)],
+                             {"flags": ["background offered 60 of 100 Mbit/s (pair 1): short"]}
+                             if level == "victim-flooded" and rep == 2 else {})
+    result = load_all()["s2"]().run(store, cid)
+    t = {x.title: x for x in result.tables}
+    cost = {r[4]: r for r in t["Throughput, CPU per Gbit/s and what bound each cell"].rows}
+    gre, vx, lb = cost["OVS+GRE"], cost["OVS+VXLAN"], cost["LB+VXLAN"]
+    assert gre[7] == "h1 4, h2 1" and gre[8] == "h1 97%, h2 60%"    # (2 + 4 + 6) / 3 s per Gbit/s on h1
+    assert gre[9] == "CPU of h1 (97% busy)" and gre[6].startswith("n/a (TCP")
+    assert vx[9] == "offered load: the rate asked, sent in full and received" and vx[6] == "25 Mbit/s of 25 Mbit/s"
+    assert lb[9] == "offered load: the sender fell short of its rate in 1 of 3 trials"
+    inter = t["Tenant interference: tenant B alone vs while tenant A floods"]
+    assert all(r[-1] == "could not be tested: tenant A's flood fell short of its rate in 1 of 3 trials"
+               for r in inter.rows if r[1] == "throughput")
+    assert any(f.startswith("Tenant interference could not be tested") for f in result.findings)

@@ -16,14 +16,17 @@ Kinds:
   direction  a `higher` / `lower` than b: Welch's test (stats.compare), Holm over the card's direction rows; the
              direction holds significantly -> agrees; the opposite significantly -> differs; else cannot tell.
   value      mean(a) with its t CI against the study's value, the same band rule as ratio.
-  contrast   (mean(a) - mean(b)) / (mean(c) - mean(d)), Fieller's CI for two contrasts (stats.contrast_ratio; a cell
-             named twice is one sample): S1's ratios of processing rates, TP = 1 / t with t = diff / 2. Band rule as ratio.
-A cell's value per trial: `metric` summed over the trial's pairs (a row's `reduce: mean` etc. reduces its samples
-instead, for a per-pair quantity such as a latency percentile), a whole-machine probe's window value when the workload
-has no such sample (cpu_busy_ratio, interrupts_per_s), or the quotient of two such values
-(`metric: context_switches_per_s/interrupts_per_s`).
-Every cell needs `min_trials` trials (default 3), else cannot tell. The ratio and value rows decide on intervals
-widened for the card's family (Bonferroni over those rows: 1 - 0.05 / m), the printed CI is the plain 95 % one."""
+  best       a is the `better` (lower / higher) of a and every selector in `others` (a study's "best technology"
+             cell): Welch's test of a against each, Holm over the card's direction and best comparisons together;
+             a beats each significantly -> agrees; one beats a significantly -> differs; else cannot tell.
+A row's `reduce` (median, mean, sum, ...) makes a trial's one value from its samples (default: the median of a
+per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as loss. A whole-machine probe's window
+value stands in when the workload has no such sample (cpu_busy_ratio, interrupts_per_s); 'a/b' is the quotient of two
+such values (`metric: context_switches_per_s/interrupts_per_s`).
+Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `uncheckable: why` is a claim the
+suite's design cannot test (a load or direction it does not run): cannot tell, with that reason.
+The ratio and value rows decide on intervals widened for the card's family (Bonferroni over those rows:
+1 - 0.05 / m), the printed CI is the plain 95 % one."""
 from __future__ import annotations
 
 import math
@@ -36,7 +39,7 @@ from .guards import not_offered, reader_flags
 from .units import human, parse_rate
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
-KINDS = ("ratio", "direction", "value", "contrast")
+KINDS = ("ratio", "direction", "value", "contrast", "best")
 ALPHA = 0.05
 
 
@@ -120,26 +123,40 @@ def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
     return own if own is not None else t.machine(metric)
 
 
-CPU_BOUND, LINE_BOUND = 0.9, 0.9  # a cell is CPU-bound / line-rate-bound at 90 % of the CPUs / of the line rate
+CPU_BOUND, LINE_BOUND = 0.9, 0.9  # a kernel this busy over the window had no CPU to spare; 90 % of the line rate
+MACHINE_BUSY = 0.5
 
 
 def _reason(cells: _Cells, line_rate: float | None = None) -> str:
-    """The measured reason a difference could have: a load the campaign asked and did not offer, a cell whose
-    trials kept the CPUs (all of the machine's, or a guest kernel's one) busy, a cell at the line rate."""
+    """The measured reasons a difference could have: a load the campaign asked and did not offer; a host whose own
+    kernel was CPU-bound over the window (each host's own, else the machine's CPUs or a guest kernel's one); a cell at
+    the line rate; the machine's CPU taken by other work just before the trials."""
     flagged = [f for ts in cells.trials for t in ts if not_offered(t.metadata) for f in reader_flags(t.metadata)
                if "offered" in f]
-    if flagged:
-        return f"offered load not reached ({len(flagged)} flag(s), e.g. {flagged[0]})"
-    bounds = []
+    out = [f"offered load not reached ({len(flagged)} flag(s), e.g. {flagged[0]})"] if flagged else []
+    busy: dict[str, list[float]] = {}
+    for t in (t for ts in cells.trials for t in ts):
+        for s in t.samples:
+            m = s["metadata"]
+            if s["metric"] == "cpu_busy_ratio" and m.get("scope") == "machine" and m.get("host") \
+                    and "cpu" not in m and not m.get("series"):
+                busy.setdefault(str(m["host"]).removeprefix("guest-"), []).append(s["value"])
+    hot = {h: math.fsum(v) / len(v) for h, v in sorted(busy.items()) if math.fsum(v) / len(v) >= CPU_BOUND}
+    if hot:
+        out.append("CPU-bound: " + ", ".join(f"{h} {b:.0%} busy" for h, b in hot.items()))
     for name, ts in zip("ab", cells.trials):
-        busy = [b for t in ts if (b := t.machine("cpu_busy_ratio")) is not None]
+        whole = [b for t in ts if (b := t.machine("cpu_busy_ratio")) is not None]
         tput = [v for t in ts if (v := t.total("throughput_bps")) is not None]
-        if busy and min(busy) >= CPU_BOUND:
+        if not busy and whole and min(whole) >= CPU_BOUND:
             where = "its guest kernel's CPU" if any(t.labels.get("kernel") == "guest" for t in ts) else "the machine's CPUs"
-            bounds.append(f"{name} CPU-bound ({where} {min(busy):.0%} .. {max(busy):.0%} busy)")
+            out.append(f"{name} CPU-bound ({where} {min(whole):.0%} .. {max(whole):.0%} busy)")
         elif line_rate and tput and min(tput) >= LINE_BOUND * line_rate:
-            bounds.append(f"{name} at the line rate ({human(min(tput), 'bit/s')} of {human(line_rate, 'bit/s')})")
-    return "; ".join(bounds)
+            out.append(f"{name} at the line rate ({human(min(tput), 'bit/s')} of {human(line_rate, 'bit/s')})")
+    foreign = [f for ts in cells.trials for t in ts
+               if isinstance(f := t.metadata.get("foreign_busy_ratio"), (int, float))]
+    if foreign and math.fsum(foreign) / len(foreign) >= MACHINE_BUSY:
+        out.append(f"the machine {math.fsum(foreign) / len(foreign):.0%} busy with other work before the trials")
+    return "; ".join(out)
 
 
 def _line_rate(spec: dict) -> float | None:
@@ -192,26 +209,43 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
     entries = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
     base = dict(spec.get("scorecard_where") or {})
     line = _line_rate(spec)
-    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value", "contrast") for r in entries))
+    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value", "contrast") and not r.get("uncheckable")
+                      for r in entries))
     wide = 1 - ALPHA / m_ci
     rows, pend = [], []    # pend: (row index, Comparison, expect) of direction rows, Holm-ed together
     for r in entries:
         kind, metric, need = str(r.get("kind", "ratio")), str(r.get("metric", "throughput_bps")), int(r.get("min_trials", 3))
-        sels, num, den = _contrast_cells(r, base) if kind == "contrast" else \
-            ([{**base, **r["a"]}] + ([{**base, **r["b"]}] if kind != "value" else []), [], [])
+        if r.get("uncheckable"):   # a claim this design cannot test, and why (data in the suite file, not a gap)
+            rows.append(Row(str(r.get("id", "")), str(r.get("claim", "")), str(r.get("study_text") or (
+                _fmt(float(r["study"]), "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))) if "study" in r
+                else r.get("name", r.get("expect", "")))), "—", CANNOT, f"not checkable here: {r['uncheckable']}"))
+            continue
+        sels, num, den = _contrast_cells(r, base) if kind == "contrast" else (_selectors(r, base), [], [])
         cells = _cells(data, sels, metric, r.get("reduce"))
         unit = "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))
-        study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind != "direction" else r.get("expect", "")))
+        study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind not in ("direction", "best")
+                                            else r.get("name", "") if kind == "best" else r.get("expect", "")))
         row = Row(str(r.get("id", "")), str(r.get("claim", "")), study, "—", CANNOT, n=tuple(len(v) for v in cells.values))
         rows.append(row)
         if any(not v for v in cells.values):
             row.why = "not measured" + (f" ({'; '.join(sorted(set(cells.skipped))[:2])})" if cells.skipped else
                                         " in this campaign (the profile leaves the cell out)")
             continue
+        if kind == "best":
+            row.ours = _best_text(r, cells, unit)
+            if min(row.n) < need:
+                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
+                continue
+            s = stats.summarize(cells.values[0])
+            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
+            better = str(r.get("better", "lower"))
+            for other in cells.values[1:]:   # other against a: ratio = mean(a) / mean(other)
+                pend.append((len(rows) - 1, stats.compare(other, cells.values[0]), better))
+            continue
         if kind == "value":
             s = stats.summarize(cells.values[0])
-            row.estimate, row.ci = s.mean, s.ci_mean
-            row.ours = _ci_text(s.mean, s.ci_mean, unit)
+            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
+            row.ours = _ci_text(s.mean, row.ci, unit)
             if s.n < need:
                 row.why = f"too few trials (n={s.n}, needs {need})"
                 continue
@@ -239,22 +273,60 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
         if row.verdict == DIFFERS:
             row.why = _reason(cells, line) or "no measured cause in the campaign"
     adjusted = stats.holm([c.p for _, c, _ in pend])
+    tests: dict[int, list[tuple[stats.Comparison, str, float]]] = {}
     for (i, c, expect), p in zip(pend, adjusted):
-        row = rows[i]
-        if not math.isfinite(p) or p >= ALPHA:
-            row.verdict, row.why = CANNOT, f"not significant (Holm p = {p:.2g})" if math.isfinite(p) else \
-                (c.why or "no test possible")
-            continue
-        holds = (c.ratio > 1) == (expect == "higher")
-        row.verdict = AGREES if holds else DIFFERS
-        row.why = f"Holm p = {p:.2g}" if holds else f"the opposite (Holm p = {p:.2g})"
-    for i, c, _ in pend:
-        if rows[i].verdict == DIFFERS:
-            cells = _cells(data, [{**base, **entries[i]["a"]}, {**base, **entries[i]["b"]}],
-                           str(entries[i].get("metric", "throughput_bps")), entries[i].get("reduce"))
-            if reason := _reason(cells, line):
-                rows[i].why += f"; {reason}"
+        tests.setdefault(i, []).append((c, expect, p))
+    for i, got in tests.items():
+        rows[i].verdict, rows[i].why = _directions(got, entries[i])
+        if rows[i].verdict == DIFFERS and (reason := _reason(_cells(data, _selectors(entries[i], base),
+                                                                     str(entries[i].get("metric", "throughput_bps")),
+                                                                     entries[i].get("reduce")), line)):
+            rows[i].why += f"; {reason}"
     return rows
+
+
+def _selectors(r: dict, base: dict) -> list[dict]:
+    """The row's cells: a, then b (ratio, direction) or each of `others` (best); value rows have a only."""
+    kind = str(r.get("kind", "ratio"))
+    rest = [] if kind == "value" else list(r.get("others") or []) if kind == "best" else [r["b"]]
+    return [{**base, **{k: v for k, v in sel.items() if k != "name"}} for sel in [r["a"], *rest]]
+
+
+def _directions(got: list[tuple[stats.Comparison, str, float]], entry: dict) -> tuple[str, str]:
+    """A direction row's (one test) or a best row's (one per other) verdict from Holm-adjusted p-values."""
+    names = [str(o.get("name", "")) for o in entry.get("others") or []] or [""]
+    held, opposite, open_ = [], [], []
+    for (c, expect, p), name in zip(got, names):
+        label = f"{name}: " if name else ""
+        if not math.isfinite(p) or p >= ALPHA:
+            open_.append(f"{label}not significant (Holm p = {p:.2g})" if math.isfinite(p) else
+                         f"{label}{c.why or 'no test possible'}")
+        elif (c.ratio > 1) == (expect == "higher"):
+            held.append(f"{label}Holm p = {p:.2g}")
+        else:
+            opposite.append(f"{label}the opposite (Holm p = {p:.2g})")
+    if opposite:
+        return DIFFERS, "; ".join(opposite + open_)
+    if open_:
+        return CANNOT, "; ".join(open_ + held)
+    return AGREES, "; ".join(held)
+
+
+def _best_text(r: dict, cells: _Cells, unit: str) -> str:
+    """The named technology's mean with its CI, and the best mean measured when another has it."""
+    names = [str(r.get("name", "a"))] + [str(o.get("name", f"other {j}")) for j, o in enumerate(r["others"], 1)]
+    means = {n: stats.summarize(v).mean for n, v in zip(names, cells.values)}
+    s = stats.summarize(cells.values[0])
+    text = _ci_text(s.mean, _physical(s.ci_mean, cells.values[0]), unit)
+    pick = min if str(r.get("better", "lower")) == "lower" else max
+    top = pick(means, key=means.get)
+    return text if top == names[0] else f"{text}; best mean: {top} {_fmt(means[top], unit)}"
+
+
+def _physical(ci: tuple[float, float], values: list[float]) -> tuple[float, float]:
+    """A mean's t interval of values that cannot be negative (a time, a loss, a rate) starts at 0 at the lowest: a
+    wide interval from few noisy trials is not allowed to print an impossible negative latency."""
+    return (max(0.0, ci[0]), ci[1]) if values and min(values) >= 0 else ci
 
 
 def _ci_text(est: float, ci: tuple[float, float], unit: str) -> str:

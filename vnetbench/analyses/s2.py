@@ -1,6 +1,7 @@
 """S2: VXLAN vs GRE with Linux bridge vs Open vSwitch — per-metric figures with 95% confidence intervals, the
 table naming the best technology per metric for each placement, VM count and direction (with every technology that
-cannot be told from the best), and tenant B alone vs under tenant A's flood.
+cannot be told from the best), throughput beside each host's CPU per Gbit/s with what bound each cell, and tenant B
+alone vs under tenant A's flood ("could not be tested" when the flood fell short of its rate).
 
 The trial is the unit: every statistic is over one value per trial (a trial's median ping under load, its aggregate
 throughput, its mean UDP loss over pairs). The best per metric is stats.best_of: Welch's t-test on every pair of
@@ -209,6 +210,94 @@ def metric_figures(data: Dataset) -> list[FigureData]:
     return figs
 
 
+CPU_BOUND = 0.9  # a host whose kernel was this busy over the window had no CPU to spare: its CPU bound the cell
+LOSSY = 0.05     # a fixed-rate UDP cell losing this much of what was sent was bound by its receiving side
+
+
+def _host_means(data: Dataset, sc: int, metric: str) -> dict[str, float]:
+    """Host -> mean over trials of the host's own window total of `metric` (its /proc/stat: one guest per host, or
+    the one guest / this machine as 'machine'). Each host is its own account: never added together."""
+    got = data.trial_values(metric, "mean", key=lambda t, s: s["metadata"].get("host") or "machine",
+                            scenario=sc, background=None, scope="machine")
+    return {h.removeprefix("guest-"): summarize(v).mean for h, v in sorted(got.items()) if v}
+
+
+def bound(data: Dataset, sc: int, offered: tuple[int, int], busy: dict[str, float], rate: int) -> str:
+    """What bound the cell, where the data show it: the offered load (a sender short of its rate, or the rate itself
+    when sent in full and received), the receiving side (a rate sent in full but lost), a host's CPU (its kernel >=
+    90 % busy), the machine's CPU taken by other work (measured just before each trial: a guest's own /proc/stat
+    cannot see the CPU it did not get); else what the data rule out. No S2 underlay has a link rate."""
+    short, n = offered
+    foreign = [f for t in data.trials.values() if t["scenario"] == sc and t["status"] == "ok"
+               and isinstance(f := t["metadata"].get("foreign_busy_ratio"), (int, float))]
+    machine = summarize(foreign).mean if foreign else 0.0
+    context = f"; the machine {machine:.0%} busy with other work just before the trials" if machine >= 0.5 else ""
+    hot = {h: b for h, b in busy.items() if b >= CPU_BOUND}
+    cpu = "CPU of " + ", ".join(f"{h} ({b:.0%} busy)" for h, b in hot.items()) if hot else ""
+    top = max(busy.values(), default=float("nan"))
+    loss = trial_values(data, sc, "udp_loss_ratio", None, "mean") if rate else []
+    lost = summarize(loss).mean if loss else 0.0
+    if short:
+        return f"offered load: the sender fell short of its rate in {short} of {n} trials" + \
+            (f" ({cpu})" if cpu else "") + (f", and the receiving side lost {lost:.0%} of what was sent"
+                                            if lost >= LOSSY else "") + context
+    if cpu:
+        return cpu + context
+    if rate:
+        if lost >= LOSSY:
+            return (f"the receiving side: {lost:.0%} of the rate sent in full was lost (hosts at most {top:.0%} busy)"
+                    f"{context}")
+        return "offered load: the rate asked, sent in full and received"
+    if context:
+        return (f"the machine's CPU{context.split(';', 1)[1].removeprefix(' the machine')} (hosts' own kernels at "
+                f"most {top:.0%} busy: a guest does not see the CPU it did not get)")
+    return f"not shown by the data: no underlay rate set, hosts at most {top:.0%} busy" if busy else \
+        "not shown by the data"
+
+
+def _offered(data: Dataset, sc: int) -> tuple[int, int]:
+    """(trials whose sender or background flood fell short of its rate, trials) of a scenario."""
+    trials = [t for t in data.trials.values() if t["scenario"] == sc and t["status"] == "ok"]
+    return sum(guards.not_offered(t["metadata"]) for t in trials), len(trials)
+
+
+def cost_table(data: Dataset) -> TableData | None:
+    """Throughput beside its CPU cost per host (s of CPU per Gbit/s delivered) and what bound each cell: on an
+    emulator whose hosts are CPU-bound, the difference between technologies is their CPU cost."""
+    rows = []
+    for proto in ("tcp", "udp"):
+        for (placement, vms, direction), cell in sorted(_main_scenarios(data, proto).items()):
+            for e, sc in sorted(cell.items()):
+                tput = trial_values(data, sc, "aggregate_throughput_bps", "all", "sum")
+                if not tput:
+                    continue
+                s = summarize(tput)
+                cost = _host_means(data, sc, "cpu_s_per_gbit")
+                busy = _host_means(data, sc, "cpu_busy_ratio")
+                offered = _offered(data, sc)
+                rate = _rate(data.scenarios[sc]) if proto == "udp" else 0
+                sent = trial_values(data, sc, "sender_throughput_bps", None, "mean") if rate else []
+                rows.append([placement, str(vms), direction, proto.upper(), e,
+                             f"{human(s.mean, 'bit/s')} [{human(max(0.0, s.ci_mean[0]), 'bit/s')} .. "
+                             f"{human(s.ci_mean[1], 'bit/s')}]",
+                             (f"{human(summarize(sent).mean, 'bit/s')} of {human(rate, 'bit/s')}"
+                              if sent else "n/a (TCP: as fast as it can)"),
+                             ", ".join(f"{h} {v:.3g}" for h, v in cost.items()) or "not measured",
+                             ", ".join(f"{h} {v:.0%}" for h, v in busy.items()) or "not measured",
+                             bound(data, sc, offered, busy, rate)])
+    if not rows:
+        return None
+    return TableData("Throughput, CPU per Gbit/s and what bound each cell",
+                     ["placement", "VMs", "direction", "protocol", "environment", "throughput (95 % CI)",
+                      "offered per connection", "CPU s per Gbit/s (per host)", "host CPU busy", "bound by"], rows,
+                     "Throughput: the trial's aggregate goodput at the receivers, mean over trials with its 95 % CI. "
+                     "Offered: each UDP sender's mean rate against the rate asked (a sender under 95 % of it flags the "
+                     "trial). CPU per Gbit/s: each host's CPU seconds over the tool's window (its own kernel's "
+                     "/proc/stat, busy share x CPUs) per Gbit delivered, mean over trials; each host is its own "
+                     "account. Bound by: the offered load when a sender fell short, a host's CPU when its kernel was "
+                     f"at least {CPU_BOUND:.0%} busy, else what the data rule out.")
+
+
 def interference_table(data: Dataset) -> TableData | None:
     by_env: dict[str, dict[str, int]] = defaultdict(dict)
     for s in data.scenarios.values():
@@ -217,14 +306,16 @@ def interference_table(data: Dataset) -> TableData | None:
             by_env[env(s["labels"])][level] = s["idx"]
     if not by_env:
         return None
-    rows, tests, flood_short = [], [], {}
+    rows, tests = [], []
     for e, levels in sorted(by_env.items()):
         for name, metric, unit, better in VICTIM:
             alone = trial_values(data, levels["victim-alone"], metric, 2) if "victim-alone" in levels else []
             flooded = trial_values(data, levels["victim-flooded"], metric, 2) if "victim-flooded" in levels else []
             rows.append([e, name, _mean(alone, unit), _mean(flooded, unit), _change(alone, flooded), "n/a"])
-            if "victim-flooded" in levels:
-                flood_short[id(rows[-1])] = _short(data, {e: levels["victim-flooded"]})
+            short, n = _offered(data, levels["victim-flooded"]) if "victim-flooded" in levels else (0, 0)
+            if short:   # a flood that did not flood: tenant B was not measured under the load the study asked
+                rows[-1][-1] = f"could not be tested: tenant A's flood fell short of its rate in {short} of {n} trials"
+                continue
             if not alone or not flooded:
                 continue
             if len(alone) < 2 or len(flooded) < 2:
@@ -235,13 +326,15 @@ def interference_table(data: Dataset) -> TableData | None:
         v = verdict(p < 0.05, c.diff, c.better)
         row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, c.why or "not significant") + (
             f" (p = {p:.2g}{_could(c, 0.05 / len(tests)) if v == stats.NOT_SIGNIFICANT else ''})"
-            if p == p else "") + flood_short.get(id(row), "")
+            if p == p else "")
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
                      "is measured. Means over trials, one value per trial (its median ping, its goodput ...); "
                      "'significant': Welch's t-test on the per-trial values, p < 0.05 after Holm's correction over "
-                     f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted).")
+                     f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted). 'could not be tested': "
+                     "tenant A's flood fell short of its rate (a sender under 95 % of it) in some trial, so tenant B "
+                     "was not measured under the flood asked for.")
 
 
 def _mean(values: list[float], unit: str) -> str:
@@ -266,13 +359,27 @@ class S2(Analysis):
         note = implementation_note(data)
         if note:
             tables[0].note += " " + note
+        if cost := cost_table(data):
+            tables.append(cost)
         interference = interference_table(data)
         if interference:
             tables.append(interference)
-        return AnalysisResult(tables, metric_figures(data), _findings(tables[0], note))
+        return AnalysisResult(tables, metric_figures(data), _findings(tables[0], note, interference))
 
 
-def _findings(best: TableData, implementation: str) -> list[str]:
+def _interference_finding(table: TableData) -> str:
+    """The study's multi-tenant finding (a UDP flood disturbed another tenant's network), as this campaign tested it."""
+    untested = [r for r in table.rows if r[-1].startswith("could not be tested")]
+    if untested:
+        return (f"Tenant interference could not be tested: {untested[0][-1].split(': ', 1)[1]} ({untested[0][0]}); "
+                f"tenant B was not measured under the flood asked for.")
+    hit = [f"{r[0]} {r[1]} {r[4]}" for r in table.rows if r[-1].startswith("yes, worse")]
+    return ("Tenant interference (the study: a UDP flood disturbed other tenants): "
+            + (f"tenant B significantly worse under tenant A's flood: {'; '.join(hit)}" if hit else
+               "no metric of tenant B significantly worse under tenant A's flood (Holm over the table)") + ".")
+
+
+def _findings(best: TableData, implementation: str, interference: TableData | None = None) -> list[str]:
     """The study found OVS+VXLAN or LB+VXLAN best depending on the metric; say what this campaign found."""
     out = []
     for col, (title, *_rest) in enumerate(BEST, start=3):
@@ -283,6 +390,8 @@ def _findings(best: TableData, implementation: str) -> list[str]:
                        f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties (Welch on every pair, Holm "
                        f"within each cell: each cell is one family at 5 %, so among cells where nothing differs "
                        f"at most 1 in 20 shows a winner).")
+    if interference:
+        out.append(_interference_finding(interference))
     if implementation:
         out.append(implementation)
     return out
