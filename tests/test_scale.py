@@ -2,6 +2,7 @@
 few seconds, and `clean` after a kill -9 of such a run leaves nothing."""
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -119,27 +120,37 @@ def test_netlink_does_what_the_printed_lines_say():
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in names), text=True)
 
 
+def _cpu_s():
+    """CPU seconds of this process and its children so far: what a build costs, whatever else the machine runs."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 @pytest.mark.net
-@pytest.mark.alone
 def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
+    """The build's cost is checked in CPU seconds (its own and its `ip` processes'): wall time is the machine's load
+    (the same build took 4 s idle, 8 s at load 13, 13.5 s with two busy loops beside it, each 2.3 CPU-s; with one
+    `ip -batch` process per namespace, the way this was slow, 6.3 CPU-s). The wall-time bounds only catch a hang."""
     sc = scenario(256, "spread", count=1)
     ledger = Ledger.create()
     topo = Topology(sc, ledger)
-    began = time.monotonic()
+    began, cpu = time.monotonic(), _cpu_s()
     try:
         topo.emit()
         topo._built = True
         topo._execute()  # what build() does before its ping check, timed apart (bench/scale.py does the same)
-        took = time.monotonic() - began
+        took, took_cpu = time.monotonic() - began, _cpu_s() - cpu
         topo.verify()  # every pair passes traffic
-        checked = time.monotonic() - began - took
+        checked, checked_cpu = time.monotonic() - began - took, _cpu_s() - cpu - took_cpu
         samples = Ping(PingParams(count=1, interval=0.2)).run(topo.pairs)
     finally:
         topo.teardown()
         ledger.remove_all()
-    print(f"256 pairs on 10 hosts: built in {took:.2f} s, checked in {checked:.2f} s")
-    assert took <= 10, f"512 VMs on 10 hosts built in {took:.1f} s"
-    assert checked <= 10, f"the ping check of 256 pairs took {checked:.1f} s"
+    print(f"256 pairs on 10 hosts: built in {took:.2f} s ({took_cpu:.2f} CPU-s), checked in {checked:.2f} s "
+          f"({checked_cpu:.2f} CPU-s)")
+    assert took_cpu <= 4.5, f"512 VMs on 10 hosts built with {took_cpu:.1f} CPU-s (wall {took:.1f} s)"
+    assert checked_cpu <= 3, f"the ping check of 256 pairs took {checked_cpu:.1f} CPU-s (wall {checked:.1f} s)"
+    assert took <= 90 and checked <= 60, (took, checked)
     rtts = {s.metadata["pair"]: s.value for s in samples if s.metric == "rtt_s"}
     assert sorted(rtts) == list(range(1, 257)) and all(0 < v < 1 for v in rtts.values())
     assert not [n for n in netns_names() if n.startswith(ledger.prefix + "-")]
@@ -162,7 +173,6 @@ def _pings(names):
 
 
 @pytest.mark.net
-@pytest.mark.alone
 @pytest.mark.parametrize("when", ["build", "trial"])
 def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, when):
     spec = tmp_path / "big.yaml"
@@ -171,7 +181,7 @@ def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, 
                              "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = (lambda: 50 <= len(_ours(state_dir)[1]) < 520) if when == "build" else \
         (lambda: len(_pings(_ours(state_dir)[1])) >= 200)
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + 150  # (a hang guard: 20 s idle, far more beside other work)
     try:
         while not ready():
             assert time.monotonic() < deadline and proc.poll() is None, f"the run never reached its {when}"
@@ -284,12 +294,11 @@ def test_a_pairs_traffic_takes_no_entry_of_the_machines_neighbour_table(state_di
 
 
 @pytest.mark.net
-@pytest.mark.alone
 def test_256_pairs_run_through_the_cli_store_one_ping_per_pair(tmp_path, state_dir):
     import sqlite3
     spec, db = tmp_path / "big.yaml", tmp_path / "r.db"
     spec.write_text(BIG.format(pairs=256, placement="spread", count=1))
-    vnetbench("run", spec, "--db", db, "--no-progress", timeout=120)
+    vnetbench("run", spec, "--db", db, "--no-progress", timeout=400)  # (23 s at load 11; 116 s seen at load 15)
     with sqlite3.connect(db) as con:
         status = con.execute("SELECT status FROM trials").fetchall()
         pairs = con.execute("SELECT DISTINCT json_extract(metadata, '$.pair') FROM samples WHERE metric = 'rtt_s'")
