@@ -8,8 +8,9 @@ socket is opened in each namespace with setns(2) on a worker thread (the thread 
 once: only the socket stays), and the lines are sent as the same netlink requests `ip` would send.
 
 Only a small grammar is understood: `link set DEV [mtu N] [up|down]`, `addr add ADDR/LEN dev DEV [nodad]` and
-`neigh replace ADDR lladdr MAC dev DEV nud permanent`, the lines of a VM's namespace. `parse` returns None for a batch with any other line, and the caller runs that batch with
-`ip -batch` as printed by `plan`; a batch parsed here does exactly what its printed lines say.
+`neigh replace ADDR lladdr MAC dev DEV nud permanent`, the lines of a VM's namespace. `parse` returns None for a batch
+with any other line, and the caller runs that batch with `ip -batch` as printed by `plan`; a batch parsed here does
+exactly what its printed lines say.
 """
 from __future__ import annotations
 

@@ -516,7 +516,8 @@ class Topology:
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
-                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad", *self._peer_neighbours(vm, dev))
+                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad",
+                *self._peer_neighbours(vm, dev))
 
     def _peer_neighbours(self, vm: Node, dev: str) -> list[str]:
         """A VM knows the MAC of its pair's other VM (permanent neighbour entries, IPv4 and IPv6), so the pair's
