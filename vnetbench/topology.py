@@ -33,7 +33,7 @@ from .capabilities import local_installed
 from .datapaths.base import BuildError, Tunnel
 from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from .guests.base import TAP_MTU, VM_NIC
-from .ledger import Ledger, kill_pids, pids_in_namespaces
+from .ledger import Ledger, kill_pids, pids_in_namespaces, surviving
 from .scenario import Scenario
 from .strict import one_line
 from .workloads.base import Endpoint, Pair
@@ -727,6 +727,7 @@ class Topology:
                 self.ledger.forget_many([("process", name) for name in self.daemons])
             return
         self._release_guests()
+        left: set[str] = set()
         if self.machine is not None:  # a guest: the same, inside it
             q = " ".join(map(shlex.quote, namespaces))
             try:
@@ -738,9 +739,12 @@ class Topology:
             kill_pids(pids_in_namespaces(namespaces))
             subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
                            capture_output=True, text=True)
+            # one that outlived its delete stays recorded, for the run's own clean-up and `clean` (they were
+            # forgotten regardless: two 256-pair runs left 500 namespaces that no ledger knew)
+            left = surviving(namespaces)
         if self.ledger:
             self.ledger.forget_many([("process", name) for name in self.daemons] +
-                                    [("netns", n) for n in namespaces] +
+                                    [("netns", n) for n in namespaces if n not in left] +
                                     [("netns", n.netns) for n in self.nodes.values() if n.guest])
 
     def _release_guests(self) -> None:
