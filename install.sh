@@ -68,7 +68,7 @@ case "$what" in
     # Two workers (the machine has two cores): most of a test's time is a guest kernel or a network waiting; each
     # module runs whole on one worker (tests/conftest.py groups them).
     # The `alone` tests run after the others, by themselves: a machine-wide profile saw another worker's VXLAN
-    # traffic, and 256 pairs' CLI run failed its build check beside another worker (2 runs of 2; alone it passes).
+    # traffic.
     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadgroup -m "not alone" tests
     .venv/bin/python -m pytest -q -p no:cacheprovider -m alone tests ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;

@@ -2,6 +2,7 @@
 few seconds, and `clean` after a kill -9 of such a run leaves nothing."""
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -72,9 +73,15 @@ def test_spread_needs_two_hosts(tmp_path):
 
 def test_netlink_grammar_takes_only_what_it_knows():
     assert netlink.parse(["link set lo up", "link set e0 mtu 1450 up", "addr add 10.101.1.4/16 dev e0",
-                          "addr add fd00:101::260/64 dev e0 nodad"]) is not None
+                          "addr add fd00:101::260/64 dev e0 nodad",
+                          "neigh replace 10.101.1.5 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent",
+                          "neigh replace fd00:101::261 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent"]) is not None
     for line in ("link add br type bridge", "link set e0 master br0 up", "addr add 10.0.0.1 dev e0",
-                 "route add default via 10.0.0.1", "link set e0 mtu x up"):
+                 "route add default via 10.0.0.1", "link set e0 mtu x up",
+                 "neigh replace 10.0.0.5 lladdr 06:00:ab:cd:01:05 dev e0",  # not permanent: not ours
+                 "neigh add 10.0.0.5 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent",
+                 "neigh replace 10.0.0.5 lladdr 06:00:ab:cd:1:5 dev e0 nud permanent",
+                 "neigh replace 10.0.0.x lladdr 06:00:ab:cd:01:05 dev e0 nud permanent"):
         assert netlink.parse(["link set lo up", line]) is None, line
 
 
@@ -83,48 +90,67 @@ def _addrs(ns):
     return sorted((i["ifname"], i["mtu"], "UP" in i["flags"],
                    sorted((a["local"], a["prefixlen"], a.get("broadcast"), a.get("scope"), bool(a.get("nodad")))
                           for a in i["addr_info"] if not a["local"].startswith("fe80:")))  # (link-local MACs differ)
-                  for i in out)
+                  for i in out) + _neighbours(ns)
+
+
+def _neighbours(ns):
+    """The namespace's neighbour entries, but those the kernel made itself for multicast (IPv6's NOARP ones)."""
+    out = json.loads(subprocess.run(["ip", "-n", ns, "-j", "neigh"], capture_output=True, text=True, check=True).stdout)
+    return sorted((n["dst"], n["dev"], n.get("lladdr"), tuple(n.get("state", []))) for n in out
+                  if "NOARP" not in n.get("state", []))
 
 
 @pytest.mark.net
 def test_netlink_does_what_the_printed_lines_say():
     names = [f"vbt{os.getpid() % 10000:04d}-{k}" for k in ("a", "b")]
     lines = ["link set lo up", "link set e0 mtu 1450 up", "addr add 10.101.1.4/16 dev e0",
-             "addr add fd00:101::260/64 dev e0 nodad"]
+             "addr add fd00:101::260/64 dev e0 nodad",
+             "neigh replace 10.101.1.5 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent",
+             "neigh replace fd00:101::261 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent"]
     try:
         for ns in names:
             subprocess.run(["ip", "netns", "add", ns], check=True)
             subprocess.run(["ip", "-n", ns, "link", "add", "e0", "type", "veth", "peer", "name", "e1"], check=True)
         subprocess.run(["ip", "-n", names[0], "-batch", "-"], input="\n".join(lines) + "\n", text=True, check=True)
         assert netlink.apply_many([(names[1], netlink.parse(lines))]) == []
-        assert _addrs(names[0]) == _addrs(names[1])
+        assert _addrs(names[0]) == _addrs(names[1]) and len(_neighbours(names[1])) == 2
         (err,) = netlink.apply_many([(names[1], netlink.parse(["link set lo up", "addr add 10.101.1.4/16 dev e0"]))])
         assert "line 2 `addr add 10.101.1.4/16 dev e0`" in err and names[1] in err  # refused: it exists
     finally:
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in names), text=True)
 
 
+def _cpu_s():
+    """CPU seconds of this process and its children so far: what a build costs, whatever else the machine runs."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 @pytest.mark.net
-@pytest.mark.alone
 def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
+    """The build's cost is checked in CPU seconds (its own and its `ip` processes'): wall time is the machine's load
+    (the same build took 4 s idle, 8 s at load 13, 13.5 s with two busy loops beside it, each 2.3 CPU-s; with one
+    `ip -batch` process per namespace, the way this was slow, 6.3 CPU-s). The wall-time bounds only catch a hang."""
     sc = scenario(256, "spread", count=1)
     ledger = Ledger.create()
     topo = Topology(sc, ledger)
-    began = time.monotonic()
+    began, cpu = time.monotonic(), _cpu_s()
     try:
         topo.emit()
         topo._built = True
         topo._execute()  # what build() does before its ping check, timed apart (bench/scale.py does the same)
-        took = time.monotonic() - began
+        took, took_cpu = time.monotonic() - began, _cpu_s() - cpu
         topo.verify()  # every pair passes traffic
-        checked = time.monotonic() - began - took
+        checked, checked_cpu = time.monotonic() - began - took, _cpu_s() - cpu - took_cpu
         samples = Ping(PingParams(count=1, interval=0.2)).run(topo.pairs)
     finally:
         topo.teardown()
         ledger.remove_all()
-    print(f"256 pairs on 10 hosts: built in {took:.2f} s, checked in {checked:.2f} s")
-    assert took <= 10, f"512 VMs on 10 hosts built in {took:.1f} s"
-    assert checked <= 10, f"the ping check of 256 pairs took {checked:.1f} s"
+    print(f"256 pairs on 10 hosts: built in {took:.2f} s ({took_cpu:.2f} CPU-s), checked in {checked:.2f} s "
+          f"({checked_cpu:.2f} CPU-s)")
+    assert took_cpu <= 4.5, f"512 VMs on 10 hosts built with {took_cpu:.1f} CPU-s (wall {took:.1f} s)"
+    assert checked_cpu <= 3, f"the ping check of 256 pairs took {checked_cpu:.1f} CPU-s (wall {checked:.1f} s)"
+    assert took <= 90 and checked <= 60, (took, checked)
     rtts = {s.metadata["pair"]: s.value for s in samples if s.metric == "rtt_s"}
     assert sorted(rtts) == list(range(1, 257)) and all(0 < v < 1 for v in rtts.values())
     assert not [n for n in netns_names() if n.startswith(ledger.prefix + "-")]
@@ -147,7 +173,6 @@ def _pings(names):
 
 
 @pytest.mark.net
-@pytest.mark.alone
 @pytest.mark.parametrize("when", ["build", "trial"])
 def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, when):
     spec = tmp_path / "big.yaml"
@@ -156,7 +181,7 @@ def test_kill9_of_a_256_pair_run_then_clean_leaves_nothing(tmp_path, state_dir, 
                              "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = (lambda: 50 <= len(_ours(state_dir)[1]) < 520) if when == "build" else \
         (lambda: len(_pings(_ours(state_dir)[1])) >= 200)
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + 240  # (a hang guard: 20 s idle; 120 s seen at load 13, beside other work)
     try:
         while not ready():
             assert time.monotonic() < deadline and proc.poll() is None, f"the run never reached its {when}"
@@ -234,13 +259,46 @@ def test_per_pair_placement_builds_and_passes_traffic(state_dir):
         ledger.remove_all()
 
 
+def _mac(ns, dev):
+    (link,) = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True, text=True,
+                                        check=True).stdout)
+    return link["address"]
+
+
 @pytest.mark.net
-@pytest.mark.alone
+@pytest.mark.parametrize("attach", ["switch", "direct"])
+def test_a_pairs_traffic_takes_no_entry_of_the_machines_neighbour_table(state_dir, attach):
+    """The kernel's neighbour table is one for the whole machine (every namespace) and refuses new entries past
+    gc_thresh3 (1024) while they are fresh: a 256-pair run took about 520 by ARP, and beside another such run the
+    table was full and its last pair got no ARP reply. Each VM knows its peer's MAC: a permanent entry, not counted
+    there. After the ping check and a trial, a VM has no other IPv4 or IPv6 entry than those (16 VMs: the VMs' wave
+    goes over netlink)."""
+    (sc,) = expand(loads(BIG.format(pairs=8, placement="spread", count=2).replace("hosts: 10", "hosts: 3")
+                         .replace("placement: spread", f"placement: spread, attach: {attach}")).experiment, detect())
+    assert sc.skip is None, sc.skip
+    ledger = Ledger.create()
+    topo = Topology(sc, ledger)
+    try:
+        topo.build()
+        samples = Ping(PingParams(count=2, interval=0.2)).run(topo.pairs)
+        assert len({s.metadata["pair"] for s in samples if s.metric == "rtt_s"}) == 8
+        for p in topo.pairs:
+            for me, peer in ((p.client.label, p.server.label), (p.server.label, p.client.label)):
+                mac = _mac(topo.ns(peer), topo.ifname("e0"))
+                want = {(topo.nodes[peer].v4, topo.ifname("e0"), mac, ("PERMANENT",)),
+                        (topo.nodes[peer].v6, topo.ifname("e0"), mac, ("PERMANENT",))}
+                assert set(_neighbours(topo.ns(me))) == want, me
+    finally:
+        topo.teardown()
+        ledger.remove_all()
+
+
+@pytest.mark.net
 def test_256_pairs_run_through_the_cli_store_one_ping_per_pair(tmp_path, state_dir):
     import sqlite3
     spec, db = tmp_path / "big.yaml", tmp_path / "r.db"
     spec.write_text(BIG.format(pairs=256, placement="spread", count=1))
-    vnetbench("run", spec, "--db", db, "--no-progress", timeout=120)
+    vnetbench("run", spec, "--db", db, "--no-progress", timeout=400)  # (23 s at load 11; 116 s seen at load 15)
     with sqlite3.connect(db) as con:
         status = con.execute("SELECT status FROM trials").fetchall()
         pairs = con.execute("SELECT DISTINCT json_extract(metadata, '$.pair') FROM samples WHERE metric = 'rtt_s'")

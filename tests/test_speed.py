@@ -83,6 +83,21 @@ def test_the_exact_median_interval_matches_the_binomial():
         assert coverage == pytest.approx(want[k] if ok else want[0], abs=1e-12)
 
 
+def test_the_median_interval_of_a_large_trial_takes_no_time_and_stays_exact():
+    """256 pairs x 150 pings is one trial of 38,400 samples: summing the binomial in integers took minutes there
+    (n^2.7). Past EXACT_MEDIAN_CI_N it is summed in floats, and gives the same rank and coverage."""
+    import time
+    from scipy import stats as sps
+    from vnetbench import stats
+    began = time.process_time()
+    for n in (stats.EXACT_MEDIAN_CI_N + 1, 8000, 38400):
+        stats.median_ci_rank.cache_clear()
+        k, coverage = stats.median_ci_rank(n)
+        assert coverage == pytest.approx(1 - 2 * sps.binom.cdf(k, n, 0.5), abs=1e-10)
+        assert coverage >= 0.95 > 1 - 2 * sps.binom.cdf(k + 1, n, 0.5)  # the narrowest interval with its coverage
+    assert time.process_time() - began < 2  # (minutes before)
+
+
 def test_the_load_watch_answers_at_once_and_leaves_our_own_cpu_out():
     """The busy share before a trial comes from readings already taken (no wait), and what this process burned
     itself is not counted as someone else's load."""

@@ -277,6 +277,11 @@ def _netns_names() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def surviving(names: list[str]) -> set[str]:
+    """Those of these namespaces of this machine that are still there (e.g. after their delete)."""
+    return set(_netns_names()) & set(names) if names else set()
+
+
 def pids_in_namespaces(names: list[str]) -> list[int]:
     """Processes living in any of the named network namespaces (one pass over /proc, no fork per namespace)."""
     inodes = set()

@@ -7,15 +7,18 @@ processes cost far more than the kernel's work (7.9 s for a wave the kernel does
 socket is opened in each namespace with setns(2) on a worker thread (the thread returns to its own namespace at
 once: only the socket stays), and the lines are sent as the same netlink requests `ip` would send.
 
-Only a small grammar is understood: `link set DEV [mtu N] [up|down]` and `addr add ADDR/LEN dev DEV [nodad]`, the
-lines of a VM's namespace. `parse` returns None for a batch with any other line, and the caller runs that batch with
-`ip -batch` as printed by `plan`; a batch parsed here does exactly what its printed lines say.
+Only a small grammar is understood: `link set DEV [mtu N] [up|down]`, `addr add ADDR/LEN dev DEV [nodad]` and
+`neigh replace ADDR lladdr MAC dev DEV nud permanent`, the lines of a VM's namespace. `parse` returns None for a batch
+with any other line, and the caller runs that batch with `ip -batch` as printed by `plan`; a batch parsed here does
+exactly what its printed lines say.
 """
 from __future__ import annotations
 
 import ctypes
 import ipaddress
 import os
+import re
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ from typing import Sequence
 
 CLONE_NEWNET = 0x40000000
 IFA_F_NODAD = 0x02
+NUD_PERMANENT = 0x80
+MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 NETNS_DIR = "/run/netns"
 
 
@@ -35,6 +40,7 @@ class Op:
     address: str | None = None
     prefixlen: int = 0
     nodad: bool = False
+    lladdr: str | None = None  # a permanent neighbour: address -> lladdr
 
 
 def available() -> bool:
@@ -77,6 +83,12 @@ def _parse_line(line: str) -> Op | None:
         if "/" not in w[2]:
             return None
         return Op(line, w[4], address=str(iface.ip), prefixlen=iface.network.prefixlen, nodad=w[5:] == ["nodad"])
+    if w[:2] == ["neigh", "replace"] and len(w) == 9 and (w[3], w[5], w[7:]) == ("lladdr", "dev", ["nud", "permanent"]):
+        try:
+            addr = ipaddress.ip_address(w[2])
+        except ValueError:
+            return None
+        return Op(line, w[6], address=str(addr), lladdr=w[4]) if MAC.match(w[4]) else None
     return None
 
 
@@ -132,7 +144,10 @@ def apply(netns: str, ops: list[Op]) -> None:
                     if not found:
                         raise NetlinkError(netns, op.line, n, f"Cannot find device \"{op.dev}\"")
                     index[op.dev] = found[0]
-                if op.address is not None:
+                if op.lladdr is not None:
+                    ipr.neigh("replace", dst=op.address, lladdr=op.lladdr, ifindex=index[op.dev], state=NUD_PERMANENT,
+                              family=socket.AF_INET6 if ":" in op.address else socket.AF_INET)
+                elif op.address is not None:
                     ipr.addr("add", index=index[op.dev], address=op.address, prefixlen=op.prefixlen,
                              **({"flags": IFA_F_NODAD} if op.nodad else {}))
                 else:

@@ -142,13 +142,23 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(stdtrit(df, (1 + confidence) / 2))
 
 
+EXACT_MEDIAN_CI_N = 2000  # median_ci_rank sums in integers up to this n
+
+
 @lru_cache(maxsize=1024)
 def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     """(k, coverage): [x_(k+1), x_(n-k)] (0-based ranks k and n-1-k) is the narrowest order-statistic interval whose
     coverage P(k+1 <= B <= n-k-1), B ~ Binomial(n, 1/2), reaches `confidence`; k = -1 when n is too small.
-    The binomial CDF is summed exactly in integers (no scipy import for a median's interval)."""
-    below = np.cumsum([math.comb(n, i) for i in range(n // 2)], dtype=object)
-    coverage = np.array([1 - 2 * float(c / 2 ** n) for c in below], dtype=float)
+    The binomial CDF is summed exactly in integers (no scipy import for a median's interval) up to n = 2000; past it
+    in floats from log-probabilities (relative error about 1e-13): the integers' cost grows as n^2.7 (2 s at
+    n = 8000; a trial of 256 pairs x 150 pings, n = 38400, spent minutes there after its last ping)."""
+    if n <= EXACT_MEDIAN_CI_N:
+        below = np.cumsum([math.comb(n, i) for i in range(n // 2)], dtype=object)
+        coverage = np.array([1 - 2 * float(c / 2 ** n) for c in below], dtype=float)
+    else:
+        log_all = math.lgamma(n + 1) - n * math.log(2)
+        pmf = np.exp([log_all - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n // 2)])
+        coverage = 1 - 2 * np.cumsum(pmf)
     ok = np.flatnonzero(coverage >= confidence)
     if ok.size == 0:
         return -1, float(coverage[0]) if coverage.size else math.nan

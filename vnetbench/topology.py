@@ -33,7 +33,7 @@ from .capabilities import local_installed
 from .datapaths.base import BuildError, Tunnel
 from .executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from .guests.base import TAP_MTU, VM_NIC
-from .ledger import Ledger, kill_pids, pids_in_namespaces
+from .ledger import Ledger, kill_pids, pids_in_namespaces, surviving
 from .scenario import Scenario
 from .strict import one_line
 from .workloads.base import Endpoint, Pair
@@ -276,7 +276,11 @@ class Topology:
         if self.site and self.sc.implementation.get("attach") == "sriov-vf":
             self.site.attach_vf(self, vm, dev)
             return
-        self.ip(self.nic_node(vm.host), f"link add {dev} link {self.nic(vm.host)} netns {vm.netns} type macvlan mode bridge")
+        mac = "" if self.site else f" address {self.mac(vm.label)}"  # (on a testbed the NIC's own: as before)
+        if mac:
+            self.known_macs[vm.label] = dev
+        self.ip(self.nic_node(vm.host),
+                f"link add {dev} link {self.nic(vm.host)} netns {vm.netns}{mac} type macvlan mode bridge")
 
     def underlay_mac(self, host: str) -> str | None:
         """The MAC of a host's run-owned underlay macvlan on a testbed (run_underlay), known to every host beforehand
@@ -291,14 +295,17 @@ class Topology:
         """This build's number in the run's MACs: a MAC never moves from one host to another within a run (the lab
         switch would send its frames to the old host until the new one speaks: TCP stalled at 0 bytes)."""
         if not hasattr(self, "_mac_serial"):
-            self._mac_serial = self.site.mac_serial()
+            self._mac_serial = self.site.mac_serial() if self.site else 0  # here each build has namespaces of its own
         return self._mac_serial
 
     def mac(self, label: str) -> str:
-        """A VM's MAC on a testbed (locally administered, with the run's prefix and the build's number in it)."""
-        n = list(self.nodes).index(label)
+        """A VM's MAC (locally administered, with the run's prefix and on a testbed the build's number in it)."""
+        if label not in getattr(self, "_node_index", {}):
+            self._node_index = {lb: n for n, lb in enumerate(self.nodes)}
+        n = self._node_index[label]
         p = self.prefix[2:6]
         return f"06:{self.mac_serial:02x}:{p[:2]}:{p[2:]}:{n // 256:02x}:{n % 256:02x}"
+
     def root_of(self, label: str) -> str:
         """The node whose namespace creates this node's namespace and links: this machine's root namespace, or
         on a testbed the VM's host (a real host's own root namespace)."""
@@ -314,9 +321,9 @@ class Topology:
         na, nb = self.nodes[a], self.nodes[b]
         if na.guest:
             return self._guest_port(na, a_if, nb, b_if)
-        mac = f" address {self.mac(a)}" if self.site and na.role == "vm" else ""
-        if mac:
-            self.known_macs[a] = a_if  # a VM whose MAC is known before it exists (the testbed's ping check uses it)
+        mac = f" address {self.mac(a)}" if na.role == "vm" else ""
+        if mac:  # a VM whose MAC is known before it exists (its pair's neighbour entries, the testbed's ping check)
+            self.known_macs[a] = a_if
         self.ip(self.root_of(a), f"link add {a_if} netns {na.netns}{mac} type veth peer name {b_if} netns {nb.netns}")
 
     def _guest_port(self, vm: Node, vm_if: str, host: Node, port: str) -> None:
@@ -509,7 +516,34 @@ class Topology:
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
-                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad")
+                f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad",
+                *self._peer_neighbours(vm, dev))
+
+    def _peer_neighbours(self, vm: Node, dev: str) -> list[str]:
+        """A VM knows the MAC of its pair's other VM (permanent neighbour entries, IPv4 and IPv6), so the pair's
+        traffic makes no ARP/ND entry. The kernel's neighbour table is one for the whole machine, every namespace
+        included, and refuses a new entry past net.ipv4.neigh.default.gc_thresh3 (1024 by default) while its entries
+        are fresh; permanent entries are not counted. A 256-pair run made about 520 entries of its own (two per pair);
+        beside another such run the table was full and the last pair's ARP failed (no reply to the ping check, and
+        no retry helped while the other run's entries stayed fresh). On a testbed the ping check sets these entries
+        (sites.py); a VM with a kernel of its own has its own table and NIC."""
+        if self.site or vm.label not in self.known_macs:
+            return []
+        if not hasattr(self, "_peers"):
+            self._peers: dict[str, list[str]] = {}
+            for p in self.pairs:
+                a, b = p.meta["client"], p.meta["server"]
+                if a != b:
+                    self._peers.setdefault(a, []).append(b)
+                    self._peers.setdefault(b, []).append(a)
+        lines = []
+        for label in dict.fromkeys(self._peers.get(vm.label, [])):
+            peer = self.nodes[label]
+            if peer.role == "vm" and label in self.known_macs and peer.tenant == vm.tenant:
+                mac = self.mac(label)
+                lines += [f"neigh replace {peer.v4} lladdr {mac} dev {dev} nud permanent",
+                          f"neigh replace {peer.v6} lladdr {mac} dev {dev} nud permanent"]
+        return lines
 
     # ---- execution ---------------------------------------------------------------------------------------
     def build(self) -> "Topology":
@@ -693,6 +727,7 @@ class Topology:
                 self.ledger.forget_many([("process", name) for name in self.daemons])
             return
         self._release_guests()
+        left: set[str] = set()
         if self.machine is not None:  # a guest: the same, inside it
             q = " ".join(map(shlex.quote, namespaces))
             try:
@@ -704,9 +739,12 @@ class Topology:
             kill_pids(pids_in_namespaces(namespaces))
             subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
                            capture_output=True, text=True)
+            # one that outlived its delete stays recorded, for the run's own clean-up and `clean` (they were
+            # forgotten regardless: two 256-pair runs left 500 namespaces that no ledger knew)
+            left = surviving(namespaces)
         if self.ledger:
             self.ledger.forget_many([("process", name) for name in self.daemons] +
-                                    [("netns", n) for n in namespaces] +
+                                    [("netns", n) for n in namespaces if n not in left] +
                                     [("netns", n.netns) for n in self.nodes.values() if n.guest])
 
     def _release_guests(self) -> None:
