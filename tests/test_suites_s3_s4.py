@@ -308,8 +308,9 @@ def test_cpuload_raises_machine_cpu(tmp_path, state_dir):
         assert min(w) > 0.05, w
         assert sum(w) <= machine[trial] * cores + 0.15, (w, machine[trial], cores)
     lo, hi = sum(busy["none"]) / 2, sum(busy["cpu"]) / 2
-    # Two workers at 100 % on a 2-CPU machine: the machine is (nearly) saturated; other tests may load it already.
-    assert hi > lo and (hi - lo > 0.1 or hi > 0.9), (lo, hi)
+    # Two workers at 100 % on a 2-CPU machine: the machine is (nearly) saturated; other work may saturate it already
+    # (then the trials without the load read 100 % too, and only the bound says anything).
+    assert hi - lo > 0.1 or hi > 0.9, (lo, hi)
 
 
 # ---- the smoke profiles end to end --------------------------------------------------------------------------
