@@ -49,6 +49,7 @@ class Topology:
         self.nodes: dict[str, Node] = {}
         self.pairs: list[Pair] = []
         self.steps: list[Step] = []
+        self.executed: list[Step] = []  # the steps as they were run, in order (plan prints the same: tests compare)
         self.daemons: dict[str, subprocess.Popen] = {}
         self._records: list[tuple[str, str, str]] = []
         self._built = False
@@ -281,12 +282,13 @@ class Topology:
         """The emulated underlay between the hosts' namespaces (a placement whose hosts are emulated asks for it)."""
         mtu = self.sc.underlay_mtu
         up = self.ifname("u")
+        ns = {label: node.netns for label, node in self.nodes.items()}
         if len(self.hosts) == 2 and self.hops:
             self._routers(mtu)
         elif len(self.hosts) == 2:
-            self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {up} netns {self.ns('h2')}")
+            self.ip(ROOT, f"link add {up} netns {ns['h1']} type veth peer name {up} netns {ns['h2']}")
         elif len(self.hosts) == 1:  # a NIC with nothing behind it, so direct attachments have a parent
-            self.ip(ROOT, f"link add {up} netns {self.ns('h1')} type veth peer name {self.ifname('x')} netns {self.ns('h1')}")
+            self.ip(ROOT, f"link add {up} netns {ns['h1']} type veth peer name {self.ifname('x')} netns {ns['h1']}")
             self.ip("h1", f"link set {self.ifname('x')} mtu {mtu} up")
         else:
             # The bridge first, so its ports' ifindexes differ from their peers' (each `u`, index 2 in its host):
@@ -294,11 +296,11 @@ class Topology:
             # such an event by up to 1 s, and the bridge forwards through that port only after it (every build
             # with 3 or more hosts lost its first ping to that second).
             tor = self.ifname("tor")
-            self.ip(ROOT, f"link add {tor} netns {self.ns('tor')} type bridge")
+            self.ip(ROOT, f"link add {tor} netns {ns['tor']} type bridge")
             self.ip("tor", f"link set {tor} mtu {mtu} up")
             for h in self.hosts:
                 port = self.ifname(f"p{h.label[1:]}")
-                self.ip(ROOT, f"link add {up} netns {h.exec.name} type veth peer name {port} netns {self.ns('tor')}")
+                self.ip(ROOT, f"link add {up} netns {h.netns} type veth peer name {port} netns {ns['tor']}")
                 self.ip("tor", f"link set {port} mtu {mtu} master {tor} up")
         for h in self.hosts:
             self.ip(h.label, f"link set {up} mtu {mtu} up")
@@ -313,7 +315,8 @@ class Topology:
         for k in range(n + 1):
             west, wdev = ("h1", up) if k == 0 else (f"r{k}", self.ifname("e"))
             east, edev = ("h2", up) if k == n else (f"r{k + 1}", self.ifname("w"))
-            self.ip(ROOT, f"link add {wdev} netns {self.ns(west)} type veth peer name {edev} netns {self.ns(east)}")
+            a, b = self.nodes[west].netns, self.nodes[east].netns
+            self.ip(ROOT, f"link add {wdev} netns {a} type veth peer name {edev} netns {b}")
         for k in range(1, n + 1):
             w, e = self.ifname("w"), self.ifname("e")
             lines = [f"link set {w} mtu {mtu} up", f"link set {e} mtu {mtu} up",
@@ -401,7 +404,7 @@ class Topology:
         return [w for w in ([s for s in merged.values() if pick(s)] for pick in order) if w]
 
     def _execute(self) -> bool:
-        waves = self.waves()
+        waves = self.placement.arrange(self, self.waves())
         try:
             return self.placement.execute(self, waves)
         except (CommandError, RuntimeError) as exc:  # a host that stopped answering, a refused line
@@ -409,11 +412,16 @@ class Topology:
                 raise
             raise BuildError(str(exc)) from None
 
+    def ran(self, steps: list[Step]) -> None:
+        """Steps are being run (the placement's own build scripts say so too)."""
+        self.executed.extend(steps)
+
     def _run_wave(self, wave: list[Step]) -> None:
         if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
             for step in wave:
                 self._run_step(step)
             return
+        self.ran(wave)
         wave, over_netlink = self._netlink_part(wave)
 
         def one(step: Step) -> str | None:  # each batch in one process, all at once (over a machine's agent too)
@@ -447,6 +455,7 @@ class Topology:
         return rest, over
 
     def _run_step(self, step: Step) -> None:
+        self.ran([step])
         where = self.executor(step.node)
         try:
             if step.tool in BATCH_TOOLS:
@@ -517,7 +526,7 @@ class Topology:
         or inside a quoted here-document whose end marker no line of it can be."""
         self.emit()
         out: list[str] = []
-        for step in (st for wave in self.waves() for st in wave):
+        for step in (st for wave in self.placement.arrange(self, self.waves()) for st in wave):
             where = self.executor(step.node)
             if step.tool in BATCH_TOOLS:
                 out.append(heredoc(shlex.join(where.batch_argv(step.tool)), step.lines))

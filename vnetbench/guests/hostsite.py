@@ -95,14 +95,6 @@ class GuestHostSite(TestbedSite):
     def _move(self, netns: str) -> str:
         return f"link set dev {self.nic_name} netns {netns}"
 
-    def execute(self, topo, waves) -> None:
-        """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
-        batch may bring up a VM port that the machine's makes (OVS with a tunnel overlay sets the host's address
-        before the VMs are attached)."""
-        def mine_first(step) -> bool:
-            return getattr(topo.nodes.get(step.node), "role", None) != "machine"
-        super().execute(topo, [sorted(wave, key=mine_first) for wave in waves])
-
     def guard(self, topo, waves) -> None:
         """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""
         mine = {self._move(h.netns) for h in topo.hosts}

@@ -150,6 +150,10 @@ class Placement:
     def prelude(self, topo) -> None:
         """Steps before the topology's own (a guest's boot, shown by plan)."""
 
+    def arrange(self, topo, waves: list[list[Step]]) -> list[list[Step]]:
+        """The waves in the order this placement runs them (and plan shows them)."""
+        return waves
+
     def flush(self, topo, records: list[tuple[str, str, str]]) -> None:
         if self.ledger and records:
             self.ledger.record_many([{"kind": k, "name": n, "host": h} for k, n, h in records])

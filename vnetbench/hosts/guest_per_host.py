@@ -15,12 +15,21 @@ from .testbed import TestbedPlacement
 
 
 class HostGuestsPlacement(TestbedPlacement):
-    def __init__(self, site: GuestHostSite, boot: str):
+    def __init__(self, site: GuestHostSite, boot: str = ""):
         super().__init__(site)
         self.boot = boot
 
+    def arrange(self, topo, waves):
+        """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
+        batch may bring up a VM port that the machine's makes (OVS with a tunnel overlay sets the host's address
+        before the VMs are attached)."""
+        def mine_first(step) -> bool:
+            return getattr(topo.nodes.get(step.node), "role", None) != "machine"
+        return [sorted(wave, key=mine_first) for wave in waves]
+
     def prelude(self, topo) -> None:
-        topo.call("h1", self.boot, lambda: None)
+        if self.boot:
+            topo.call("h1", self.boot, lambda: None)
 
     def describe(self, topo) -> list[str]:
         return [f"kernel: guest-per-host: each host is a guest of the run "

@@ -315,6 +315,7 @@ class TestbedSite:
             by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         for step in steps:
             parts.setdefault(self.machine(topo, step.node), []).append(step)
+        topo.ran(list(steps))
         labels = list(dict.fromkeys([*by_host, *parts]))
         owners = self.touch(labels, run=False)
         jobs = {}

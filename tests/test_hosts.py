@@ -1,0 +1,175 @@
+"""Host backends (hosts/): `plan` shows exactly the steps `run` executes, for every backend this machine has (namespaces,
+one guest, one guest per host, guest VMs, the SSH testbed as the emulated lab); and a new backend is one module."""
+from __future__ import annotations
+
+
+import pytest
+
+from conftest import ROOT, netns_names
+from vnetbench import hosts
+from vnetbench import testbed as tb
+from vnetbench.capabilities import detect
+from vnetbench.guests import backend
+from vnetbench.ledger import Ledger
+from vnetbench.matrix import expand
+from vnetbench.spec import loads
+from vnetbench.topology import PLAN_PREFIX, Topology
+
+UML = pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+PLAN_WORK = f"/run/vnetbench/{PLAN_PREFIX}/work"
+
+SPEC = """\
+name: same-steps
+repetitions: 1
+factors:
+  overlay: vxlan
+  placement: cross-host
+  {extra}
+workloads:
+  - type: ping
+    count: 3
+    interval: 0.05
+"""
+
+
+def scenario(extra: str = "", caps=None):
+    sc = expand(loads(SPEC.format(extra=extra)).experiment, caps or detect())[0]
+    assert sc.skip is None, sc.skip
+    return sc
+
+
+def shown(steps, prefix: str = PLAN_PREFIX, work: str = PLAN_WORK) -> list[tuple]:
+    """Steps as plain data, with the run's prefix, work directory and MACs' prefix digits as plan shows them."""
+    p, q = prefix[2:6], PLAN_PREFIX[2:6]
+
+    def norm(text: str) -> str:
+        return text.replace(work, PLAN_WORK).replace(prefix, PLAN_PREFIX).replace(f"{p[:2]}:{p[2:]}:", f"{q[:2]}:{q[2:]}:")
+    return [(st.node, st.tool, [norm(ln) for ln in st.lines], [norm(a) for a in st.argv], norm(st.name))
+            for st in steps]
+
+
+def plan_and_run(sc, testbed=None) -> tuple[list[tuple], list[tuple], str]:
+    """(the steps plan shows, the steps run executed, plan's script), each through the one choice of backend."""
+    planned = Topology(sc, None, placement=hosts.Hosts(None, testbed).plan(sc))
+    script, steps = planned.script(), [st for wave in planned.placement.arrange(planned, planned.waves()) for st in wave]
+    ledger = Ledger.create()
+    run = hosts.Hosts(ledger, testbed)
+    try:
+        topo = Topology(sc, ledger, placement=run.open(sc))
+        try:
+            topo.build()
+            executed = list(topo.executed)
+        finally:
+            topo.teardown()
+    finally:
+        run.close()
+        ledger.remove_all()
+        run.disconnect()
+    return shown(steps), shown(executed, ledger.prefix, str(ledger.work)), script
+
+
+def same_steps(sc, testbed=None) -> list[tuple]:
+    planned, executed, script = plan_and_run(sc, testbed)
+    assert executed, "run executed no step"
+    assert [s[:2] for s in planned] == [s[:2] for s in executed]
+    assert planned == executed
+    for _, tool, lines, _, _ in executed:  # and the printed script shows each batch as it ran
+        if lines and tool != "call":
+            assert "\n".join(lines) in script
+    return executed
+
+
+def test_plan_shows_what_run_executes_with_namespaces(state_dir):
+    executed = same_steps(scenario())
+    assert not [s for s in executed if s[1] == "call"]  # nothing booted
+
+
+@UML
+def test_plan_shows_what_run_executes_in_a_guest(state_dir):
+    executed = same_steps(scenario("kernel: guest"))
+    assert executed[0][1] == "call" and "boot" in executed[0][4]  # the guest's boot is the first step
+
+
+@UML
+def test_plan_shows_what_run_executes_with_one_guest_per_host(state_dir):
+    """The bug: plan showed the shared-kernel script here, run moved the guests' NICs and ran per-host scripts."""
+    executed = same_steps(scenario("kernel: guest-per-host"))
+    assert executed[0][1] == "call" and "host guests" in executed[0][4]
+    assert any("link set dev vb0000-u netns vb0000-h1" in ln for s in executed for ln in s[2])
+
+
+@UML
+def test_plan_shows_what_run_executes_with_guest_vms(state_dir):
+    """The bug: plan showed a veth into the VM's namespace where run builds a vif from the guest's tap bridge."""
+    executed = same_steps(scenario("vm_kernel: guest"))
+    assert executed[0][1] == "call" and "guest VMs" in executed[0][4]
+    assert any(s[0] == "gn" for s in executed)  # the vif's end on the guest's tap bridge
+
+
+def test_plan_shows_what_run_executes_on_an_ssh_testbed(lab, state_dir):
+    bed = tb.load(lab.dir / "testbed.yaml")
+    tb.preflight(bed, probe_kernel=False)
+    executed = same_steps(scenario(caps=tb.merge(bed.hosts)), testbed=bed)
+    assert all(s[0] for s in executed)  # nothing in this machine's root namespace
+    assert any("type vxlan" in ln for s in executed for ln in s[2])
+
+
+TOY = '''\
+"""A toy host backend: namespaces on this machine, named with a prefix of its own."""
+from vnetbench.executor import NetnsExecutor
+from vnetbench.hosts import register
+from vnetbench.hosts.base import Node
+from vnetbench.hosts.namespaces import Namespaces, NamespacesPlacement
+
+MADE = []  # every namespace it gave a node
+
+
+class ToyPlacement(NamespacesPlacement):
+    def node(self, topo, label, role, host, tenant):
+        ns = f"{topo.prefix}-t{label}"
+        MADE.append(ns)
+        return Node(label, role, host, NetnsExecutor(ns, topo.ledger), tenant, netns=ns)
+
+
+@register
+class Toy(Namespaces):
+    name = "toy"
+
+    def open(self, sc):
+        return ToyPlacement(self.ledger)
+
+    def plan(self, sc):
+        return ToyPlacement(None)
+'''
+
+
+@pytest.mark.net
+def test_a_new_backend_is_one_module_and_runs_quick(tmp_path, state_dir, monkeypatch):
+    """A backend written as one new module in a plugin directory of the hosts package (no other file changed) runs
+    examples/quick.yaml (one repetition, 1-s loads) when chosen: every trial ok, every namespace built is one the
+    toy named, and none is left."""
+    import sqlite3
+    import sys
+
+    from vnetbench.runner import Runner
+    from vnetbench.store import Store
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "toy.py").write_text(TOY)
+    monkeypatch.setattr(hosts, "__path__", [*hosts.__path__, str(plugins)])
+    monkeypatch.setenv("VNETBENCH_HOSTS", "toy")
+    try:
+        text = (ROOT / "examples" / "quick.yaml").read_text().replace("repetitions: 3", "repetitions: 1") \
+            .replace("duration: 3", "duration: 1")
+        db = tmp_path / "r.db"
+        outcome = Runner(Store(db), progress=False).run(loads(text, "quick.yaml"))
+        toy = sys.modules["vnetbench.hosts.toy"]
+        assert outcome.status == "done" and outcome.scenarios_failed == 0
+        assert outcome.trials_ok > 10 and outcome.trials_failed == 0, outcome
+        with sqlite3.connect(db) as c:
+            prefix = c.execute("SELECT prefix FROM campaigns").fetchone()[0]
+        assert toy.MADE and all(ns.startswith(f"{prefix}-t") for ns in toy.MADE), toy.MADE[:5]
+        assert not [n for n in netns_names() if n.startswith(prefix)]
+    finally:
+        hosts.REGISTRY.pop("toy", None)
+        sys.modules.pop("vnetbench.hosts.toy", None)
