@@ -2,10 +2,12 @@
 one guest, one guest per host, guest VMs, the SSH testbed as the emulated lab); and a new backend is one module."""
 from __future__ import annotations
 
+import shlex
+
 
 import pytest
 
-from conftest import ROOT, netns_names
+from conftest import ROOT, netns_names, vnetbench
 from vnetbench import hosts
 from vnetbench import testbed as tb
 from vnetbench.capabilities import detect
@@ -30,6 +32,10 @@ workloads:
     count: 3
     interval: 0.05
 """
+
+
+def spec(extra: str = "") -> str:
+    return SPEC.format(extra=extra)
 
 
 def scenario(extra: str = "", caps=None):
@@ -68,48 +74,55 @@ def plan_and_run(sc, testbed=None) -> tuple[list[tuple], list[tuple], str]:
     return shown(steps), shown(executed, ledger.prefix, str(ledger.work)), script
 
 
-def same_steps(sc, testbed=None) -> list[tuple]:
+def same_steps(sc, tmp_path, extra: str = "", testbed=None, testbed_file=None) -> list[tuple]:
+    """plan's steps are run's, and `vnetbench plan` prints each batch and command as it ran."""
     planned, executed, script = plan_and_run(sc, testbed)
     assert executed, "run executed no step"
     assert [s[:2] for s in planned] == [s[:2] for s in executed]
     assert planned == executed
-    for _, tool, lines, _, _ in executed:  # and the printed script shows each batch as it ran
-        if lines and tool != "call":
-            assert "\n".join(lines) in script
+    (tmp_path / "spec.yaml").write_text(spec(extra))
+    printed = vnetbench("plan", tmp_path / "spec.yaml", *(["--testbed", testbed_file] if testbed_file else [])).stdout
+    for _, tool, lines, argv, name in executed:
+        if tool == "call":
+            assert f"# {name}" in printed
+        elif lines:
+            assert "\n".join(lines) in printed
+        else:
+            assert shlex.join(argv) in printed
     return executed
 
 
-def test_plan_shows_what_run_executes_with_namespaces(state_dir):
-    executed = same_steps(scenario())
+def test_plan_shows_what_run_executes_with_namespaces(tmp_path, state_dir):
+    executed = same_steps(scenario(), tmp_path)
     assert not [s for s in executed if s[1] == "call"]  # nothing booted
 
 
 @UML
-def test_plan_shows_what_run_executes_in_a_guest(state_dir):
-    executed = same_steps(scenario("kernel: guest"))
+def test_plan_shows_what_run_executes_in_a_guest(tmp_path, state_dir):
+    executed = same_steps(scenario("kernel: guest"), tmp_path, "kernel: guest")
     assert executed[0][1] == "call" and "boot" in executed[0][4]  # the guest's boot is the first step
 
 
 @UML
-def test_plan_shows_what_run_executes_with_one_guest_per_host(state_dir):
+def test_plan_shows_what_run_executes_with_one_guest_per_host(tmp_path, state_dir):
     """The bug: plan showed the shared-kernel script here, run moved the guests' NICs and ran per-host scripts."""
-    executed = same_steps(scenario("kernel: guest-per-host"))
+    executed = same_steps(scenario("kernel: guest-per-host"), tmp_path, "kernel: guest-per-host")
     assert executed[0][1] == "call" and "host guests" in executed[0][4]
     assert any("link set dev vb0000-u netns vb0000-h1" in ln for s in executed for ln in s[2])
 
 
 @UML
-def test_plan_shows_what_run_executes_with_guest_vms(state_dir):
+def test_plan_shows_what_run_executes_with_guest_vms(tmp_path, state_dir):
     """The bug: plan showed a veth into the VM's namespace where run builds a vif from the guest's tap bridge."""
-    executed = same_steps(scenario("vm_kernel: guest"))
+    executed = same_steps(scenario("vm_kernel: guest"), tmp_path, "vm_kernel: guest")
     assert executed[0][1] == "call" and "guest VMs" in executed[0][4]
     assert any(s[0] == "gn" for s in executed)  # the vif's end on the guest's tap bridge
 
 
-def test_plan_shows_what_run_executes_on_an_ssh_testbed(lab, state_dir):
+def test_plan_shows_what_run_executes_on_an_ssh_testbed(lab, tmp_path, state_dir):
     bed = tb.load(lab.dir / "testbed.yaml")
-    tb.preflight(bed, probe_kernel=False)
-    executed = same_steps(scenario(caps=tb.merge(bed.hosts)), testbed=bed)
+    executed = same_steps(scenario(caps=tb.preflight(bed)), tmp_path, testbed=bed,
+                          testbed_file=lab.dir / "testbed.yaml")
     assert all(s[0] for s in executed)  # nothing in this machine's root namespace
     assert any("type vxlan" in ln for s in executed for ln in s[2])
 
