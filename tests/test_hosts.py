@@ -186,3 +186,12 @@ def test_a_new_backend_is_one_module_and_runs_quick(tmp_path, state_dir, monkeyp
     finally:
         hosts.REGISTRY.pop("toy", None)
         sys.modules.pop("vnetbench.hosts.toy", None)
+
+
+def test_an_unknown_host_backend_is_one_line_and_exit_2():
+    import os
+    proc = vnetbench("plan", ROOT / "examples" / "quick.yaml", env=os.environ | {"VNETBENCH_HOSTS": "nope"},
+                     check=False)
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "error: VNETBENCH_HOSTS: no host backend 'nope'; known: guest, guest-per-host, namespaces, testbed"]

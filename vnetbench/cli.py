@@ -89,7 +89,12 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print the version (and git commit) and exit")) -> None:
-    pass
+    if os.environ.get("VNETBENCH_HOSTS"):  # a host backend named from outside: checked before anything runs
+        from .hosts import choose
+        try:
+            choose({})
+        except KeyError as exc:
+            fail(exc.args[0])
 
 
 def fail(message: str, code: int = 2) -> None:
