@@ -195,3 +195,13 @@ def test_an_unknown_host_backend_is_one_line_and_exit_2():
     assert proc.returncode == 2 and not proc.stdout
     assert proc.stderr.strip().splitlines() == [
         "error: VNETBENCH_HOSTS: no host backend 'nope'; known: guest, guest-per-host, namespaces, testbed"]
+
+
+@UML
+def test_a_testbed_refuses_guests_of_this_machine_with_the_reason():
+    """On a testbed, a `kernel: guest` or `vm_kernel: guest` scenario is a skip saying why (before, the run built the
+    topology on the testbed with a guest executor beside it)."""
+    refuse = hosts.load_all()["testbed"].own_kernels
+    assert "own kernels" in refuse(scenario("kernel: guest-per-host"))
+    assert "namespaces on its hosts" in refuse(scenario("vm_kernel: guest"))
+    assert refuse(scenario()) is None

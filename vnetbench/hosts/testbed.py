@@ -29,6 +29,7 @@ from .. import testbed as tb
 from ..executor import REMOTE_STATE_DIR, CommandError, SshExecutor, _batch_error
 from ..ledger import Ledger
 from ..datapaths.ovs import KERNEL_TUNNEL_IN_OVS
+from ..guests import vms
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
 from ..sample import Sample
@@ -747,8 +748,17 @@ class TestbedBackend(Backend):
         return tb.clean_testbed(testbed, running, dry_run)
 
     def check(self, sc) -> str | None:
-        why = self.site.check(sc)
+        why = self.site.check(sc) or self.own_kernels(sc)
         return f"testbed: {why}" if why else None
+
+    @staticmethod
+    def own_kernels(sc) -> str | None:
+        """A testbed's hosts run their own kernels: guests of this machine are not its hosts or VMs."""
+        if sc.levels.get("kernel", "shared") != "shared":
+            return f"kernel {sc.levels['kernel']} boots guests on this machine; a testbed's hosts run their own kernels"
+        if vms.parse(sc.levels.get("vm_kernel", "shared")).type != "shared":
+            return "vm_kernel guest boots guests on this machine; a testbed's VMs are namespaces on its hosts"
+        return None
 
     def notes(self, sc) -> list[str]:
         return self.site.notes(sc)
