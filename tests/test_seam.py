@@ -153,6 +153,11 @@ def test_backends_never_import_the_topology():
             "vnetbench.hosts.testbed"} <= set(backends)
     for mod in backends:
         assert "vnetbench.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
+    # nor reach into its private state (a testbed's VF leases and MAC serials live on its placement)
+    for path in [*(PKG / "hosts").glob("*.py"), *(PKG / "guests").glob("*.py")]:
+        private = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id == "topo" and n.attr.startswith("_")}
+        assert not private, f"{path.name} uses the topology's private {sorted(private)}"
 
 
 def test_the_topology_imports_only_the_backend_interface():

@@ -361,7 +361,8 @@ class Topology:
             self.verify()
         return self
 
-    def _flush_records(self) -> None:
+    def flush_records(self) -> None:
+        """Write what the next steps create to the ledger first (the placement says which ledger)."""
         records, self._records = list(self._records), []
         if records:
             self.placement.flush(self, records)
@@ -416,10 +417,11 @@ class Topology:
         """Steps are being run (the placement's own build scripts say so too)."""
         self.executed.extend(steps)
 
-    def _run_wave(self, wave: list[Step]) -> None:
+    def run_wave(self, wave: list[Step]) -> None:
+        """Run one wave here (its batches at once); a placement's `execute` calls it."""
         if len(wave) == 1 or wave[0].tool not in BATCH_TOOLS:
             for step in wave:
-                self._run_step(step)
+                self.run_step(step)
             return
         self.ran(wave)
         wave, over_netlink = self._netlink_part(wave)
@@ -454,7 +456,8 @@ class Topology:
                 over.append((ex.netns, ops))
         return rest, over
 
-    def _run_step(self, step: Step) -> None:
+    def run_step(self, step: Step) -> None:
+        """Run one step through its node's executor."""
         self.ran([step])
         where = self.executor(step.node)
         try:
@@ -504,7 +507,7 @@ class Topology:
         self.steps = saved
         for step in teardown_steps:
             try:
-                self._run_step(step)
+                self.run_step(step)
             except BuildError:
                 pass  # the namespace goes anyway; a failed graceful stop must not block the rest
         namespaces = [n.netns for n in self.nodes.values() if n.netns and not n.guest]

@@ -161,8 +161,8 @@ class Placement:
     def execute(self, topo, waves: list[list[Step]]) -> bool:
         """Run the waves in order (records flushed before each); True when the placement checked the pairs too."""
         for wave in waves:
-            topo._flush_records()
-            topo._run_wave(wave)
+            topo.flush_records()
+            topo.run_wave(wave)
         return False
 
     def pings(self, topo, pairs: list, wait_s: float) -> list:

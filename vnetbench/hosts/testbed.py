@@ -215,9 +215,9 @@ class TestbedSite:
                 continue
             self._batches(topo, pending)
             pending = []
-            topo._flush_records()
+            topo.flush_records()
             for step in wave:
-                topo._run_step(step)
+                topo.run_step(step)
         self._batches(topo, pending, check=True)
 
     def attach_vf(self, topo, vm, dev: str) -> None:
