@@ -81,7 +81,7 @@ class GuestHostSite(TestbedSite):
 
     # ---- build: the guest's NIC is the host's, for the scenario ----------------------------------------------
     def underlay(self, topo) -> None:
-        """Each guest's underlay NIC goes into its host's namespace of the run (Topology.owned_hosts): the host's
+        """Each guest's underlay NIC goes into its host's namespace of the run (TestbedPlacement.owned): the host's
         address, tunnels, xfrm, daemons and host-to-host traffic are there, as with emulated hosts. The NIC is set
         to the scenario's MTU and shaped to its underlay (netem, tbf): the guests are the run's own, so this is the emulated
         underlay, not a real host's NIC."""

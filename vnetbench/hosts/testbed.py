@@ -53,7 +53,7 @@ class TestbedSite:
     """The testbed's first N hosts are the scenario's h1..hN."""
 
     # A site whose hosts are the run's own (guests.hostsite): its NIC and address are given to the host's namespace
-    # of the run (Topology.owned_hosts), host-to-host traffic starts there.
+    # of the run (TestbedPlacement.owned), host-to-host traffic starts there.
     owns_hosts = False
 
     def __init__(self, bed: tb.Testbed, ledger: Ledger | None, log: list | None = None):
