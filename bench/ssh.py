@@ -25,7 +25,7 @@ from vnetbench import testbed as tb  # noqa: E402
 from vnetbench.capabilities import detect  # noqa: E402
 from vnetbench.ledger import Ledger  # noqa: E402
 from vnetbench.matrix import expand  # noqa: E402
-from vnetbench.sites import TestbedSite  # noqa: E402
+from vnetbench.hosts.testbed import TestbedPlacement, TestbedSite  # noqa: E402
 from vnetbench.spec import loads  # noqa: E402
 from testlab import Lab  # noqa: E402
 from vnetbench.topology import Topology  # noqa: E402
@@ -43,7 +43,7 @@ def quick_scenario():
 
 def build_teardown(sc, ledger, site=None) -> float:
     t0 = time.perf_counter()
-    topo = Topology(sc, ledger, site=site)
+    topo = Topology(sc, ledger, placement=TestbedPlacement(site) if site else None)
     topo.build()
     topo.teardown()
     return time.perf_counter() - t0

@@ -14,6 +14,7 @@ import pytest
 from test_encryption import MARKER, read_pcap
 from vnetbench.capabilities import detect
 from vnetbench.guests import machine
+from vnetbench.hosts.guest import GuestPlacement
 from vnetbench.ledger import Ledger
 from vnetbench.matrix import expand
 from vnetbench.spec import loads
@@ -68,7 +69,7 @@ def test_kernel_ipsec_in_a_guest_is_ah_and_esp_on_the_wire_never_clear_text(stat
         ex = guest.executor()
         for enc, want in IPSEC:
             sc = scenario({"attach": "host", "encryption": enc, "encryption_scope": "host-to-host"})
-            topo = Topology(sc, ledger, machine=ex)
+            topo = Topology(sc, ledger, placement=GuestPlacement(ledger, ex))
             pcap = ledger.work / f"wire-{len(want)}-{time.monotonic_ns()}.pcap"
             try:
                 topo.build()
@@ -170,7 +171,7 @@ def test_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_di
             assert sc.skip is None and sc.implementation["overlay"] == impl, (sc.skip, sc.implementation)
             ovs = switch != "linuxbridge"
             assert not ovs or sc.implementation["switch"] == "ovs-system", sc.implementation
-            topo = Topology(sc, ledger, machine=ex)
+            topo = Topology(sc, ledger, placement=GuestPlacement(ledger, ex))
             try:
                 topo.build()
                 p1, p2 = topo.pairs
@@ -214,7 +215,7 @@ def test_ike_kernel_esp_between_vms_in_a_guest(state_dir):
     try:
         sc = scenario({"encryption": {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}})
         assert sc.implementation["encryption"].startswith("kernel-xfrm + strongswan")
-        topo = Topology(sc, ledger, machine=guest.executor())
+        topo = Topology(sc, ledger, placement=GuestPlacement(ledger, guest.executor()))
         try:
             topo.build()
             pair = topo.pairs[0]
@@ -245,7 +246,7 @@ def test_esp_tunnel_carries_ipv6_and_the_largest_datagram_is_as_computed(state_d
             (sc,) = expand(loads(text).experiment, detect())
             assert sc.skip is None and len(sc.workloads) == 1, sc.skip
             fit = int(next(n for n in sc.notes if " left out: " in n).split("at most ")[1].split("-byte")[0])
-            topo = Topology(sc, ledger, machine=guest.executor())
+            topo = Topology(sc, ledger, placement=GuestPlacement(ledger, guest.executor()))
             try:
                 topo.build()  # its ping check crosses the tunnel, over IPv6 too
                 (p,) = topo.pairs
@@ -272,7 +273,7 @@ def test_underlay_delay_and_loss_run_in_a_guests_kernel(state_dir):
     ledger = Ledger.create()
     guest = machine.GuestMachine(ledger)
     try:
-        topo = Topology(sc, ledger, machine=guest.executor())
+        topo = Topology(sc, ledger, placement=GuestPlacement(ledger, guest.executor()))
         try:
             topo.build()
             (pair,) = topo.pairs

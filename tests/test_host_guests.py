@@ -18,6 +18,7 @@ from vnetbench import ledger
 from vnetbench.capabilities import detect
 from vnetbench.guests import backend
 from vnetbench.guests.hostsite import GuestHostSite
+from vnetbench.hosts.guest_per_host import HostGuestsPlacement
 from vnetbench.matrix import expand
 from vnetbench.spec import loads
 from vnetbench.topology import Topology
@@ -108,7 +109,7 @@ def test_ipsec_and_ovs_run_in_per_host_guests(state_dir):
             h2h = sc.levels["encryption_scope"] == "host-to-host"
             if h2h:
                 assert (impl["switch"], impl["overlay"]) == ("ovs-system", "ovs-gre"), impl
-            topo = Topology(sc, led, site=site)
+            topo = Topology(sc, led, placement=HostGuestsPlacement(site))
             topo.build()
             try:
                 seen = _captured(site, topo, ["u", "t1"])

@@ -131,7 +131,8 @@ def test_only_the_ledger_deletes_local_namespaces():
     root = Path(ledger.__file__).parent
     elsewhere = {"cli.py": "plan prints the teardown script a user can run",
                  "testbed.py": "on a testbed host, in its clean script",
-                 "topology.py": "teardown: in a guest, and locally (batched with the build's ip runner)",
+                 "hosts/base.py": "plan's printed teardown, and the teardown inside a guest (kernel: guest)",
+                 "hosts/namespaces.py": "a guest VM's namespace, inside its guest",
                  "guests/machine.py": "the OVS probe's scratch namespaces, inside the guest",
                  "capabilities.py": "the kernel probe script removes its scratch namespace where it runs",
                  "ledger.py": "the function itself"}

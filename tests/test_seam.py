@@ -3,6 +3,7 @@ no backend; the matrix knows no guest module; one registry implementation; datap
 builder interface (datapaths/base.py: Builder), never one another."""
 import ast
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -103,17 +104,11 @@ def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
 # Imports of vnetbench modules inside functions, outside cli.py (which loads its commands' modules lazily for
 # start-up speed), and why each is there. A function-local import that only dodged an import circle is not allowed:
 # the circle is broken by moving the shared part down a layer instead.
-ALLOWED_LAZY = {
-    ("vnetbench.runner", "vnetbench.sites"): "where a scenario's hosts are is chosen here; host backends replace it",
-    ("vnetbench.runner", "vnetbench.guests"): "as above",
-    ("vnetbench.runner", "vnetbench.guests.machine"): "as above",
-    ("vnetbench.runner", "vnetbench.guests.vms"): "as above",
-}
+ALLOWED_LAZY: dict[tuple[str, str], str] = {}
 # What counts as a backend: where the hosts are (a testbed over SSH, guests), and the topology built on one.
-BACKENDS = ("vnetbench.testbed", "vnetbench.sites", "vnetbench.guests", "vnetbench.topology", "vnetbench.hosts")
-# The guest modules the matrix still asks (whether a guest kernel offers what a scenario needs), until the host
-# backends refuse scenarios themselves (issue 18): no other guest module may join them.
-MATRIX_GUESTS = {"vnetbench.guests", "vnetbench.guests.machine", "vnetbench.guests.vms"}
+BACKENDS = ("vnetbench.testbed", "vnetbench.guests", "vnetbench.topology", "vnetbench.hosts")
+# The host backend interface (hosts/base.py) and the package that registers the backends and chooses one.
+INTERFACE = {"vnetbench.hosts", "vnetbench.hosts.base"}
 
 
 def test_no_import_circle_at_run_time():
@@ -142,17 +137,58 @@ def test_the_lowest_layers_import_no_backend():
         assert not backends, f"{low} imports (directly or not) {sorted(backends)}: a lower layer knows no backend"
 
 
-def test_the_matrix_imports_no_new_guest_module():
-    guests = {d for d in _graph()["vnetbench.matrix"] if d.startswith("vnetbench.guests")}
-    assert guests <= MATRIX_GUESTS, f"the matrix imports {sorted(guests - MATRIX_GUESTS)}"
+def test_the_matrix_imports_no_guest_module():
+    """The matrix asks the chosen host backend whether it runs a scenario (and with whose kernel's capabilities):
+    it imports no guest module, directly or not."""
+    graph = _graph()
+    guests = {d for d in _reach(graph, "vnetbench.matrix") if d.startswith(("vnetbench.guests", "vnetbench.testbed"))}
+    assert not guests, f"the matrix imports {sorted(guests)}"
+    assert "vnetbench.hosts" in graph["vnetbench.matrix"]  # the walk sees the import it makes instead
+
+
+def test_backends_never_import_the_topology():
+    graph = _graph()
+    backends = [m for m in graph if m.startswith(("vnetbench.hosts", "vnetbench.guests", "vnetbench.testbed"))]
+    assert {"vnetbench.hosts.namespaces", "vnetbench.hosts.guest", "vnetbench.hosts.guest_per_host",
+            "vnetbench.hosts.testbed"} <= set(backends)
+    for mod in backends:
+        assert "vnetbench.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
+    # nor reach into its private state (a testbed's VF leases and MAC serials live on its placement)
+    for path in [*(PKG / "hosts").glob("*.py"), *(PKG / "guests").glob("*.py")]:
+        private = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id == "topo" and n.attr.startswith("_")}
+        assert not private, f"{path.name} uses the topology's private {sorted(private)}"
+
+
+def test_the_topology_imports_only_the_backend_interface():
+    graph = _graph()
+    backends = {d for d in _reach(graph, "vnetbench.topology") if d.startswith(BACKENDS)}
+    assert backends == INTERFACE, f"the topology imports {sorted(backends - INTERFACE)}: it knows the interface only"
+    for mod in INTERFACE:  # and the interface knows no backend
+        assert not {d for d in _reach(graph, mod) if d.startswith(BACKENDS)} - INTERFACE, mod
+
+
+def test_every_host_backend_is_registered_and_chosen_by_one_function():
+    from vnetbench import hosts
+    reg = hosts.load_all()
+    assert {"namespaces", "guest", "guest-per-host", "testbed"} <= set(reg)
+    assert all(issubclass(cls, hosts.Backend) for cls in reg.values())
+    assert hosts.choose({"kernel": "shared"}) is reg["namespaces"]
+    assert hosts.choose({"kernel": "guest"}) is reg["guest"]
+    assert hosts.choose({"kernel": "guest-per-host"}) is reg["guest-per-host"]
+    assert hosts.choose({"kernel": "shared"}, testbed=object()) is reg["testbed"]
+    # the commands, the campaign loop and the topology ask hosts.choose, never the level themselves
+    chooser = [name for name in ("cli.py", "runner.py", "topology.py")
+               if re.search(r"""levels(\.get\(|\[)["'](kernel|vm_kernel)["']""", (PKG / name).read_text())]
+    assert not chooser, f"modules that choose where the hosts are by themselves: {chooser}"
 
 
 def test_one_registry_implementation():
     """Datapaths, workloads, probes, analyses and guest backends register through registry.Registry; no other
     module keeps a registry of its own (a module-level REGISTRY that is not one)."""
-    from vnetbench import analyses, datapaths, guests, probes, workloads
+    from vnetbench import analyses, datapaths, guests, hosts, probes, workloads
     from vnetbench.registry import Registry
-    for pkg in (analyses, datapaths, guests, probes, workloads):
+    for pkg in (analyses, datapaths, guests, hosts, probes, workloads):
         assert isinstance(pkg.REGISTRY, Registry) and pkg.load_all() is pkg.REGISTRY, pkg.__name__
     assert set(datapaths.REGISTRY) == {"switch", "overlay", "encryption", "attach"}
     assert {"iperf3", "ping"} <= set(workloads.REGISTRY) and {"system", "process", "interfaces"} <= set(probes.REGISTRY)

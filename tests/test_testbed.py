@@ -640,7 +640,7 @@ def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, tmp_path
 
 
 def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
-    from vnetbench.sites import _foreign
+    from vnetbench.hosts.testbed import _foreign
     ok = ["netns add vb12-h1", "link add vb12-vx1 netns vb12-h1 type vxlan id 101 local 192.0.2.1 dstport 4789",
           "link add vb12-e0 link eth1 netns vb12-h1v2 type macvlan mode bridge",
           "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1",
@@ -680,7 +680,7 @@ def test_sriov_virtual_functions_are_taken_only_when_free():
     assert DirectAttach().check(scenario("same-host"), with_vf).implementation == "macvlan"
     assert DirectAttach().check(sc, Capabilities({}, {"macvlan": Feature(True)})).implementation == "macvlan"
     # the only line in a host's root namespace touching a device not the run's: moving a VF the run took
-    from vnetbench.sites import _foreign
+    from vnetbench.hosts.testbed import _foreign
     assert _foreign("link set dev ens1f0v3 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"}) is None
     assert _foreign("link set dev ens1f0v3 netns other", "vb12", "ens1f0", {"ens1f0v3"})
     assert _foreign("link set dev ens1f0v1 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"})
@@ -701,7 +701,7 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     from vnetbench.capabilities import TOOLS, Capabilities, Feature, Strongswan, parse_features
     from vnetbench.executor import SshTarget
     from vnetbench.matrix import expand
-    from vnetbench.sites import TestbedSite
+    from vnetbench.hosts.testbed import TestbedSite
     said = {"node1": "@@F charon ok /usr/libexec/strongswan/charon\n@@F strongswan-kernel-libipsec ok /usr/libexec/"
                      "strongswan/plugins\n@@F strongswan-blowfish ok gcrypt plugin\n@@F ovs-afxdp ok linked\n",
             "node2": "noise\n@@F charon ok /usr/lib/ipsec/charon\n@@F strongswan-kernel-libipsec ok /usr/lib/ipsec/plugins"

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import clean_after_kill, uml_pids, netns_names, start_run, trial_rows
 from vnetbench.guests import backend, vms
+from vnetbench.hosts.namespaces import NamespacesPlacement
 from vnetbench.matrix import expand
 from vnetbench.spec import SpecError, loads
 
@@ -156,7 +157,7 @@ def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clea
     bps, t0 = {}, time.monotonic()
     try:
         for sc in runs:
-            topo = Topology(sc, ledger, vm_guests=guests.for_scenario(sc))
+            topo = Topology(sc, ledger, placement=NamespacesPlacement(ledger, guests.for_scenario(sc)))
             pcap = tmp_path / f"wire-{sc.index}.pcap"
             try:
                 topo.build()

@@ -89,7 +89,12 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                             help="print the version (and git commit) and exit")) -> None:
-    pass
+    if os.environ.get("VNETBENCH_HOSTS"):  # a host backend named from outside: checked before anything runs
+        from .hosts import choose
+        try:
+            choose({})
+        except KeyError as exc:
+            fail(exc.args[0])
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -148,8 +153,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     bed, caps = load_testbed(testbed)
     caps = caps or detect()
     paths = datapath_report(caps)
-    from .guests import machine
-    guest = machine.info() if not bed else None
+    from .hosts import choose
+    guest = choose({"kernel": "guest"}, bed).info()  # the guest backend's (none on a testbed)
     if guest and guest.get("available"):
         guest["datapaths"] = datapath_report(caps, {"kernel": "guest"})
     if as_json:
@@ -232,18 +237,13 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
     from .capabilities import detect
-    from .topology import Topology, comment, heredoc
+    from .hosts import Hosts
+    from .topology import Topology, comment
     loaded = load_spec(spec, profile)
     bed, caps = load_testbed(testbed)
-    site = None
     scenarios = expand(loaded.experiment, caps or detect())
-    if bed:
-        from .sites import TestbedSite
-        site = TestbedSite(bed, None)
-        for sc in scenarios:
-            why = None if sc.skip else site.check(sc)
-            sc.skip = f"testbed: {why}" if why else sc.skip
-            sc.notes = sc.notes + site.notes(sc)
+    hosts = Hosts(None, bed)  # the backends `run` would choose, opened for showing only
+    hosts.refuse(scenarios)
     runnable = [s for s in scenarios if not s.skip]
     # Plain text, never wrapped: a wrapped comment would put the rest of the comment on a line of its own.
     sys.stdout.write("#!/bin/sh\n" + comment(
@@ -257,13 +257,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             continue
         lines.append(comment(f"implementation: {sc.implementation}; vm mtu {sc.vm_mtu}, underlay mtu {sc.underlay_mtu}"))
         lines += [comment(f"note: {n}") for n in sc.notes]
-        topo = Topology(sc, None, site=site)
-        if sc.levels.get("kernel") == "guest":
-            lines.append(comment(f"kernel: guest: every command below runs inside a "
-                                 f"{sc.implementation.get('kernel', 'guest')} guest booted for the run, over SSH"))
-        if site:
-            lines.append(comment("on the testbed, each host runs its batches below as one script (then pings its "
-                                 "pairs' servers), all hosts at once"))
+        topo = Topology(sc, None, placement=hosts.plan(sc))
+        lines += [comment(text) for text in topo.placement.describe(topo)]
         lines.append(topo.script())
         places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sorted(sc.workloads, key=lambda w: not w.background):  # as a run: the loads first, then each trial
@@ -275,13 +270,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
             for cmd in wl.commands(wl.select(topo.pairs)):
                 line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
                 lines.append(line + (" &" if cmd.background else ""))
-        if site:
-            lines.append(comment("teardown: on each host, the processes in the scenario's namespaces are killed and "
-                                 "the namespaces deleted"))
-            sys.stdout.write("\n".join(lines) + "\n")
-            continue
-        lines.append(comment("teardown"))
-        lines.append(heredoc("ip -force -batch -", [f"netns del {n.exec.name}" for n in topo.nodes.values()]))
+        lines += topo.placement.shown_teardown(topo)
         sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
 
@@ -606,9 +595,9 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     removed, left, pending = ledger.clean_all(dry_run)
     running = [f"run {prefix}: {why}" for prefix, why in left]
     if testbed:
-        from . import testbed as tb
+        from .hosts import choose
         bed, _ = load_testbed(testbed, reach=False)
-        more, left, unreachable = tb.clean_testbed(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
+        more, left, unreachable = choose({}, bed).clean(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
         removed, running, pending = removed + more, running + left, pending + unreachable
     verb = "would remove" if dry_run else "removed"
     # one line each, never wrapped (a script greps them; a wrapped command cannot be pasted), markup not obeyed

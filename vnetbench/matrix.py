@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import datapaths, workloads
 from .capabilities import Capabilities
 from .datapaths.base import Availability, Element
-from .guests import machine, vms  # the guest placements' checks: until host backends refuse scenarios themselves
+from . import hosts  # where the hosts are: each backend refuses what it cannot run, and says whose kernel checks
 from .scenario import ELEMENT_FACTORS, TOPOLOGY_FACTORS, DEFAULT_LEVELS, Scenario, as_list, label, placement_hosts
 
 if TYPE_CHECKING:  # an Experiment is what spec.loads returns (after validate.check); only named here
@@ -143,22 +143,11 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
     if reason:
         sc.skip = reason
         return
-    if reason := vms.decide(sc):
+    backend = hosts.choose(sc.levels)
+    if reason := backend.refuse(sc, caps):
         sc.skip = reason
         return
-    if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # checked against what a guest's kernel offers
-        guest = machine.capabilities()
-        if guest is None:
-            sc.skip = (f"kernel {sc.levels['kernel']}: "
-                       f"{machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
-            return
-        caps = guest
-        sc.implementation["kernel"] = guest.tools["kernel"].detail
-        if sc.levels["kernel"] == "guest-per-host":
-            if why := machine.why_not_per_host(sc):
-                sc.skip = f"kernel guest-per-host: {why}"
-                return
-            sc.implementation["kernel"] += " per host"
+    caps = backend.capabilities(sc, caps)  # a guest's kernel's, where the datapaths run in one
     if sc.underlay_impairment and not caps.has("netem"):
         hint = "; kernel: guest runs it in a guest's own kernel" if sc.levels.get("kernel") == "shared" else ""
         sc.skip = (f"underlay {', '.join(k.split('_')[0] for k in sc.underlay_impairment)}: "
@@ -170,7 +159,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
     switch = elements["switch"]
     checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in elements.items()}
-    if (in_vms := vms.check_encryption(sc, elements["encryption"], caps)) is not None:
+    if (in_vms := backend.check_encryption(sc, elements["encryption"], caps)) is not None:
         checks["encryption"] = in_vms  # vm-to-vm encryption in guest VMs: their own kernels' xfrm
     _overheads(sc, elements)
     if sc.levels["attach"] == "switch":

@@ -29,14 +29,12 @@ from . import efficiency, profiles
 from .probes import profile
 from .scenario import NOT_APPLICABLE
 from .progress import RunProgress, log_path
-from .probes.interfaces import InterfaceProbe
-from .probes.process import ProcessProbe
-from .probes.procstat import GuestSystemProbe, LoadWatch, StreamedSystemProbe, SystemProbe, busy_ratio_now
+from .probes.procstat import LoadWatch, busy_ratio_now
 from .executor import CommandError, LocalExecutor
 from .spec import LoadedSpec, Repetitions, loads
 from .sample import Sample
 from .store import Store, StoreError
-from .guests.base import GuestError
+from .hosts import Hosts, Unavailable
 from .topology import BuildError, Topology
 from .workloads.base import ToolHung, WorkloadError
 
@@ -211,9 +209,7 @@ class Runner:
                  caps=None):
         self.store = store
         self.testbed, self.caps = testbed, caps  # a real testbed (testbed.Testbed, preflighted) and what it offers
-        self.site = None
-        self.guest = None
-        self.vm_guests = None
+        self.hosts: Hosts | None = None  # where the scenarios' hosts are (hosts/), for the run
         self.console = console or Console(stderr=True)
         self.progress = progress
 
@@ -262,13 +258,7 @@ class Runner:
         # point leaves no campaign, and after it the campaign has its scenarios; and before the environment: it
         # asks strongSwan only if a scenario needs charon
         scenarios = expand(spec.experiment, caps)
-        if self.testbed:
-            from .sites import TestbedSite
-            site = TestbedSite(self.testbed, None)
-            for sc in scenarios:
-                why = None if sc.skip else site.check(sc)
-                sc.skip = f"testbed: {why}" if why else sc.skip
-                sc.notes = sc.notes + site.notes(sc)
+        Hosts(None, self.testbed).refuse(scenarios)  # what the chosen host backends cannot run is skipped
         if resume is not None:
             cid = camp.id
             stored = {s["idx"] for s in self.store.scenarios(cid)}
@@ -276,9 +266,7 @@ class Runner:
             env = environment.capture(caps, nics=not self.testbed, steal=_LOAD.steal(0) if _LOAD else None,
                                       swan=caps.swan is not None) | {"order": plan, "place": place_of(self.testbed)}
             self.steal_env = env  # its steal is measured again over a longer span once the first trial is stored
-            if self.testbed:
-                from .sites import TestbedSite
-                env["testbed"] = TestbedSite(self.testbed, None).environment()
+            env |= Hosts(None, self.testbed).environment()
             cid = self.store.new_campaign(spec.experiment.name, spec.source, spec.text, spec.sha256, env, owner=me)
             stored = set()
         outcome.campaign = cid
@@ -291,13 +279,7 @@ class Runner:
         ledger = None
         try:
             ledger = Ledger.create()
-            if self.testbed:
-                from .sites import TestbedSite
-                self.site = TestbedSite(self.testbed, ledger)
-            from .guests.machine import GuestMachine
-            self.guest = GuestMachine(ledger)  # booted at the first `kernel: guest` scenario, if any
-            from .guests.vms import VmGuests
-            self.vm_guests = VmGuests(ledger)  # booted at the first `vm_kernel: guest` scenario, if any
+            self.hosts = Hosts(ledger, self.testbed)  # guests booted at the first scenario that wants them
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress(cid) as bar:
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
@@ -308,14 +290,12 @@ class Runner:
                 try:  # a full disk failing the status write must not keep the run's namespaces and files
                     self.store.set_campaign(cid, status=outcome.status, finished=time.time())
                 finally:
-                    if self.guest is not None:
-                        self.guest.close()
-                    if self.vm_guests is not None:
-                        self.vm_guests.close()
+                    if self.hosts is not None:
+                        self.hosts.close()
                     if ledger is not None:
                         ledger.remove_all()
-                        if self.site:
-                            self.site.close()
+                        if self.hosts is not None:
+                            self.hosts.disconnect()
                         for why in getattr(ledger, "pending", []):
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
 
@@ -471,20 +451,14 @@ class Campaign:
         self._teardown()
         self.bar.update(self.task, description=f"{position} building: {self.r._short(sc)}")
         try:
-            if sc.levels.get("kernel") in ("guest", "guest-per-host"):  # one kind of guests at a time: they share
-                self.r.vm_guests.close()                                 # the run's guest namespace and keys
-            elif sc.levels.get("vm_kernel", "shared") != "shared":
-                self.r.guest.close()
-            machine = self.r.guest.executor() if sc.levels.get("kernel") == "guest" else None
-            vm_guests = self.r.vm_guests.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
-            site = self.r.guest.host_site(sc) if sc.levels.get("kernel") == "guest-per-host" else self.r.site
-        except GuestError as exc:
+            placement = self.r.hosts.open(sc)  # booting or reusing guests, connecting
+        except Unavailable as exc:
             self.failed_builds.add(sc.index)
             self.outcome.scenarios_failed += 1
-            self.store.set_scenario(self.cid, sc.index, "failed", f"guest did not come up: {exc}")
-            self.r.console.print(f"[red]scenario {sc.index} ({sc.key}): the guest did not come up:[/] {exc}")
+            self.store.set_scenario(self.cid, sc.index, "failed", str(exc))
+            self.r.console.print(f"[red]scenario {sc.index} ({sc.key}):[/] {exc}")
             return None
-        topo = Topology(sc, self.ledger, site=site, machine=machine, vm_guests=vm_guests)
+        topo = Topology(sc, self.ledger, placement=placement)
         began = time.monotonic()
         try:
             topo.build()
@@ -586,7 +560,7 @@ class Campaign:
 
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
-            samples, extra = measure(sc, topo, wl, topo.site, time.time())
+            samples, extra = measure(sc, topo, wl, began=time.time())
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:
@@ -614,22 +588,15 @@ def by_topology(block: list[Scenario]) -> list[Scenario]:
     return [sc for group in groups.values() for sc in group]
 
 
-def measure(sc: Scenario, topo: Topology, wl, site=None, began: float | None = None) -> tuple[list[Sample], dict]:
+def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
     (with the seconds of each phase since `began`: see phases()). Raises TrialFailure when the tool or a background
     load failed."""
     began = began or time.time()
     foreign = _LOAD.foreign(FOREIGN_SAMPLE_S) if _LOAD else busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
-    # in a guest: the guest kernel's own /proc/stat, streamed by one reader in it, and its interface counters at the
-    # window's two ends (a command over SSH per reading would take a third of a one-CPU guest: procstat.py)
-    probes = site.probes(topo) if site else [
-        InterfaceProbe(h.exec, interval=None) for h in topo.hosts] if topo.machine else [
-        SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
-        *[InterfaceProbe(h.exec) for h in topo.hosts]]
-    # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
-    guest_probes = [StreamedSystemProbe(topo.machine)] if topo.machine and not site else []
-    guest_probes += [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
-    profiler, no_profile = profile.for_trial(sc, topo, wl, site)
+    place = topo.placement  # where the hosts are: it knows their probes (a guest's kernel's own, a testbed host's)
+    probes, guest_probes = place.probes(topo), place.guest_probes(topo)
+    profiler, no_profile = profile.for_trial(sc, topo, wl, place if place.remote else None)
     at_once([p.start for p in probes])  # each may be a command on another machine: they wait together
     if profiler:  # started last: it samples from its acknowledgement on, after the others' start-up
         profiler.start()
@@ -662,8 +629,7 @@ def measure(sc: Scenario, topo: Topology, wl, site=None, began: float | None = N
                 error = error or str(exc)
     if error:
         raise TrialFailure(error, hung)
-    if site:  # on a testbed every sample says which hosts it came from
-        samples = site.tag(topo, samples)
+    samples = place.tag(topo, samples)  # on a testbed every sample says which hosts it came from
     probe_samples += efficiency.derive(samples + probe_samples, efficiency.payload_of(sc, wl))
     meta = {"foreign_busy_ratio": foreign, "phases": phases(began, ran, window, time.time())}
     if no_profile or (profiler and profiler.note):

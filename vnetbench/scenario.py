@@ -183,6 +183,12 @@ class Scenario:
             return host, host
         return 1, 1
 
+    def pair_vms(self, k: int) -> tuple[str, str]:
+        """The labels of pair k's client and server VMs (h1v1, h2v2, ...): VMs are numbered as the pairs make them,
+        the client's first (the topology's layout names them so)."""
+        client, server = self.pair_hosts(k)
+        return f"h{client}v{2 * k - 1}", f"h{server}v{2 * k}"
+
     @property
     def crosses_hosts(self) -> bool:
         """Whether the pairs' client and server are on different hosts (cross-host, spread)."""

@@ -78,7 +78,6 @@ class Builder(Protocol):
     pairs: list
     daemons: dict[str, Any]
     steps: list
-    machine: Any
 
     @property
     def hosts(self) -> list: ...

@@ -1,7 +1,7 @@
 """`kernel: guest-per-host`: each emulated host is a guest with its own kernel; its VMs are namespaces inside it, and
 its switch, overlays, encryption and underlay shaping run in that guest's kernel.
 
-The guests are a testbed like any other (sites.TestbedSite): h1..hN are machines reached over SSH, each with an
+The guests are a testbed like any other (hosts/testbed.py: TestbedSite): h1..hN are machines reached over SSH, each with an
 underlay NIC (`<prefix>-u` inside the guest) on one data segment, a bridge in the run's guest namespace
 (`<prefix>-gn`, see guests.base) joining the guests' taps. Unlike a real testbed host, a guest is the run's own
 (`owns_hosts`): for each scenario its NIC goes into the host's namespace of the run, where the topology gives it the
@@ -23,10 +23,12 @@ from typing import Callable
 
 from .. import testbed as tb
 from ..executor import _COPIED
+from ..hosts.base import PLAN_PREFIX
+from ..hosts.testbed import HostProbe, TestbedSite
 from ..ledger import Ledger
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
-from ..sites import HostProbe, TestbedSite
+from . import ssh
 from .base import Fleet, GuestError
 
 SEGMENT = "underlay"
@@ -39,24 +41,27 @@ class GuestHostSite(TestbedSite):
 
     owns_hosts = True
 
-    def __init__(self, ledger: Ledger, hosts: int, backend: str = "uml", boot_timeout: float = 60,
-                 why_not: Callable[[object], str | None] = lambda sc: None):
+    def __init__(self, ledger: Ledger | None, hosts: int, backend: str = "uml", boot_timeout: float = 60,
+                 why_not: Callable[[object], str | None] = lambda sc: None, plan: bool = False):
+        """plan: nothing booted; the executors are those `plan` shows (ledger None)."""
         self.why_not = why_not  # what the guests' kernel refuses (guests.machine knows it: it probes the guest)
-        self.fleet = Fleet(ledger, backend, boot_timeout=boot_timeout)
-        self.nic_name = f"{ledger.prefix}-u"
+        self.fleet = Fleet(Ledger(PLAN_PREFIX) if plan else ledger, backend, boot_timeout=boot_timeout)
+        self.nic_name = f"{self.fleet.prefix}-u"
         for i in range(1, hosts + 1):
             self.fleet.add(f"h{i}", nics=[(self.nic_name, SEGMENT)], mem_mb=MEM_MB, share_run=True)
-        try:
-            self.fleet.boot()
-        except GuestError:
-            self.fleet.teardown()
-            shutil.rmtree(self.fleet.dir, ignore_errors=True)
-            raise
-        bed = tb.Testbed("guests", [tb.Host(f"guest-h{i}", g.executor.target, self.nic_name, f"{DATA_NET}.{i}",
+        if not plan:
+            try:
+                self.fleet.boot()
+            except GuestError:
+                self.fleet.teardown()
+                shutil.rmtree(self.fleet.dir, ignore_errors=True)
+                raise
+        execs = [ssh.plan_executor(self.fleet, g) if plan else g.executor for g in self.fleet.guests.values()]
+        bed = tb.Testbed("guests", [tb.Host(f"guest-h{i}", ex.target, self.nic_name, f"{DATA_NET}.{i}",
                                             facts={"kernel": self.fleet.backend.support().kernel})
-                                    for i, g in enumerate(self.fleet.guests.values(), 1)])
-        super().__init__(bed, ledger)
-        self._exec = {h.name: g.executor for h, g in zip(bed.hosts, self.fleet.guests.values())}
+                                    for i, ex in enumerate(execs, 1)])
+        super().__init__(bed, None if plan else ledger)
+        self._exec = {h.name: ex for h, ex in zip(bed.hosts, execs)}
         for ex in self._exec.values():  # a testbed host's files (daemons' configs, keys) live in its own /run
             ex.own_files = True
 
@@ -76,7 +81,7 @@ class GuestHostSite(TestbedSite):
 
     # ---- build: the guest's NIC is the host's, for the scenario ----------------------------------------------
     def underlay(self, topo) -> None:
-        """Each guest's underlay NIC goes into its host's namespace of the run (Topology.owned_hosts): the host's
+        """Each guest's underlay NIC goes into its host's namespace of the run (TestbedPlacement.owned): the host's
         address, tunnels, xfrm, daemons and host-to-host traffic are there, as with emulated hosts. The NIC is set
         to the scenario's MTU and shaped to its underlay (netem, tbf): the guests are the run's own, so this is the emulated
         underlay, not a real host's NIC."""
@@ -89,14 +94,6 @@ class GuestHostSite(TestbedSite):
 
     def _move(self, netns: str) -> str:
         return f"link set dev {self.nic_name} netns {netns}"
-
-    def execute(self, topo, waves) -> None:
-        """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
-        batch may bring up a VM port that the machine's makes (OVS with a tunnel overlay sets the host's address
-        before the VMs are attached)."""
-        def mine_first(step) -> bool:
-            return getattr(topo.nodes.get(step.node), "role", None) != "machine"
-        super().execute(topo, [sorted(wave, key=mine_first) for wave in waves])
 
     def guard(self, topo, waves) -> None:
         """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""

@@ -28,7 +28,6 @@ from ..executor import CommandError
 from ..ledger import Ledger
 from . import backend, uml
 from .base import Fleet, GuestError
-from .hostsite import GuestHostSite
 
 LEVELS = ("shared", "guest")
 BACKEND = "uml"
@@ -58,24 +57,8 @@ class GuestMachine:
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
         self.fleet: Fleet | None = None
-        self.hosts = None  # the GuestHostSite of `kernel: guest-per-host` scenarios
-
-    def host_site(self, sc):
-        """One guest per emulated host (guests.hostsite), booted at the first such scenario and kept while the
-        scenarios need no more hosts than it has (each topology sets the underlay to its MTU and rate)."""
-        if self.fleet is not None:  # both use the run's guest namespace: one kind of guests at a time
-            self.close()
-        if self.hosts is not None and self.hosts.hosts < sc.hosts:
-            self.hosts.close()
-            self.hosts = None
-        if self.hosts is None:
-            self.hosts = GuestHostSite(self.ledger, sc.hosts, BACKEND, why_not=why_not_per_host)
-        return self.hosts
 
     def executor(self):
-        if self.hosts is not None:  # both use the run's guest namespace: one kind of guests at a time
-            self.hosts.close()
-            self.hosts = None
         if self.fleet is None:
             self.fleet = Fleet(self.ledger, BACKEND, boot_timeout=60)
             self.fleet.add("m1", mem_mb=MEM_MB, share_run=True)
@@ -87,9 +70,6 @@ class GuestMachine:
         return self.fleet.guests["m1"].executor
 
     def close(self) -> None:
-        if self.hosts is not None:
-            self.hosts.close()
-            self.hosts = None
         if self.fleet is not None:
             self.fleet.teardown()
             shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own

@@ -35,3 +35,9 @@ def connect(ex: SshExecutor, log: Path, timeout: float = 3.0) -> bool:
                                   timeout=timeout + 2).returncode == 0
         except subprocess.TimeoutExpired:
             return False
+
+
+def plan_executor(fleet, guest) -> SshExecutor:
+    """The executor `plan` shows for a guest not booted (nothing is connected or run)."""
+    return SshExecutor(target(fleet, guest), None, name=guest.label, control=f"{fleet.ledger.dir}/ssh",
+                       prefix=fleet.prefix, connect=False)

@@ -24,7 +24,6 @@ from pydantic import Field, ValidationError
 
 from ..datapaths.base import Availability
 from ..ledger import Ledger
-from ..topology import Topology
 from ..strict import Strict, pydantic_message
 from . import backend, machine
 from .base import VM_NIC, Fleet, GuestError
@@ -74,14 +73,13 @@ def wanted(sc) -> list[str]:
     vk = parse(sc.levels.get("vm_kernel", "shared"))
     if vk.type != "guest" or sc.levels.get("attach") != "switch":
         return []
-    layout = Topology(sc, None)  # names only: nothing is built
     out = []
-    for pair in layout.pairs:
-        if vk.pairs and pair.index not in vk.pairs:
+    for k in range(1, sc.levels["pairs"] + 1):
+        if vk.pairs and k not in vk.pairs:
             continue
-        for side in ("client", "server"):
-            if vk.side in (side, "both") and pair.meta[side] not in out:
-                out.append(pair.meta[side])
+        for side, label in zip(("client", "server"), sc.pair_vms(k)):
+            if vk.side in (side, "both") and label not in out:
+                out.append(label)
     return out
 
 
@@ -108,7 +106,7 @@ def encrypting_vms(sc) -> list[str]:
     """The VMs whose kernels hold a vm-to-vm tunnel's ends (both VMs of every pair), [] without one."""
     if sc.labels.get("encryption", "none") == "none" or sc.levels.get("encryption_scope") != "vm-to-vm":
         return []
-    return list(dict.fromkeys(p.meta[side] for p in Topology(sc, None).pairs for side in ("client", "server")))
+    return list(dict.fromkeys(label for k in range(1, sc.levels["pairs"] + 1) for label in sc.pair_vms(k)))
 
 
 def check_encryption(sc, element, caps):
@@ -185,10 +183,10 @@ class VmGuests:
 class GuestVm:
     """What a topology needs of one guest VM: its executor, its NIC, and the run-namespace bridge of its tap."""
 
-    def __init__(self, fleet: Fleet, label: str):
+    def __init__(self, fleet: Fleet, label: str, executor=None):
         self.fleet, self.label = fleet, label
         self.guest = fleet.guests[label]
-        self.executor = self.guest.executor
+        self.executor = executor or self.guest.executor  # given: `plan`'s, for a guest not booted
         self.nic = NIC
         self.netns = fleet.netns
         self.bridge = fleet.bridge(segment(label))

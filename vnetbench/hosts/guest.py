@@ -1,0 +1,118 @@
+"""`kernel: guest`: the scenario's emulated hosts, VMs and routers are namespaces inside one guest with its own kernel
+(guests/machine.py: booted at the first such scenario of a run, reused by the next), reached over SSH. The topology's
+steps are those of namespaces here, each run by the guest's executor; `plan` shows them with the executor of a guest
+not booted, after the guest's boot as a step.
+"""
+from __future__ import annotations
+
+import shlex
+
+from ..executor import CommandError, Executor
+from ..guests import machine as guest_machine
+from ..guests import ssh, vms
+from ..guests.base import Fleet, GuestError
+from ..ledger import Ledger
+from ..probes.interfaces import InterfaceProbe
+from ..probes.procstat import StreamedSystemProbe
+from . import register
+from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, comment, in_guest_teardown
+
+
+class GuestPlacement(Placement):
+    """Namespaces of the run inside one guest (its executor runs every step)."""
+
+    netlink = False
+
+    def __init__(self, ledger: Ledger | None, machine: Executor, boot: str = ""):
+        super().__init__(ledger)
+        self.machine, self.boot = machine, boot
+
+    def node(self, topo, label, role, host, tenant) -> Node:
+        return Node(label, role, host, self.machine.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label))
+
+    def root_executor(self, topo) -> Executor:
+        return self.machine
+
+    def prelude(self, topo) -> None:
+        if self.boot:
+            topo.call(ROOT, self.boot, lambda: None)
+
+    def teardown(self, topo, namespaces) -> None:
+        try:
+            self.machine.run_script(in_guest_teardown(namespaces), timeout=60, check=False)
+        except CommandError:
+            pass  # the guest is gone: nothing of it is left either
+
+    def probes(self, topo) -> list:
+        # the guest kernel's interface counters at the window's two ends (a command over SSH per reading would take
+        # a third of a one-CPU guest: procstat.py)
+        return [InterfaceProbe(h.exec, interval=None) for h in topo.hosts]
+
+    def guest_probes(self, topo) -> list:
+        return [StreamedSystemProbe(self.machine)]  # the guest kernel's own /proc/stat, streamed by one reader in it
+
+    def describe(self, topo) -> list[str]:
+        return [f"kernel: guest: every command below runs inside a {topo.sc.implementation.get('kernel', 'guest')} "
+                f"guest booted for the run, over SSH"]
+
+    def shown_teardown(self, topo) -> list[str]:
+        names = [n.netns for n in topo.nodes.values() if n.netns]
+        return [comment("teardown, inside the guest"),
+                shlex.join(self.machine.wrap(["sh", "-c", in_guest_teardown(names)]))]
+
+
+@register
+class Guest(Backend):
+    """One guest with its own kernel for the run's `kernel: guest` scenarios."""
+
+    name = "guest"
+    kernel = "guest"
+
+    def __init__(self, ledger=None, testbed=None):
+        super().__init__(ledger, testbed)
+        self.guest = guest_machine.GuestMachine(ledger) if ledger is not None else None
+
+    @classmethod
+    def refuse(cls, sc, caps) -> str | None:
+        if why := vms.decide(sc):
+            return why
+        guest = guest_machine.capabilities()  # checked against what a guest's kernel offers
+        if guest is None:
+            return (f"kernel {sc.levels['kernel']}: "
+                    f"{guest_machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+        sc.implementation["kernel"] = guest.tools["kernel"].detail
+        return None
+
+    @classmethod
+    def capabilities(cls, sc, caps):
+        return guest_machine.capabilities()
+
+    @classmethod
+    def info(cls) -> dict:
+        return guest_machine.info()
+
+    def wants_guests(self, sc) -> bool:
+        return True
+
+    def has_guests(self) -> bool:
+        return self.guest is not None and self.guest.fleet is not None
+
+    @staticmethod
+    def boot_text() -> str:
+        return (f"boot (or reuse) the run's {guest_machine.BACKEND} guest m1 ({guest_machine.MEM_MB} MB, the run's "
+                f"directory mounted at the same path)")
+
+    def open(self, sc) -> Placement:
+        try:
+            return GuestPlacement(self.ledger, self.guest.executor(), self.boot_text())
+        except GuestError as exc:
+            raise Unavailable(f"guest did not come up: {exc}") from None
+
+    def plan(self, sc) -> Placement:
+        fleet = Fleet(Ledger(PLAN_PREFIX), guest_machine.BACKEND)
+        g = fleet.add("m1", mem_mb=guest_machine.MEM_MB, share_run=True)
+        return GuestPlacement(None, ssh.plan_executor(fleet, g), self.boot_text())
+
+    def close(self) -> None:
+        if self.guest is not None:
+            self.guest.close()

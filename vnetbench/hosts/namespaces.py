@@ -1,0 +1,152 @@
+"""`kernel: shared`: the emulated hosts, VMs and routers are network namespaces of the run on this machine's kernel.
+
+VMs with a kernel of their own (`vm_kernel: guest`, guests/vms.py) are guests of the run; such a VM's port on its host
+is a vif (a veth from the bridge of the guest's tap into the host's namespace), not a veth into a VM namespace here,
+and inside the guest the VM is a namespace of the run holding the guest's NIC. Both `run` and `plan` make the same
+steps for it: `plan` shows the guests' boot and their executors without booting them.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+from ..executor import CommandError, NetnsExecutor
+from ..guests import ssh, vms
+from ..guests.base import TAP_MTU, VM_NIC, Fleet, GuestError
+from ..ledger import Ledger
+from ..probes.procstat import GuestSystemProbe
+from . import register
+from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, at_once
+
+
+class NamespacesPlacement(Placement):
+    """Namespaces here; the VMs that are guests (label -> guests.vms.GuestVm) reached over SSH."""
+
+    def __init__(self, ledger: Ledger | None, vm_guests: dict | None = None, boot: str = ""):
+        super().__init__(ledger)
+        self.vm_guests = vm_guests or {}
+        self.boot = boot           # what booting the guests was (shown as the first step)
+        self.nics: dict[str, str] = {}  # guest VM label -> its NIC's name in its namespace
+
+    def node(self, topo, label, role, host, tenant) -> Node:
+        if label not in self.vm_guests:
+            return super().node(topo, label, role, host, tenant)
+        g = self.vm_guests[label]  # a VM with its own kernel: a namespace of the run inside its guest
+        if "gn" not in topo.nodes:
+            topo.nodes["gn"] = Node("gn", "guestnet", None, NetnsExecutor(g.netns, topo.ledger))
+        root = topo.nodes[f"g{label}"] = Node(f"g{label}", "guest", None, g.executor)
+        return Node(label, role, host, g.executor.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label),
+                    guest=root.label)
+
+    def prelude(self, topo) -> None:
+        if self.vm_guests:
+            topo.call(ROOT, self.boot, lambda: None)
+
+    def link(self, topo, a, a_if, b, b_if) -> None:
+        if not a.guest:
+            return super().link(topo, a, a_if, b, b_if)
+        # A guest VM's port on its host, as a Xen vif: a veth from the bridge of the guest's tap (in the run's
+        # guest namespace) into the host's namespace; inside the guest, its NIC moves into the VM's namespace.
+        g = self.vm_guests[a.label]
+        gn_end = topo.ifname(f"g{a.label.split('v')[1]}")
+        topo.ip(ROOT, f"link add {gn_end} netns {g.netns} type veth peer name {b_if} netns {b.netns}")
+        topo.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {g.bridge} up")
+        if topo.sc.implementation.get("switch", "").startswith("ovs-netdev"):
+            # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
+            # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
+            topo.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
+        topo.ip(a.guest, f"link set {g.nic} netns {a.netns}")
+        topo.ip(a.label, f"link set {g.nic} name {a_if}")
+        self.nics[a.label] = a_if
+
+    def teardown(self, topo, namespaces) -> None:
+        self._release(topo)
+        super().teardown(topo, namespaces)
+
+    def _release(self, topo) -> None:
+        """Each guest VM's namespace goes (its processes first), its NIC back to the guest's root namespace under
+        its own name, so the guest serves the next topology. A guest that does not answer is left to its fleet."""
+        q = shlex.quote
+        guests = [n for n in topo.nodes.values() if n.guest]
+        if not guests:
+            return
+
+        def release(vm: Node) -> None:
+            ns, dev = q(vm.netns), q(self.nics.get(vm.label, VM_NIC))
+            try:
+                topo.nodes[vm.guest].exec.run_script(
+                    f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "
+                    f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {VM_NIC} 2>/dev/null; "
+                    f"ip -n {ns} link set {VM_NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true",
+                    timeout=30, check=False)
+            except CommandError:
+                pass
+        # the ports' veths now, not when the host's namespace is gone (asynchronously, after the next topology may
+        # have asked for the same names)
+        subprocess.run(["ip", "-n", topo.nodes["gn"].exec.netns, "-force", "-batch", "-"], capture_output=True,
+                       text=True, input="".join(f"link del {topo.ifname('g' + vm.label.split('v')[1])}\n"
+                                                for vm in guests))
+        at_once(release, guests)
+
+    def guest_probes(self, topo) -> list:
+        # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
+        return [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
+
+    def describe(self, topo) -> list[str]:
+        if not self.vm_guests:
+            return []
+        return [f"vm_kernel guest: {', '.join(self.vm_guests)} run in guests with their own kernel, reached over "
+                f"SSH; each one's port on its host is a vif (a veth from its tap's bridge)"]
+
+
+@register
+class Namespaces(Backend):
+    """This machine: namespaces on its kernel; guest VMs (vm_kernel) booted when a scenario wants them, kept while
+    the next scenarios want the same VMs."""
+
+    name = "namespaces"
+    kernel = "shared"
+
+    def __init__(self, ledger=None, testbed=None):
+        super().__init__(ledger, testbed)
+        self.vms = vms.VmGuests(ledger) if ledger is not None else None
+
+    @classmethod
+    def refuse(cls, sc, caps) -> str | None:
+        return vms.decide(sc)
+
+    @classmethod
+    def check_encryption(cls, sc, element, caps):
+        return vms.check_encryption(sc, element, caps)
+
+    def wants_guests(self, sc) -> bool:
+        return bool(vms.wanted(sc))
+
+    def has_guests(self) -> bool:
+        return self.vms is not None and self.vms.fleet is not None
+
+    def open(self, sc) -> Placement:
+        try:
+            guests = self.vms.for_scenario(sc)  # the VMs with a kernel of their own (vm_kernel)
+        except GuestError as exc:
+            raise Unavailable(f"guest did not come up: {exc}") from None
+        return self._placement(self.ledger, guests)
+
+    def _placement(self, ledger, guests: dict) -> NamespacesPlacement:
+        boot = (f"boot (or reuse) {len(guests)} {vms.BACKEND} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
+                f"on the run's guest network {guests[next(iter(guests))].netns}") if guests else ""
+        return NamespacesPlacement(ledger, guests, boot)
+
+    def plan(self, sc) -> Placement:
+        labels = vms.wanted(sc)
+        if not labels:
+            return NamespacesPlacement(None)
+        fleet = Fleet(Ledger(PLAN_PREFIX), vms.BACKEND)
+        for label in labels:
+            fleet.add(label, nics=[(vms.NIC, vms.segment(label))], mem_mb=vms.MEM_MB, share_run=True)
+        guests = {label: vms.GuestVm(fleet, label, ssh.plan_executor(fleet, fleet.guests[label])) for label in labels}
+        return self._placement(None, guests)
+
+    def close(self) -> None:
+        if self.vms is not None:
+            self.vms.close()
