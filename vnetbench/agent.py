@@ -126,8 +126,12 @@ def serve() -> None:
     def echo(req: dict) -> None:  # the channel's own round trip (bench/, tests)
         send({"id": req["id"], "rc": 0})
 
+    def drop(req: dict) -> None:
+        errors = drop_netns(req["names"])
+        send({"id": req["id"], "rc": 1 if errors else 0, "err": "; ".join(errors)})
+
     ops = {"run": run, "spawn": spawn, "kill": kill, "listening": listening, "read": read, "links": links,
-           "echo": echo}
+           "echo": echo, "drop_netns": drop}
     send({"id": 0, "ready": os.getpid()})
     for line in sys.stdin:
         req = json.loads(line)
@@ -174,6 +178,46 @@ def enter_netns(netns: str) -> None:
             raise OSError(err, f"setns {netns}: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+def drop_netns(names: list[str]) -> list[str]:
+    """What `ip netns pids NS | xargs kill -9; ip netns del NS` does for each of `names`, without starting a
+    process: every process whose network namespace is one of them is killed (found by the namespace's inode in
+    /proc/<pid>/ns/net), then each name is detached (umount2 MNT_DETACH) and unlinked from /run/netns. In a UML
+    guest each `ip` start costs ~0.1-0.4 s: the two loops over a topology's namespaces took 3-7 s of every
+    teardown. Returns one line per name that could not be removed (a name already gone is not an error)."""
+    import ctypes
+    wanted, errors = {}, []
+    for name in names:
+        try:
+            st = os.stat(f"/run/netns/{name}")
+            wanted[(st.st_dev, st.st_ino)] = name
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            errors.append(f"{name}: {exc.strerror}")
+    me = os.getpid()
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            st = os.stat(f"/proc/{pid}/ns/net")
+        except OSError:
+            continue  # gone meanwhile, or a kernel thread
+        if (st.st_dev, st.st_ino) in wanted and pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name in wanted.values():
+        path = f"/run/netns/{name}"
+        libc.umount2(path.encode(), 2)  # MNT_DETACH; its failure ignored, as `ip netns del` does
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            errors.append(f"{name}: {exc.strerror}")
+    return errors
 
 
 def link_stats(netns: str | None) -> list[dict]:

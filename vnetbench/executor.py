@@ -520,6 +520,19 @@ class SshExecutor(Executor):
             raise CommandError(self.name, ["ip", "-s", "link"], r["rc"], r.get("err", ""))
         return r["links"]
 
+    def drop_namespaces(self, names: Sequence[str], timeout: float = 60.0) -> bool:
+        """Kill every process in these namespaces and delete them, by the machine's agent with no process started
+        there (agent.drop_netns); False when there is no agent (the caller runs `ip netns pids/del` instead)."""
+        if (ch := self.channel()) is None:
+            return False
+        try:
+            r = ch.call("drop_netns", timeout, names=list(names))
+        except agent_mod.ChannelLost as exc:
+            raise HostUnreachable(self.name, ["ip", "netns", "del"], SSH_UNREACHABLE, f"ssh: {exc}") from None
+        if r["rc"]:
+            raise CommandError(self.name, ["ip", "netns", "del"], r["rc"], r.get("err", ""))
+        return True
+
     # ---- the run's files on the remote machine (own_files) ----------------------------------------------------
     def files_dir(self) -> str | None:
         return f"{self.remote_dir}/work" if self.own_files else None

@@ -695,9 +695,10 @@ class Topology:
         self._release_guests()
         if self.machine is not None:  # a guest: the same, inside it
             q = " ".join(map(shlex.quote, namespaces))
-            try:
-                self.machine.run_script(f"for n in {q}; do ip netns pids $n | xargs -r kill -9; done; "
-                                        f"for n in {q}; do ip netns del $n; done; true", timeout=60, check=False)
+            try:  # by its agent, with no process started per namespace (3-7 s of a teardown in a busy guest)
+                if not self.machine.drop_namespaces(namespaces):
+                    self.machine.run_script(f"for n in {q}; do ip netns pids $n | xargs -r kill -9; done; "
+                                            f"for n in {q}; do ip netns del $n; done; true", timeout=60, check=False)
             except CommandError:
                 pass  # the guest is gone: nothing of it is left either
         else:
