@@ -99,16 +99,17 @@ def serve() -> None:
 
     def listening(req: dict) -> None:
         deadline = time.monotonic() + req["timeout"]
-        rc = 1
+        rc, inode = 1, None
         while req["target"] not in ended and time.monotonic() < deadline:
             p = procs.get(req["target"])  # (its spawn may still be on its way: requests run in threads)
-            if p is not None and listens(p.pid, req["port"], req["proto"]):
+            if p is not None and (inode := listener(p.pid, req["port"], req["proto"])) is not None \
+                    and inode != req.get("other_than"):
                 rc = 0
                 break
             if p is not None and p.poll() is not None:
                 break
             time.sleep(LISTEN_STEP_S)
-        send({"id": req["id"], "rc": rc})
+        send({"id": req["id"], "rc": rc, "inode": inode})
 
     def read(req: dict) -> None:
         try:
@@ -152,6 +153,12 @@ def _killpg(pid: int, sig: int) -> None:
 
 def listens(pid: int, port: int, proto: str) -> bool:
     """Whether the process's network namespace has a socket listening on `port` (TCP: state LISTEN; UDP: bound)."""
+    return listener(pid, port, proto) is not None
+
+
+def listener(pid: int, port: int, proto: str) -> int | None:
+    """The inode of the socket listening on `port` in the process's network namespace (None: none). A server that
+    stays up between tests (iperf3 -s) opens a new listening socket after each: a new inode says it is ready."""
     state = "0A" if proto == "tcp" else "07"
     want = f":{port:04X}"
     for name in (proto, proto + "6"):
@@ -160,11 +167,11 @@ def listens(pid: int, port: int, proto: str) -> bool:
                 next(fh, None)
                 for line in fh:
                     f = line.split()
-                    if len(f) > 3 and f[1].endswith(want) and f[3] == state:
-                        return True
+                    if len(f) > 9 and f[1].endswith(want) and f[3] == state:
+                        return int(f[9])
         except OSError:
             pass
-    return False
+    return None
 
 
 def enter_netns(netns: str) -> None:
@@ -490,11 +497,17 @@ class AgentProcess:
 
     def listening(self, port: int, proto: str, timeout: float) -> bool:
         """Wait there until this process's namespace has a socket on `port` (False: it exited or time ran out)."""
+        return self.listener(port, proto, timeout) is not None
+
+    def listener(self, port: int, proto: str, timeout: float, other_than: int | None = None) -> int | None:
+        """Wait there until this process's namespace has a socket on `port` other than the socket `other_than` (an
+        inode); its inode, or None if the process exited or time ran out."""
         try:
-            return self.channel.call("listening", timeout + 10, target=self.id, port=port, proto=proto,
-                                     timeout=timeout)["rc"] == 0
+            r = self.channel.call("listening", timeout + 10, target=self.id, port=port, proto=proto,
+                                  timeout=timeout, other_than=other_than)
         except ChannelLost:
-            return False
+            return None
+        return r.get("inode", -1) if r["rc"] == 0 else None
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is not None:

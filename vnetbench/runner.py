@@ -38,7 +38,7 @@ from .sample import Sample
 from .store import Store, StoreError
 from .guests.base import GuestError
 from .topology import BuildError, Topology
-from .workloads.base import ToolHung, WorkloadError
+from .workloads.base import KEPT, ToolHung, WorkloadError
 
 FOLDED = "_profile_folded"  # the profiler's folded stacks on their way from measure() to the store
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
@@ -361,13 +361,18 @@ class Campaign:
                                                 for rep in range(1, self.max_reps + 1))
         trials = sum(len(self._todo(sc, rep)) for sc in runnable for rep in range(1, self.max_reps + 1))
         self.task = self.bar.add_task("starting", total=max(total, 1e-9), trials=trials)
+        KEPT.enabled = True  # servers stay up between the trials of a topology (stopped before its teardown)
         try:
             if self.plan["order"] == "random":
                 self._random()
             else:
                 self._sequential()
         finally:
-            self._teardown()
+            try:
+                self._teardown()
+            finally:
+                KEPT.stop_all()
+                KEPT.enabled = False
 
     def _random(self) -> None:
         rng = random.Random(self.plan["seed"])
@@ -508,6 +513,7 @@ class Campaign:
         if self.topo is not None:
             _, topo, self.topo = *self.topo, None
             began = time.monotonic()
+            KEPT.stop_all()
             topo.teardown()
             self.outcome.topology_s += time.monotonic() - began
 
