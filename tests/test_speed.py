@@ -159,3 +159,29 @@ def test_the_top_of_rack_ports_forward_at_once(state_dir):
     finally:
         topo.teardown()
         led.remove_all()
+
+
+@pytest.mark.net
+def test_a_namespace_counters_are_read_without_a_process_and_match_ip(state_dir):
+    """The interface probe's readings at each end of a trial's window on the shared kernel: rtnetlink from a thread
+    in the namespace (no `ip -s -j link` process), the same counters as ip prints, and a namespace gone is the
+    CommandError the probe expects."""
+    from vnetbench.executor import CommandError, NetnsExecutor
+    from vnetbench.ledger import Ledger
+    led = Ledger.create()
+    ns = f"{led.prefix}-lc"
+    led.record("netns", ns)
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.01", "127.0.0.1"], capture_output=True)
+        ex = NetnsExecutor(ns)
+        got = ex.link_counters()
+        assert got is not None  # None: the probe would start `ip -s -j link`
+        ip = {link["ifname"]: link["stats64"] for link in json.loads(ex.run_ip(["-s", "-j", "link", "show"]).stdout)}
+        lo = next(d for d in got if d["ifname"] == "lo")
+        assert lo["rx_packets"] == ip["lo"]["rx"]["packets"] >= 6 and lo["tx_dropped"] == ip["lo"]["tx"]["dropped"]
+    finally:
+        led.remove_all()
+    with pytest.raises(CommandError):
+        NetnsExecutor(ns).link_counters()

@@ -247,6 +247,14 @@ class NetnsExecutor(Executor):
     def ip(self) -> list[str]:
         return ["ip", "-n", self.netns]
 
+    def link_counters(self) -> list[dict] | None:
+        # read over rtnetlink by a thread that joins the namespace (agent.link_stats): no `ip -s -j link` process
+        # at each end of every trial's window
+        try:
+            return agent_mod.link_stats(self.netns)
+        except OSError as exc:  # the namespace is gone
+            raise CommandError(self.name, ["ip", "-s", "link"], 1, str(exc)) from None
+
     def read_text(self, path: str) -> str:
         # /proc/stat and friends are machine-wide; only per-namespace views (/sys/class/net) need the namespace.
         if path.startswith("/sys/class/net") or path.startswith("/proc/net") or path.startswith("/proc/sys/net"):
