@@ -168,3 +168,22 @@ def test_namespaces_are_dropped_with_their_processes_and_nothing_else(channel, s
             if p is not None and p.poll() is None:
                 p.kill()
         led.remove_all()
+
+
+def test_a_daemons_control_socket_is_asked_by_the_agent(channel, tmp_path):
+    """A daemon's control socket accepts a connection, asked by the agent itself (a `python3 -c` per look cost a busy
+    guest 0.1-0.7 s); a socket file nobody listens on and a missing path do not answer."""
+    d = tmp_path / ("x" * 90)  # a path longer than a socket address may be: reached through /proc/self/fd
+    d.mkdir()
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(f"/proc/self/fd/{os.open(d, os.O_PATH)}/live.sock")
+    live.listen(1)
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(f"/proc/self/fd/{os.open(d, os.O_PATH)}/dead.sock")  # bound, never listening
+    try:
+        assert channel.call("answers", 10, path=str(d / "live.sock"))["rc"] == 0
+        assert channel.call("answers", 10, path=str(d / "dead.sock"))["rc"] == 1
+        assert channel.call("answers", 10, path=str(d / "none.sock"))["rc"] == 1
+    finally:
+        live.close()
+        dead.close()
