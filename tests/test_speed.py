@@ -71,6 +71,23 @@ def test_servers_stay_up_between_the_trials_of_a_topology(tmp_path, state_dir, w
         assert 0.9 < json.loads(meta)["phases"].get("measure", 1.0) < 1.3
 
 
+@pytest.mark.net
+def test_a_kept_server_never_holds_the_port_of_the_next_scenarios_servers(tmp_path, state_dir):
+    """Two scenarios on one topology: one iperf3 process on port 5201, then a pair split over two processes (5201,
+    5202). The first scenario's kept server is stopped before the second's trials: its socket on 5201 would have
+    passed the split server's listening check (a namespace's sockets, not a process's) while that server could not
+    bind, and the split pair's trial would fail (S4 quick's gen4 and streams512 cells did)."""
+    spec, db = tmp_path / "s.yaml", tmp_path / "s.db"
+    spec.write_text("name: share\nrepetitions: 2\norder: sequential\nfactors: {measure: [one, split]}\nworkloads:\n"
+                    "  - {type: iperf3, duration: 1, when: {measure: one}}\n"
+                    "  - {type: iperf3, duration: 1, streams: 2, processes: 2, when: {measure: split}}\n")
+    vnetbench("run", spec, "--db", db)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT scenario, status, error, metadata FROM trials ORDER BY id").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(1, "ok"), (1, "ok"), (2, "ok"), (2, "ok")], rows
+    assert len({json.loads(r[3])["build"]["n"] for r in rows}) == 1  # one topology for both
+
+
 def test_show_does_not_import_scipy(tmp_path, state_dir):
     """A table of medians needs the binomial's exact sums, not scipy (75 % of `show`'s time was its import)."""
     from vnetbench.store import Store

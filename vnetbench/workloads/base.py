@@ -268,6 +268,7 @@ class KeptServer:
     port: int
     argv: list[str]
     proc: subprocess.Popen
+    owner: int = 0            # id() of the workload that started it: only it takes it again
     inode: int | None = None  # its listening socket when it was last found ready
     used: bool = False        # a test ran against it since: it listens on a new socket once that test is over
 
@@ -287,20 +288,34 @@ class KeptServers:
     def can_keep(self, node: Executor, proc: subprocess.Popen) -> bool:
         return self.enabled and (hasattr(proc, "listener") or isinstance(node, (NetnsExecutor, LocalExecutor)))
 
-    def take(self, node: Executor, port: int, argv: Sequence[str]) -> KeptServer | None:
-        """The server kept on this node and port if it runs `argv` and is still up; one that does not is stopped."""
+    def take(self, node: Executor, port: int, argv: Sequence[str], owner: object) -> KeptServer | None:
+        """The server `owner` (a workload) keeps on this node and port if it runs `argv` and is still up; one that
+        does not is stopped."""
         with self._lock:
             kept = self._kept.get((id(node), port))
             if kept is None:
                 return None
-            if kept.node is node and kept.argv == list(argv) and kept.proc.poll() is None:
+            if kept.node is node and kept.argv == list(argv) and kept.owner == id(owner) and kept.proc.poll() is None:
                 return kept
             del self._kept[(id(node), port)]
         stop(kept.proc)
         return None
 
-    def keep(self, node: Executor, port: int, argv: Sequence[str], proc: subprocess.Popen) -> KeptServer:
-        kept = KeptServer(node, port, list(argv), proc)
+    def keep_only(self, owners) -> None:
+        """Stop every kept server that none of `owners` (the workloads of the trial about to run) started: another
+        workload's server would hold a port this trial's servers bind (a split pair's servers on the same ports,
+        another tool), and a listening check reads the namespace's sockets, not one process's."""
+        ids = {id(o) for o in owners}
+        with self._lock:
+            gone = [k for k in self._kept.values() if k.owner not in ids]
+            for k in gone:
+                del self._kept[(id(k.node), k.port)]
+        for k in gone:
+            stop(k.proc)
+
+    def keep(self, node: Executor, port: int, argv: Sequence[str], proc: subprocess.Popen,
+             owner: object) -> KeptServer:
+        kept = KeptServer(node, port, list(argv), proc, id(owner))
         with self._lock:
             self._kept[(id(node), port)] = kept  # (the node is held: its id is not reused while kept)
         return kept

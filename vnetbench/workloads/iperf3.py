@@ -528,13 +528,13 @@ class Iperf3(Workload):
         now on when the campaign keeps servers)."""
         argv, port, node = self._server(pair, k), self._port(pair, k), pair.server.node
         single = self.params.n_processes == 1
-        if single and (kept := KEPT.take(node, port, argv)):
+        if single and (kept := KEPT.take(node, port, argv, self)):
             return kept.proc, kept
         label = f"iperf3 server pair {pair.index}{_nth(k, self.params)}"
         if single and KEPT.enabled:  # its output is not read: its test's JSON comes back with the client's
             proc = node.spawn(argv, label=label, stdout=subprocess.DEVNULL)
             if KEPT.can_keep(node, proc):
-                return proc, KEPT.keep(node, port, argv, proc)
+                return proc, KEPT.keep(node, port, argv, proc, self)
             return proc, None
         return node.spawn(argv, label=label), None
 

@@ -127,13 +127,13 @@ class Netperf(Workload):
         """The pair's netserver: the one a campaign kept up since the last trial (it serves test after test, each in
         a child, on the same listening socket), or a new one (kept from now on when the campaign keeps servers)."""
         argv, port, node = self._server(pair), self._port(pair), pair.server.node
-        if kept := KEPT.take(node, port, argv):
+        if kept := KEPT.take(node, port, argv, self):
             return kept.proc, kept
         label = f"netserver pair {pair.index}"
         if not KEPT.enabled:
             return node.spawn(argv, label=label), None
         proc = node.spawn(argv, label=label, stdout=subprocess.DEVNULL)  # its banner is not read
-        return proc, KEPT.keep(node, port, argv, proc) if KEPT.can_keep(node, proc) else None
+        return proc, KEPT.keep(node, port, argv, proc, self) if KEPT.can_keep(node, proc) else None
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         servers, clients = [], []  # appended one by one, so a failed spawn still stops the others
