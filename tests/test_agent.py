@@ -138,3 +138,52 @@ def test_a_process_spawned_into_a_namespace_sees_that_namespace_only(channel, st
         assert bad.wait(10) != 0 and "nosuch" in bad.stderr.read()
     finally:
         led.remove_all()
+
+
+@pytest.mark.net
+def test_namespaces_are_dropped_with_their_processes_and_nothing_else(channel, state_dir):
+    """drop_netns kills what runs in the named namespaces (by their inode, no `ip netns pids`) and deletes them;
+    a process of the same run outside them, and a namespace not named, are left alone."""
+    from vnetbench.ledger import Ledger
+    led = Ledger.create()
+    names = [f"{led.prefix}-d{k}" for k in range(3)]
+    for ns in names:
+        led.record("netns", ns)
+    inside, outside = [], None
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        inside = [subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "60"]) for ns in names[:2]]
+        outside = subprocess.Popen(["sleep", "60"])
+        time.sleep(0.3)  # `ip netns exec` has entered the namespace and exec'd sleep
+        r = channel.call("drop_netns", 30, names=names[:2] + [f"{led.prefix}-nosuch"])
+        assert r["rc"] == 0, r
+        for p in inside:
+            assert p.wait(5) == -signal.SIGKILL
+        assert outside.poll() is None
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert names[0] not in left and names[1] not in left and names[2] in left
+    finally:
+        for p in inside + [outside]:
+            if p is not None and p.poll() is None:
+                p.kill()
+        led.remove_all()
+
+
+def test_a_daemons_control_socket_is_asked_by_the_agent(channel, tmp_path):
+    """A daemon's control socket accepts a connection, asked by the agent itself (a `python3 -c` per look cost a busy
+    guest 0.1-0.7 s); a socket file nobody listens on and a missing path do not answer."""
+    d = tmp_path / ("x" * 90)  # a path longer than a socket address may be: reached through /proc/self/fd
+    d.mkdir()
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(f"/proc/self/fd/{os.open(d, os.O_PATH)}/live.sock")
+    live.listen(1)
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(f"/proc/self/fd/{os.open(d, os.O_PATH)}/dead.sock")  # bound, never listening
+    try:
+        assert channel.call("answers", 10, path=str(d / "live.sock"))["rc"] == 0
+        assert channel.call("answers", 10, path=str(d / "dead.sock"))["rc"] == 1
+        assert channel.call("answers", 10, path=str(d / "none.sock"))["rc"] == 1
+    finally:
+        live.close()
+        dead.close()

@@ -47,6 +47,47 @@ def test_each_trial_stores_its_phases_adding_up_to_its_time_and_show_prints_them
     assert "tool time: 1 build" in out and "measure 1.0" in out
 
 
+@pytest.mark.net
+@pytest.mark.parametrize("workload,server,client", [("{type: iperf3, duration: 1}", ["iperf3", "-s"], ["iperf3", "-c"]),
+                                                    ("{type: netperf, test: TCP_RR, duration: 1}", ["netserver", "-D"],
+                                                     ["netperf", "-H"])])
+def test_servers_stay_up_between_the_trials_of_a_topology(tmp_path, state_dir, workload, server, client):
+    """A campaign starts each pair's server once per standing topology, not once per trial (in a busy guest a
+    server's start and the wait for its socket took 0.5-1.3 s of every trial); each later trial waits for the
+    server's (next) listening socket and measures exactly as the first (its own 1-s window)."""
+    from vnetbench import rawlog
+    spec, db = tmp_path / "k.yaml", tmp_path / "k.db"
+    spec.write_text(ONE.replace("repetitions: 3", "repetitions: 4").replace("{type: iperf3, duration: 1}", workload))
+    vnetbench("run", spec, "--db", db)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT t.status, t.metadata, r.data FROM trials t JOIN trial_raw r ON r.trial = t.id "
+                         "ORDER BY t.id").fetchall()
+    assert [r[0] for r in rows] == ["ok"] * 4
+    spawned = [[c["argv"][:2] for c in rawlog.unpack(r[2])["commands"]] for r in rows]
+    servers = [sum(argv == server for argv in s) for s in spawned]
+    clients = [sum(argv == client for argv in s) for s in spawned]
+    assert servers == [1, 0, 0, 0] and clients == [1, 1, 1, 1], spawned
+    for _, meta, _ in rows:
+        assert 0.9 < json.loads(meta)["phases"].get("measure", 1.0) < 1.3
+
+
+@pytest.mark.net
+def test_a_kept_server_never_holds_the_port_of_the_next_scenarios_servers(tmp_path, state_dir):
+    """Two scenarios on one topology: one iperf3 process on port 5201, then a pair split over two processes (5201,
+    5202). The first scenario's kept server is stopped before the second's trials: its socket on 5201 would have
+    passed the split server's listening check (a namespace's sockets, not a process's) while that server could not
+    bind, and the split pair's trial would fail (S4 quick's gen4 and streams512 cells did)."""
+    spec, db = tmp_path / "s.yaml", tmp_path / "s.db"
+    spec.write_text("name: share\nrepetitions: 2\norder: sequential\nfactors: {measure: [one, split]}\nworkloads:\n"
+                    "  - {type: iperf3, duration: 1, when: {measure: one}}\n"
+                    "  - {type: iperf3, duration: 1, streams: 2, processes: 2, when: {measure: split}}\n")
+    vnetbench("run", spec, "--db", db)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT scenario, status, error, metadata FROM trials ORDER BY id").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(1, "ok"), (1, "ok"), (2, "ok"), (2, "ok")], rows
+    assert len({json.loads(r[3])["build"]["n"] for r in rows}) == 1  # one topology for both
+
+
 def test_show_does_not_import_scipy(tmp_path, state_dir):
     """A table of medians needs the binomial's exact sums, not scipy (75 % of `show`'s time was its import)."""
     from vnetbench.store import Store
@@ -157,3 +198,29 @@ def test_the_top_of_rack_ports_forward_at_once(state_dir):
     finally:
         topo.teardown()
         led.remove_all()
+
+
+@pytest.mark.net
+def test_a_namespace_counters_are_read_without_a_process_and_match_ip(state_dir):
+    """The interface probe's readings at each end of a trial's window on the shared kernel: rtnetlink from a thread
+    in the namespace (no `ip -s -j link` process), the same counters as ip prints, and a namespace gone is the
+    CommandError the probe expects."""
+    from vnetbench.executor import CommandError, NetnsExecutor
+    from vnetbench.ledger import Ledger
+    led = Ledger.create()
+    ns = f"{led.prefix}-lc"
+    led.record("netns", ns)
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.01", "127.0.0.1"], capture_output=True)
+        ex = NetnsExecutor(ns)
+        got = ex.link_counters()
+        assert got is not None  # None: the probe would start `ip -s -j link`
+        ip = {link["ifname"]: link["stats64"] for link in json.loads(ex.run_ip(["-s", "-j", "link", "show"]).stdout)}
+        lo = next(d for d in got if d["ifname"] == "lo")
+        assert lo["rx_packets"] == ip["lo"]["rx"]["packets"] >= 6 and lo["tx_dropped"] == ip["lo"]["tx"]["dropped"]
+    finally:
+        led.remove_all()
+    with pytest.raises(CommandError):
+        NetnsExecutor(ns).link_counters()

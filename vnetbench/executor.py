@@ -190,22 +190,7 @@ def write_private(path: str | os.PathLike, text: str, mode: int = 0o600) -> None
         fh.write(text)
 
 
-def socket_answers(path: str) -> bool:
-    """Whether a unix socket accepts a connection. Reached through /proc/self/fd so that a long state directory
-    cannot exceed the 108-byte limit of a socket address."""
-    import socket
-    try:
-        fd = os.open(os.path.dirname(path), os.O_PATH)
-    except OSError:
-        return False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+socket_answers = agent_mod.socket_answers  # (one copy: the agent's, standard library only)
 
 
 def _batch_error(stderr: str, lines: Sequence[str]) -> str:
@@ -246,6 +231,14 @@ class NetnsExecutor(Executor):
 
     def ip(self) -> list[str]:
         return ["ip", "-n", self.netns]
+
+    def link_counters(self) -> list[dict] | None:
+        # read over rtnetlink by a thread that joins the namespace (agent.link_stats): no `ip -s -j link` process
+        # at each end of every trial's window
+        try:
+            return agent_mod.link_stats(self.netns)
+        except OSError as exc:  # the namespace is gone
+            raise CommandError(self.name, ["ip", "-s", "link"], 1, str(exc)) from None
 
     def read_text(self, path: str) -> str:
         # /proc/stat and friends are machine-wide; only per-namespace views (/sys/class/net) need the namespace.
@@ -520,6 +513,19 @@ class SshExecutor(Executor):
             raise CommandError(self.name, ["ip", "-s", "link"], r["rc"], r.get("err", ""))
         return r["links"]
 
+    def drop_namespaces(self, names: Sequence[str], timeout: float = 60.0) -> bool:
+        """Kill every process in these namespaces and delete them, by the machine's agent with no process started
+        there (agent.drop_netns); False when there is no agent (the caller runs `ip netns pids/del` instead)."""
+        if (ch := self.channel()) is None:
+            return False
+        try:
+            r = ch.call("drop_netns", timeout, names=list(names))
+        except agent_mod.ChannelLost as exc:
+            raise HostUnreachable(self.name, ["ip", "netns", "del"], SSH_UNREACHABLE, f"ssh: {exc}") from None
+        if r["rc"]:
+            raise CommandError(self.name, ["ip", "netns", "del"], r["rc"], r.get("err", ""))
+        return True
+
     # ---- the run's files on the remote machine (own_files) ----------------------------------------------------
     def files_dir(self) -> str | None:
         return f"{self.remote_dir}/work" if self.own_files else None
@@ -552,7 +558,26 @@ class SshExecutor(Executor):
     def answers(self, path: str) -> bool:
         if not self.own_files:
             return super().answers(path)
-        return self.run(["test", "-S", path], check=False).returncode == 0
+        there = self.answers_there(path)
+        return there if there is not None else self.run(["test", "-S", path], check=False).returncode == 0
+
+    def answers_there(self, path: str) -> bool | None:
+        """Whether a unix socket on the machine accepts a connection, asked by its agent with no process started
+        (a `python3 -c` per look cost a busy UML guest 0.1-0.7 s); None when there is no agent."""
+        if (ch := self.channel()) is None:
+            return None
+        try:
+            return ch.call("answers", 30, path=path)["rc"] == 0
+        except agent_mod.ChannelLost as exc:
+            raise HostUnreachable(self.name, ["test", "-S", path], SSH_UNREACHABLE, f"ssh: {exc}") from None
+
+    def privrun(self, directory: str, argv: Sequence[str]) -> list[str]:
+        """The same private /run as vnetbench.privrun, with util-linux's unshare: a private mount namespace,
+        `directory` bound on /run, then exec (the pid stays the daemon's). On a testbed host vnetbench is not
+        installed; in a guest, which has it, a python start with its imports took 0.6-1.9 s of a busy UML guest
+        per command (charon, each swanctl), unshare 0.1-0.3 s."""
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", 'mount --bind "$0" /run && exec "$@"',
+                directory, *argv]
 
     def tail(self, path: str, lines: int = 5) -> str:
         if not self.own_files:
@@ -574,14 +599,6 @@ class SshExecutor(Executor):
             self.write_file(path, source, 0o600)
             _COPIED.add(key)
         return ["python3", path]
-
-    def privrun(self, directory: str, argv: Sequence[str]) -> list[str]:
-        """The same private /run as vnetbench.privrun, with util-linux's unshare (vnetbench is not installed on a
-        testbed host): a private mount namespace, `directory` bound on /run, then exec (the pid stays the daemon's)."""
-        if not self.own_files:
-            return super().privrun(directory, argv)
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", 'mount --bind "$0" /run && exec "$@"',
-                directory, *argv]
 
     def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:

@@ -36,7 +36,7 @@ from .sample import Sample
 from .store import Store, StoreError
 from .hosts import Hosts, Unavailable
 from .topology import BuildError, Topology
-from .workloads.base import ToolHung, WorkloadError
+from .workloads.base import KEPT, ToolHung, WorkloadError
 
 FOLDED = "_profile_folded"  # the profiler's folded stacks on their way from measure() to the store
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
@@ -341,13 +341,18 @@ class Campaign:
                                                 for rep in range(1, self.max_reps + 1))
         trials = sum(len(self._todo(sc, rep)) for sc in runnable for rep in range(1, self.max_reps + 1))
         self.task = self.bar.add_task("starting", total=max(total, 1e-9), trials=trials)
+        KEPT.enabled = True  # servers stay up between the trials of a topology (stopped before its teardown)
         try:
             if self.plan["order"] == "random":
                 self._random()
             else:
                 self._sequential()
         finally:
-            self._teardown()
+            try:
+                self._teardown()
+            finally:
+                KEPT.stop_all()
+                KEPT.enabled = False
 
     def _random(self) -> None:
         rng = random.Random(self.plan["seed"])
@@ -482,6 +487,7 @@ class Campaign:
         if self.topo is not None:
             _, topo, self.topo = *self.topo, None
             began = time.monotonic()
+            KEPT.stop_all()
             topo.teardown()
             self.outcome.topology_s += time.monotonic() - began
 
@@ -489,6 +495,7 @@ class Campaign:
     def _trial(self, sc: Scenario, topo: Topology, rep: int, w: int) -> tuple[str, float | None]:
         """Run, judge and store one trial; returns its status and its main metric's value (None unless ok)."""
         wl = sc.workloads[w]
+        KEPT.keep_only([wl, *(b for b in sc.workloads if b.background)])  # the servers of this trial's workloads only
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
                 "build": self.build,  # the build of the topology it ran on: its number in this run and seconds

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NamedTuple, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .. import rawlog
-from ..agent import LISTEN_STEP_S, listens
+from ..agent import LISTEN_STEP_S, listener
 from ..executor import Executor, LocalExecutor, NetnsExecutor
 from ..sample import Metric, Sample
 from ..strict import not_a_bool
@@ -251,26 +251,103 @@ def stop(proc: subprocess.Popen, grace: float = 2.0) -> tuple[str, str]:
 
 
 def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0,
-                   proc: subprocess.Popen | None = None) -> None:
+                   proc: subprocess.Popen | None = None, other_than: int | None = None) -> int | None:
     """Wait until something listens on port inside node (servers need a moment to bind). With `proc`, a process in
     that namespace (the server itself): its /proc/<pid>/net is read where it runs, every few ms, by the machine's
-    agent or here, with no process started per look. Once it has exited (or without it), `ss` is asked every 20 ms:
-    whatever else listens there counts, as it always did."""
+    agent or here, with no process started per look; with `other_than` too, a listening socket other than that one
+    (inode: a kept server's next listener). Once it has exited (or without it), `ss` is asked every 20 ms: whatever
+    else listens there counts, as it always did. Returns the listening socket's inode when it was read (else None)."""
     deadline = time.monotonic() + timeout
-    if proc is not None and hasattr(proc, "listening"):  # run by a machine's agent: it waits there
-        if proc.listening(port, proto, timeout):
-            return
+    if proc is not None and hasattr(proc, "listener"):  # run by a machine's agent: it waits there
+        if (inode := proc.listener(port, proto, timeout, other_than)) is not None:
+            return inode
     elif proc is not None and isinstance(node, (NetnsExecutor, LocalExecutor)):
         while time.monotonic() < deadline and proc.poll() is None:
-            if listens(proc.pid, port, proto):
-                return
+            if (inode := listener(proc.pid, port, proto)) is not None and inode != other_than:
+                return inode
             time.sleep(LISTEN_STEP_S)
     flag = "-t" if proto == "tcp" else "-u"
-    while True:
+    while other_than is None:
         out = node.run(["ss", "-Hln", flag, f"sport = :{port}"], check=False).stdout
         if out.strip():
-            return
+            return None
         if time.monotonic() >= deadline:
             break
         time.sleep(0.02)
     raise WorkloadError(f"nothing listens on {proto} port {port} in {node.name} after {timeout:.0f} s")
+
+
+@dataclass(eq=False)
+class KeptServer:
+    node: Executor
+    port: int
+    argv: list[str]
+    proc: subprocess.Popen
+    owner: int = 0            # id() of the workload that started it: only it takes it again
+    inode: int | None = None  # its listening socket when it was last found ready
+    used: bool = False        # a test ran against it since: it listens on a new socket once that test is over
+
+
+class KeptServers:
+    """Servers that stay up between the trials of one standing topology instead of starting for each (a process
+    start and a wait for its socket: 0.5-1.3 s of a trial in a busy one-CPU guest). Off unless a campaign turns
+    it on (`enabled`); the runner stops them all before it tears the topology down. Only a server whose readiness
+    can be told by its own socket is kept (iperf3 -s opens a new listening socket after each test: the next trial
+    waits for that one); a trial that failed stops the servers it used."""
+
+    def __init__(self):
+        self.enabled = False
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[int, int], KeptServer] = {}
+
+    def can_keep(self, node: Executor, proc: subprocess.Popen) -> bool:
+        return self.enabled and (hasattr(proc, "listener") or isinstance(node, (NetnsExecutor, LocalExecutor)))
+
+    def take(self, node: Executor, port: int, argv: Sequence[str], owner: object) -> KeptServer | None:
+        """The server `owner` (a workload) keeps on this node and port if it runs `argv` and is still up; one that
+        does not is stopped."""
+        with self._lock:
+            kept = self._kept.get((id(node), port))
+            if kept is None:
+                return None
+            if kept.node is node and kept.argv == list(argv) and kept.owner == id(owner) and kept.proc.poll() is None:
+                return kept
+            del self._kept[(id(node), port)]
+        stop(kept.proc)
+        return None
+
+    def keep_only(self, owners) -> None:
+        """Stop every kept server that none of `owners` (the workloads of the trial about to run) started: another
+        workload's server would hold a port this trial's servers bind (a split pair's servers on the same ports,
+        another tool), and a listening check reads the namespace's sockets, not one process's."""
+        ids = {id(o) for o in owners}
+        with self._lock:
+            gone = [k for k in self._kept.values() if k.owner not in ids]
+            for k in gone:
+                del self._kept[(id(k.node), k.port)]
+        for k in gone:
+            stop(k.proc)
+
+    def keep(self, node: Executor, port: int, argv: Sequence[str], proc: subprocess.Popen,
+             owner: object) -> KeptServer:
+        kept = KeptServer(node, port, list(argv), proc, id(owner))
+        with self._lock:
+            self._kept[(id(node), port)] = kept  # (the node is held: its id is not reused while kept)
+        return kept
+
+    def drop(self, servers: Sequence[KeptServer]) -> None:
+        with self._lock:
+            for k in servers:
+                if self._kept.get((id(k.node), k.port)) is k:
+                    del self._kept[(id(k.node), k.port)]
+        for k in servers:
+            stop(k.proc)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        for k in kept:
+            stop(k.proc)
+
+
+KEPT = KeptServers()

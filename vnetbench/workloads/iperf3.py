@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Sequence
@@ -44,8 +45,8 @@ from pydantic import Field, field_validator, model_validator
 from ..sample import Metric, Sample
 from ..units import parse_rate
 from . import register
-from .base import (SENDER_THROUGHPUT, THROUGHPUT, Command, Offer, Pair, Params, Stamped, Tool, Workload, WorkloadError,
-                   finish, stop, wait_listening)
+from .base import (KEPT, SENDER_THROUGHPUT, THROUGHPUT, Command, KeptServer, Offer, Pair, Params, Stamped, Tool,
+                   Workload, WorkloadError, finish, stop, wait_listening)
 from .ping import PING_TOOLS, collect_ping, parse_ping, parse_rtts, ping_argv
 
 PING_INTERVAL_S = 0.2
@@ -474,13 +475,15 @@ class Iperf3(Workload):
         return self.listen_ports(pair.index)[k]
 
     def _server(self, pair: Pair, k: int = 0) -> list[str]:
-        # -J so that --get-server-output hands back the receiver's intervals as JSON; -1 so it exits by itself;
-        # -i: the client's does not reach the server. The servers of a split pair print text as it happens (every
-        # 0.1 s, rates in kbit/s), read and stamped here: that places each process on our timebase (module doc).
+        # -J so that --get-server-output hands back the receiver's intervals as JSON; -i: the client's does not
+        # reach the server. One server per pair serves test after test (no -1): a campaign keeps it up while the
+        # topology stands (base.KeptServers); otherwise it is stopped after its test. The servers of a split pair
+        # print text as it happens (every 0.1 s, rates in kbit/s), read and stamped here: that places each process on
+        # our timebase (module doc); each serves one test (-1) and its end of output ends the reading.
         port = ["-p", str(self._port(pair, k))]
         if self.params.n_processes > 1:
             return ["iperf3", "-s", "-1", "-i", f"{FINE_INTERVAL_S:g}", "-f", "k", "--forceflush", *port]
-        return ["iperf3", "-s", "-1", "-J", "-i", f"{self.params.interval:g}", *port]
+        return ["iperf3", "-s", "-J", "-i", f"{self.params.interval:g}", *port]
 
     def _client(self, pair: Pair, k: int = 0) -> list[str]:
         p, addr = self.params, pair.server.addr
@@ -515,26 +518,48 @@ class Iperf3(Workload):
         clients[-1].background = False
         return cmds + clients
 
-    def _await_server(self, pair: Pair, proc, k: int = 0) -> None:
+    def _await_server(self, pair: Pair, proc, k: int = 0, kept: KeptServer | None = None) -> None:
         try:
-            wait_listening(pair.server.node, self._port(pair, k), proc=proc)
+            inode = wait_listening(pair.server.node, self._port(pair, k), proc=proc,
+                                   other_than=kept.inode if kept and kept.used else None)
+            if kept:
+                kept.inode, kept.used = inode, False
         except WorkloadError as exc:
             if proc.poll() is None:
                 raise
-            said = " ".join(stop(proc)).strip()[-300:]
+            said = " ".join(x or "" for x in stop(proc)).strip()[-300:]
             raise WorkloadError(f"iperf3 server pair {pair.index}{_nth(k, self.params)} exited: {said}") from exc
+
+    def _start_server(self, pair: Pair, k: int) -> tuple[object, KeptServer | None]:
+        """Pair `pair`'s server process k: the one a campaign kept up since the last trial, or a new one (kept from
+        now on when the campaign keeps servers)."""
+        argv, port, node = self._server(pair, k), self._port(pair, k), pair.server.node
+        single = self.params.n_processes == 1
+        if single and (kept := KEPT.take(node, port, argv, self)):
+            return kept.proc, kept
+        label = f"iperf3 server pair {pair.index}{_nth(k, self.params)}"
+        if single and KEPT.enabled:  # its output is not read: its test's JSON comes back with the client's
+            proc = node.spawn(argv, label=label, stdout=subprocess.DEVNULL)
+            if KEPT.can_keep(node, proc):
+                return proc, KEPT.keep(node, port, argv, proc, self)
+            return proc, None
+        return node.spawn(argv, label=label), None
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         p = self.params
         procs = range(p.n_processes)
         servers, clients, pings = [], [], []  # appended one by one, so a failed spawn still stops the others
+        kept: dict[int, KeptServer] = {}  # id(process) -> the kept server it is
+        ok = False
         try:
             for pair in pairs:
                 for k in procs:
-                    servers.append((pair, k, pair.server.node.spawn(
-                        self._server(pair, k), label=f"iperf3 server pair {pair.index}{_nth(k, p)}")))
+                    proc, keeping = self._start_server(pair, k)
+                    servers.append((pair, k, proc))
+                    if keeping:
+                        kept[id(proc)] = keeping
             for pair, k, server in servers:
-                self._await_server(pair, server, k)
+                self._await_server(pair, server, k, kept.get(id(server)))
             stamped = {(pair.index, k): Stamped(server) for pair, k, server in servers if p.n_processes > 1}
             idle = self._idle_rtts(pairs, pings) if p.latency == "ping" else []
             pings.clear()
@@ -554,9 +579,14 @@ class Iperf3(Workload):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
                 samples += parse_ping(out, "rtt_loaded_s", pair_window(samples, pair.index), pair=pair.index)
+            ok = True
         finally:
-            for proc in [*(c for _, _, c, _ in clients), *pings, *(s for *_, s in servers)]:
+            for proc in [*(c for _, _, c, _ in clients), *pings, *(s for *_, s in servers if id(s) not in kept)]:
                 stop(proc)
+            for k in kept.values():
+                k.used = True  # it served a test (or tried to): its next listening socket is a new one
+            if not ok:  # a failed or hung test may leave a server stuck in it: the next trial starts new ones
+                KEPT.drop(list(kept.values()))
         return samples + idle + aggregate(samples)
 
     def _idle_rtts(self, pairs: Sequence[Pair], procs: list) -> list[Sample]:

@@ -13,6 +13,7 @@ Checked on real runs (tests/fixtures/netperf):
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from typing import Literal, Sequence
 
@@ -20,8 +21,8 @@ from pydantic import Field, model_validator
 
 from ..sample import Sample
 from . import register
-from .base import (LATENCY_SUMMARY, SENDER_THROUGHPUT, THROUGHPUT, TRANSACTIONS, Command, Pair, Params, Tool,
-                   Workload, WorkloadError, finish, stop, wait_listening)
+from .base import (KEPT, LATENCY_SUMMARY, SENDER_THROUGHPUT, THROUGHPUT, TRANSACTIONS, Command, KeptServer, Pair,
+                   Params, Tool, Workload, WorkloadError, finish, stop, wait_listening)
 
 _UNIT = re.compile(r"^10\^(\d+)bits/s$")
 # selector -> (metric, factor to SI); throughputs get the unit factor of THROUGHPUT_UNITS on top.
@@ -122,11 +123,28 @@ class Netperf(Workload):
         return ([Command(p.server.node.name, self._server(p), background=True) for p in pairs]
                 + [Command(p.client.node.name, self._client(p)) for p in pairs])
 
+    def _start_server(self, pair: Pair) -> tuple[subprocess.Popen, KeptServer | None]:
+        """The pair's netserver: the one a campaign kept up since the last trial (it serves test after test, each in
+        a child, on the same listening socket), or a new one (kept from now on when the campaign keeps servers)."""
+        argv, port, node = self._server(pair), self._port(pair), pair.server.node
+        if kept := KEPT.take(node, port, argv, self):
+            return kept.proc, kept
+        label = f"netserver pair {pair.index}"
+        if not KEPT.enabled:
+            return node.spawn(argv, label=label), None
+        proc = node.spawn(argv, label=label, stdout=subprocess.DEVNULL)  # its banner is not read
+        return proc, KEPT.keep(node, port, argv, proc, self) if KEPT.can_keep(node, proc) else None
+
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         servers, clients = [], []  # appended one by one, so a failed spawn still stops the others
+        kept: dict[int, KeptServer] = {}
+        ok = False
         try:
             for pair in pairs:
-                servers.append(pair.server.node.spawn(self._server(pair), label=f"netserver pair {pair.index}"))
+                proc, keeping = self._start_server(pair)
+                servers.append(proc)
+                if keeping:
+                    kept[id(proc)] = keeping
             for pair, server in zip(pairs, servers):
                 wait_listening(pair.server.node, self._port(pair), proc=server)  # netserver -D stays in front
             began = []
@@ -137,9 +155,12 @@ class Netperf(Workload):
             end = time.monotonic() + self.params.duration + 10
             outs = [finish(c, max(end - time.monotonic(), 1), f"netperf pair {pair.index}")[0]
                     for pair, c in zip(pairs, clients)]
+            ok = True
         finally:
-            for proc in [*clients, *servers]:
+            for proc in [*clients, *(s for s in servers if id(s) not in kept)]:
                 stop(proc)
+            if not ok:  # a failed test may have left a server in a bad state: the next trial starts new ones
+                KEPT.drop(list(kept.values()))
         # netperf prints no time stamps: its window is taken as -l seconds from the client's start.
         return [s for pair, out, b in zip(pairs, outs, began)
                 for s in parse_netperf(out, self.params.test, pair=pair.index, window=[b, b + self.params.duration],
