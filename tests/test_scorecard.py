@@ -243,3 +243,18 @@ def test_s2_best_rows_on_hand_computed_cells(tmp_path):
     assert jitter.verdict == scorecard.CANNOT and jitter.why.startswith("not measured")
     udp = got["same-2vm-udp"]     # a claim the design cannot test says so
     assert udp.verdict == scorecard.CANNOT and udp.why.startswith("not checkable here") and udp.study == "LB+VXLAN"
+
+
+def test_s3_rr_rows_ipsec_lowers_rr_is_the_hand_computed_ratio(tmp_path):
+    """S3's 'IPsec lowers request/response performance' row (TCP_RR, 16384 B): ESP 3DES 900/1000/1100 per s against
+    none 1800/2000/2200 per s, means 1000 and 2000: 0.50x, lower as the study says; the UDP_RR row is not measured."""
+    b = Book(tmp_path / "s3.db", spec_text=S3)
+    rr = {"type": "netperf", "test": "TCP_RR", "message_size": 16384}
+    for enc, vals in ((ESP, [900, 1000, 1100]), ("none", [1800, 2000, 2200])):
+        sc = b.scenario(s3_labels(enc, size="16384"), {"encryption": enc})
+        b.trials(sc, "netperf", rr, stream(vals, "transactions_per_s"))
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    row = got["ipsec-lowers-rr"]
+    assert math.isclose(row.estimate, 0.5) and row.n == (3, 3) and row.verdict == scorecard.AGREES
+    assert got["esp-ah-small-rr-udp"].verdict == scorecard.CANNOT and got["esp-ah-small-rr-udp"].why.startswith("not measured")
