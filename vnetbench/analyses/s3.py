@@ -27,6 +27,13 @@ TESTS = {
 }
 VIDEO = "video"
 RR = ("TCP_RR", "UDP_RR")
+# The slides number experiments, not tables: 1 two hosts on one link (TCP throughput, DBS), 2 through routers (netperf
+# STREAM and REQUEST/RESPONSE tests, IPv4/IPv6, AH/ESP/AH+ESP), 3 digital video over the wide area. Each table says
+# which one it stands for.
+SLIDES = {"TCP_STREAM": "the slides' experiment 2, STREAM test (0 routers: experiment 1's one link)",
+          "UDP_STREAM": "the slides' experiment 2, STREAM test",
+          "TCP_RR": "the slides' experiment 2, REQUEST/RESPONSE test", "UDP_RR": "the slides' experiment 2, "
+          "REQUEST/RESPONSE test", VIDEO: "the slides' experiment 3, digital video (here on one machine, not the wide area)"}
 KEY_COLUMNS = ["message size (B)", "IP", "routers", "other load"]
 MIN_TRIALS = 3   # trials a cell needs for the AH/ESP verdict and the per-cell comparisons
 CHANGE_THRESHOLD = 0.10  # "about equal": the median relative difference is within +-10 %
@@ -180,7 +187,7 @@ class S3(Analysis):
         for (row, col, c), p in zip(marks, holm([c.p for _, _, c in marks])):
             if p < 0.05:
                 row[col] += "*"
-        note = (f"Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
+        note = (f"In the study: {SLIDES[test]}. Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
                 f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly: Welch's t-test on "
                 f"the per-trial values, Holm-corrected over the {len(marks)} comparisons of this table (alpha 0.05); "
                 f"fewer than 2 trials a side: no test. Columns appear only for variants that ran. 'ran in': the kernel that carried the "
@@ -206,7 +213,7 @@ class S3(Analysis):
                         mean_cell(got.get("jitter_s", []), "s")]
             rows.append(row)
         return TableData("S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)", cols,
-                         rows, "Throughput, datagram loss and RFC 3550 jitter as the receiver counted them; mean over "
+                         rows, f"In the study: {SLIDES[VIDEO]}. Throughput, datagram loss and RFC 3550 jitter as the receiver counted them; mean over "
                                "repetitions.")
 
     def _effects(self, cells: dict, modes: list[str]) -> TableData:
