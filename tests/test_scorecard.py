@@ -243,3 +243,34 @@ def test_s2_best_rows_on_hand_computed_cells(tmp_path):
     assert jitter.verdict == scorecard.CANNOT and jitter.why.startswith("not measured")
     udp = got["same-2vm-udp"]     # a claim the design cannot test says so
     assert udp.verdict == scorecard.CANNOT and udp.why.startswith("not checkable here") and udp.study == "LB+VXLAN"
+
+
+def test_s3_rr_rows_ipsec_lowers_rr_is_the_hand_computed_ratio(tmp_path):
+    """S3's 'IPsec lowers request/response performance' row (TCP_RR, 16384 B): ESP 3DES 900/1000/1100 per s against
+    none 1800/2000/2200 per s, means 1000 and 2000: 0.50x, lower as the study says; the UDP_RR row is not measured."""
+    b = Book(tmp_path / "s3.db", spec_text=S3)
+    rr = {"type": "netperf", "test": "TCP_RR", "message_size": 16384}
+    for enc, vals in ((ESP, [900, 1000, 1100]), ("none", [1800, 2000, 2200])):
+        sc = b.scenario(s3_labels(enc, size="16384"), {"encryption": enc})
+        b.trials(sc, "netperf", rr, stream(vals, "transactions_per_s"))
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    row = got["ipsec-lowers-rr"]
+    assert math.isclose(row.estimate, 0.5) and row.n == (3, 3) and row.verdict == scorecard.AGREES
+    assert got["esp-ah-small-rr-udp"].verdict == scorecard.CANNOT and got["esp-ah-small-rr-udp"].why.startswith("not measured")
+
+
+def test_s3_rr_floor_row_compares_each_trials_fastest_round_trip(tmp_path):
+    """S3's 'ESP better than AH at small messages' on the fastest round trip (TCP_RR, 500 B): each trial's
+    MIN_LATENCY; ESP 111/112/113 us against AH 64/65/66 us: 112 / 65 = 1.72x, higher where the study expects lower,
+    so the row differs (the rates, 3000/s against 1000/s, would have agreed)."""
+    b = Book(tmp_path / "s3.db", spec_text=S3)
+    rr = {"type": "netperf", "test": "TCP_RR", "message_size": 500}
+    for enc, floors, rate in ((ESP, [111e-6, 112e-6, 113e-6], 3000), (AH, [64e-6, 65e-6, 66e-6], 1000)):
+        sc = b.scenario(s3_labels(enc, size="500"), {"encryption": enc})
+        b.trials(sc, "netperf", rr, [[Sample.of("latency_min_s", f, pair=1), Sample.of("transactions_per_s", rate, pair=1)]
+                                     for f in floors])
+    data = load(b.store, b.cid)
+    got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
+    row = got["esp-ah-small-rr-floor"]
+    assert math.isclose(row.estimate, 112 / 65) and row.n == (3, 3) and row.verdict == scorecard.DIFFERS
