@@ -109,3 +109,20 @@ def test_a_background_flood_that_did_not_offer_its_rate_is_flagged_too():
     offer = Offer("sender_throughput_bps", 250e6)
     assert guards.check_offered(flood, offer, role="background")[0].startswith("offered 7.3 of 250 Mbit/s")
     assert not guards.check_offered(flood, offer)  # the foreground's check leaves background samples alone
+
+
+def test_a_receiver_faster_over_its_shorter_seconds_is_not_impossible_more_bytes_are():
+    """S4 smoke at load 16: the receiver's 580.66 Mbit/s against the sender's 544.39 was judged impossible, but each
+    rate is over its own side's seconds (iperf3's sum_received and sum_sent): the same bytes over 6 % fewer seconds.
+    More bytes received than sent is what cannot be."""
+    m = {"pair": 1, "direction": "forward"}
+    same = [Sample.of("throughput_bps", 580.66e6, **m, bytes=136e6), Sample.of("sender_throughput_bps", 544.39e6,
+                                                                                 **m, bytes=136e6)]
+    assert not guards.judge(same).invalid
+    more = [Sample.of("throughput_bps", 500e6, **m, bytes=140e6), Sample.of("sender_throughput_bps", 544.39e6,
+                                                                             **m, bytes=136e6)]
+    assert guards.judge(more).invalid == ["throughput_bps (direction forward, pair 1): the receiver got 140000000 "
+                                          "bytes, more than the sender sent (136000000)"]
+    # without the bytes (another tool), the rates with their 5 % for the two windows, as before
+    assert guards.judge([Sample.of("throughput_bps", 580.66e6, **m),
+                         Sample.of("sender_throughput_bps", 544.39e6, **m)]).invalid

@@ -89,8 +89,9 @@ def _end_samples(doc: dict, udp: bool, meta: dict, windows: dict | None = None) 
         direction = _direction(doc, bool(suffix))
         m = meta | {"direction": direction} | ({"window": windows[direction]} if windows and direction in windows
                                                else {})
-        out += [Sample.of("throughput_bps", recv["bits_per_second"], **m),
-                Sample.of("sender_throughput_bps", sent["bits_per_second"], **m)]
+        # each rate over its own side's seconds (a busy receiver's can be shorter): the bytes say what is possible
+        out += [Sample.of("throughput_bps", recv["bits_per_second"], **m, bytes=recv.get("bytes")),
+                Sample.of("sender_throughput_bps", sent["bits_per_second"], **m, bytes=sent.get("bytes"))]
         if udp:
             out += [Sample.of("udp_loss_ratio", _udp_loss(recv, sent), **m),
                     Sample.of("jitter_s", recv["jitter_ms"] / 1e3, **m)]
