@@ -466,7 +466,8 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        narrow().print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        console = narrow()
+        console.print(cmp.table(side_a, side_b, rows, alpha, threshold, console.width))
         named = [m["scenario"] for m in gone] + [r.scenario for r in rows]
         keys = cmp.distinguishing(named) or list(dict.fromkeys(k for sc in named for k in sc))
         for m in gone:  # named by what sets it apart (every factor, constant ones too, made lines of 200 columns)
