@@ -518,7 +518,7 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         from . import scorecard
         store, camp = open_campaign(db, campaign)
         text = json.dumps([r.as_dict() for r in scorecard.for_campaign(store, camp.id)], indent=1) + "\n"
-        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+        with out_file(output) as fh:
             fh.write(text)
         return
     fmt = fmt or "jsonl"
@@ -531,24 +531,46 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
             folded = profiles.export(store, camp.id, trial, scenario)
         except ValueError as exc:
             fail(str(exc))
-        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+        with out_file(output) as fh:
             n = profiles.write_folded(folded, fh)
         if output:
             err.print(f"{n} stacks written to {output}")
         return
     if fmt == "parquet":
         output = output or Path(f"samples-{camp.id}.parquet")
+        make_parent(output)
         try:
             n = export.write_parquet(store, camp.id, output)
         except OSError as exc:
             fail(f"cannot write {output}: {exc}")
         err.print(f"{n} samples written to {output}")
     elif output:
-        with open(output, "w", newline="") as fh:
+        with out_file(output, newline="") as fh:
             n = export.write(store, camp.id, fmt, fh)
         err.print(f"{n} samples written to {output}")
     else:
         export.write(store, camp.id, fmt, sys.stdout)
+
+
+def out_file(output: Path | None, newline: str | None = None):
+    """-o's file for writing (stdout without -o), its directory made as `report` makes it; a file that cannot be
+    written is one line and exit 2 (an open() of a missing directory was a traceback, exit 1)."""
+    if not output:
+        return nullcontext(sys.stdout)
+    make_parent(output)
+    try:
+        return open(output, "w", newline=newline)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a writable directory")
+
+
+def make_parent(output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        fail(f"cannot write {output}: {exc.filename} is a file, not a directory; give -o a file in a directory")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a writable directory")
 
 
 def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
@@ -562,10 +584,8 @@ def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
                   f"record)", highlight=False)
     text = export.raw_script(record) if fmt == "sh" else json.dumps(record, indent=1) + "\n"
     if output:
-        try:
-            output.write_text(text)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc}")
+        with out_file(output) as fh:
+            fh.write(text)
         err.print(f"trial {tid}: {len(record['commands'])} commands written to {output}", highlight=False)
     else:
         sys.stdout.write(text)
