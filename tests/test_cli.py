@@ -89,3 +89,12 @@ def test_plan_starts_the_loads_before_the_measurement_they_load(tmp_path):
     assert re.search(r"iperf3 -c \S+ -p 5201 .*[^&]$", fore[-1]), fore  # the transfer, waited on
     pings = [line for line in fore if " ping " in line]
     assert len(pings) == 2 and not pings[0].endswith("&") and pings[1].endswith("&")  # idle, then under load
+
+
+def test_doctor_fits_100_columns_piped():
+    """Piped (no terminal, no COLUMNS) output is drawn 100 wide: doctor's strongSwan line was one line of 167."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    lines = vnetbench("doctor", env=env).stdout.splitlines()
+    assert any(line.startswith("strongSwan: ") for line in lines)
+    assert max(map(len, lines)) <= 100, [line for line in lines if len(line) > 100]

@@ -200,7 +200,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     out.print(table)
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
-              else f"strongSwan: {swan.error}", highlight=False, soft_wrap=True)
+              else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
 
 
 def datapath_report(caps, extra: dict | None = None) -> list[dict]:
