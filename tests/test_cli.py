@@ -98,3 +98,14 @@ def test_doctor_fits_100_columns_piped():
     lines = vnetbench("doctor", env=env).stdout.splitlines()
     assert any(line.startswith("strongSwan: ") for line in lines)
     assert max(map(len, lines)) <= 100, [line for line in lines if len(line) > 100]
+
+
+@pytest.mark.parametrize("typo, near", [("thruput", "throughput_bps"), ("rtt_loaded", "rtt_loaded_s"),
+                                        ("cpu_s_per_gibt", "cpu_s_per_gbit")])
+def test_a_metric_typo_names_the_nearest_metrics_on_one_short_line(tmp_path, typo, near):
+    """`show -m` with a typo listed all 47 metrics on one line of 1,200 characters."""
+    proc = vnetbench("show", "--db", tmp_path / "none.db", "-m", typo, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and len(lines[0]) < 200, proc.stderr
+    assert f"'{typo}' is not a metric; did you mean " in lines[0] and near in lines[0] \
+        and "vnetbench metrics" in lines[0], lines[0]
