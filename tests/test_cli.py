@@ -109,3 +109,15 @@ def test_a_metric_typo_names_the_nearest_metrics_on_one_short_line(tmp_path, typ
     assert proc.returncode == 2 and len(lines) == 1 and len(lines[0]) < 200, proc.stderr
     assert f"'{typo}' is not a metric; did you mean " in lines[0] and near in lines[0] \
         and "vnetbench metrics" in lines[0], lines[0]
+
+
+def test_a_resume_says_what_it_ran_not_zero_trials_under_a_full_table(tmp_path, state_dir):
+    """Resuming a finished campaign printed its table of every trial, then "campaign 1: done, 0 trials ok"."""
+    spec = tmp_path / "r.yaml"
+    spec.write_text("name: r\nrepetitions: 2\nfactors: {attach: host}\n"
+                    "workloads: [{type: ping, count: 2, interval: 0.1}]\n")
+    db = tmp_path / "r.db"
+    first = vnetbench("run", spec, "--db", db, "--no-progress").stdout
+    assert "campaign 1: done, 2 trials ok, 0 failed" in first and "this run" not in first, first
+    again = " ".join(vnetbench("run", "--resume", "1", "--db", db, "--no-progress").stdout.split())
+    assert f"campaign 1: done; nothing was left to run (results in {db})" in again and "0 trials ok" not in again

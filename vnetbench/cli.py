@@ -319,13 +319,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
     report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
-    out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
-              f"{outcome.trials_failed} failed" + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
-              + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
-                 if outcome.trials_noisy else "")
-              + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
-                 if outcome.trials_retried else "")
-              + f" (results in {db})")
+    out.print(last_line(outcome, db, resume is not None), highlight=False)
     problems = []
     if outcome.trials_failed:
         problems.append(f"{outcome.trials_failed} of {outcome.trials_ok + outcome.trials_failed} trials failed")
@@ -488,6 +482,21 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         err.print(f"{len(gone)} scenario{'s' if len(gone) != 1 else ''} ran on one side only: the gate fails "
                   f"(--allow-missing lets it pass)", highlight=False)
         raise typer.Exit(1)
+
+
+def last_line(outcome, db: str, resumed: bool) -> str:
+    """What this invocation ran. A resume counts only its own trials and says so: the table above counts the whole
+    campaign, and "done, 0 trials ok" under a table of 12 trials read as if they were lost."""
+    if resumed and not outcome.trials_ok + outcome.trials_failed + outcome.trials_invalid:
+        return f"campaign {outcome.campaign}: {outcome.status}; nothing was left to run (results in {db})"
+    return (f"campaign {outcome.campaign}: {outcome.status}, " + ("this run: " if resumed else "")
+            + f"{outcome.trials_ok} trials ok, {outcome.trials_failed} failed"
+            + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
+            + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
+               if outcome.trials_noisy else "")
+            + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
+               if outcome.trials_retried else "")
+            + f" (results in {db})")
 
 
 def noisy_trials(side) -> int:
