@@ -328,3 +328,21 @@ def test_a_load_not_offered_reaches_show_export_and_report(tmp_path):
     html = tmp_path / "r.html"
     vnetbench("report", "1", "--db", db, "-o", html)
     assert "2 of 4 trials carry a flag" in html.read_text()
+
+
+def test_shortfalls_of_different_sizes_are_one_line_counting_every_flagged_trial(tmp_path):
+    """Each trial's shortfall made a flag line of its own and the first three were shown: the demo printed
+    "1 of 63 trials flagged: offered 385 of 500 Mbit/s (pair 1, direction forward)" three times for five flagged
+    trials. Pairs and directions fold, the amounts become a range, and the count is every flagged trial."""
+    db = tmp_path / "s.db"
+    store, cid = new(db, "short")
+    for rep, got in enumerate((385, 418, 381, 389, 427, None), 1):
+        flags = [f"offered {got} of 500 Mbit/s (pair 1, direction forward): the sender did not reach its rate"] \
+            if got else []
+        store.save_trial(cid, 1, rep, 0, "iperf3", {"protocol": "udp"}, "ok", None, 0, 1,
+                         [Sample.of("throughput_bps", 4e8 + rep, pair=1, direction="forward", window=W)],
+                         {"flags": flags})
+    store.close()
+    out = vnetbench("show", "--db", db, "-m", "throughput_bps").stdout
+    said = [line for line in out.splitlines() if "trials flagged:" in line]
+    assert said == ["5 of 6 trials flagged: offered 381 to 427 of 500 Mbit/s (the 'flagged' column counts them)"], out

@@ -263,14 +263,31 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
     return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
 
 
+OFFERED = "\0offered\0"  # where the offered amount goes in a folded flag
+
+
 def flag_lines(data: dataset.Dataset) -> list[str]:
     """What the run flagged, once per campaign: each reason (pairs folded) with how many trials carry it, and
     whether any throughput ceiling went unchecked."""
     reasons: dict[str, int] = defaultdict(int)
+    offered: dict[str, list[float]] = defaultdict(list)
     for t in data.ok:
-        for f in {re.sub(r" \(pair \d+\)", "", f).split(":")[0] for f in t.flags}:
-            reasons[f] += 1
-    lines = [f"{n} of {len(data.ok)} trials flagged: {why} (the 'flagged' column counts them)"
+        mine = set()
+        for f in t.flags:
+            why = re.sub(r" \(pair [^)]*\)", "", f.split(":")[0])  # pairs and directions folded
+            # each trial's own shortfall folded too (it made a line per trial, and with the first three shown,
+            # "1 of 63 trials flagged" three times for five flagged trials): the range is said instead
+            if m := re.match(r"((?:background )?offered )([\d.]+)( of .*)$", why):
+                why = m[1] + OFFERED + m[3]
+                offered[why].append(float(m[2]))
+            mine.add(why)
+        for why in mine:
+            reasons[why] += 1
+
+    def said(why: str) -> str:
+        lo, hi = min(offered[why], default=0), max(offered[why], default=0)
+        return why.replace(OFFERED, f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}")
+    lines = [f"{n} of {len(data.ok)} trials flagged: {said(why)} (the 'flagged' column counts them)"
              for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]]
     unchecked = sum(NO_CEILING in (t.metadata.get("flags") or []) for t in data.ok)
     return lines + ([f"{unchecked} of {len(data.ok)} trials: {NO_CEILING}"] if unchecked else [])
