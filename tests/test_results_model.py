@@ -346,3 +346,22 @@ def test_shortfalls_of_different_sizes_are_one_line_counting_every_flagged_trial
     out = vnetbench("show", "--db", db, "-m", "throughput_bps").stdout
     said = [line for line in out.splitlines() if "trials flagged:" in line]
     assert said == ["5 of 6 trials flagged: offered 381 to 427 of 500 Mbit/s (the 'flagged' column counts them)"], out
+
+
+def test_skipped_scenarios_with_one_reason_are_one_line(tmp_path):
+    """The demo's summary ended with ten 'skipped scenario' lines of three rows each, four of them saying the same;
+    scenarios skipped for one reason are now one line naming them and the levels they share."""
+    db = tmp_path / "k.db"
+    bidir_campaign(db)
+    store = Store(db)
+    why = "a direct attachment carries no overlay; it is measured under overlay=none"
+    for idx in (9, 10, 11):
+        labels = {"switch": "ovs", "overlay": f"o{idx}"}
+        store.put_scenario(1, idx, f"s{idx}", labels, labels, "skipped", why, {}, [])
+    labels = {"switch": "ovs", "overlay": "o12"}
+    store.put_scenario(1, 12, "s12", labels, labels, "skipped", "host-to-host needs two hosts", {}, [])
+    store.close()
+    out = " ".join(vnetbench("show", "--db", db).stdout.split())
+    assert out.count("skipped scenario") == 2, out
+    assert f"skipped scenarios 9, 10, 11 (switch=ovs): {why}" in out, out
+    assert "skipped scenario 12 (" in out and "): host-to-host needs two hosts" in out, out

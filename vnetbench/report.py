@@ -186,11 +186,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
-    cols = varying(scenarios)
-    for s in scenarios:
-        if s["status"] in ("skipped", "failed"):
-            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
-            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({escape(short)}): {escape(str(s['reason']))}")
+    for line in not_run_lines(scenarios):
+        console.print(line)
     failed = [t for t in data.trials.values() if t["status"] != "ok"]
     for t in failed[:10]:
         console.print(f"[red]{t['status']} trial[/] scenario {t['scenario']} rep {t['repetition']} "
@@ -199,6 +196,30 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(line, style="dim")  # wrapped to the terminal
 
 
+
+
+def not_run_lines(scenarios: list[dict]) -> list[str]:
+    """A line per failed scenario; skipped ones grouped by reason, named by the levels they share (the demo's ten
+    combinations that do not exist, a line of three each, ended its summary with thirty lines)."""
+    cols = varying(scenarios)
+    groups: dict[str, list[dict]] = defaultdict(list)
+    lines = []
+    for s in scenarios:
+        if s["status"] == "skipped":
+            groups[str(s["reason"])].append(s)
+        elif s["status"] == "failed":
+            groups[f"failed {s['idx']}"].append(s)
+    for group in groups.values():
+        s = group[0]
+        if len(group) == 1:
+            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
+            lines.append(f"[yellow]{s['status']}[/] scenario {s['idx']} ({escape(short)}): {escape(str(s['reason']))}")
+            continue
+        shared = ", ".join(f"{k}={s['labels'][k]}" for k in cols if len({g['labels'][k] for g in group}) == 1)
+        ids = ", ".join(str(g["idx"]) for g in group)
+        lines.append(f"[yellow]skipped[/] scenarios {ids}" + (f" ({escape(shared)})" if shared else "")
+                     + f": {escape(str(s['reason']))}")
+    return lines
 
 
 def _by_name(rows_: list[Row], metrics: tuple[str, ...] | None,
