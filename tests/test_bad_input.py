@@ -517,3 +517,27 @@ def test_export_to_a_path_it_cannot_write_is_one_line_and_a_missing_directory_is
                 and words in proc.stderr, proc.stderr
     proc = export("--raw", "1", "-o", tmp_path / "afile" / "raw.json")
     assert proc.returncode == 2 and "afile is a file" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("VNETBENCH_DB_TIMEOUT", "abc", "VNETBENCH_DB_TIMEOUT='abc' is not a number of seconds"),
+    ("VNETBENCH_DB_TIMEOUT", "-5", "VNETBENCH_DB_TIMEOUT='-5' is not a number of seconds"),
+    ("VNETBENCH_STATE_DIR", "{file}", "is a file, not a directory"),
+    ("VNETBENCH_STATE_DIR", "{file}/sub", "is a file, not a directory"),
+    ("VNETBENCH_STATE_DIR", "", "VNETBENCH_STATE_DIR is set but empty"),
+])
+def test_a_wrong_environment_variable_is_one_line_exit_2(tmp_path, name, value, words):
+    """Read at import, VNETBENCH_DB_TIMEOUT=abc was a traceback before any command ran; a state directory that is a
+    file was a traceback once a run began to record what it creates."""
+    import os
+    (tmp_path / "afile").write_text("x")
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nfactors: {attach: host}\nworkloads: [{type: ping, count: 1}]\n")
+    env = os.environ | {name: value.format(file=tmp_path / "afile")}
+    for args in (["list", "--db", str(tmp_path / "r.db")],
+                 ["run", str(spec), "--db", str(tmp_path / "r.db"), "--no-progress"]):
+        proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    assert not (tmp_path / "r.db").exists()

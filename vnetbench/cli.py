@@ -692,5 +692,33 @@ def schema() -> None:
     out.print_json(json.dumps(specmod.schema()))
 
 
+def environment_problems(env=os.environ) -> list[str]:
+    """The environment variables vnetbench reads, checked before any command: each wrong one is a line naming it
+    and the fix (a state directory that is a file, or an unparsable timeout, was a traceback)."""
+    from .store import seconds_from_env
+    problems = []
+    raw = env.get("VNETBENCH_DB_TIMEOUT")
+    if raw is not None and seconds_from_env(raw) is None:
+        problems.append(f"VNETBENCH_DB_TIMEOUT={raw!r} is not a number of seconds; give one, e.g. 120, or unset it")
+    state = env.get("VNETBENCH_STATE_DIR")
+    if state is not None:
+        if not state.strip():
+            problems.append("VNETBENCH_STATE_DIR is set but empty; give a directory or unset it (default "
+                            "/run/vnetbench)")
+        else:
+            path = Path(state)
+            while not path.exists() and path != path.parent:
+                path = path.parent
+            if not path.is_dir():
+                problems.append(f"VNETBENCH_STATE_DIR={state!r}: {str(path)!r} is a file, not a directory; give a "
+                                f"directory or unset it (default /run/vnetbench)")
+    return problems
+
+
 def main() -> None:
+    if problems := environment_problems():
+        from rich.markup import escape
+        for line in problems:
+            err.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()

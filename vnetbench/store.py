@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import os
 import sqlite3
 import time
@@ -30,7 +31,20 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE scenarios ADD COLUMN environment TEXT"],
     3: [RAW_TABLE],
 }
-LOCK_TIMEOUT_S = float(os.environ.get("VNETBENCH_DB_TIMEOUT", "30"))
+def seconds_from_env(raw: str | None, default: float = 30.0) -> float | None:
+    """$VNETBENCH_DB_TIMEOUT as seconds; None when it is not a number of seconds (the CLI says so, exit 2: read at
+    import, 'abc' was a traceback before any command ran)."""
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+_env_timeout = seconds_from_env(os.environ.get("VNETBENCH_DB_TIMEOUT"))
+LOCK_TIMEOUT_S = 30.0 if _env_timeout is None else _env_timeout
 
 
 class StoreError(Exception):
