@@ -106,3 +106,17 @@ def test_the_table_is_never_cropped_at_100_or_80_columns(tmp_path):
         body = lines[next(i for i, line in enumerate(lines) if line.startswith("──")) + 1:]
         verdicts = sum(line.count("not significant") + line.count("worse") + line.count("better") for line in body)
         assert verdicts == len(rows), (width, "\n".join(lines))
+
+
+def test_two_results_files_are_named_in_the_header(tmp_path):
+    """`compare 1 1 --db X --b-db Y` headed its table 'A: campaign 1 (c)' and 'B: campaign 1 (c)'."""
+    for d in "xyz":
+        (tmp_path / d).mkdir()
+    a, _ = _store(tmp_path / "x")
+    b, _ = _store(tmp_path / "y")
+    lines = cmp.header(a, b, [], 0.05, None)
+    assert lines[0] == f"A: campaign 1 (c) in {tmp_path / 'x' / 'c.db'} where overlay=none", lines[0]
+    assert lines[1].startswith("B: campaign 1 (c) in ") and str(tmp_path / "y" / "c.db") in lines[1]
+    one, other = _store(tmp_path / "z")
+    assert cmp.header(one, other, [], 0.05, None)[:2] == ["A: campaign 1 (c) where overlay=none",
+                                                          "B: campaign 1 (c) where overlay=fast"]

@@ -33,9 +33,11 @@ class Side:
     campaign: Campaign
     where: dict[str, str] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, file: bool = False) -> str:
+        """What this side is; `file`: with its results file (when A and B come from two: campaign 1 of each read
+        'A: campaign 1 (first)', 'B: campaign 1 (first)')."""
         sel = f" where {', '.join(f'{k}={v}' for k, v in self.where.items())}" if self.where else ""
-        return f"campaign {self.campaign.id} ({self.campaign.name}){sel}"
+        return f"campaign {self.campaign.id} ({self.campaign.name}){' in ' + str(self.store.path) if file else ''}{sel}"
 
 
 @dataclass
@@ -122,7 +124,8 @@ def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
     keyed = _keyed(a, b)
     both = [k for k in keyed[0] if k in keyed[1] and keyed[0][k]["status"] == keyed[1][k]["status"] == "done"]
     if not both:
-        raise CompareError(f"no scenario of {a.describe()} has the same levels as one of {b.describe()}")
+        two = str(a.store.path) != str(b.store.path)
+        raise CompareError(f"no scenario of {a.describe(two)} has the same levels as one of {b.describe(two)}")
     return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both]
 
 
@@ -224,7 +227,8 @@ def _p(p: float) -> str:
 
 
 def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> list[str]:
-    lines = [f"A: {a.describe()}", f"B: {b.describe()}",
+    two = str(a.store.path) != str(b.store.path)
+    lines = [f"A: {a.describe(two)}", f"B: {b.describe(two)}",
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
              f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
              f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
