@@ -451,10 +451,10 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         threshold = cmp.parse_threshold(fail_on_regression) if fail_on_regression is not None else None
         side_a = cmp.Side(store_a, camp_a, cmp.parse_where(a_where, "--a-where"))
         side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
-        if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where):
-            # a campaign against itself printed a table of 'not significant', exit 0
-            fail("--a-where and --b-where select the same scenarios; give B a different selection" if a_where else
-                 f"B is A (campaign {camp_a.id} of {store_a.path}): give campaign B, or split one campaign with "
+        if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
+            fail("--a-where and --b-where select the same scenarios; give B a different selection")
+        if b is None and not a_where and not b_where:  # `compare last` alone was a table of 'not significant', exit 0
+            fail(f"B is A (campaign {camp_a.id} of {store_a.path}): give campaign B, or split one campaign with "
                  f"--a-where FACTOR=LEVEL --b-where FACTOR=OTHER, e.g. --a-where overlay=none --b-where overlay=vxlan")
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, gate or None,
                            exclude_noisy=exclude_noisy)
