@@ -365,3 +365,15 @@ def test_skipped_scenarios_with_one_reason_are_one_line(tmp_path):
     assert out.count("skipped scenario") == 2, out
     assert f"skipped scenarios 9, 10, 11 (switch=ovs): {why}" in out, out
     assert "skipped scenario 12 (" in out and "): host-to-host needs two hosts" in out, out
+
+
+def test_a_campaign_where_nothing_ran_shows_no_empty_parentheses_or_legend(tmp_path):
+    """A one-scenario spec the machine cannot run showed 'skipped scenario 1 (): ...' under the legend of tables
+    that were not there."""
+    store, cid = new(tmp_path / "n.db", "none")
+    labels = {"attach": "host", "placement": "same-host"}
+    store.put_scenario(cid, 1, "s1", labels, labels, "skipped", "host-to-host needs two hosts", {}, [])
+    store.close()
+    out = vnetbench("show", "--db", tmp_path / "n.db").stdout
+    assert "skipped scenario 1: host-to-host needs two hosts" in out and "()" not in out, out
+    assert "median [95% CI]" not in out, out

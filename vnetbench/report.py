@@ -177,8 +177,9 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         common, differs = split_implementation([s["implementation"] for s in shown])
         if common:
             console.print(escape(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}"))
-        console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: "
-                      "--wide", style="dim")
+        if shown:  # the legend of tables there are none of when nothing ran
+            console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every "
+                          "statistic: --wide", style="dim")
         cols = label_columns(shown)
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
         for name, rs in by_metric.items():
@@ -212,8 +213,9 @@ def not_run_lines(scenarios: list[dict]) -> list[str]:
     for group in groups.values():
         s = group[0]
         if len(group) == 1:
-            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
-            lines.append(f"[yellow]{s['status']}[/] scenario {s['idx']} ({escape(short)}): {escape(str(s['reason']))}")
+            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)  # none when no factor varies: no "()"
+            lines.append(f"[yellow]{s['status']}[/] scenario {s['idx']}" + (f" ({escape(short)})" if short else "")
+                         + f": {escape(str(s['reason']))}")
             continue
         shared = ", ".join(f"{k}={s['labels'][k]}" for k in cols if len({g['labels'][k] for g in group}) == 1)
         ids = ", ".join(str(g["idx"]) for g in group)
