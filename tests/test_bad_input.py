@@ -541,3 +541,19 @@ def test_a_wrong_environment_variable_is_one_line_exit_2(tmp_path, name, value, 
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
     assert not (tmp_path / "r.db").exists()
+
+
+def test_a_campaign_or_trial_id_too_large_for_sqlite_is_no_such_campaign(tmp_path, state_dir):
+    """`show 999999999999999999999` (and run --resume, compare, report, export, export --raw) was an OverflowError
+    traceback from SQLite; it is no such campaign or trial: one line, exit 2."""
+    from vnetbench.store import Store
+    db = tmp_path / "h.db"
+    Store(db).new_campaign("h", "test", "name: h\n", "0" * 64, {})
+    huge = "9" * 21
+    for args in (["show", huge], ["run", "--resume", huge], ["compare", "1", huge], ["report", huge],
+                 ["export", huge], ["export", "--raw", huge]):
+        proc = subprocess.run([sys.executable, "-m", "vnetbench", *args, "--db", str(db)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert len(proc.stderr.strip().splitlines()) == 1 and f"no {'trial' if '--raw' in args else 'campaign'}" \
+            in proc.stderr and huge in proc.stderr, (args, proc.stderr)

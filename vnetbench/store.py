@@ -47,6 +47,12 @@ _env_timeout = seconds_from_env(os.environ.get("VNETBENCH_DB_TIMEOUT"))
 LOCK_TIMEOUT_S = 30.0 if _env_timeout is None else _env_timeout
 
 
+def storable_id(n: int) -> bool:
+    """An id SQLite can hold: a larger one (`show 999999999999999999999`) was an OverflowError traceback; it is
+    simply no campaign or trial."""
+    return 0 <= n < 2 ** 63
+
+
 class StoreError(Exception):
     """A results-file fault, as one line for the user."""
 
@@ -250,7 +256,7 @@ class Store:
             row = self.db.execute("SELECT * FROM campaigns ORDER BY id DESC LIMIT 1").fetchone()
         else:
             row = self.db.execute("SELECT * FROM campaigns WHERE id = ?", (int(ref),)).fetchone() \
-                if str(ref).isdigit() else None
+                if str(ref).isdigit() and storable_id(int(ref)) else None
         return self._campaign(row) if row else None
 
     @staticmethod
@@ -316,6 +322,8 @@ class Store:
         return tid
 
     def trial(self, tid: int) -> dict | None:
+        if not storable_id(tid):
+            return None
         row = self.db.execute("SELECT * FROM trials WHERE id = ?", (tid,)).fetchone()
         return dict(row) | {"params": json.loads(row["params"] or "{}"),
                             "metadata": json.loads(row["metadata"] or "{}")} if row else None
