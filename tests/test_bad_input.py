@@ -484,3 +484,76 @@ def test_a_terminal_escape_in_a_level_reaches_no_terminal_through_run_and_show(t
     for out in (run.stdout, run.stderr, show.stdout, show.stderr):
         assert "\x1b" not in out, out
     assert "\\x1b[31mred" in show.stdout, show.stdout
+
+
+# ---- where results are written --------------------------------------------------------------------------------------
+
+def test_export_to_a_path_it_cannot_write_is_one_line_and_a_missing_directory_is_made(tmp_path):
+    """`export -o` into a directory that did not exist was a traceback (exit 1) while `report -o` made it; under a
+    file, or onto a directory, it is one line naming the path and the fix, exit 2."""
+    from vnetbench.sample import Sample
+    from vnetbench.store import Store
+    db = tmp_path / "e.db"
+    store = Store(db)
+    cid = store.new_campaign("e", "test", "name: e\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "none", {"overlay": "none"}, {"overlay": "none"}, "done", None, {}, [])
+    store.save_trial(cid, 1, 1, 0, "ping", {"type": "ping"}, "ok", None, 0.0, 1.0,
+                     [Sample.of("rtt_s", 1e-4, pair=1, direction="forward")], {})
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+
+    def export(*args):
+        return subprocess.run([sys.executable, "-m", "vnetbench", "export", "--db", str(db), *args],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    for fmt in ("csv", "jsonl", "parquet"):
+        made = tmp_path / "new" / fmt / f"s.{fmt}"
+        proc = export("--format", fmt, "-o", made)
+        assert proc.returncode == 0 and made.stat().st_size > 0, proc.stderr
+        for bad, words in ((tmp_path / "afile" / f"s.{fmt}", "afile is a file, not a directory"),
+                           (tmp_path / "adir", "adir")):
+            proc = export("--format", fmt, "-o", bad)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, (fmt, bad, proc.stderr)
+            assert len(proc.stderr.strip().splitlines()) == 1 and f"cannot write {bad}" in proc.stderr \
+                and words in proc.stderr, proc.stderr
+    proc = export("--raw", "1", "-o", tmp_path / "afile" / "raw.json")
+    assert proc.returncode == 2 and "afile is a file" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("VNETBENCH_DB_TIMEOUT", "abc", "VNETBENCH_DB_TIMEOUT='abc' is not a number of seconds"),
+    ("VNETBENCH_DB_TIMEOUT", "-5", "VNETBENCH_DB_TIMEOUT='-5' is not a number of seconds"),
+    ("VNETBENCH_STATE_DIR", "{file}", "is a file, not a directory"),
+    ("VNETBENCH_STATE_DIR", "{file}/sub", "is a file, not a directory"),
+    ("VNETBENCH_STATE_DIR", "", "VNETBENCH_STATE_DIR is set but empty"),
+])
+def test_a_wrong_environment_variable_is_one_line_exit_2(tmp_path, name, value, words):
+    """Read at import, VNETBENCH_DB_TIMEOUT=abc was a traceback before any command ran; a state directory that is a
+    file was a traceback once a run began to record what it creates."""
+    import os
+    (tmp_path / "afile").write_text("x")
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nfactors: {attach: host}\nworkloads: [{type: ping, count: 1}]\n")
+    env = os.environ | {name: value.format(file=tmp_path / "afile")}
+    for args in (["list", "--db", str(tmp_path / "r.db")],
+                 ["run", str(spec), "--db", str(tmp_path / "r.db"), "--no-progress"]):
+        proc = subprocess.run([sys.executable, "-m", "vnetbench", *args], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_a_campaign_or_trial_id_too_large_for_sqlite_is_no_such_campaign(tmp_path, state_dir):
+    """`show 999999999999999999999` (and run --resume, compare, report, export, export --raw) was an OverflowError
+    traceback from SQLite; it is no such campaign or trial: one line, exit 2."""
+    from vnetbench.store import Store
+    db = tmp_path / "h.db"
+    Store(db).new_campaign("h", "test", "name: h\n", "0" * 64, {})
+    huge = "9" * 21
+    for args in (["show", huge], ["run", "--resume", huge], ["compare", "1", huge], ["report", huge],
+                 ["export", huge], ["export", "--raw", huge]):
+        proc = subprocess.run([sys.executable, "-m", "vnetbench", *args, "--db", str(db)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert len(proc.stderr.strip().splitlines()) == 1 and f"no {'trial' if '--raw' in args else 'campaign'}" \
+            in proc.stderr and huge in proc.stderr, (args, proc.stderr)

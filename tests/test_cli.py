@@ -89,3 +89,35 @@ def test_plan_starts_the_loads_before_the_measurement_they_load(tmp_path):
     assert re.search(r"iperf3 -c \S+ -p 5201 .*[^&]$", fore[-1]), fore  # the transfer, waited on
     pings = [line for line in fore if " ping " in line]
     assert len(pings) == 2 and not pings[0].endswith("&") and pings[1].endswith("&")  # idle, then under load
+
+
+def test_doctor_fits_100_columns_piped():
+    """Piped (no terminal, no COLUMNS) output is drawn 100 wide: doctor's strongSwan line was one line of 167."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    lines = vnetbench("doctor", env=env).stdout.splitlines()
+    assert any(line.startswith("strongSwan: ") for line in lines)
+    assert max(map(len, lines)) <= 100, [line for line in lines if len(line) > 100]
+
+
+@pytest.mark.parametrize("typo, near", [("thruput", "throughput_bps"), ("rtt_loaded", "rtt_loaded_s"),
+                                        ("cpu_s_per_gibt", "cpu_s_per_gbit")])
+def test_a_metric_typo_names_the_nearest_metrics_on_one_short_line(tmp_path, typo, near):
+    """`show -m` with a typo listed all 47 metrics on one line of 1,200 characters."""
+    proc = vnetbench("show", "--db", tmp_path / "none.db", "-m", typo, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and len(lines[0]) < 200, proc.stderr
+    assert f"'{typo}' is not a metric; did you mean " in lines[0] and near in lines[0] \
+        and "vnetbench metrics" in lines[0], lines[0]
+
+
+def test_a_resume_says_what_it_ran_not_zero_trials_under_a_full_table(tmp_path, state_dir):
+    """Resuming a finished campaign printed its table of every trial, then "campaign 1: done, 0 trials ok"."""
+    spec = tmp_path / "r.yaml"
+    spec.write_text("name: r\nrepetitions: 2\nfactors: {attach: host}\n"
+                    "workloads: [{type: ping, count: 2, interval: 0.1}]\n")
+    db = tmp_path / "r.db"
+    first = vnetbench("run", spec, "--db", db, "--no-progress").stdout
+    assert "campaign 1: done, 2 trials ok, 0 failed" in first and "this run" not in first, first
+    again = " ".join(vnetbench("run", "--resume", "1", "--db", db, "--no-progress").stdout.split())
+    assert f"campaign 1: done; nothing was left to run (results in {db})" in again and "0 trials ok" not in again

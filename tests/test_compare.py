@@ -84,6 +84,8 @@ def test_two_selections_of_one_campaign(db):
     (["1", "9"], "no campaign '9'"),
     (["1", "--a-where", "overlay=none"], "several scenarios"),
     (["1", "1", "--a-where", "overlay=none", "--b-where", "overlay=none"], "select the same scenarios"),
+    (["1"], "B is A (campaign 1 of "),   # B left out, no selection: a table of 'not significant', exit 0
+    (["last"], "--a-where FACTOR=LEVEL --b-where FACTOR=OTHER"),
 ])
 def test_bad_input_is_one_line_exit_2(db, args, message):
     proc = vnetbench("compare", *args, "--db", db, check=False)

@@ -45,7 +45,7 @@ def test_a_verdict_on_load_not_offered_says_so(tmp_path):
     assert rows[0].not_offered == "A 0/5, B 2/5"
     from rich.console import Console
     console = Console(width=250, record=True)
-    console.print(cmp.table(a, b, rows, 0.05, None))
+    console.print(cmp.table(a, b, rows, 0.05, None, 250))
     assert "load not offered in A 0/5, B 2/5 trials" in console.export_text()
 
 
@@ -75,3 +75,48 @@ def test_the_table_fits_100_columns_with_each_scenario_heading_its_rows(tmp_path
     assert "placement=same-host" in lines and "placement=cross-host" in lines  # a heading line each
     assert sum("not significant (±" in line for line in lines) == len(rows) == 4
     assert any(line.strip().startswith("context_switches_per_s") for line in lines)
+
+
+def test_the_table_is_never_cropped_at_100_or_80_columns(tmp_path):
+    """A metric with long means (cpu_s_per_gbit's '0.3087 s/Gbit') made the table 103 wide at 100 columns:
+    rich cropped every verdict to 'not significa' and dropped words of the header ('Holm-correct', '(±x '); at 80
+    the verdict column was gone."""
+    store = Store(tmp_path / "l.db")
+    cid = store.new_campaign("l", "test", "name: l\n", "0" * 64, {})
+    for idx, overlay in ((1, "none"), (2, "vxlan")):
+        labels = {"overlay": overlay}
+        store.put_scenario(cid, idx, overlay, labels, labels, "done", None, {}, [])
+        for rep, f in enumerate((0.5, 1.6, 0.9, 1.3, 0.7, 1.1), 1):
+            store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0,
+                             [Sample.of("context_switches_per_s", 1.14e5 * f, scope="machine"),
+                              Sample.of("throughput_bps", 8.99e9 / f, pair=1, direction="forward"),
+                              Sample.of("cpu_s_per_gbit", 0.3087 * f, scope="machine")], {})
+    camp = store.campaign(cid)
+    a, b = cmp.Side(store, camp, {"overlay": "none"}), cmp.Side(store, camp, {"overlay": "vxlan"})
+    rows = cmp.compare(a, b)
+    assert any(r.metric == "cpu_s_per_gbit" for r in rows)
+    from rich.console import Console
+    for width in (100, 80):
+        console = Console(width=width, record=True)
+        console.print(cmp.table(a, b, rows, 0.05, None, width))
+        lines = [line.rstrip() for line in console.export_text().splitlines()]
+        assert max(map(len, lines)) <= width
+        words = " ".join(lines).split()
+        assert "Holm-corrected" in words and "(±x" in words, width
+        body = lines[next(i for i, line in enumerate(lines) if line.startswith("──")) + 1:]
+        verdicts = sum(line.count("not significant") + line.count("worse") + line.count("better") for line in body)
+        assert verdicts == len(rows), (width, "\n".join(lines))
+
+
+def test_two_results_files_are_named_in_the_header(tmp_path):
+    """`compare 1 1 --db X --b-db Y` headed its table 'A: campaign 1 (c)' and 'B: campaign 1 (c)'."""
+    for d in "xyz":
+        (tmp_path / d).mkdir()
+    a, _ = _store(tmp_path / "x")
+    b, _ = _store(tmp_path / "y")
+    lines = cmp.header(a, b, [], 0.05, None)
+    assert lines[0] == f"A: campaign 1 (c) in {tmp_path / 'x' / 'c.db'} where overlay=none", lines[0]
+    assert lines[1].startswith("B: campaign 1 (c) in ") and str(tmp_path / "y" / "c.db") in lines[1]
+    one, other = _store(tmp_path / "z")
+    assert cmp.header(one, other, [], 0.05, None)[:2] == ["A: campaign 1 (c) where overlay=none",
+                                                          "B: campaign 1 (c) where overlay=fast"]

@@ -269,3 +269,14 @@ def test_the_code_layout_names_every_module_and_benchmark():
     files = [*(ROOT / "vnetbench").glob("*.py"), *(ROOT / "bench").glob("*.py")]
     missing = sorted(f.name for f in files if f.stem not in ("__init__", "__main__") and f.name not in page)
     assert not missing, f"not in docs/code-layout.md: {missing}"
+
+
+def test_the_documented_mistakes_are_what_the_code_prints(tmp_path):
+    """docs/experiment-file.md shows the lines a file with three mistakes gets; they had gone stale (iperf3's
+    parameters gained `profile`)."""
+    shown = next(text for info, text in blocks(ROOT / "docs" / "experiment-file.md") if text.startswith("bad.yaml:"))
+    (tmp_path / "bad.yaml").write_text("name: bad\nrepetitions: 0\nfactors:\n  overlay: [none, vxlna]\n"
+                                       "workloads:\n  - type: iperf3\n    duraton: 2\n")
+    proc = subprocess.run([sys.executable, "-m", "vnetbench", "plan", "bad.yaml"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and proc.stderr == shown, proc.stderr

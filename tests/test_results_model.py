@@ -328,3 +328,52 @@ def test_a_load_not_offered_reaches_show_export_and_report(tmp_path):
     html = tmp_path / "r.html"
     vnetbench("report", "1", "--db", db, "-o", html)
     assert "2 of 4 trials carry a flag" in html.read_text()
+
+
+def test_shortfalls_of_different_sizes_are_one_line_counting_every_flagged_trial(tmp_path):
+    """Each trial's shortfall made a flag line of its own and the first three were shown: the demo printed
+    "1 of 63 trials flagged: offered 385 of 500 Mbit/s (pair 1, direction forward)" three times for five flagged
+    trials. Pairs and directions fold, the amounts become a range, and the count is every flagged trial."""
+    db = tmp_path / "s.db"
+    store, cid = new(db, "short")
+    for rep, got in enumerate((385, 418, 381, 389, 427, None), 1):
+        flags = [f"offered {got} of 500 Mbit/s (pair 1, direction forward): the sender did not reach its rate"] \
+            if got else []
+        store.save_trial(cid, 1, rep, 0, "iperf3", {"protocol": "udp"}, "ok", None, 0, 1,
+                         [Sample.of("throughput_bps", 4e8 + rep, pair=1, direction="forward", window=W)],
+                         {"flags": flags})
+    store.close()
+    out = vnetbench("show", "--db", db, "-m", "throughput_bps").stdout
+    said = [line for line in out.splitlines() if "trials flagged:" in line]
+    assert said == ["5 of 6 trials flagged: offered 381 to 427 of 500 Mbit/s (the 'flagged' column counts them)"], out
+
+
+def test_skipped_scenarios_with_one_reason_are_one_line(tmp_path):
+    """The demo's summary ended with ten 'skipped scenario' lines of three rows each, four of them saying the same;
+    scenarios skipped for one reason are now one line naming them and the levels they share."""
+    db = tmp_path / "k.db"
+    bidir_campaign(db)
+    store = Store(db)
+    why = "a direct attachment carries no overlay; it is measured under overlay=none"
+    for idx in (9, 10, 11):
+        labels = {"switch": "ovs", "overlay": f"o{idx}"}
+        store.put_scenario(1, idx, f"s{idx}", labels, labels, "skipped", why, {}, [])
+    labels = {"switch": "ovs", "overlay": "o12"}
+    store.put_scenario(1, 12, "s12", labels, labels, "skipped", "host-to-host needs two hosts", {}, [])
+    store.close()
+    out = " ".join(vnetbench("show", "--db", db).stdout.split())
+    assert out.count("skipped scenario") == 2, out
+    assert f"skipped scenarios 9, 10, 11 (switch=ovs): {why}" in out, out
+    assert "skipped scenario 12 (" in out and "): host-to-host needs two hosts" in out, out
+
+
+def test_a_campaign_where_nothing_ran_shows_no_empty_parentheses_or_legend(tmp_path):
+    """A one-scenario spec the machine cannot run showed 'skipped scenario 1 (): ...' under the legend of tables
+    that were not there."""
+    store, cid = new(tmp_path / "n.db", "none")
+    labels = {"attach": "host", "placement": "same-host"}
+    store.put_scenario(cid, 1, "s1", labels, labels, "skipped", "host-to-host needs two hosts", {}, [])
+    store.close()
+    out = vnetbench("show", "--db", tmp_path / "n.db").stdout
+    assert "skipped scenario 1: host-to-host needs two hosts" in out and "()" not in out, out
+    assert "median [95% CI]" not in out, out

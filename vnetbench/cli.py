@@ -205,7 +205,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     out.print(table)
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
-              else f"strongSwan: {swan.error}", highlight=False, soft_wrap=True)
+              else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
 
 
 def datapath_report(caps, extra: dict | None = None) -> list[dict]:
@@ -308,13 +308,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
     report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
-    out.print(f"campaign {outcome.campaign}: {outcome.status}, {outcome.trials_ok} trials ok, "
-              f"{outcome.trials_failed} failed" + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
-              + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
-                 if outcome.trials_noisy else "")
-              + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
-                 if outcome.trials_retried else "")
-              + f" (results in {db})")
+    out.print(last_line(outcome, db, resume is not None), highlight=False)
     problems = []
     if outcome.trials_failed:
         problems.append(f"{outcome.trials_failed} of {outcome.trials_ok + outcome.trials_failed} trials failed")
@@ -376,11 +370,15 @@ EXCLUDE_NOISY = typer.Option(False, "--exclude-noisy", help="leave out the trial
 
 
 def known_metrics(names: list[str] | None) -> None:
-    """A metric name that is not one: one line naming it and the valid ones, exit 2."""
+    """A metric name that is not one: one line naming it and the nearest names, exit 2 (every one of the 47 names
+    made a line of 1,200 characters in which to look for the typo)."""
+    import difflib
     from .catalog import METRICS
     for name in names or ():
         if name not in METRICS:
-            fail(f"--metric {name!r} is not a metric; valid: {', '.join(METRICS)}")
+            near = difflib.get_close_matches(name, list(METRICS), n=3, cutoff=0.6)
+            fail(f"--metric {name!r} is not a metric; " + (f"did you mean {' or '.join(near)}? " if near else "")
+                 + "`vnetbench metrics` lists every one")
 
 
 @app.command()
@@ -444,6 +442,9 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         side_b = cmp.Side(store_b, camp_b, cmp.parse_where(b_where, "--b-where"))
         if (camp_a.id, str(store_a.path), side_a.where) == (camp_b.id, str(store_b.path), side_b.where) and a_where:
             fail("--a-where and --b-where select the same scenarios; give B a different selection")
+        if b is None and not a_where and not b_where:  # `compare last` alone was a table of 'not significant', exit 0
+            fail(f"B is A (campaign {camp_a.id} of {store_a.path}): give campaign B, or split one campaign with "
+                 f"--a-where FACTOR=LEVEL --b-where FACTOR=OTHER, e.g. --a-where overlay=none --b-where overlay=vxlan")
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, gate or None,
                            exclude_noisy=exclude_noisy)
         gone = cmp.missing(side_a, side_b)
@@ -455,7 +456,8 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        narrow().print(cmp.table(side_a, side_b, rows, alpha, threshold))
+        console = narrow()
+        console.print(cmp.table(side_a, side_b, rows, alpha, threshold, console.width))
         named = [m["scenario"] for m in gone] + [r.scenario for r in rows]
         keys = cmp.distinguishing(named) or list(dict.fromkeys(k for sc in named for k in sc))
         for m in gone:  # named by what sets it apart (every factor, constant ones too, made lines of 200 columns)
@@ -472,6 +474,21 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         err.print(f"{len(gone)} scenario{'s' if len(gone) != 1 else ''} ran on one side only: the gate fails "
                   f"(--allow-missing lets it pass)", highlight=False)
         raise typer.Exit(1)
+
+
+def last_line(outcome, db: str, resumed: bool) -> str:
+    """What this invocation ran. A resume counts only its own trials and says so: the table above counts the whole
+    campaign, and "done, 0 trials ok" under a table of 12 trials read as if they were lost."""
+    if resumed and not outcome.trials_ok + outcome.trials_failed + outcome.trials_invalid:
+        return f"campaign {outcome.campaign}: {outcome.status}; nothing was left to run (results in {db})"
+    return (f"campaign {outcome.campaign}: {outcome.status}, " + ("this run: " if resumed else "")
+            + f"{outcome.trials_ok} trials ok, {outcome.trials_failed} failed"
+            + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
+            + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
+               if outcome.trials_noisy else "")
+            + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
+               if outcome.trials_retried else "")
+            + f" (results in {db})")
 
 
 def noisy_trials(side) -> int:
@@ -506,7 +523,7 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         from . import scorecard
         store, camp = open_campaign(db, campaign)
         text = json.dumps([r.as_dict() for r in scorecard.for_campaign(store, camp.id)], indent=1) + "\n"
-        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+        with out_file(output) as fh:
             fh.write(text)
         return
     fmt = fmt or "jsonl"
@@ -519,24 +536,46 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
             folded = profiles.export(store, camp.id, trial, scenario)
         except ValueError as exc:
             fail(str(exc))
-        with (open(output, "w") if output else nullcontext(sys.stdout)) as fh:
+        with out_file(output) as fh:
             n = profiles.write_folded(folded, fh)
         if output:
             err.print(f"{n} stacks written to {output}")
         return
     if fmt == "parquet":
         output = output or Path(f"samples-{camp.id}.parquet")
+        make_parent(output)
         try:
             n = export.write_parquet(store, camp.id, output)
         except OSError as exc:
             fail(f"cannot write {output}: {exc}")
         err.print(f"{n} samples written to {output}")
     elif output:
-        with open(output, "w", newline="") as fh:
+        with out_file(output, newline="") as fh:
             n = export.write(store, camp.id, fmt, fh)
         err.print(f"{n} samples written to {output}")
     else:
         export.write(store, camp.id, fmt, sys.stdout)
+
+
+def out_file(output: Path | None, newline: str | None = None):
+    """-o's file for writing (stdout without -o), its directory made as `report` makes it; a file that cannot be
+    written is one line and exit 2 (an open() of a missing directory was a traceback, exit 1)."""
+    if not output:
+        return nullcontext(sys.stdout)
+    make_parent(output)
+    try:
+        return open(output, "w", newline=newline)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a writable directory")
+
+
+def make_parent(output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        fail(f"cannot write {output}: {exc.filename} is a file, not a directory; give -o a file in a directory")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a writable directory")
 
 
 def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
@@ -550,10 +589,8 @@ def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
                   f"record)", highlight=False)
     text = export.raw_script(record) if fmt == "sh" else json.dumps(record, indent=1) + "\n"
     if output:
-        try:
-            output.write_text(text)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc}")
+        with out_file(output) as fh:
+            fh.write(text)
         err.print(f"trial {tid}: {len(record['commands'])} commands written to {output}", highlight=False)
     else:
         sys.stdout.write(text)
@@ -647,5 +684,33 @@ def schema() -> None:
     out.print_json(json.dumps(specmod.schema()))
 
 
+def environment_problems(env=os.environ) -> list[str]:
+    """The environment variables vnetbench reads, checked before any command: each wrong one is a line naming it
+    and the fix (a state directory that is a file, or an unparsable timeout, was a traceback)."""
+    from .store import seconds_from_env
+    problems = []
+    raw = env.get("VNETBENCH_DB_TIMEOUT")
+    if raw is not None and seconds_from_env(raw) is None:
+        problems.append(f"VNETBENCH_DB_TIMEOUT={raw!r} is not a number of seconds; give one, e.g. 120, or unset it")
+    state = env.get("VNETBENCH_STATE_DIR")
+    if state is not None:
+        if not state.strip():
+            problems.append("VNETBENCH_STATE_DIR is set but empty; give a directory or unset it (default "
+                            "/run/vnetbench)")
+        else:
+            path = Path(state)
+            while not path.exists() and path != path.parent:
+                path = path.parent
+            if not path.is_dir():
+                problems.append(f"VNETBENCH_STATE_DIR={state!r}: {str(path)!r} is a file, not a directory; give a "
+                                f"directory or unset it (default /run/vnetbench)")
+    return problems
+
+
 def main() -> None:
+    if problems := environment_problems():
+        from rich.markup import escape
+        for line in problems:
+            err.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()

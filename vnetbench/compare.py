@@ -33,9 +33,11 @@ class Side:
     campaign: Campaign
     where: dict[str, str] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, file: bool = False) -> str:
+        """What this side is; `file`: with its results file (when A and B come from two: campaign 1 of each read
+        'A: campaign 1 (first)', 'B: campaign 1 (first)')."""
         sel = f" where {', '.join(f'{k}={v}' for k, v in self.where.items())}" if self.where else ""
-        return f"campaign {self.campaign.id} ({self.campaign.name}){sel}"
+        return f"campaign {self.campaign.id} ({self.campaign.name}){' in ' + str(self.store.path) if file else ''}{sel}"
 
 
 @dataclass
@@ -122,7 +124,8 @@ def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
     keyed = _keyed(a, b)
     both = [k for k in keyed[0] if k in keyed[1] and keyed[0][k]["status"] == keyed[1][k]["status"] == "done"]
     if not both:
-        raise CompareError(f"no scenario of {a.describe()} has the same levels as one of {b.describe()}")
+        two = str(a.store.path) != str(b.store.path)
+        raise CompareError(f"no scenario of {a.describe(two)} has the same levels as one of {b.describe(two)}")
     return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both]
 
 
@@ -224,7 +227,8 @@ def _p(p: float) -> str:
 
 
 def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None) -> list[str]:
-    lines = [f"A: {a.describe()}", f"B: {b.describe()}",
+    two = str(a.store.path) != str(b.store.path)
+    lines = [f"A: {a.describe(two)}", f"B: {b.describe(two)}",
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
              f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
              f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
@@ -238,21 +242,35 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
     return lines
 
 
-def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None):
+def _widths(rows: list[Row], width: int) -> list[int]:
+    """Each column's width, fixed here: rich's own shrinking made the table wider than the console and cropped it
+    (it shrinks the widest column, then a minimum widens it back). A metric's name, each mean and the verdict's
+    first word stay whole when they fit ('not significant' is 15); else names, means and ratios share the rest."""
+    name = min(24, max((len(r.metric) for r in rows), default=6))
+    means = max([6] + [len(human(s.mean, r.unit)) for r in rows for s in (r.a, r.b)])
+    fixed = [name, 5, means, means, 14, 8]
+    room = width - 6 - sum(fixed)  # 6 one-space column gaps
+    if room >= 16:
+        return fixed + [room]
+    share = max(6, (width - 6 - 5 - 8 - 16) // 4)
+    return [share, 5, share, share, share, 8, 16]
+
+
+def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | None, width: int = 100):
+    """The comparison as a rich table that fits `width` columns. Wider, rich crops it: the verdict lost its last
+    letters and the header whole words (its column collapse shrinks the widest column, a min_width widens it back)."""
     from rich.table import Table  # lazily: start-up speed of commands that print no comparison
     cols = _varying(rows)
     several = len({(r.workload, r.who) for r in rows}) > 1
     from rich import box
     from rich.markup import escape
     t = Table(title="\n".join(header(a, b, rows, alpha, threshold)), title_justify="left", header_style="bold",
-              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)  # fits 100 columns
+              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)  # the box's space parts columns
     # The scenario heads its group of rows (a column of its own left the metrics and verdicts a few letters wide
     # at 100 columns).
-    name_width = min(24, max((len(r.metric) for r in rows), default=6))  # a name whole
-    for col in ("metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"):
-        t.add_column(col, justify="left" if col in ("metric", "verdict") else "right", overflow="fold",
-                     no_wrap=col in ("n A/B", "A mean", "B mean"), max_width=15 if col == "B/A [95% CI]" else None,
-                     min_width={"p (Holm)": 5, "verdict": 16, "metric": name_width, "B/A [95% CI]": 14}.get(col))
+    for col, w in zip(("metric", "n A/B", "A mean", "B mean", "B/A [95% CI]", "p (Holm)", "verdict"),
+                      _widths(rows, width)):
+        t.add_column(col, justify="left" if col in ("metric", "verdict") else "right", overflow="fold", width=w)
     heading = None
     for r in rows:
         scen = ", ".join(f"{k}={r.scenario[k]}" for k in cols)

@@ -177,8 +177,9 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         common, differs = split_implementation([s["implementation"] for s in shown])
         if common:
             console.print(escape(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}"))
-        console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every statistic: "
-                      "--wide", style="dim")
+        if shown:  # the legend of tables there are none of when nothing ran
+            console.print("median [95% CI] over one value per trial; n = trials; every metric: --all; every "
+                          "statistic: --wide", style="dim")
         cols = label_columns(shown)
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
         for name, rs in by_metric.items():
@@ -186,11 +187,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
-    cols = varying(scenarios)
-    for s in scenarios:
-        if s["status"] in ("skipped", "failed"):
-            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)
-            console.print(f"[yellow]{s['status']}[/] scenario {s['idx']} ({escape(short)}): {escape(str(s['reason']))}")
+    for line in not_run_lines(scenarios):
+        console.print(line)
     failed = [t for t in data.trials.values() if t["status"] != "ok"]
     for t in failed[:10]:
         console.print(f"[red]{t['status']} trial[/] scenario {t['scenario']} rep {t['repetition']} "
@@ -199,6 +197,31 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(line, style="dim")  # wrapped to the terminal
 
 
+
+
+def not_run_lines(scenarios: list[dict]) -> list[str]:
+    """A line per failed scenario; skipped ones grouped by reason, named by the levels they share (the demo's ten
+    combinations that do not exist, a line of three each, ended its summary with thirty lines)."""
+    cols = varying(scenarios)
+    groups: dict[str, list[dict]] = defaultdict(list)
+    lines = []
+    for s in scenarios:
+        if s["status"] == "skipped":
+            groups[str(s["reason"])].append(s)
+        elif s["status"] == "failed":
+            groups[f"failed {s['idx']}"].append(s)
+    for group in groups.values():
+        s = group[0]
+        if len(group) == 1:
+            short = ", ".join(f"{k}={s['labels'][k]}" for k in cols)  # none when no factor varies: no "()"
+            lines.append(f"[yellow]{s['status']}[/] scenario {s['idx']}" + (f" ({escape(short)})" if short else "")
+                         + f": {escape(str(s['reason']))}")
+            continue
+        shared = ", ".join(f"{k}={s['labels'][k]}" for k in cols if len({g['labels'][k] for g in group}) == 1)
+        ids = ", ".join(str(g["idx"]) for g in group)
+        lines.append(f"[yellow]skipped[/] scenarios {ids}" + (f" ({escape(shared)})" if shared else "")
+                     + f": {escape(str(s['reason']))}")
+    return lines
 
 
 def _by_name(rows_: list[Row], metrics: tuple[str, ...] | None,
@@ -263,14 +286,31 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
     return implementation({k: v for k, v in (first or {}).items() if k not in differs}), differs
 
 
+OFFERED = "\0offered\0"  # where the offered amount goes in a folded flag
+
+
 def flag_lines(data: dataset.Dataset) -> list[str]:
     """What the run flagged, once per campaign: each reason (pairs folded) with how many trials carry it, and
     whether any throughput ceiling went unchecked."""
     reasons: dict[str, int] = defaultdict(int)
+    offered: dict[str, list[float]] = defaultdict(list)
     for t in data.ok:
-        for f in {re.sub(r" \(pair \d+\)", "", f).split(":")[0] for f in t.flags}:
-            reasons[f] += 1
-    lines = [f"{n} of {len(data.ok)} trials flagged: {why} (the 'flagged' column counts them)"
+        mine = set()
+        for f in t.flags:
+            why = re.sub(r" \(pair [^)]*\)", "", f.split(":")[0])  # pairs and directions folded
+            # each trial's own shortfall folded too (it made a line per trial, and with the first three shown,
+            # "1 of 63 trials flagged" three times for five flagged trials): the range is said instead
+            if m := re.match(r"((?:background )?offered )([\d.]+)( of .*)$", why):
+                why = m[1] + OFFERED + m[3]
+                offered[why].append(float(m[2]))
+            mine.add(why)
+        for why in mine:
+            reasons[why] += 1
+
+    def said(why: str) -> str:
+        lo, hi = min(offered[why], default=0), max(offered[why], default=0)
+        return why.replace(OFFERED, f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}")
+    lines = [f"{n} of {len(data.ok)} trials flagged: {said(why)} (the 'flagged' column counts them)"
              for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]]
     unchecked = sum(NO_CEILING in (t.metadata.get("flags") or []) for t in data.ok)
     return lines + ([f"{unchecked} of {len(data.ok)} trials: {NO_CEILING}"] if unchecked else [])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import os
 import sqlite3
 import time
@@ -30,7 +31,26 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE scenarios ADD COLUMN environment TEXT"],
     3: [RAW_TABLE],
 }
-LOCK_TIMEOUT_S = float(os.environ.get("VNETBENCH_DB_TIMEOUT", "30"))
+def seconds_from_env(raw: str | None, default: float = 30.0) -> float | None:
+    """$VNETBENCH_DB_TIMEOUT as seconds; None when it is not a number of seconds (the CLI says so, exit 2: read at
+    import, 'abc' was a traceback before any command ran)."""
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+_env_timeout = seconds_from_env(os.environ.get("VNETBENCH_DB_TIMEOUT"))
+LOCK_TIMEOUT_S = 30.0 if _env_timeout is None else _env_timeout
+
+
+def storable_id(n: int) -> bool:
+    """An id SQLite can hold: a larger one (`show 999999999999999999999`) was an OverflowError traceback; it is
+    simply no campaign or trial."""
+    return 0 <= n < 2 ** 63
 
 
 class StoreError(Exception):
@@ -236,7 +256,7 @@ class Store:
             row = self.db.execute("SELECT * FROM campaigns ORDER BY id DESC LIMIT 1").fetchone()
         else:
             row = self.db.execute("SELECT * FROM campaigns WHERE id = ?", (int(ref),)).fetchone() \
-                if str(ref).isdigit() else None
+                if str(ref).isdigit() and storable_id(int(ref)) else None
         return self._campaign(row) if row else None
 
     @staticmethod
@@ -302,6 +322,8 @@ class Store:
         return tid
 
     def trial(self, tid: int) -> dict | None:
+        if not storable_id(tid):
+            return None
         row = self.db.execute("SELECT * FROM trials WHERE id = ?", (tid,)).fetchone()
         return dict(row) | {"params": json.loads(row["params"] or "{}"),
                             "metadata": json.loads(row["metadata"] or "{}")} if row else None
