@@ -135,6 +135,8 @@ def test_only_the_ledger_deletes_local_namespaces():
                  "hosts/namespaces.py": "a guest VM's namespace, inside its guest",
                  "guests/machine.py": "the OVS probe's scratch namespaces, inside the guest",
                  "capabilities.py": "the kernel probe script removes its scratch namespace where it runs",
+                 "agent.py": "drop_netns: the agent deletes namespaces where it runs, in a guest",
+                 "executor.py": "names the agent's drop as the command of its error",
                  "ledger.py": "the function itself"}
     found = {str(p.relative_to(root)) for p in root.rglob("*.py")
              if "netns del" in p.read_text() or '"netns", "del"' in p.read_text()}
