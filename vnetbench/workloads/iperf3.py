@@ -208,10 +208,12 @@ def server_intervals(lines: Sequence[tuple[float, str]], reverse: bool) -> tuple
 def _checked(ivs: Sequence[Interval], exact: float | None, what: str) -> None:
     """The server's printed intervals must add up to the total it reported to the client (two counters of the same
     bytes): a misread line would show here. The printed rates are rounded, and after -O iperf3 prints the first
-    measured interval with no length (its bytes count in the total only): one interval's worth more is allowed."""
+    measured interval with no length (its bytes count in the total only): the total may hold one interval more than
+    the lines, as large as the largest printed (a process a busy machine starved prints mostly empty intervals and a
+    burst: S4 smoke at load 6 missed 2.1 % against a typical interval of a few kB); the lines never more."""
     got = sum(n for *_, n in ivs)
-    slack = 0.02 * (exact or 0) + (sorted(n for *_, n in ivs)[len(ivs) // 2] if ivs else 0)  # the typical one
-    if exact and abs(got - exact) > slack:
+    unprinted = max((n for *_, n in ivs), default=0) if got < (exact or 0) else 0
+    if exact and abs(got - exact) > 0.02 * exact + unprinted:
         raise WorkloadError(f"{what}: its 0.1-s intervals add up to {got:.0f} bytes, its total says {exact:.0f}")
 
 
