@@ -289,3 +289,36 @@ def test_ping_under_load_keeps_only_echoes_inside_the_window():
     values = [s.value for s in inside]
     jitter = sum(abs(b - a) for a, b in zip(values, values[1:])) / (len(values) - 1)
     assert one(samples, "ping_jitter_s") == pytest.approx(jitter)
+
+
+# An iperf3 client interrupted with the window (a background load ended early: workloads/base.EarlyEnd), made
+# whole with its server's report of the same test. Captured on loopback: a kept server (-s -J -i 1) and a client
+# sent SIGINT after 5.4 s (UDP 250 kbit/s of 64 B) and 3.6 s (TCP -R at 50 Mbit/s).
+INTERRUPTED = [("udp", "forward", "sum_sent"), ("tcp_reverse", "reverse", "sum_received")]
+
+
+@pytest.mark.parametrize("name, direction, own", INTERRUPTED)
+def test_an_interrupted_iperf3_client_is_made_whole_by_its_servers_report(name, direction, own):
+    from vnetbench.workloads.iperf3 import completed
+    client = json.loads(text("iperf3_interrupted", f"{name}_client.json"))
+    server = json.loads(text("iperf3_interrupted", f"{name}_server.json"))
+    assert client["error"].startswith("interrupt") and server["start"]["cookie"] == client["start"]["cookie"]
+    span = client["end"][own]["seconds"]  # the client counted its own side until SIGINT
+    doc = completed(client, server)
+    samples = parse_iperf3(json.dumps(doc), pair=2)
+    received = [v for k, v in server["end"].items() if k.startswith("sum_") and v["bytes"]][0]
+    # The server's report counts every byte but stops its seconds at its last whole interval: the rate is over the
+    # client's seconds instead, which the raw report would have overstated.
+    bps = one(samples, "throughput_bps", direction=direction)
+    assert bps == pytest.approx(received["bytes"] * 8 / span, rel=1e-6)
+    assert received["bytes"] * 8 / received["seconds"] > bps * 1.05
+    # The series: no interval twice, the part after the last one from the total, adding up to it, up to the end.
+    series = sorted(by(samples, "throughput_interval_bps", direction=direction), key=lambda s: s.t)
+    ends = [round(s.t, 6) for s in series]
+    assert len(ends) == len(set(ends))
+    assert sum(s.value * s.metadata["seconds"] / 8 for s in series) == pytest.approx(received["bytes"], rel=1e-6)
+    assert series[-1].metadata["window"][1] - series[0].metadata["window"][0] == pytest.approx(span, abs=1e-3)
+    # Each side's sender figures as it counted them, and each side's CPU.
+    assert one(samples, "sender_throughput_bps", direction=direction) > 0
+    assert one(samples, "receiver_cpu_ratio", direction=direction) > 0
+    assert one(samples, "sender_cpu_ratio", direction=direction) > 0

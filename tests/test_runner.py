@@ -418,3 +418,52 @@ def test_a_trials_stored_raw_output_re_parses_to_its_stored_values(tmp_path, sta
     assert again and again == pytest.approx(stored["iperf3"], rel=1e-9)
     script = vnetbench("export", "--raw", trials["iperf3"], "--db", db, "--format", "sh").stdout
     assert script.startswith("#!/bin/sh") and " iperf3 -c " in script and script.rstrip().endswith("wait")
+
+
+EARLY = """\
+name: early
+repetitions: 2
+order: sequential
+factors:
+  placement: cross-host
+  pairs: 3
+workloads:
+  - {type: iperf3, duration: 2, pairs: [1]}
+  - {type: iperf3, name: flood, protocol: udp, udp_rate: 2M, duration: 40, port: 5301, pairs: [2], background: true}
+  - {type: cpuload, name: tenant, load: 10, duration: 40, pairs: [2], background: true}
+  - {type: iperf3, name: pinged, protocol: udp, udp_rate: 1M, duration: 6, port: 5401, pairs: [3], latency: ping,
+     background: true}
+"""
+
+
+@pytest.mark.net
+def test_background_loads_end_with_the_window_and_keep_their_figures_whole(tmp_path, state_dir):
+    """Loads of 40 s beside a 2-s test end once its window is over (stress-ng and the flood's client interrupted),
+    not 40 s later; the flood's receiver figures come from its server's report of the same test and cover the
+    window; a load that cannot end early (pings under it) runs its course (6 s)."""
+    spec = tmp_path / "e.yaml"
+    spec.write_text(EARLY)
+    db = tmp_path / "r.db"
+    vnetbench("run", spec, "--db", db, "--no-progress")
+    with sqlite3.connect(db) as c:
+        trials = c.execute("SELECT id, status, error, started, finished, metadata FROM trials").fetchall()
+        samples = c.execute("SELECT trial, metric, value, metadata FROM samples").fetchall()
+    assert len(trials) == 2
+    for tid, status, error, started, finished, meta in trials:
+        meta = json.loads(meta)
+        assert status == "ok", error
+        assert not meta.get("background_uncovered")
+        ended = meta["background_ended_early"]
+        assert set(ended) == {"flood", "tenant"}  # the pinged load is not in it: it ran its course
+        assert 6 <= finished - started < 30 and all(s < 30 for s in ended.values()), (finished - started, ended)
+        fg = meta["window"]
+        mine = [(m, v, json.loads(md)) for t, m, v, md in samples if t == tid]
+        flood = {m: (v, md) for m, v, md in mine if md.get("background_name") == "flood" and md.get("pair") == 2
+                 and m in ("throughput_bps", "sender_throughput_bps")}
+        (recv, rmeta), (sent, smeta) = flood["throughput_bps"], flood["sender_throughput_bps"]
+        assert 0 < rmeta["bytes"] <= smeta["bytes"] and recv > 0.5e6, (recv, rmeta, smeta)
+        assert rmeta["window"][0] <= fg[0] and rmeta["window"][1] >= fg[1] - 0.25
+        series = [(v, md) for m, v, md in mine if m == "throughput_interval_bps" and md.get("background_name") == "flood"]
+        assert sum(v * md["seconds"] / 8 for v, md in series) == pytest.approx(rmeta["bytes"], rel=0.02)
+        assert [v for m, v, md in mine if m == "cpuload_ops_per_s" and md.get("background_name") == "tenant"]
+        assert any(md.get("background_name") == "pinged" and m == "throughput_bps" for m, v, md in mine)

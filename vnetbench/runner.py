@@ -36,7 +36,7 @@ from .sample import Sample
 from .store import Store, StoreError
 from .hosts import Hosts, Unavailable
 from .topology import BuildError, Topology
-from .workloads.base import KEPT, ToolHung, WorkloadError
+from .workloads.base import KEPT, EarlyEnd, ToolHung, WorkloadError
 
 FOLDED = "_profile_folded"  # the profiler's folded stacks on their way from measure() to the store
 TRIAL_OVERHEAD_S = 0.5   # probes, servers starting, commit: for the time estimate only
@@ -68,10 +68,11 @@ class Background(threading.Thread):
         self.error: str | None = None
         self.began = self.ended = 0.0
         self.ready = threading.Event()
+        self.early = EarlyEnd()
 
     def run(self) -> None:
         self.began = time.time()
-        self.workload.ready = self.ready
+        self.workload.ready, self.workload.early = self.ready, self.early
         try:
             got = self.workload.run(self.pairs)
             self.samples = [Sample(s.metric, s.value, s.unit, s.metadata | {"role": "background",
@@ -82,7 +83,7 @@ class Background(threading.Thread):
         except Exception as exc:  # a parser bug must not end the thread without a word
             self.error = f"background {self.workload.kind}: {_last_line(exc)}"
         finally:
-            self.workload.ready = None
+            self.workload.ready = self.workload.early = None
             self.ended = time.time()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
@@ -93,8 +94,13 @@ class Background(threading.Thread):
             if time.monotonic() > deadline:
                 raise TrialFailure(f"background {self.workload.kind} was not running {timeout:.0f} s after it started")
 
+    def wind_down(self) -> None:
+        """The foreground's window is over: a load that can end with its figures whole ends now (EarlyEnd)."""
+        self.early.ask()
+
     def finish(self) -> list[Sample]:
-        """Wait for the load to end; raises TrialFailure if it failed, hung or ended early."""
+        """Wait for the load to end; raises TrialFailure if it failed, hung or ended before its time (unless it
+        was wound down)."""
         planned = self.workload.expected_duration()
         super().join(planned + 30)
         if self.is_alive():
@@ -102,7 +108,7 @@ class Background(threading.Thread):
         if self.error:
             raise TrialFailure(self.error)
         ran = self.ended - self.began
-        if ran < 0.8 * planned - 1:
+        if ran < 0.8 * planned - 1 and not (self.early.asked and self.early.taken):
             raise TrialFailure(f"background {self.workload.kind} ended after {ran:.1f} s of its planned "
                                f"{planned:.1f} s")
         return self.samples
@@ -623,6 +629,8 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
     except TrialFailure as exc:
         error = str(exc)
     finally:
+        for b in background:  # the measurement is over: loads that can end now do (their figures stay whole)
+            b.wind_down()
         window = tool_window(samples)
         probe_samples = [s for got in at_once([lambda p=p: p.stop(window) for p in probes]) for s in got]
         if profiler:  # stopped last: it resolves its symbols once the others have read (they run at once)
@@ -645,6 +653,8 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
         meta[FOLDED] = profiler.folded  # stored apart from the trial's metadata (profiles.py)
     if uncovered:
         meta["background_uncovered"] = uncovered
+    if ended := {b.workload.name: round(b.ended - b.began, 3) for b in background if b.early.asked and b.early.taken}:
+        meta["background_ended_early"] = ended  # each load's seconds: it ran until the window was over, not its duration
     # a background flood that did not offer its rate (a starved guest's sender): flagged like the foreground's
     short = [f"background {f}" for b in background
              for f in guards.check_offered(b.samples, b.workload.offer(), role="background")]

@@ -6,6 +6,7 @@ bounded in time, and returns Samples. Parsing of the tool's output lives in the 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -100,6 +101,46 @@ class Offer:
     short: str = "the sender did not reach its rate"  # what the flag says happened
 
 
+class EarlyEnd:
+    """A background load's tools that the runner may end once the foreground's measurement window is over, instead of
+    waiting for the rest of their `duration` (S5's 18-s loads around a 5-s window: 7-12 s of each trial). A workload
+    registers only tools whose figures stay whole when interrupted (SIGINT: stress-ng and an iperf3 client print
+    their figures so far); one that registers none runs its course. Tools registered after the ask are interrupted
+    at once."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._procs: list = []
+        self.asked = False
+
+    @property
+    def taken(self) -> bool:
+        """The load registered tools: asked, it ended early (its duration was an upper bound)."""
+        return bool(self._procs)
+
+    def add(self, procs: Sequence) -> None:
+        with self._lock:
+            self._procs += procs
+            asked = self.asked
+        if asked:
+            _interrupt(procs)
+
+    def ask(self) -> None:
+        with self._lock:
+            self.asked = True
+            procs = list(self._procs)
+        _interrupt(procs)
+
+
+def _interrupt(procs: Sequence) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
+
 class Workload(ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[Params]]
@@ -123,6 +164,7 @@ class Workload(ABC):
         self.background = background  # runs alongside every foreground trial (a load, a flood), no trial of its own
         self.target_pair = target_pair  # send to this pair's server instead of each pair's own (None: own server)
         self.ready: threading.Event | None = None  # set by a background runner; run() sets it once its load runs
+        self.early: EarlyEnd | None = None  # set by a background runner: the load may be ended with the window
 
     @classmethod
     def describe(cls, params: dict) -> str:
@@ -286,6 +328,7 @@ class KeptServer:
     owner: int = 0            # id() of the workload that started it: only it takes it again
     inode: int | None = None  # its listening socket when it was last found ready
     used: bool = False        # a test ran against it since: it listens on a new socket once that test is over
+    output: Any = None        # its output read as it comes, when a workload needs it (iperf3: a background's reports)
 
 
 class KeptServers:
@@ -329,8 +372,8 @@ class KeptServers:
             stop(k.proc)
 
     def keep(self, node: Executor, port: int, argv: Sequence[str], proc: subprocess.Popen,
-             owner: object) -> KeptServer:
-        kept = KeptServer(node, port, list(argv), proc, id(owner))
+             owner: object, output: Any = None) -> KeptServer:
+        kept = KeptServer(node, port, list(argv), proc, id(owner), output=output)
         with self._lock:
             self._kept[(id(node), port)] = kept  # (the node is held: its id is not reused while kept)
         return kept

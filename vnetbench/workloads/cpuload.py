@@ -97,6 +97,8 @@ class CpuLoad(Workload):
         try:
             for pair, side, end in self.places(pairs):
                 procs.append((pair, side, end, end.node.spawn(self.argv(), label=f"stress-ng {side} pair {pair.index}")))
+            if self.early is not None:  # stress-ng prints its metrics when interrupted: over the time it ran
+                self.early.add([proc for *_, proc in procs])
             self.signal_running([proc for *_, proc in procs])
             deadline = time.monotonic() + self.params.duration + START_SLACK_S
             samples = []

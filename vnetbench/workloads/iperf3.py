@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Sequence
@@ -46,7 +48,7 @@ from ..sample import Metric, Sample
 from ..units import parse_rate
 from . import register
 from .base import (KEPT, SENDER_THROUGHPUT, THROUGHPUT, Command, KeptServer, Offer, Pair, Params, Stamped, Tool,
-                   Workload, WorkloadError, finish, stop, wait_listening)
+                   Workload, WorkloadError, bounded, finish, said, stop, wait_listening)
 from .ping import PING_TOOLS, collect_ping, parse_ping, parse_rtts, ping_argv
 
 PING_INTERVAL_S = 0.2
@@ -541,12 +543,24 @@ class Iperf3(Workload):
         if single and (kept := KEPT.take(node, port, argv, self)):
             return kept.proc, kept
         label = f"iperf3 server pair {pair.index}{_nth(k, self.params)}"
-        if single and KEPT.enabled:  # its output is not read: its test's JSON comes back with the client's
-            proc = node.spawn(argv, label=label, stdout=subprocess.DEVNULL)
+        if single and KEPT.enabled:
+            # A foreground's test JSON comes back with its client's (--get-server-output): the server's output is not
+            # read. A background's client may be interrupted with the window (EarlyEnd): its server's own report of
+            # that test is then the receiver's figures, read from the server as it prints them.
+            reports = self.background and self._ends_early()
+            proc = node.spawn(argv, label=label, stdout=subprocess.PIPE if reports else subprocess.DEVNULL)
             if KEPT.can_keep(node, proc):
-                return proc, KEPT.keep(node, port, argv, proc, self)
+                return proc, KEPT.keep(node, port, argv, proc, self, ServerReports(proc) if reports else None)
+            if reports:
+                proc.stdout.close()  # not kept: stopped after its test like any other (its reports unread)
             return proc, None
         return node.spawn(argv, label=label), None
+
+    def _ends_early(self) -> bool:
+        """Whether an interrupted test of these parameters can be made whole from its server's report: one process
+        a pair, one direction, no pings under load."""
+        p = self.params
+        return p.n_processes == 1 and p.direction != "bidir" and p.latency == "none" and not p.omit
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         p = self.params
@@ -573,11 +587,15 @@ class Iperf3(Workload):
                         self._client(pair, k), label=f"iperf3 client pair {pair.index}{_nth(k, p)}"), began))
                 if p.latency == "ping":
                     pings.append(pair.client.node.spawn(self._ping(pair), label=f"ping under load pair {pair.index}"))
+            reports = {pair.index: kept[id(s)].output for pair, _, s in servers if id(s) in kept}
+            if self.early is not None and len(reports) == len(pairs) and all(reports.values()):
+                self.early.add([c for _, _, c, _ in clients])
             self.signal_running([c for _, _, c, _ in clients] + pings)
             end = time.monotonic() + self._seconds() + 10
             samples = [s for pair in pairs
                        for s in _client_samples(pair, [(k, c, b) for q, k, c, b in clients if q is pair], end, p,
-                                                [stamped[(pair.index, k)] for k in procs] if stamped else None)]
+                                                [stamped[(pair.index, k)] for k in procs] if stamped else None,
+                                                reports.get(pair.index))]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
@@ -602,6 +620,103 @@ class Iperf3(Workload):
                                     pair=pair.index, baseline=True)]
 
 
+INTERRUPTED = "interrupt - the client has terminated"  # an iperf3 client's JSON "error" after SIGINT
+REPORT_WAIT_S = 5.0  # how long an interrupted test's server report may take to arrive (a busy one-CPU guest)
+
+
+class ServerReports:
+    """A kept server's JSON reports (-J: one per test), read as it prints them (its pipe must not fill), the last
+    few kept by the test's cookie. An interrupted client's JSON holds the sender's figures only (the results are
+    never exchanged); the server reports the same test when its client ends, with the receiver's figures."""
+
+    KEEP = 8
+
+    def __init__(self, proc):
+        self._docs: dict[str, dict] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        decoder, text = json.JSONDecoder(), ""
+        try:
+            while chunk := os.read(stream.fileno(), 65536):
+                text += chunk.decode(errors="replace")
+                while (rest := text.lstrip()):
+                    try:
+                        doc, n = decoder.raw_decode(rest)
+                    except json.JSONDecodeError:
+                        break  # a report not yet whole
+                    text = rest[n:]
+                    self._add(doc)
+                text = text[-(1 << 24):]
+        except (OSError, ValueError):  # the pipe was closed under us: the server is being stopped
+            pass
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _add(self, doc: dict) -> None:
+        cookie = doc.get("start", {}).get("cookie") if isinstance(doc, dict) else None
+        with self._cond:
+            if cookie:
+                self._docs[cookie] = doc
+                while len(self._docs) > self.KEEP:
+                    del self._docs[next(iter(self._docs))]
+            self._cond.notify_all()
+
+    def take(self, cookie: str, timeout: float = REPORT_WAIT_S) -> dict | None:
+        with self._cond:
+            self._cond.wait_for(lambda: cookie in self._docs or self._closed, timeout)
+            return self._docs.pop(cookie, None)
+
+    def complete(self, out: str) -> str | None:
+        """An interrupted client's output made whole with the server's report of its test (JSON text); None if the
+        client was not interrupted. Raises WorkloadError if the server never reported that test."""
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError:
+            return None
+        if doc.get("error") != INTERRUPTED or not (cookie := doc.get("start", {}).get("cookie")):
+            return None
+        if (server := self.take(cookie)) is None:
+            raise WorkloadError(f"iperf3 was ended with the measurement window, and its server did not report the "
+                                f"test within {REPORT_WAIT_S:.0f} s")
+        return json.dumps(completed(doc, server))
+
+
+def completed(client: dict, server: dict) -> dict:
+    """A client's JSON after SIGINT, whole: each side's sums from the side that counted them (the server receives
+    the forward direction and sends the reverse one), the server's report as --get-server-output hands it, each
+    side's CPU; `ended_early` says so.
+    A server whose client ended reports (iperf3 3.12, checked by hand on loopback) every byte it counted but its
+    seconds only up to its last whole interval, and prints that interval twice instead of the part after it: its
+    rate would be too high by the missing part (270 instead of 250 kbit/s after 5.4 s). Its seconds are the client's
+    own (both sides counted until the client ended), and the part after its last interval is its total less its
+    printed intervals."""
+    reverse = bool(client["start"]["test_start"].get("reverse"))
+    served, own = ("sum_sent", "sum_received") if reverse else ("sum_received", "sum_sent")
+    seen, intervals = set(), []
+    for iv in server.get("intervals", []):
+        if (key := (iv["sum"]["start"], iv["sum"]["end"])) not in seen:
+            seen.add(key)
+            intervals.append(iv)
+    span = client["end"][own]["seconds"]
+    theirs = server["end"][served] | {"end": span, "seconds": span}
+    theirs["bits_per_second"] = theirs["bytes"] * 8 / span if span > 0 else 0.0
+    last = intervals[-1]["sum"]["end"] if intervals else 0.0
+    if span > last and (rest := theirs["bytes"] - sum(iv["sum"]["bytes"] for iv in intervals)) >= 0:
+        intervals.append({"streams": [], "sum": {"start": last, "end": span, "seconds": span - last, "bytes": rest,
+                                                 "bits_per_second": rest * 8 / (span - last), "omitted": False,
+                                                 "sender": reverse, "from_total": True}})
+    end = dict(client["end"]) | {served: theirs}
+    cpu, their_cpu = end.get("cpu_utilization_percent"), server["end"].get("cpu_utilization_percent")
+    if cpu and their_cpu:
+        end["cpu_utilization_percent"] = cpu | {"remote_total": their_cpu["host_total"]}
+    doc = {k: v for k, v in client.items() if k != "error"}
+    return doc | {"end": end, "server_output_json": server | {"intervals": intervals}, "ended_early": True}
+
+
 def _left(end: float) -> float:
     return max(end - time.monotonic(), 1.0)
 
@@ -611,12 +726,20 @@ def _nth(k: int, params: Iperf3Params) -> str:
 
 
 def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
-                    servers: list[Stamped] | None) -> list[Sample]:
-    """The pair's samples; a split pair's processes are waited for at once, then their servers' stamped text."""
+                    servers: list[Stamped] | None, reports: "ServerReports | None" = None) -> list[Sample]:
+    """The pair's samples; a split pair's processes are waited for at once, then their servers' stamped text.
+    reports: the pair's server's own reports, which make a client interrupted with the window whole."""
     def one(item):
         k, proc, _ = item
         what = f"iperf3 pair {pair.index}{_nth(k, params)}"
-        out, _ = finish(proc, _left(end), what)  # every process ran for the same seconds: one deadline for all
+        if reports is not None:
+            out, err = bounded(proc, _left(end), what)
+            if (whole := reports.complete(out)) is not None:
+                return whole
+            if proc.returncode != 0:
+                raise WorkloadError(f"{what} exited {proc.returncode}: {said(err.strip() or out.strip())}")
+        else:
+            out, _ = finish(proc, _left(end), what)  # every process ran for the same seconds: one deadline for all
         try:
             _load(out)
         except WorkloadError as exc:
