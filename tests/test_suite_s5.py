@@ -184,7 +184,8 @@ def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_p
     for index in (1, 2):
         rts = [s for s in samples if s.metric == "http_response_time_s" and s.metadata["pair"] == index]
         assert all(0 < s.value < 1 for s in rts) and {s.metadata["client"] for s in rts} == {1, 2, 3}
-        assert all(0 <= s.t - s.metadata["window"][0] < 2 for s in rts)  # absolute times inside the client's window
+        # absolute times inside the client's window: none starts after the 2 s asked, even on a busy machine
+        assert all(0 <= s.t - s.metadata["window"][0] < 2 for s in rts)
         [started] = [s.value for s in samples if s.metric == "http_started_per_s" and s.metadata["pair"] == index]
         assert len(rts) <= started * 2 <= 3 * 20 * 2 + 1  # never more than clients x rate x duration
         # a busy machine may start fewer requests than asked; the workload's offer check then says so
@@ -198,6 +199,25 @@ def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_p
     time.sleep(0.2)
     assert own_pids("nginx") == before, "an nginx process was left running"
     assert not list(Path("/tmp").glob(f"vnetbench-http-{os.getpid()}-*")), "the server's directory was left behind"
+
+
+def test_http_client_starts_no_request_after_its_duration_when_it_oversleeps(monkeypatch, capsys):
+    """A busy machine wakes a client late from its wait for the last slot (seen on loopback beside four busy loops:
+    a 0.5-s client started a request at 0.503 s): the request would start outside the window it is counted in.
+    Every wait here oversleeps by 30 ms; the last slot (due at 0.25 s of 0.27 s) wakes after the window."""
+    import http.server
+    from vnetbench import httpclient
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real = time.sleep
+    monkeypatch.setattr(httpclient.time, "sleep", lambda s: real(s + 0.03))
+    try:
+        assert httpclient.main(["--host", "127.0.0.1", "--port", str(server.server_address[1]), "--size", "0",
+                                "--rate", "20", "--duration", "0.27"]) == 0
+    finally:
+        server.shutdown()
+    starts = [float(line.split()[0]) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert starts and max(starts) < 0.27, starts
 
 
 @pytest.mark.net

@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if due > now:
             time.sleep(due - now)
         start = time.perf_counter()
+        if start - t0 >= a.duration:  # a busy machine overslept the last slot: it would start after the window
+            break
         try:
             if conn is None:
                 conn = http.client.HTTPConnection(a.host, a.port, timeout=a.timeout)
