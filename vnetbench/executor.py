@@ -354,8 +354,9 @@ class SshExecutor(Executor):
         self.netns = netns
         self.name = name or (f"{target.name}:{netns}" if netns else target.name)
         # A given directory is used as it is (its owner made it); else one under the run's directory, or /tmp.
-        self.control = control if control and len(control) + 60 < 108 else control_dir(ledger.dir if ledger else None,
-                                                                                           ledger=ledger)
+        # Only shown (connect=False: plan), the given one is shown and nothing is made.
+        self.control = control if control and (len(control) + 60 < 108 or not connect) else \
+            control_dir(ledger.dir if ledger else None, ledger=ledger)
         self.connect = connect
         if connect and not control_dir_ok(self.control):  # connect=False: only shown (plan), never run
             self.control = control_dir(None)

@@ -39,5 +39,5 @@ def connect(ex: SshExecutor, log: Path, timeout: float = 3.0) -> bool:
 
 def plan_executor(fleet, guest) -> SshExecutor:
     """The executor `plan` shows for a guest not booted (nothing is connected or run)."""
-    return SshExecutor(target(fleet, guest), None, name=guest.label, control=f"{fleet.ledger.dir}/ssh",
+    return SshExecutor(target(fleet, guest), None, name=guest.label, control=str(fleet.control_dir),
                        prefix=fleet.prefix, connect=False)
