@@ -224,3 +224,27 @@ def test_a_namespace_counters_are_read_without_a_process_and_match_ip(state_dir)
         led.remove_all()
     with pytest.raises(CommandError):
         NetnsExecutor(ns).link_counters()
+
+
+@pytest.mark.net
+def test_a_kept_server_on_a_port_no_trial_needs_stays_up_through_other_scenarios(tmp_path, state_dir):
+    """Control and attack rounds on one topology (as S5): the flood's servers (port 5301) start once, in its first
+    round, and stay up idle through the control rounds between, which listen on no port of theirs (S5's ten servers
+    in a one-CPU guest took 1.2-1.5 s to start again after each control round)."""
+    from vnetbench import rawlog
+    spec, db = tmp_path / "a.yaml", tmp_path / "a.db"
+    spec.write_text("name: rounds\nrepetitions: 3\norder: random\nseed: 3\nfactors: {attack: ['off', 'on']}\n"
+                    "workloads:\n  - {type: iperf3, duration: 1}\n"
+                    "  - {type: iperf3, protocol: udp, udp_rate: 1M, duration: 20, port: 5301, background: true,"
+                    " when: {attack: 'on'}}\n")
+    vnetbench("run", spec, "--db", db)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT t.scenario, t.status, r.data FROM trials t JOIN trial_raw r ON r.trial = t.id "
+                         "ORDER BY t.id").fetchall()
+    order = [sc for sc, *_ in rows]
+    assert [r[1] for r in rows] == ["ok"] * 6
+    assert any(a == b == 2 and 1 in order[i + 1:j] for i, a in enumerate(order) for j, b in enumerate(order) if j > i), \
+        f"the seed must put a control round between two attack rounds: {order}"
+    spawned = [c["argv"] for r in rows for c in rawlog.unpack(r[2])["commands"]]
+    flood_servers = [argv for argv in spawned if argv[:2] == ["iperf3", "-s"] and "5301" in argv]
+    assert len(flood_servers) == 1, order

@@ -501,7 +501,7 @@ class Campaign:
     def _trial(self, sc: Scenario, topo: Topology, rep: int, w: int) -> tuple[str, float | None]:
         """Run, judge and store one trial; returns its status and its main metric's value (None unless ok)."""
         wl = sc.workloads[w]
-        KEPT.keep_only([wl, *(b for b in sc.workloads if b.background)])  # the servers of this trial's workloads only
+        KEPT.keep_only([wl, *(b for b in sc.workloads if b.background)], topo.pairs)  # none on this trial's ports
         started = time.time()
         meta = {"vm_mtu": sc.vm_mtu, "underlay_mtu": sc.underlay_mtu, "prefix": topo.prefix, "order": self.plan,
                 "build": self.build,  # the build of the topology it ran on: its number in this run and seconds

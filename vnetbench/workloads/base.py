@@ -359,13 +359,16 @@ class KeptServers:
         stop(kept.proc)
         return None
 
-    def keep_only(self, owners) -> None:
-        """Stop every kept server that none of `owners` (the workloads of the trial about to run) started: another
-        workload's server would hold a port this trial's servers bind (a split pair's servers on the same ports,
-        another tool), and a listening check reads the namespace's sockets, not one process's."""
+    def keep_only(self, owners, pairs: Sequence[Pair]) -> None:
+        """Stop every kept server that none of `owners` (the workloads of the trial about to run) started and that
+        holds a port one of them listens on at that node: this trial's server could not bind it (a split pair's
+        servers on the same ports, another tool), and a listening check reads the namespace's sockets. The others
+        stay up, idle in accept() (S5's ten flood servers in its one-CPU guest VM took 1.2-1.5 s to start again
+        after each control round)."""
         ids = {id(o) for o in owners}
+        held = {(id(p.server.node), port) for o in owners for p in o.select(pairs) for port in o.listen_ports(p.index)}
         with self._lock:
-            gone = [k for k in self._kept.values() if k.owner not in ids]
+            gone = [k for k in self._kept.values() if k.owner not in ids and (id(k.node), k.port) in held]
             for k in gone:
                 del self._kept[(id(k.node), k.port)]
         for k in gone:
