@@ -26,8 +26,9 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
   arrive before its interval ends, so the least delayed one places the process: its arrival minus its interval's
   end. (Placing by spawn or exit times was off by up to a second, the time 128 streams take to connect or a late
   result exchange, and a process's time alone on the link was then summed with the others': 11.1 Gbit/s on a
-  10 Gbit/s underlay.) Those 0.1-s lines hold the server's side of the bytes (rate x printed length; they must add
-  up to the total the server reported, within 2 % and one interval). Processes whose windows never overlap (through
+  10 Gbit/s underlay.) Those 0.1-s lines hold the server's side of the bytes (rate x printed length, or the
+  transfer column where the length's rounding shows; they must add up to the total the server reported, within 2 %
+  and one interval). Processes whose windows never overlap (through
   OVS's userspace datapath 128 streams took seconds to connect) did not run together: that trial fails.
 - Stopping a split pair: each client may run SPLIT_SLACK_S longer than asked, so that all of them measure together
   for the duration asked even when one connects later; a TCP pair in one direction is stopped (SIGTERM to its
