@@ -240,8 +240,19 @@ class Stamped:
 
     def __init__(self, proc: subprocess.Popen):
         self.proc, self._chunks = proc, []
+        self._seen, self._rest = 0, b""  # what fresh() has handed out
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
+
+    def fresh(self) -> list[tuple[float, str]]:
+        """(arrival, line) of the complete lines that arrived since the last call, while the tool runs."""
+        chunks = self._chunks[self._seen:]  # (the reader only appends)
+        self._seen += len(chunks)
+        out = []
+        for t, chunk in chunks:
+            *done, self._rest = (self._rest + chunk).split(b"\n")
+            out += [(t, line.decode(errors="replace")) for line in done]
+        return out
 
     def _read(self) -> None:
         fd = self.proc.stdout.fileno()

@@ -26,9 +26,21 @@ What iperf3 3.12's client JSON (-J --get-server-output) holds, checked on real r
   arrive before its interval ends, so the least delayed one places the process: its arrival minus its interval's
   end. (Placing by spawn or exit times was off by up to a second, the time 128 streams take to connect or a late
   result exchange, and a process's time alone on the link was then summed with the others': 11.1 Gbit/s on a
-  10 Gbit/s underlay.) Those 0.1-s lines hold the server's side of the bytes (rate x printed length; they must add
-  up to the total the server reported, within 2 % and one interval). Processes whose windows never overlap (through
+  10 Gbit/s underlay.) Those 0.1-s lines hold the server's side of the bytes (rate x printed length, or the
+  transfer column where the length's rounding shows; they must add up to the total the server reported, within 2 %
+  and one interval). Processes whose windows never overlap (through
   OVS's userspace datapath 128 streams took seconds to connect) did not run together: that trial fails.
+- Stopping a split pair: each client may run SPLIT_SLACK_S longer than asked, so that all of them measure together
+  for the duration asked even when one connects later; a TCP pair in one direction is stopped (SIGTERM to its
+  clients) as soon as its servers' lines show that they have, so it pays the skew that happened, not the whole slack.
+  What iperf3 3.12 then does (checked here): the client prints its JSON with "error": "interrupt - the client has
+  terminated" and exits 1, the sender's figures valid (bytes, intervals up to the stop, retransmits, its own CPU) and
+  the receiver's sums zero; the server prints its last interval line again, then its summary with the bytes it
+  received, and exits 0; it never prints the interval it was in, nor its CPU (a receiving server's text has none).
+  So the receiver's bytes are the server's summary (the lines must add up to it, short of up to two intervals: the
+  first after -O and the one it was in), the repeated line is dropped, and receiver_cpu_ratio is left out (the
+  samples say `stopped`). UDP, -R and --bidir run the whole slack: their receiver's loss and jitter, or their
+  sending server's figures, come only with the results exchange a stopped client skips.
 """
 from __future__ import annotations
 
@@ -36,11 +48,12 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Sequence
+from typing import Any, Collection, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
@@ -58,10 +71,13 @@ MIN_INTERVAL_S = 0.05  # iperf3's shortest -i is 0.1 s
 MAX_UDP_RATE = 100_000_000_000  # UDP is never sent unbounded (-b 0): cap the offered rate at 100 Gbit/s
 MAX_STREAMS_PER_PROCESS = 128  # iperf3 3.12 refuses -P above 128
 FINE_INTERVAL_S = 0.1  # the receiver's interval when a pair's streams are split over several processes
-# Each process of a split pair runs this much longer than asked, so that all of them measure together for the
+# Each process of a split pair may run this much longer than asked, so that all of them measure together for the
 # duration asked even when the last one connects its streams later than the first (1.0 s seen in a guest, where
-# 1-s tests then never overlapped); the window is cut to the duration asked.
+# 1-s tests then never overlapped); the window is cut to the duration asked, and a TCP pair is stopped as soon as
+# it has measured that long (module doc).
 SPLIT_SLACK_S = 2.0
+INTERRUPTED = "interrupt - the client has terminated"  # a client's JSON "error" after SIGTERM or SIGINT (iperf3 3.12)
+STOP_POLL_S = 0.02  # how often a split pair's server lines are looked at for whether it has measured long enough
 
 
 def _direction(doc: dict, bidir_reverse: bool) -> str:
@@ -145,23 +161,25 @@ def _interval_samples(doc: dict, meta: dict, began: float | None = None) -> list
 
 
 def _cpu_samples(doc: dict, meta: dict) -> list[Sample]:
-    """sender_cpu_ratio and receiver_cpu_ratio (1.0 = one core); none for --bidir, where both sides do both."""
+    """sender_cpu_ratio and receiver_cpu_ratio (1.0 = one core); none for --bidir, where both sides do both, and
+    none for a side whose figure is missing (a stopped split pair's servers never reported theirs)."""
     cpu, end = doc["end"].get("cpu_utilization_percent"), doc["end"]
     if not cpu or "sum_received_bidir_reverse" in end:
         return []
     reverse = bool(doc["start"]["test_start"].get("reverse"))
     sender, receiver = ("remote_total", "host_total") if reverse else ("host_total", "remote_total")
     m = meta | {"direction": "reverse" if reverse else "forward"}
-    return [Sample.of("sender_cpu_ratio", cpu[sender] / 100, **m),
-            Sample.of("receiver_cpu_ratio", cpu[receiver] / 100, **m)]
+    return [Sample.of(metric, cpu[side] / 100, **m) for metric, side in
+            (("sender_cpu_ratio", sender), ("receiver_cpu_ratio", receiver)) if side in cpu]
 
 
-def _load(text: str) -> dict:
+def _load(text: str, stopped: bool = False) -> dict:
+    """A client's JSON; WorkloadError if it failed. stopped: we stopped it (SIGTERM), so its interrupt is no failure."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
         raise WorkloadError(f"iperf3 printed no JSON: {text.strip()[-300:]}") from None
-    if doc.get("error"):
+    if doc.get("error") and not (stopped and doc["error"] == INTERRUPTED):
         raise WorkloadError(f"iperf3: {doc['error']}")
     return doc
 
@@ -179,26 +197,56 @@ def parse_iperf3(text: str, began: float | None = None, **meta: Any) -> list[Sam
             + _interval_samples(doc, meta, began))
 
 
-# One interval line of a split pair's server (text, -f k): [id or SUM][role]  a-b sec  transfer  rate Kbits/sec ...
+# One interval or summary line of a split pair's server (text, -f k): [id or SUM][role]  a-b sec  transfer  rate
+# Kbits/sec ... (a summary line ends with sender or receiver).
 _SERVER_LINE = re.compile(r"^\[(?P<id>SUM|\s*\d+)\](?:\[(?P<role>TX|RX)-S\])?\s+(?P<a>\d+\.\d+)-\s*(?P<b>\d+\.\d+)"
-                          r"\s+sec\s+\S+\s+\w?Bytes\s+(?P<rate>\d+(?:\.\d+)?)\s+Kbits/sec(?P<rest>.*)$")
+                          r"\s+sec\s+(?P<xfer>\d+(?:\.\d+)?)\s+(?P<unit>[KMGT]?)Bytes\s+(?P<rate>\d+(?:\.\d+)?)"
+                          r"\s+Kbits/sec(?P<rest>.*)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # iperf3's byte units are binary
+_SUMMARY = re.compile(r"\b(sender|receiver)\s*$")
+ServerLine = tuple[str, str, float, float, float]  # role ("rx", "tx"), "sum" or "streams", start, end, bytes
+
+
+def _line_bytes(m: re.Match) -> float:
+    """The bytes of one interval or summary line: its rate (kbit/s, 1000 bits, to the unit) times its printed length,
+    unless the rounding of that length to 0.01 s shows, when its transfer column (3 digits) is nearer. Both come
+    from the same byte count; they agree within the transfer's rounding when the printed length is right. A starved
+    server's 12-ms interval printed as 1.03-1.05 counted 60 % too many bytes by its rate (a guest's 512 streams: the
+    lines added up to 5-8 % more than the total, and the trial failed)."""
+    by_rate = float(m["rate"]) * 1e3 / 8 * (float(m["b"]) - float(m["a"]))
+    unit = _UNITS[m["unit"]]
+    transfer = float(m["xfer"]) * unit
+    rounding = 0.5 * 10 ** -len(m["xfer"].partition(".")[2]) * unit
+    return by_rate if abs(by_rate - transfer) <= rounding else transfer
+
+
+def server_line(line: str, reverse: bool) -> ServerLine | None:
+    """One measured interval of a split pair's server text; None for anything else (headers, summaries, omitted
+    intervals)."""
+    m = _SERVER_LINE.match(line)
+    if not m or "(omitted)" in m["rest"] or _SUMMARY.search(m["rest"]):
+        return None
+    role = (m["role"] or ("TX" if reverse else "RX")).lower()
+    return role, "sum" if m["id"] == "SUM" else "streams", float(m["a"]), float(m["b"]), _line_bytes(m)
 
 
 def server_intervals(lines: Sequence[tuple[float, str]], reverse: bool) -> tuple[float, dict[str, list[Interval]]]:
     """A split pair's server on our timebase, from its stamped text (-i 0.1 -f k --forceflush): when its measured
     part began (the earliest arrival of an interval line minus that interval's end: a line cannot come before its
-    interval ends; the least delayed one is the best) and its measured intervals per role ("rx", "tx"), bytes from
-    the rate (kbit/s, 1000 bits) times the printed length, relative to that start. The summary lines (sender,
-    receiver) and omitted intervals are not intervals."""
+    interval ends; the least delayed one is the best) and its measured intervals per role ("rx", "tx"), relative to
+    that start. The summary lines (sender, receiver) and omitted intervals are not intervals. A server whose client
+    was stopped prints its last intervals again before its summary: a line seen before (same stream, role and
+    interval) is that repeat, not more bytes."""
     rows: dict[str, dict[str, list]] = {}
+    seen: set[tuple] = set()
     for t, line in lines:
-        m = _SERVER_LINE.match(line)
-        if not m or "(omitted)" in m["rest"] or re.search(r"\b(sender|receiver)\s*$", m["rest"]):
+        iv = server_line(line, reverse)
+        key = (line.split("]", 1)[0], iv and iv[0], iv and iv[2], iv and iv[3])
+        if iv is None or key in seen:
             continue
-        role = (m["role"] or ("TX" if reverse else "RX")).lower()
-        a, b = float(m["a"]), float(m["b"])
-        key = "sum" if m["id"] == "SUM" else "streams"
-        rows.setdefault(role, {}).setdefault(key, []).append((t, a, b, float(m["rate"]) * 1e3 / 8 * (b - a)))
+        seen.add(key)
+        role, kind, a, b, n = iv
+        rows.setdefault(role, {}).setdefault(kind, []).append((t, a, b, n))
     # With one stream a process prints no [SUM] line: its stream's lines are the sums.
     picked = {role: by.get("sum") or by["streams"] for role, by in rows.items()}
     if not picked:
@@ -207,15 +255,28 @@ def server_intervals(lines: Sequence[tuple[float, str]], reverse: bool) -> tuple
     return start, {role: [(a, b, n) for _, a, b, n in ivs] for role, ivs in picked.items()}
 
 
-def _checked(ivs: Sequence[Interval], exact: float | None, what: str) -> None:
-    """The server's printed intervals must add up to the total it reported to the client (two counters of the same
-    bytes): a misread line would show here. The printed rates are rounded, and after -O iperf3 prints the first
-    measured interval with no length (its bytes count in the total only): the total may hold one interval more than
-    the lines, as large as the largest printed (a process a busy machine starved prints mostly empty intervals and a
-    burst: S4 smoke at load 6 missed 2.1 % against a typical interval of a few kB); the lines never more."""
+def server_total(lines: Sequence[tuple[float, str]], side: str = "receiver") -> float | None:
+    """The bytes a split pair's server counted over its whole test (its summary line: the [SUM] line, or its one
+    stream's), read like its intervals; None if it printed none."""
+    totals: dict[str, list[float]] = {}
+    for _, line in lines:
+        m = _SERVER_LINE.match(line)
+        if m and (end := _SUMMARY.search(m["rest"])) and end[1] == side:
+            totals.setdefault("sum" if m["id"] == "SUM" else "streams", []).append(_line_bytes(m))
+    picked = totals.get("sum") or (totals["streams"] if len(totals.get("streams", [])) == 1 else [])
+    return picked[-1] if picked else None
+
+
+def _checked(ivs: Sequence[Interval], exact: float | None, what: str, unprinted: int = 1) -> None:
+    """The server's printed intervals must add up to the total it reported (two counters of the same bytes): a
+    misread line would show here. The printed rates are rounded, and after -O iperf3 prints the first measured
+    interval with no length (its bytes count in the total only): the total may hold one interval more than the
+    lines, as large as the largest printed (a process a busy machine starved prints mostly empty intervals and a
+    burst: S4 smoke at load 6 missed 2.1 % against a typical interval of a few kB); the lines never more. A server
+    whose client was stopped does not print the interval it was in either (`unprinted` 2)."""
     got = sum(n for *_, n in ivs)
-    unprinted = max((n for *_, n in ivs), default=0) if got < (exact or 0) else 0
-    if exact and abs(got - exact) > 0.02 * exact + unprinted:
+    missing = unprinted * max((n for *_, n in ivs), default=0) if got < (exact or 0) else 0
+    if exact and abs(got - exact) > 0.02 * exact + missing:
         raise WorkloadError(f"{what}: its 0.1-s intervals add up to {got:.0f} bytes, its total says {exact:.0f}")
 
 
@@ -235,7 +296,8 @@ def _merge_end(ends: list[dict]) -> dict:
         out[key] = total
     cpus = [e.get("cpu_utilization_percent") for e in ends]
     if all(cpus):
-        out["cpu_utilization_percent"] = {k: sum(c[k] for c in cpus) for k in ("host_total", "remote_total")}
+        out["cpu_utilization_percent"] = {k: sum(c[k] for c in cpus) for k in ("host_total", "remote_total")
+                                          if all(k in c for c in cpus)}
     return out
 
 
@@ -279,21 +341,29 @@ def _step(doc: dict) -> float:
 
 
 def parse_iperf3_processes(texts: Sequence[str], servers: Sequence[Sequence[tuple[float, str]]] | None = None,
-                           step: float | None = None, duration: float | None = None, **meta: Any) -> list[Sample]:
+                           step: float | None = None, duration: float | None = None, stopped: Collection[int] = (),
+                           **meta: Any) -> list[Sample]:
     """Samples of one pair whose streams were split over several client processes (one JSON output each).
     servers: each server's stamped text (see server_intervals), which places the process on our timebase and holds
     the server's side of the intervals; without them (recorded fixtures) the servers' JSON is in each client's
     output and every process is taken to have started at 0.
     step: the series' step, the -i asked for (without it, the client's typical interval); duration: the seconds
-    asked for (each process ran SPLIT_SLACK_S longer): the window is at most that long.
+    asked for (each process ran SPLIT_SLACK_S longer, unless stopped earlier): the window is at most that long.
+    stopped: the processes (0-based) whose clients were stopped once the pair had measured long enough (their
+    interrupt is no failure; see _stopped_end).
     Goodput (receiver and sender) is the processes' bytes summed over the window all of them were measuring; counts
     are added up; metadata says how many processes, their server ports and streams (as each iperf3 reported them)."""
-    docs = [_load(t) for t in texts]
+    docs = [_load(t, k in stopped) for k, t in enumerate(texts)]
     if len(docs) == 1:
         return parse_iperf3(texts[0], **meta)
+    for doc, lines in zip(docs, servers or [None] * len(docs)):
+        if doc.get("error"):  # (one we stopped: _load let no other error through)
+            _stopped_end(doc, lines)
     m = meta | {"processes": len(docs),
                 "ports": [d["start"]["connected"][0]["remote_port"] for d in docs],
                 "process_streams": [d["start"]["test_start"]["num_streams"] for d in docs]}
+    if any(d.get("error") for d in docs):
+        m["stopped"] = True  # once measured long enough: the servers' CPU is unknown
     placed = [_placed_server(d, lines, meta.get("pair"), k) for k, (d, lines)
               in enumerate(zip(docs, servers or [None] * len(docs)))]
     merged = {"start": docs[0]["start"], "end": _merge_end([d["end"] for d in docs])}
@@ -315,6 +385,20 @@ def parse_iperf3_processes(texts: Sequence[str], servers: Sequence[Sequence[tupl
     return _end_samples(merged, _udp(docs[0]), m, windows) + _cpu_samples(merged, m) + series
 
 
+def _stopped_end(doc: dict, lines: Sequence[tuple[float, str]] | None) -> None:
+    """A stopped client never exchanged results with its server: its JSON has the sender's figures (bytes, intervals,
+    retransmits, its own CPU) and zeros for the receiver's. The receiver's bytes are then the total its server printed
+    (our TCP split pairs only: UDP's loss and jitter, and a server's sending, are known only from that exchange);
+    the server's CPU is not known and is left out."""
+    end = doc["end"]
+    total = server_total(lines) if lines else None
+    if total is None or _udp(doc) or "sum_sent_bidir_reverse" in end or doc["start"]["test_start"].get("reverse"):
+        raise WorkloadError(f"a stopped iperf3 process has no receiver's total: {doc['error']}")
+    end["sum_received"] = end.get("sum_received", {}) | {"bytes": total}
+    for key in ("remote_total", "remote_user", "remote_system"):
+        end.get("cpu_utilization_percent", {}).pop(key, None)
+
+
 def _placed_server(doc: dict, lines: Sequence[tuple[float, str]] | None, pair: Any,
                    k: int) -> tuple[float, dict[str, list[Interval]]]:
     """(when process k's measured part began on our timebase, its server's intervals per direction and side)."""
@@ -329,7 +413,7 @@ def _placed_server(doc: dict, lines: Sequence[tuple[float, str]] | None, pair: A
                                             if "sum_sent_bidir_reverse" in doc["end"] else "sum_sent")):
         if role in roles:
             side[(direction, sender)] = ivs = [(start + a, start + b, n) for a, b, n in roles[role]]
-            _checked(ivs, doc["end"].get(total, {}).get("bytes"), what)
+            _checked(ivs, doc["end"].get(total, {}).get("bytes"), what, 2 if doc.get("error") else 1)
     return start, side
 
 
@@ -453,7 +537,14 @@ class Iperf3(Workload):
         return " ".join(bits)
 
     def expected_duration(self) -> float:
-        return self._seconds() + 1
+        return self._seconds() + 1 - (SPLIT_SLACK_S if self._stoppable() else 0)
+
+    def _stoppable(self) -> bool:
+        """A split TCP pair in one direction is stopped once its processes have measured together for the duration
+        asked (_stop_when_measured). UDP, -R and --bidir run the whole slack: their receiver's loss and jitter, or
+        their sending server's figures, reach the client only in the results exchange a stopped client skips."""
+        p = self.params
+        return p.n_processes > 1 and p.protocol == "tcp" and p.direction == "uni"
 
     def _seconds(self) -> float:
         """How long each client runs: its omitted seconds, the duration, and a split pair's slack."""
@@ -592,10 +683,11 @@ class Iperf3(Workload):
                 self.early.add([c for _, _, c, _ in clients])
             self.signal_running([c for _, _, c, _ in clients] + pings)
             end = time.monotonic() + self._seconds() + 10
+            stopped = _stop_when_measured(clients, stamped, pings, p, end) if self._stoppable() else set()
             samples = [s for pair in pairs
                        for s in _client_samples(pair, [(k, c, b) for q, k, c, b in clients if q is pair], end, p,
                                                 [stamped[(pair.index, k)] for k in procs] if stamped else None,
-                                                reports.get(pair.index))]
+                                                {k for i, k in stopped if i == pair.index}, reports.get(pair.index))]
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
@@ -620,7 +712,6 @@ class Iperf3(Workload):
                                     pair=pair.index, baseline=True)]
 
 
-INTERRUPTED = "interrupt - the client has terminated"  # an iperf3 client's JSON "error" after SIGINT
 REPORT_WAIT_S = 5.0  # how long an interrupted test's server report may take to arrive (a busy one-CPU guest)
 
 
@@ -726,9 +817,11 @@ def _nth(k: int, params: Iperf3Params) -> str:
 
 
 def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
-                    servers: list[Stamped] | None, reports: "ServerReports | None" = None) -> list[Sample]:
+                    servers: list[Stamped] | None, stopped: Collection[int] = (),
+                    reports: "ServerReports | None" = None) -> list[Sample]:
     """The pair's samples; a split pair's processes are waited for at once, then their servers' stamped text.
-    reports: the pair's server's own reports, which make a client interrupted with the window whole."""
+    stopped: its processes whose clients we stopped (SIGTERM: iperf3 prints its JSON and exits 1); reports: the
+    pair's server's own reports, which make a client interrupted with the window whole (a background load)."""
     def one(item):
         k, proc, _ = item
         what = f"iperf3 pair {pair.index}{_nth(k, params)}"
@@ -738,10 +831,10 @@ def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
                 return whole
             if proc.returncode != 0:
                 raise WorkloadError(f"{what} exited {proc.returncode}: {said(err.strip() or out.strip())}")
-        else:
-            out, _ = finish(proc, _left(end), what)  # every process ran for the same seconds: one deadline for all
+        else:  # every process ran for the same seconds: one deadline for all
+            out, _ = bounded(proc, _left(end), what) if k in stopped else finish(proc, _left(end), what)
         try:
-            _load(out)
+            _load(out, k in stopped)
         except WorkloadError as exc:
             raise WorkloadError(f"{what}: {exc}") from None
         return out
@@ -751,7 +844,59 @@ def _client_samples(pair: Pair, procs: list, end: float, params: Iperf3Params,
         done = list(pool.map(one, procs))
     # A one-off server (-1) exits once its client has its results.
     return parse_iperf3_processes(done, [s.lines(_left(end)) for s in servers], params.interval, params.duration,
-                                  pair=pair.index)
+                                  stopped, pair=pair.index)
+
+
+class _Reach:
+    """How far one split process has measured so far, from its server's lines as they arrive, on our timebase: when
+    it began (placed as server_intervals places it: the least delayed line's arrival minus its interval's end) and
+    the end of its last interval."""
+
+    def __init__(self, server: Stamped, sums: bool):
+        self.server, self.sums = server, sums  # sums: several streams, whose [SUM] lines server_intervals reads
+        self.start: float | None = None
+        self.upto = 0.0
+
+    def update(self) -> None:
+        for t, line in self.server.fresh():
+            if (not self.sums or line.startswith("[SUM]")) and (iv := server_line(line, False)):
+                self.start = t - iv[3] if self.start is None else min(self.start, t - iv[3])
+                self.upto = max(self.upto, iv[3])
+
+
+def _together(reach: Sequence[_Reach]) -> float:
+    """Seconds all these processes have measured at the same time so far (<= 0: not yet)."""
+    if any(r.start is None for r in reach):
+        return 0.0
+    return min(r.start + r.upto for r in reach) - max(r.start for r in reach)
+
+
+def _stop_when_measured(clients: list, servers: dict, pings: list, params: Iperf3Params,
+                        end: float) -> set[tuple[int, int]]:
+    """Stop the clients of every split pair (SIGTERM) once each pair's processes have measured together for the
+    duration asked, as their servers' lines tell so far: a pair pays the skew between its processes' starts that
+    happened, not the whole slack. The pairs stop together (none loses its neighbours' load while another still
+    measures), and so do their pings (SIGINT: ping prints what it has). Returns (pair, process) of the clients
+    stopped; none if a client ends first (it failed, or its processes never measured together for that long within
+    the slack: the parser says which)."""
+    reach = {key: _Reach(server, params.process_streams()[key[1]] > 1) for key, server in servers.items()}
+    pairs = {i for i, _ in reach}
+    while True:
+        if time.monotonic() > end or any(proc.poll() is not None for _, _, proc, _ in clients):
+            return set()
+        for r in reach.values():
+            r.update()
+        if all(_together([r for (i, _), r in reach.items() if i == pair]) >= params.duration for pair in pairs):
+            break
+        time.sleep(STOP_POLL_S)
+    stopped = set()
+    for pair, k, proc, _ in clients:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            stopped.add((pair.index, k))
+    for ping in pings:
+        ping.send_signal(signal.SIGINT)
+    return stopped
 
 
 def _short_rate(bps: float) -> str:
