@@ -232,6 +232,18 @@ def test_sockperf_summary_without_log():
     assert one(samples, "latency_p50_s") <= one(samples, "latency_p99_s")
 
 
+def test_sockperf_that_logged_no_round_trip_when_asked_fails_its_pair():
+    """In a guest kernel sockperf could not open /dev/stdout for its full log, printed its summary, exited 0 and
+    logged nothing: asked for every round trip, the pair fails instead of silently giving none."""
+    from vnetbench.workloads.base import Endpoint, Pair
+    from vnetbench.workloads.sockperf import _parse_pair
+    pair = Pair(2, Endpoint(None, "10.0.0.1", "a"), Endpoint(None, "10.0.0.2", "b"))
+    assert by(_parse_pair(text("sockperf", "udp_log.txt"), pair, 1e9, observations=True), "latency_s")
+    assert _parse_pair(text("sockperf", "tcp.txt"), pair, 1e9, observations=False)
+    with pytest.raises(WorkloadError, match="pair 2: sockperf logged no round trip"):
+        _parse_pair(text("sockperf", "tcp.txt"), pair, 1e9, observations=True)
+
+
 @pytest.mark.parametrize("name,words", [("half_rtt.txt", "--full-rtt"), ("refused_tcp.txt", "Connection refused"),
                                         ("no_server_udp.txt", "No messages were received")])
 def test_sockperf_failures_raise(name, words):

@@ -6,7 +6,7 @@ Checked on real runs (tests/fixtures/sockperf):
   and the parser refuses half-RTT output.
 - The percentiles (25 ... 99.999, <MIN>, <MAX>) are printed by default, in µs, over the "Valid Duration"
   (the run minus sockperf's 400 ms warm-up and a short tail).
-- --full-log /dev/stdout appends every valid round trip as CSV (`packet, txTime(sec), rxTime(sec), rtt(usec)`)
+- --full-log /proc/self/fd/1 (its stdout) appends every valid round trip as CSV (`packet, txTime(sec), rxTime(sec), rtt(usec)`)
   after the summary, so no temporary file is needed (about 40 bytes per round trip).
 - sockperf exits 0 even when it fails (connection refused, no server): the failure shows as missing statistics.
 - sockperf 3.7 rejects IPv6 addresses ("'-i' Invalid address").
@@ -153,7 +153,9 @@ class Sockperf(Workload):
 
     def _client(self, pair: Pair) -> list[str]:
         p = self.params
-        log = ["--full-log", "/dev/stdout"] if p.observations else []
+        # /proc/self/fd/1, not /dev/stdout: a guest kernel's fresh devtmpfs has no /dev/stdout, and sockperf then
+        # wrote no round trip and said nothing
+        log = ["--full-log", "/proc/self/fd/1"] if p.observations else []
         return ["sockperf", "ping-pong", *self._common(pair), "-t", str(p.duration), "-m", str(p.message_size),
                 "--mps", str(p.mps), "--full-rtt", *log]
 
@@ -181,7 +183,8 @@ class Sockperf(Workload):
         finally:
             for proc in [*clients, *servers]:
                 stop(proc)
-        return [s for pair, out, b in zip(pairs, outs, began) for s in _parse_pair(out, pair, b)]
+        return [s for pair, out, b in zip(pairs, outs, began)
+                for s in _parse_pair(out, pair, b, self.params.observations)]
 
 
 def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
@@ -191,8 +194,13 @@ def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
     return out
 
 
-def _parse_pair(out: str, pair: Pair, began: float) -> list[Sample]:
+def _parse_pair(out: str, pair: Pair, began: float, observations: bool = False) -> list[Sample]:
+    """The pair's samples; with observations asked, a log without a single round trip fails the trial (sockperf
+    prints its summary and exits 0 when it cannot write its full log)."""
     try:
-        return parse_sockperf(out, began, pair=pair.index)
+        samples = parse_sockperf(out, began, pair=pair.index)
     except WorkloadError as exc:
         raise WorkloadError(f"pair {pair.index}: {exc}") from None
+    if observations and not any(s.metric == "latency_s" for s in samples):
+        raise WorkloadError(f"pair {pair.index}: sockperf logged no round trip (--full-log) beside its summary")
+    return samples
