@@ -10,13 +10,14 @@ guests.base) and `clean` removes it after a kill -9.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shlex
 import shutil
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -186,6 +187,7 @@ def capabilities() -> Capabilities | None:
 
 PROBE_CACHE = Path(os.environ.get("VNETBENCH_CACHE_DIR", "/var/cache/vnetbench")) / "guest-probe.json"
 PROBE_MAX_AGE_S = 86400
+PROBE_KEYS = 8  # answers kept: one per checkout (or kernel, package set) that runs guests here
 
 
 def _probe_key() -> str:
@@ -208,30 +210,60 @@ def _probe_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _cached_probe(key: str) -> Capabilities | None:
+def _read_probes() -> dict[str, dict]:
+    """The kept answers by key; none when the file is missing or unreadable (each is then probed again)."""
     try:
         data = json.loads(PROBE_CACHE.read_text())
     except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and "key" in data:  # the one answer an older vnetbench kept
+        data = {"probes": {data["key"]: data}}
+    probes = data.get("probes") if isinstance(data, dict) else None
+    return {k: v for k, v in probes.items() if _fresh(v)} if isinstance(probes, dict) else {}
+
+
+def _fresh(entry) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("time"), (int, float))
+            and 0 <= time.time() - entry["time"] < PROBE_MAX_AGE_S)
+
+
+def _cached_probe(key: str) -> Capabilities | None:
+    entry = _read_probes().get(key)
+    if entry is None:
         return None
-    if data.get("key") != key or not 0 <= time.time() - data.get("time", 0) < PROBE_MAX_AGE_S:
-        return None
-    BOOT.update(data.get("boot", {}))
-    BOOT["probed_at"] = data["time"]
-    return Capabilities(tools={k: Feature(*v) for k, v in data["tools"].items()},
-                        kernel={k: Feature(*v) for k, v in data["kernel"].items()})
+    try:
+        caps = Capabilities(tools={k: Feature(*v) for k, v in entry["tools"].items()},
+                            kernel={k: Feature(*v) for k, v in entry["kernel"].items()})
+        BOOT.update(entry.get("boot", {}), probed_at=entry["time"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # a damaged entry: probed again
+    return caps
+
+
+@contextmanager
+def _probes_locked():
+    """Whoever keeps an answer holds this lock from reading the file to replacing it: two runs that finish their
+    probes together both keep theirs (the replace alone kept the file whole, but only one of the two answers)."""
+    PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with open(PROBE_CACHE.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _keep_probe(key: str, caps: Capabilities) -> None:
     """Only a probe whose every answer is settled is kept: one that timed out on a busy machine, or a datapath the
-    guest's kernel has that did not forward (a ping lost to load?), is asked again."""
+    guest's kernel has that did not forward (a ping lost to load?), is asked again. The answers of PROBE_KEYS keys
+    are kept, the oldest dropped: checkouts with different code on one machine each keep their own."""
     if any("timed out" in f.detail or "timeout" in f.detail.lower() or f.detail.startswith("the guest's kernel has it")
            for f in [*caps.tools.values(), *caps.kernel.values()] if not f.ok):
         return
-    data = {"key": key, "time": time.time(), "boot": dict(BOOT),
-            "tools": {k: [f.ok, f.detail] for k, f in caps.tools.items()},
-            "kernel": {k: [f.ok, f.detail] for k, f in caps.kernel.items()}}
-    with suppress(OSError):
-        PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"time": time.time(), "boot": dict(BOOT),
+             "tools": {k: [f.ok, f.detail] for k, f in caps.tools.items()},
+             "kernel": {k: [f.ok, f.detail] for k, f in caps.kernel.items()}}
+    with suppress(OSError), _probes_locked():
+        probes = {k: v for k, v in _read_probes().items() if k != key}
+        probes[key] = entry
+        kept = dict(sorted(probes.items(), key=lambda kv: kv[1]["time"])[-PROBE_KEYS:])
         tmp = PROBE_CACHE.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps({"probes": kept}))
         tmp.replace(PROBE_CACHE)
