@@ -495,6 +495,10 @@ def clock_offset(ex: SshExecutor, rounds: int = 5) -> dict:
 
 
 MISSING = "-vnetbench-missing-"
+# swanctl loads every plugin it has before it prints its version (with its usage): the af-alg plugin then binds a
+# socket per algorithm, each loading a crypto module, 4-5 s of a guest booted just now (measured). One plugin does.
+VERSION_SETUP = {"swanctl": 'f=$(mktemp) && printf "swanctl {\\n  load = random\\n}\\n" > "$f" && '
+                             'export STRONGSWAN_CONF="$f"'}
 
 
 def installed(ex: SshExecutor) -> dict[str, Feature]:
@@ -508,9 +512,12 @@ def tools(ex: SshExecutor) -> dict[str, Feature]:
         paths = CHARON_PATHS if name == "charon" else (argv0,)
         return (f"c=$(for p in {' '.join(map(shlex.quote, paths))}; do q=$(command -v \"$p\") && [ -x \"$q\" ] && "
                 f"{{ echo \"$q\"; break; }}; done)")
-    script = "; ".join(f"echo '@@{name}'; {find(name, argv[0])}; if [ -n \"$c\" ]; then "
-                       f"\"$c\" {shlex.join(argv[1:])} 2>&1 </dev/null | head -c 2000; else echo '{MISSING}'; fi"
-                       for name, (_, argv, _) in TOOLS.items())
+    def ask(name: str, argv: list[str]) -> str:
+        setup = VERSION_SETUP.get(name)
+        line = f"\"$c\" {shlex.join(argv[1:])} 2>&1 </dev/null | head -c 2000"
+        return f"( {setup}; {line}; rm -f \"$f\" )" if setup else line  # asked all the same if the setup fails
+    script = "; ".join(f"echo '@@{name}'; {find(name, argv[0])}; if [ -n \"$c\" ]; then {ask(name, argv)}; "
+                       f"else echo '{MISSING}'; fi" for name, (_, argv, _) in TOOLS.items())
     out = ex.run_script(script, timeout=30, check=False).stdout
     found: dict[str, Feature] = {}
     for chunk in out.split("@@")[1:]:

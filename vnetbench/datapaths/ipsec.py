@@ -34,6 +34,9 @@ IKE_PROPOSAL = "aes256-sha256-x25519"
 VICI = "unix:///run/charon.vici"  # as charon and swanctl see it: the node's directory is their /run
 LIBIPSEC_TUN_MTU = 1400  # strongSwan 5.9.8 creates ipsec0 at 1400 and reads it with a buffer of that size
 PLUGINS = STRONGSWAN_PLUGINS  # the capability probe starts its charon with the same list
+# swanctl's own plugins (what reads keys and certificates): without a list it loads every plugin there is, af-alg's
+# socket per algorithm then loading ~20 crypto modules, 5.4 s of the first swanctl in a guest (S1's IPsec build)
+SWANCTL_PLUGINS = "pem pkcs1 pkcs8 x509 revocation constraints pubkey openssl random"
 IKE_ALGORITHMS = (("AES_CBC", "encryption"), ("HMAC_SHA2_256_128", "integrity"), ("PRF_HMAC_SHA2_256", "PRF"),
                   ("CURVE_25519", "key exchange"))  # what IKE_PROPOSAL needs from charon's plugins
 
@@ -326,15 +329,16 @@ class Ipsec(EncryptedTunnel):
                                           topo.tool_path(n, "charon", CHARON)])
             topo.daemon(n, f"charon@{n}", argv,
                         ready=self.wait_socket(topo, f"charon@{n}", f"{d}/charon.vici", f"{d}/charon.log", label=n))
+        swanctl = ["env", "STRONGSWAN_CONF=/run/strongswan.conf", "swanctl"]  # its plugins: SWANCTL_PLUGINS
         for n in nodes:  # swanctl, too, sees the node's directory as /run (short socket paths)
-            topo.run(n, self.privrun(topo, n, ["swanctl", "--load-all", "--noprompt", "--file", "/run/swanctl.conf",
+            topo.run(n, self.privrun(topo, n, [*swanctl, "--load-all", "--noprompt", "--file", "/run/swanctl.conf",
                                                 "--uri", VICI]))
         mtu = self.tunnel_mtu(self.link_mtu(topo.sc))
         if libipsec and mtu < LIBIPSEC_TUN_MTU:
             for n in nodes:
                 topo.ip(n, f"link set ipsec0 mtu {mtu}")
         for a, b in links:
-            topo.run(a, self.privrun(topo, a, ["swanctl", "--initiate", "--child", f"to-{b}", "--timeout", "10",
+            topo.run(a, self.privrun(topo, a, [*swanctl, "--initiate", "--child", f"to-{b}", "--timeout", "10",
                                                "--uri", VICI]))
 
     def _write_ike(self, topo, links, nodes) -> None:
@@ -349,7 +353,8 @@ class Ipsec(EncryptedTunnel):
                 f"  filelog {{\n    charon {{\n      path = /run/charon.log\n      default = 1\n"
                 f"      flush_line = yes\n      ike_name = yes\n      time_format = %T\n      time_add_ms = yes\n"
                 f"    }}\n  }}\n"
-                f"  plugins {{\n    vici {{\n      socket = {VICI}\n    }}\n{libipsec}  }}\n}}\n")
+                f"  plugins {{\n    vici {{\n      socket = {VICI}\n    }}\n{libipsec}  }}\n}}\n"
+                f"swanctl {{\n  load = {SWANCTL_PLUGINS}\n}}\n")
         for n in nodes:
             topo.write_file(n, "strongswan.conf", conf)
             conns, secs = [], []

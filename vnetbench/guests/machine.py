@@ -10,13 +10,14 @@ guests.base) and `clean` removes it after a kill -9.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shlex
 import shutil
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -78,14 +79,16 @@ class GuestMachine:
 
 def probe(ex, prefix: str) -> Capabilities:
     """Tools and kernel features as the guest sees them (the same probe script as on the machine and on a host)."""
-    # the OVS probe waits for a young guest's clock (ovs_forwards): it runs beside the other probes
-    ovs = ThreadPoolExecutor(1).submit(ovs_forwards, ex, prefix)
-    found = probe_kernel(ex, f"{prefix}-probe", timeout=60)
+    # The OVS probe goes first: it waits for the young guest's clock (ovs_forwards), and the kernel features and the
+    # tools are asked meanwhile (they took 2.6 s and 7.3 s after the wait in a guest just booted, each binary read
+    # cold through hostfs).
+    with ThreadPoolExecutor(1) as pool:
+        ovs = pool.submit(ovs_forwards, ex, prefix)
+        found = probe_kernel(ex, f"{prefix}-probe", timeout=60)
+        tools = testbed.tools(ex)
+        forwards = ovs.result()  # its namespaces are gone before the guest is used, whatever the kernel said
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?
-        found["ovs-kernel-datapath"] = ovs.result()
-    else:
-        ovs.result()  # its namespaces are gone before the guest is used
-    tools = testbed.tools(ex)
+        found["ovs-kernel-datapath"] = forwards
     if tools.get("wireguard-go", Feature(False)).ok:
         # Go picks AVX from the CPU whatever glibc's tunables say, and a guest here keeps only the FXSAVE registers
         # of its processes (guests/nofpx.py): a Go program's vector registers are not safe across its switches
@@ -97,29 +100,34 @@ def probe(ex, prefix: str) -> Capabilities:
 def ovs_forwards(ex, prefix: str) -> Feature:
     """ovs-vswitchd with a `system` bridge between two namespaces in the guest: ok if a ping crosses it with flows
     set up in the kernel and no upcall lost (Open vSwitch 3.1.0 loses them all in a kernel up for less than 10 s:
-    datapaths/ovs.py waits for that, here as in a run)."""
+    datapaths/ovs.py waits for that, here as in a run). All but ovs-vswitchd is ready before that wait, the bridge
+    already in the database: `--detach` returns once ovs-vswitchd has configured it, so the ping follows at once."""
     q = shlex.quote
     young = "|".join(f'*") {v}"' for v in YOUNG_KERNEL_BUG)
     d, sw, a, b = (q(f"/tmp/{prefix}-ovsprobe"), q(f"{prefix}-ps"), q(f"{prefix}-pa"), q(f"{prefix}-pb"))
+    # one ip process per namespace (`ip -batch` takes no -n per line) instead of one per line
+    batches = {"": [f"netns add {n}" for n in (sw, a, b)] + [
+        f"link add e0 netns {ns} type veth peer name {port} netns {sw}" for ns, port in ((a, "pa"), (b, "pb"))],
+        a: ["addr add 10.255.0.1/24 dev e0", "link set e0 up"], b: ["addr add 10.255.0.2/24 dev e0", "link set e0 up"],
+        sw: ["link set pa up", "link set pb up"]}
+    links = "\n".join(f"printf '%s\\n' {' '.join(map(q, lines))} | ip {f'-n {ns} ' if ns else ''}-batch -"
+                      for ns, lines in batches.items())
     script = f"""
 d={d}; mkdir -p $d; export OVS_RUNDIR=$d OVS_DBDIR=$d OVS_LOGDIR=$d
-ip netns add {sw}; ip netns add {a}; ip netns add {b}
-ip link add e0 netns {a} type veth peer name pa netns {sw}; ip link add e0 netns {b} type veth peer name pb netns {sw}
-ip -n {a} addr add 10.255.0.1/24 dev e0; ip -n {b} addr add 10.255.0.2/24 dev e0
-ip -n {a} link set e0 up; ip -n {b} link set e0 up; ip -n {sw} link set pa up; ip -n {sw} link set pb up
+{links}
 ovsdb-tool create $d/conf.db
-ip netns exec {sw} ovsdb-server $d/conf.db --remote=punix:$d/db.sock --unixctl=$d/db.ctl --pidfile=$d/db.pid \
+ip netns exec {sw} ovsdb-server $d/conf.db --remote=punix:$d/db.sock --unixctl=$d/db.ctl --pidfile=$d/db.pid \\
   --detach --no-chdir -vconsole:off
-case "$(ovs-vswitchd --version | head -n 1)" in {young}) {shlex.join(wait_for_cpu_count())};; esac
-ip netns exec {sw} ovs-vswitchd unix:$d/db.sock --unixctl=$d/sw.ctl --pidfile=$d/sw.pid --log-file=$d/sw.log \
-  --detach --no-chdir -vconsole:off
-ovs-vsctl --db=unix:$d/db.sock --timeout=20 add-br br -- set bridge br datapath_type=system \
+ovs-vsctl --db=unix:$d/db.sock --timeout=20 --no-wait add-br br -- set bridge br datapath_type=system \\
   -- add-port br pa -- add-port br pb
+case "$(ovs-vswitchd --version | head -n 1)" in {young}) {shlex.join(wait_for_cpu_count())};; esac
+ip netns exec {sw} ovs-vswitchd unix:$d/db.sock --unixctl=$d/sw.ctl --pidfile=$d/sw.pid --log-file=$d/sw.log \\
+  --detach --no-chdir -vconsole:off
 ip netns exec {a} ping -n -c 2 -i 0.2 -W 2 10.255.0.2 >/dev/null && echo @@ping
-echo @@flows $(ip netns exec {sw} ovs-dpctl dump-flows 2>/dev/null | grep -c actions)
-ip netns exec {sw} ovs-dpctl show 2>&1 | grep lookups
-kill $(cat $d/sw.pid $d/db.pid 2>/dev/null) 2>/dev/null
-ip netns del {sw}; ip netns del {a}; ip netns del {b}; rm -rf $d
+ip netns exec {sw} sh -c 'echo @@flows $(ovs-dpctl dump-flows 2>/dev/null | grep -c actions); ovs-dpctl show 2>&1 | \\
+  grep lookups'
+for f in $d/sw.pid $d/db.pid; do read -r p < $f && kill $p; done 2>/dev/null
+printf 'netns del %s\\n' {sw} {a} {b} | ip -batch -; rm -rf $d
 """
     try:
         out = ex.run_script(script, timeout=90, check=False).stdout
@@ -153,7 +161,7 @@ def info() -> dict:
 
 @lru_cache(maxsize=1)
 def capabilities() -> Capabilities | None:
-    """What a guest offers (booting one for ~15 s: OVS's kernel datapath is tried with real traffic); None if guests
+    """What a guest offers (booting one for ~12 s: OVS's kernel datapath is tried with real traffic); None if guests
     cannot run here. A probe's result is kept on disk (PROBE_CACHE) for the same guest kernel, tools and vnetbench
     code, for a day: every `vnetbench run` with guest scenarios would otherwise pay for it again."""
     if not support().ok:
@@ -179,6 +187,7 @@ def capabilities() -> Capabilities | None:
 
 PROBE_CACHE = Path(os.environ.get("VNETBENCH_CACHE_DIR", "/var/cache/vnetbench")) / "guest-probe.json"
 PROBE_MAX_AGE_S = 86400
+PROBE_KEYS = 8  # answers kept: one per checkout (or kernel, package set) that runs guests here
 
 
 def _probe_key() -> str:
@@ -201,30 +210,60 @@ def _probe_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _cached_probe(key: str) -> Capabilities | None:
+def _read_probes() -> dict[str, dict]:
+    """The kept answers by key; none when the file is missing or unreadable (each is then probed again)."""
     try:
         data = json.loads(PROBE_CACHE.read_text())
     except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and "key" in data:  # the one answer an older vnetbench kept
+        data = {"probes": {data["key"]: data}}
+    probes = data.get("probes") if isinstance(data, dict) else None
+    return {k: v for k, v in probes.items() if _fresh(v)} if isinstance(probes, dict) else {}
+
+
+def _fresh(entry) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("time"), (int, float))
+            and 0 <= time.time() - entry["time"] < PROBE_MAX_AGE_S)
+
+
+def _cached_probe(key: str) -> Capabilities | None:
+    entry = _read_probes().get(key)
+    if entry is None:
         return None
-    if data.get("key") != key or not 0 <= time.time() - data.get("time", 0) < PROBE_MAX_AGE_S:
-        return None
-    BOOT.update(data.get("boot", {}))
-    BOOT["probed_at"] = data["time"]
-    return Capabilities(tools={k: Feature(*v) for k, v in data["tools"].items()},
-                        kernel={k: Feature(*v) for k, v in data["kernel"].items()})
+    try:
+        caps = Capabilities(tools={k: Feature(*v) for k, v in entry["tools"].items()},
+                            kernel={k: Feature(*v) for k, v in entry["kernel"].items()})
+        BOOT.update(entry.get("boot", {}), probed_at=entry["time"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # a damaged entry: probed again
+    return caps
+
+
+@contextmanager
+def _probes_locked():
+    """Whoever keeps an answer holds this lock from reading the file to replacing it: two runs that finish their
+    probes together both keep theirs (the replace alone kept the file whole, but only one of the two answers)."""
+    PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with open(PROBE_CACHE.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _keep_probe(key: str, caps: Capabilities) -> None:
     """Only a probe whose every answer is settled is kept: one that timed out on a busy machine, or a datapath the
-    guest's kernel has that did not forward (a ping lost to load?), is asked again."""
+    guest's kernel has that did not forward (a ping lost to load?), is asked again. The answers of PROBE_KEYS keys
+    are kept, the oldest dropped: checkouts with different code on one machine each keep their own."""
     if any("timed out" in f.detail or "timeout" in f.detail.lower() or f.detail.startswith("the guest's kernel has it")
            for f in [*caps.tools.values(), *caps.kernel.values()] if not f.ok):
         return
-    data = {"key": key, "time": time.time(), "boot": dict(BOOT),
-            "tools": {k: [f.ok, f.detail] for k, f in caps.tools.items()},
-            "kernel": {k: [f.ok, f.detail] for k, f in caps.kernel.items()}}
-    with suppress(OSError):
-        PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"time": time.time(), "boot": dict(BOOT),
+             "tools": {k: [f.ok, f.detail] for k, f in caps.tools.items()},
+             "kernel": {k: [f.ok, f.detail] for k, f in caps.kernel.items()}}
+    with suppress(OSError), _probes_locked():
+        probes = {k: v for k, v in _read_probes().items() if k != key}
+        probes[key] = entry
+        kept = dict(sorted(probes.items(), key=lambda kv: kv[1]["time"])[-PROBE_KEYS:])
         tmp = PROBE_CACHE.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps({"probes": kept}))
         tmp.replace(PROBE_CACHE)
