@@ -59,6 +59,31 @@ def test_clean_removes_dead_runs_only_and_nothing_foreign(state_dir):
         subprocess.run(["ip", "netns", "del", foreign])
 
 
+def test_clean_removes_a_killed_runs_cgroup_and_moves_what_is_left_out(state_dir):
+    """A run killed with -9 leaves its cgroup (recorded in its ledger before it was made) with what it started still
+    in it; `clean` moves those out (it kills what the run recorded or left in its namespaces, as before) and removes
+    the group: none is left however the run ended."""
+    from vnetbench import cgroup
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, time; from vnetbench import cgroup; from vnetbench.ledger import Ledger;"
+                              "l = Ledger.create(); cgroup.join(l); p = subprocess.Popen(['sleep', '30']);"
+                              "print(l.prefix, p.pid, flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    prefix, pid = child.stdout.readline().split()
+    group = cgroup.path_for(prefix)
+    try:
+        assert group.is_dir() and cgroup.current(pid) == group
+        child.kill()
+        child.wait()
+        assert any(f"cgroup {group}" in line for line in ledger.clean(dry_run=True)[0]) and group.is_dir()
+        removed, _ = ledger.clean()
+        assert any(f"cgroup {group}" in line for line in removed)
+        assert not group.exists() and cgroup.current(pid) == group.parent
+        assert not (state_dir / prefix).exists()
+    finally:
+        subprocess.run(["kill", pid])
+
+
 def test_reused_pid_is_not_taken_for_a_live_owner(state_dir):
     led = ledger.Ledger.create()
     owner = json.loads((led.dir / "owner.json").read_text())
