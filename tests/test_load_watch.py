@@ -161,3 +161,28 @@ def test_each_trial_says_what_was_counted_as_the_runs_own(tmp_path, state_dir):
     for m in metas:
         assert m["own_cpu"] == OWN_CGROUP and 0 <= m["own_busy_ratio"] <= 1 and 0 <= m["foreign_busy_ratio"] <= 1
     assert cgroup.current() == home and not cgroup.path_for(prefix).exists()
+
+
+@pytest.mark.net
+def test_without_a_cgroup_the_run_says_so_and_its_trials_too(tmp_path, state_dir, monkeypatch, capsys):
+    """Where no v2 hierarchy can be written (here: made to look like a v1-only machine), the run says so once and its
+    trials say that only its own process and reaped children were counted as its own."""
+    import json
+    import sqlite3
+
+    from vnetbench.probes.procstat import OWN_PROCESS
+    from vnetbench.runner import Runner
+    from vnetbench.spec import loads
+    from vnetbench.store import Store
+    v1 = "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n"
+    assert cgroup._unified_mount(v1) is None
+    assert cgroup._unified_mount(v1 + "31 25 0:27 / /sys/fs/cgroup rw shared:10 - cgroup2 cgroup2 rw\n") == \
+        (Path("/sys/fs/cgroup"), "/")
+    monkeypatch.setattr(cgroup, "_unified_mount", lambda text: None)
+    db = tmp_path / "r.db"
+    outcome = Runner(Store(db), progress=False).run(loads("name: p\nrepetitions: 1\nworkloads: [{type: ping, count: 1}]\n"))
+    assert outcome.trials_ok == 1
+    assert "no cgroup v2 hierarchy is mounted" in " ".join(capsys.readouterr().err.split())
+    with sqlite3.connect(db) as c:
+        (meta,) = [json.loads(m) for (m,) in c.execute("SELECT metadata FROM trials")]
+    assert meta["own_cpu"] == OWN_PROCESS

@@ -4,14 +4,16 @@ work took is one counter.
 The run's process moves itself into a new cgroup of the unified (v2) hierarchy, `vnetbench-<prefix>` under the one it
 was in; every process it starts from then on inherits it and stays in it: User-Mode Linux guest kernels and each host
 process a guest consists of, servers kept up between trials, daemons that detach and are reparented to init. The
-group's `cpu.stat` (usage_usec) adds up their CPU, the dead ones' included: one file read, where walking /proc for the
-run's processes costs ~2 ms of CPU per pass on a machine with 100 processes (measured here), 20 times a second.
+group's `cpu.stat` (usage_usec) adds up their CPU, the dead ones' included: one file read (16 us), where walking
+/proc for the run's processes took 1.5 ms of CPU per pass with 100 processes on the machine (measured here), and the
+load watch reads 20 times a second.
 
-No controller is enabled and no limit set: the group only counts. cpu.stat's usage is there in every v2 cgroup,
-controller or not (kernel 4.20 on), so this works on a pure v2 machine (Debian 12) and on a hybrid one with the
-unified hierarchy mounted beside the v1 ones (/sys/fs/cgroup/unified). Without a writable v2 hierarchy (a pure v1
-machine, a container with a read-only /sys/fs/cgroup) `join` says why not, and the load watch counts what it did
-before: this process and the children it has reaped.
+No controller is enabled and no limit set: the group only counts. The kernel keeps cpu.stat's usage in every v2
+cgroup, whether the cpu controller is enabled or not: the same files serve a pure v2 machine (Debian 12's default,
+/sys/fs/cgroup, the run's process in a session's or a service's cgroup) and a hybrid one with the unified hierarchy
+mounted beside the v1 ones (/sys/fs/cgroup/unified, as here). Without a writable v2 hierarchy (a pure v1 machine, a
+container with a read-only /sys/fs/cgroup) `join` says why not, and the load watch counts what it did before: this
+process and the children it has reaped.
 
 The group is recorded in the run's ledger before it is made; at the run's end, or by `clean` after a dead run, its
 processes (none, normally) move back to the parent and the directory goes.
