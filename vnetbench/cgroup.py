@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 NAME = "vnetbench-"  # + the run's prefix
+ORPHAN_AGE_S = 10    # an empty group younger than this may be a run's that is joining it now (microseconds)
 
 
 class Unavailable(RuntimeError):
@@ -113,3 +114,24 @@ def dissolve(name: str, prefix: str) -> str | None:
         except OSError:
             time.sleep(0.05)  # still populated: an exiting process, or one forked as we moved the others
     return f"cgroup {path} still has processes in it"
+
+
+def orphans(ledgers: set[str]) -> list[tuple[str, Path]]:
+    """(prefix, directory) of the empty run groups beside the one this process would make whose run has no ledger
+    here (`ledgers`: the prefixes that have one), made over ORPHAN_AGE_S ago: a run whose ledger was wiped after a
+    kill -9 leaves one. A live run's group is never empty (its own process is in it)."""
+    try:
+        here = current()
+    except Unavailable:
+        return []
+    found = []
+    for path in here.glob(f"{NAME}vb*"):
+        prefix = path.name[len(NAME):]
+        try:
+            empty = not (path / "cgroup.procs").read_text().strip()
+            old = time.time() - path.stat().st_mtime > ORPHAN_AGE_S
+        except OSError:
+            continue
+        if empty and old and prefix not in ledgers:
+            found.append((prefix, path))
+    return found

@@ -348,11 +348,16 @@ def clean_all(dry_run: bool = False) -> tuple[list[str], list[tuple[str, str]], 
     removed: list[str] = []
     left: list[tuple[str, str]] = []
     pending: list[str] = []
-    for ledger in runs():
+    known = runs()
+    for ledger in known:
         state, why = ledger.owner_state()
         if state != "dead":
             left.append((ledger.prefix, why if state == "alive" else f"its owner cannot be checked: {why}"))
         else:
             removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
             pending += [f"{ledger.prefix}: {why}" for why in ledger.pending]
+    for prefix, path in cgroup.orphans({ledger.prefix for ledger in known}):
+        removed.append(f"{prefix}: cgroup {path} (empty; its run's ledger is gone)")
+        if not dry_run:
+            cgroup.dissolve(str(path), prefix)
     return removed, left, pending
