@@ -52,7 +52,7 @@ def uml_pids(prefix: str) -> list[int]:
 
 def clean_after_kill(prefix: str, state_dir: Path) -> None:
     """`clean` after a kill -9 of a run with guests: it removes the run, and nothing of it is left (no guest process,
-    namespace, ledger directory, file in /dev/shm or /tmp, or link in the machine's own namespace)."""
+    namespace, ledger directory, file in /dev/shm or /tmp, link in the machine's own namespace, or cgroup)."""
     from vnetbench import ledger
     removed, running = ledger.clean()
     assert prefix not in running and any(prefix in r for r in removed)
@@ -63,6 +63,8 @@ def clean_after_kill(prefix: str, state_dir: Path) -> None:
     assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert prefix not in links
+    from vnetbench import cgroup
+    assert not cgroup.path_for(prefix).exists()  # the run's cgroup (the killed run was this process's child)
 
 
 def vnetbench(*args, env=None, check=True, timeout=600):

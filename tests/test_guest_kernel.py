@@ -143,6 +143,8 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not list(state_dir.iterdir())
     assert not [p for p in os.listdir("/tmp") + os.listdir("/dev/shm") if prefix in p]
+    from vnetbench import cgroup
+    assert not cgroup.path_for(prefix).exists()
 
 
 WIRE = {"vxlan": ("udp port 4789", "vni 101"), "gre": ("ip proto 47", "key=0x65"),

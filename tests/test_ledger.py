@@ -59,6 +59,61 @@ def test_clean_removes_dead_runs_only_and_nothing_foreign(state_dir):
         subprocess.run(["ip", "netns", "del", foreign])
 
 
+def test_clean_removes_a_killed_runs_cgroup_and_moves_what_is_left_out(state_dir):
+    """A run killed with -9 leaves its cgroup (recorded in its ledger before it was made) with what it started still
+    in it; `clean` moves those out (it kills what the run recorded or left in its namespaces, as before) and removes
+    the group: none is left however the run ended."""
+    from vnetbench import cgroup
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, time; from vnetbench import cgroup; from vnetbench.ledger import Ledger;"
+                              "l = Ledger.create(); cgroup.join(l); p = subprocess.Popen(['sleep', '30']);"
+                              "print(l.prefix, p.pid, flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    prefix, pid = child.stdout.readline().split()
+    group = cgroup.path_for(prefix)
+    try:
+        assert group.is_dir() and cgroup.current(pid) == group
+        child.kill()
+        child.wait()
+        assert any(f"cgroup {group}" in line for line in ledger.clean(dry_run=True)[0]) and group.is_dir()
+        removed, _ = ledger.clean()
+        assert any(f"cgroup {group}" in line for line in removed)
+        assert not group.exists() and cgroup.current(pid) == group.parent
+        assert not (state_dir / prefix).exists()
+    finally:
+        subprocess.run(["kill", pid])
+
+
+def test_clean_removes_an_empty_run_cgroup_whose_ledger_is_gone_and_nothing_else(state_dir, monkeypatch):
+    """A run killed with -9 whose ledger was wiped too leaves an empty cgroup no ledger names: `clean` removes it. A
+    group with a process in it (a live run, whatever its state dir) and one whose run has a ledger are left alone."""
+    from vnetbench import cgroup
+    monkeypatch.setattr(cgroup, "ORPHAN_AGE_S", 0)
+    here = cgroup.current()
+    orphan, busy = (here / f"{cgroup.NAME}vbt{os.getpid() % 1000:03d}{k}" for k in "ob")
+    recorded = ledger.Ledger.create()
+    kept = here / f"{cgroup.NAME}{recorded.prefix}"
+    sleeper = None
+    try:
+        for g in (orphan, busy, kept):
+            g.mkdir()
+        sleeper = subprocess.Popen(["sleep", "30"])
+        (busy / "cgroup.procs").write_text(str(sleeper.pid))
+        dry, _ = ledger.clean(dry_run=True)
+        assert [line for line in dry if "cgroup" in line] == [f"{orphan.name[len(cgroup.NAME):]}: cgroup {orphan} "
+                                                               "(empty; its run's ledger is gone)"]
+        assert orphan.is_dir()
+        ledger.clean()
+        assert not orphan.exists() and busy.is_dir() and kept.is_dir()
+    finally:
+        if sleeper:
+            sleeper.kill()
+            sleeper.wait()
+        for g in (orphan, busy, kept):
+            cgroup.dissolve(str(g), g.name[len(cgroup.NAME):])
+        recorded.remove_all()
+
+
 def test_reused_pid_is_not_taken_for_a_live_owner(state_dir):
     led = ledger.Ledger.create()
     owner = json.loads((led.dir / "owner.json").read_text())

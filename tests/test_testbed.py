@@ -509,7 +509,7 @@ def test_metacharacters_in_levels_and_names_execute_nothing_anywhere(lab, tmp_pa
     assert nothing_left(lab), leftovers(lab)
 
 
-def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, state_dir):
+def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, state_dir, monkeypatch):
     spec = tmp_path / "long.yaml"
     spec.write_text(LONG)
     node1 = lab.hosts[0]
@@ -525,6 +525,7 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         proc.wait()
         lost = [json.loads(ln) for d in state_dir.iterdir() for ln in (d / "objects.jsonl").read_text().splitlines()
                 if '"kind": "host"' in ln]
+        prefixes = [d.name for d in state_dir.iterdir()]
         for d in state_dir.iterdir():  # the local ledger is lost too (a wiped state dir)
             subprocess.run(["rm", "-rf", str(d)], check=True)
         assert any(any(v.values()) for v in _ours(lab).values())
@@ -537,6 +538,12 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
         for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
             close_master(tb.target_of(entry), entry["control"])
             subprocess.run(["rm", "-rf", entry["control"]])
+    # the run's cgroup here, which only the lost ledger named: empty once those connections are gone, so clean removes
+    # it (when older than a group a live run may be joining this moment)
+    from vnetbench import cgroup, ledger
+    monkeypatch.setattr(cgroup, "ORPHAN_AGE_S", 0)
+    ledger.clean()
+    assert prefixes and not [p for p in prefixes if cgroup.path_for(p).exists()]
 
 
 def test_a_second_controller_with_the_same_hostname_leaves_a_live_run_alone(lab, tmp_path, state_dir):

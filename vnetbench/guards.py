@@ -5,7 +5,8 @@ Invalid: a NaN or infinite value, a negative one, a ratio above 1, a goodput abo
 (with what tbf's bucket lets through on top), an interval series whose time-weighted mean disagrees with the total
 it belongs to, a receiver that got more than its sender sent, percentiles out of order (p50 above p99), CPU shares
 of one CPU (or machine) that sum above 1.
-Noisy: CPU steal, or load that was not ours (the machine's busy share just before the trial), above a threshold.
+Noisy: CPU steal, or load that was not ours (the machine's busy share just before the trial less what the processes
+the run started used: runner.py, probes/procstat.py LoadWatch), above a threshold.
 Flagged: a rate-bounded sender that did not offer the rate asked ("offered 14.6 of 100 Mbit/s"), and a trial whose
 goodput no ceiling could check (no underlay rate set).
 """
@@ -25,7 +26,7 @@ BYTES_TOLERANCE = 0.001   # bytes received vs sent: counters of one connection (
 SERIES_TOLERANCE = 0.05    # series mean vs total: the receiver's last stub interval (a few ms) is left out
 STUB_S = 0.05              # ... and what arrives after the last interval closed: a larger share of a short run
 STEAL_NOISY = 0.05         # share of CPU time stolen by the hypervisor
-FOREIGN_NOISY = 0.25       # share of the machine busy before the trial started (someone else's work)
+FOREIGN_NOISY = 0.25       # share of the machine busy before the trial started with work the run did not start
 ETH_HEADER = 14            # tbf counts each frame from the Ethernet header on (no preamble, no FCS)
 OFFERED_SHORT = 0.95       # a rate-bounded sender below this share of its rate did not offer the load asked
 CPU_SHARES = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq_ratio", "cpu_steal_ratio",
@@ -217,8 +218,8 @@ def check_noise(samples: Sequence[Sample], foreign_busy: float | None) -> list[s
                 and not s.metadata.get("series") and s.value > STEAL_NOISY:
             noisy.append(f"CPU steal {s.value:.1%} of the window (> {STEAL_NOISY:.0%})")
     if foreign_busy is not None and foreign_busy > FOREIGN_NOISY:
-        noisy.append(f"the machine was {foreign_busy:.0%} busy just before the trial (> {FOREIGN_NOISY:.0%}): "
-                     f"other work shared the CPUs")
+        noisy.append(f"other work (not the run's) kept the machine {foreign_busy:.0%} busy just before the trial "
+                     f"(> {FOREIGN_NOISY:.0%})")
     return noisy
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import cgroup
+
 DEFAULT_STATE_DIR = "/run/vnetbench"
 PREFIX_LEN = 6  # "vb" + 4 hex digits: leaves 9 characters of a 15-character interface name
 
@@ -94,7 +96,8 @@ def owner_state(owner, remote: bool = False) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Obj:
-    kind: str  # netns | process | dir | host (a testbed machine the run touched: its objects are in its own ledger)
+    kind: str  # netns | process | dir | cgroup (the run's own) | host (a testbed machine the run touched: its objects
+    #            are in its own ledger)
     name: str
     pid: int | None = None
     start: int | None = None
@@ -233,6 +236,13 @@ class Ledger:
             for ns in sorted(survived):
                 self.pending.append(f"netns {ns} is still there after its delete")
             self.forget_many([("netns", ns) for ns in namespaces if ns not in survived])
+        for obj in [o for o in objs if o.kind == "cgroup"]:  # after the processes: what is left moves out of it
+            done.append(f"cgroup {obj.name}")
+            why = None if dry_run else cgroup.dissolve(obj.name, self.prefix)
+            if why is not None:
+                self.pending.append(why)
+            elif not dry_run:
+                self.forget("cgroup", obj.name)
         for obj in reversed([o for o in objs if o.kind == "dir"]):
             # a directory of the run outside its own (e.g. short socket paths); only one named with the prefix
             if os.path.isabs(obj.name) and self.prefix in os.path.basename(obj.name) and os.path.isdir(obj.name):
@@ -338,11 +348,16 @@ def clean_all(dry_run: bool = False) -> tuple[list[str], list[tuple[str, str]], 
     removed: list[str] = []
     left: list[tuple[str, str]] = []
     pending: list[str] = []
-    for ledger in runs():
+    known = runs()
+    for ledger in known:
         state, why = ledger.owner_state()
         if state != "dead":
             left.append((ledger.prefix, why if state == "alive" else f"its owner cannot be checked: {why}"))
         else:
             removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
             pending += [f"{ledger.prefix}: {why}" for why in ledger.pending]
+    for prefix, path in cgroup.orphans({ledger.prefix for ledger in known}):
+        removed.append(f"{prefix}: cgroup {path} (empty; its run's ledger is gone)")
+        if not dry_run:
+            cgroup.dissolve(str(path), prefix)
     return removed, left, pending

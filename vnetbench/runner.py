@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import adaptive, environment, guards, rawlog
+from . import adaptive, cgroup, environment, guards, rawlog
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
@@ -285,6 +285,7 @@ class Runner:
         ledger = None
         try:
             ledger = Ledger.create()
+            self._count_own(ledger)
             self.hosts = Hosts(ledger, self.testbed)  # guests booted at the first scenario that wants them
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
             with self._progress(cid) as bar:
@@ -292,6 +293,8 @@ class Runner:
                          bar, outcome).run()
                 outcome.status = "done"
         finally:
+            if _LOAD is not None:
+                _LOAD.count(None)  # the run's cgroup goes with its ledger
             with _uninterruptible():
                 try:  # a full disk failing the status write must not keep the run's namespaces and files
                     self.store.set_campaign(cid, status=outcome.status, finished=time.time())
@@ -304,6 +307,17 @@ class Runner:
                             self.hosts.disconnect()
                         for why in getattr(ledger, "pending", []):
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
+
+    def _count_own(self, ledger: Ledger) -> None:
+        """Every process the run starts goes into its cgroup, whose CPU the load watch counts as the run's own; where
+        none can be made, it counts this process and its reaped children, and says so once."""
+        if _LOAD is None:
+            return
+        try:
+            _LOAD.count(cgroup.join(ledger))
+        except cgroup.Unavailable as exc:
+            self.console.print(f"[yellow]load watch:[/] {exc}; the CPU of guests and daemons still running counts as "
+                               "other load (trials may be flagged noisy by the run's own work)", highlight=False)
 
     def _put(self, cid: int, sc: Scenario) -> None:
         self.store.put_scenario(cid, sc.index, sc.key, sc.levels, sc.shown_labels,
@@ -606,7 +620,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
     (with the seconds of each phase since `began`: see phases()). Raises TrialFailure when the tool or a background
     load failed."""
     began = began or time.time()
-    foreign = _LOAD.foreign(FOREIGN_SAMPLE_S) if _LOAD else busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)
+    load = _load_before()
     place = topo.placement  # where the hosts are: it knows their probes (a guest's kernel's own, a testbed host's)
     probes, guest_probes = place.probes(topo), place.guest_probes(topo)
     profiler, no_profile = profile.for_trial(sc, topo, wl, place if place.remote else None)
@@ -646,7 +660,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
         raise TrialFailure(error, hung)
     samples = place.tag(topo, samples)  # on a testbed every sample says which hosts it came from
     probe_samples += efficiency.derive(samples + probe_samples, efficiency.payload_of(sc, wl))
-    meta = {"foreign_busy_ratio": foreign, "phases": phases(began, ran, window, time.time())}
+    meta = load | {"phases": phases(began, ran, window, time.time())}
     if no_profile or (profiler and profiler.note):
         meta["profile_skipped"] = no_profile or profiler.note
     if profiler and profiler.folded:
@@ -663,6 +677,19 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
     if window:
         meta["window"] = list(window)
     return samples + probe_samples, meta
+
+
+def _load_before() -> dict:
+    """The machine's load in the FOREIGN_SAMPLE_S before a trial, for its metadata: the busy share that was not the
+    run's own (foreign_busy_ratio, which guards.check_noise judges), the run's own share, and what counted as its own
+    (its cgroup: every process it started; or this process and its reaped children). Outside a run (no watch) all
+    of the busy share is counted as foreign."""
+    if _LOAD is None:
+        return {"foreign_busy_ratio": busy_ratio_now(LocalExecutor(), FOREIGN_SAMPLE_S)}
+    load = _LOAD.load(FOREIGN_SAMPLE_S)
+    if load is None:
+        return {"foreign_busy_ratio": None}
+    return {"foreign_busy_ratio": load.foreign, "own_busy_ratio": round(load.own, 4), "own_cpu": load.counted}
 
 
 def at_once(calls: list) -> list:

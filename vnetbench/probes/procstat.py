@@ -15,7 +15,9 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from .. import cgroup
 from ..executor import Executor
 from ..sample import Metric, Sample
 from . import register
@@ -167,26 +169,58 @@ def steal_ratio_now(executor: Executor, seconds: float = 0.5) -> float:
     return shares["steal"] if shares else math.nan
 
 
+# what the load watch counted as the run's own CPU (a trial's `own_cpu`): without a cgroup, and with one
+OWN_PROCESS = "the run's process and the children it reaped"
+OWN_CGROUP = "every process the run started (its cgroup)"
+
+
+@dataclass(frozen=True)
+class Load:
+    """The machine's CPUs over a span just past: shares of all CPU time (steal excluded from busy)."""
+    busy: float        # all work
+    own: float         # the run's own work (`counted` says what that covered)
+    foreign: float     # busy and not ours: other work that shared the CPUs
+    counted: str       # OWN_CGROUP or OWN_PROCESS
+
+
 class LoadWatch:
     """The machine's CPU shares over the last few seconds, at any moment and without waiting for them: a thread reads
-    the "cpu" line of /proc/stat (a file read, no process) and this process's own CPU time (its threads and the
-    children it has reaped: the tools it ran here) every `step` s. `foreign(s)` is the busy share of the last s
-    seconds that was not ours, `steal()` the share stolen since the watch began. (A sleep before each trial to sample
-    the load cost every trial 0.2 s of its 0.24 s overhead; one at the start, 0.5 s of every run.)"""
+    the "cpu" line of /proc/stat (a file read, no process) and the CPU the run has used itself every `step` s.
+    `load(s)` is the last s seconds' busy share, split into ours and not ours (`foreign(s)`), `steal()` the share
+    stolen since the watch began. (A sleep before each trial to sample the load cost every trial 0.2 s of its 0.24 s
+    overhead; one at the start, 0.5 s of every run.)
+
+    The run's own CPU is its cgroup's once `count` names one (cgroup.py: every process it started, wherever it went:
+    guest kernels, kept servers, detached daemons), else this process's threads and the children it has reaped: the
+    tools it ran and waited for, not the guests or daemons still running (they made trials in guests look noisy)."""
 
     def __init__(self, step: float = 0.05, keep: float = 5.0):
         self.step, self.keep = step, keep
         self.hz = os.sysconf("SC_CLK_TCK")
-        self.points: list[tuple[float, tuple[int, ...], float]] = []
+        self.points: list[tuple[float, tuple[int, ...], float, float | None]] = []
+        self.group: Path | None = None
         self._lock = threading.Lock()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> tuple[float, tuple[int, ...], float]:
+    def count(self, group: Path | None) -> None:
+        """Count the CPU of this cgroup as ours from now on (None: this process's own again). A reading at once: a
+        span that began before is ours by this process's count up to it, by the group's after it."""
+        with self._lock:
+            self.group = group
+            if self._thread is not None:
+                self.points.append(self._read())
+
+    def _read(self) -> tuple[float, tuple[int, ...], float, float | None]:
+        """(time, the "cpu" ticks, this process's CPU s, the cgroup's CPU s or None)."""
         with open("/proc/stat") as fh:
             cpu = parse_proc_stat(fh.readline()).cpus["cpu"]
-        t = os.times()
-        return time.monotonic(), cpu, t.user + t.system + t.children_user + t.children_system
+        t, group = os.times(), self.group
+        try:
+            in_group = cgroup.usage_s(group) if group is not None else None
+        except OSError:  # removed at the run's end while we read
+            in_group = None
+        return time.monotonic(), cpu, t.user + t.system + t.children_user + t.children_system, in_group
 
     def start(self) -> "LoadWatch":
         self.points = [self._read()]
@@ -197,8 +231,8 @@ class LoadWatch:
 
     def _loop(self) -> None:
         while not self._halt.wait(self.step):
-            point = self._read()
-            with self._lock:
+            with self._lock:  # read in the lock: count() adds readings too, and they stay in order
+                point = self._read()
                 self.points.append(point)
                 while len(self.points) > 3 and point[0] - self.points[2][0] > self.keep:
                     del self.points[1]  # (the first reading stays: steal() is since the start)
@@ -208,24 +242,52 @@ class LoadWatch:
         if self._thread is not None:
             self._thread.join()
 
-    def _since(self, seconds: float | None) -> tuple[tuple, tuple] | None:
+    def _span(self, seconds: float | None) -> list[tuple]:
+        """The readings from the last one at or before `seconds` ago (None: the first) to one taken now."""
         now = self._read()
         with self._lock:
             points = [*self.points, now]
         if seconds is None:
-            return points[0], now
-        old = [p for p in points if p[0] <= now[0] - seconds]
-        return (old[-1] if old else points[0]), now
+            return points
+        k = max([i for i, p in enumerate(points) if p[0] <= now[0] - seconds] or [0])
+        return points[k:]
 
-    def foreign(self, seconds: float) -> float | None:
-        """The share of all CPUs busy over the last `seconds` (steal excluded) minus the share this process and its
-        reaped children used; None if no tick elapsed."""
-        a, b = self._since(seconds)
+    def _since(self, seconds: float | None) -> tuple[tuple, tuple]:
+        points = self._span(seconds)
+        return points[0], points[-1]
+
+    def load(self, seconds: float) -> Load | None:
+        """The last `seconds`: the busy share of all CPUs (steal excluded), ours and not ours; None if no tick
+        elapsed."""
+        points = self._span(seconds)
+        a, b = points[0], points[-1]
         shares = cpu_shares(a[1], b[1])
         if not shares:
             return None
         total_s = sum(max(0, y - x) for x, y in zip(a[1], b[1])) / self.hz
-        return max(0.0, busy(shares) - (b[2] - a[2]) / total_s)
+        machine = busy(shares)
+        # ticks (/proc/stat) against nanoseconds (the cgroup): ours can pass the busy share by a tick
+        own_s, counted = self._own_s(points)
+        own = min(machine, own_s / total_s)
+        return Load(machine, own, max(0.0, machine - own), counted)
+
+    @staticmethod
+    def _own_s(points: list[tuple]) -> tuple[float, str]:
+        """Our CPU seconds over the readings: the group's from the first reading that has it (the run started
+        nothing before it joined its group, so up to then this process's count is the run's)."""
+        a, b = points[0], points[-1]
+        k = len(points)
+        while k and points[k - 1][3] is not None:  # the readings since the group was named
+            k -= 1
+        if k == len(points):
+            return b[2] - a[2], OWN_PROCESS
+        j = points[k]
+        return (j[2] - a[2]) + (b[3] - j[3]), OWN_CGROUP
+
+    def foreign(self, seconds: float) -> float | None:
+        """The share of all CPUs busy over the last `seconds` that was not ours; None if no tick elapsed."""
+        got = self.load(seconds)
+        return got.foreign if got else None
 
     def steal(self, at_least: float = 0.2) -> float:
         """The share stolen by the hypervisor since the watch began (waiting until it has watched `at_least` s)."""
