@@ -48,14 +48,18 @@ def main() -> None:
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--suites", default="s1,s2,s3,s4,s5")
     ap.add_argument("--fresh", action="store_true", help="remove the cached guest probe first")
+    ap.add_argument("--keep", type=Path, help="keep each suite's results file in this directory")
     args = ap.parse_args()
     if args.fresh:
         cache = Path(os.environ.get("VNETBENCH_CACHE_DIR", "/var/cache/vnetbench")) / "guest-probe.json"
         cache.unlink(missing_ok=True)
     total, lines = 0.0, []
     with tempfile.TemporaryDirectory(prefix="vb-suites-") as d:
+        out = args.keep or Path(d)
+        out.mkdir(parents=True, exist_ok=True)
         for name in args.suites.split(","):
-            db = Path(d) / f"{name}.db"
+            db = out / f"{name}.db"
+            db.unlink(missing_ok=True)
             load0 = os.getloadavg()[0]
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "vnetbench", "run", f"suite:{name}", "--profile",
