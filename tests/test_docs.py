@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -232,6 +233,31 @@ def runnable(block: str) -> str:
     return "\n".join(out) + "\n"
 
 
+BLOCK_TIMEOUT_S = 400
+
+
+def run_block(script: str, work: Path, env: dict, what: str) -> subprocess.CompletedProcess:
+    """One block in a session of its own: past its time the whole session is stopped (a run gets SIGTERM and tears
+    down), not only the shell, whose children would outlive the test."""
+    with subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.communicate(timeout=wait)
+                    break
+                except ProcessLookupError:
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            pytest.fail(f"{what} ran past {BLOCK_TIMEOUT_S} s: a command that takes minutes says so with "
+                        f"'(takes minutes)' in its comment")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 @pytest.mark.net
 @pytest.mark.timeout(900)  # the README's first experiment (about 40 s) and a dozen commands, on a busy machine
 def test_the_docs_commands_run_as_written(tmp_path, state_dir):
@@ -246,8 +272,7 @@ def test_the_docs_commands_run_as_written(tmp_path, state_dir):
             if "./install.sh" in block:
                 continue  # the install and the test suite itself: what CI runs
             script = runnable(block)
-            proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=400)
+            proc = run_block(script, work, env, f"{page.name}, sh block {n + 1}")
             assert proc.returncode == 0, (f"{page.name}, sh block {n + 1} exited {proc.returncode}:\n{block}\n"
                                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
             ran += 1

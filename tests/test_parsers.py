@@ -334,3 +334,28 @@ def test_an_interrupted_iperf3_client_is_made_whole_by_its_servers_report(name, 
     assert one(samples, "sender_throughput_bps", direction=direction) > 0
     assert one(samples, "receiver_cpu_ratio", direction=direction) > 0
     assert one(samples, "sender_cpu_ratio", direction=direction) > 0
+
+
+@pytest.mark.parametrize("extra_blocks, flagged", [(1, False), (10, True)])
+def test_an_interrupted_sender_is_owed_at_most_one_uncounted_block(extra_blocks, flagged):
+    """iperf3 leaves its send loop for SIGINT with a longjmp, which can fall between a write and the count of its
+    bytes: the server then holds one block per stream more than the client counted (a 1-Mbit/s UDP load in the test
+    suite: 97 datagrams received, 96 counted sent, and the trial was judged impossible). One block is that race;
+    more (here 10 blocks of 64 B: 0.4 %) cannot be explained by it and stays for the consistency check."""
+    from vnetbench.guards import check_consistency
+    from vnetbench.workloads.iperf3 import completed
+    client = json.loads(text("iperf3_interrupted", "udp_client.json"))
+    server = json.loads(text("iperf3_interrupted", "udp_server.json"))
+    block = client["start"]["test_start"]["blksize"]
+    received = server["end"]["sum_received"]
+    received["bytes"] += extra_blocks * block
+    received["packets"] += extra_blocks
+    samples = parse_iperf3(json.dumps(completed(client, server)), pair=1)
+    [sent] = by(samples, "sender_throughput_bps", direction="forward")
+    problems = check_consistency(samples)
+    assert bool(problems) == flagged, problems
+    if not flagged:
+        assert sent.metadata["bytes"] == received["bytes"]
+        assert one(samples, "udp_loss_ratio", direction="forward") >= 0
+    else:
+        assert sent.metadata["bytes"] == client["end"]["sum_sent"]["bytes"]
