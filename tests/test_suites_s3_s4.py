@@ -317,17 +317,23 @@ def test_overlays_cross_routers(ledger):
             topo.teardown()
 
 
-@pytest.mark.net
-def test_two_processes_of_two_streams(ledger):
-    (sc,) = expand(loads(hops_spec("{attach: host, hops: 1}")).experiment, detect())
+def run_iperf3(ledger, factors: str, params: dict) -> tuple[list, float]:
+    """One iperf3 test on a one-scenario topology built for it: its samples and when it ended (epoch)."""
+    (sc,) = expand(loads(hops_spec(factors)).experiment, detect())
     topo = Topology(sc, ledger)
     try:
         topo.build()
         cls = workloads()["iperf3"]
-        wl = cls(cls.Params.model_validate({"streams": 4, "processes": 2, "duration": 1}))
+        wl = cls(cls.Params.model_validate(params))
         samples = wl.run(wl.select(topo.pairs))
+        return samples, time.time()
     finally:
         topo.teardown()
+
+
+@pytest.mark.net
+def test_two_processes_of_two_streams(ledger):
+    samples, _ = run_iperf3(ledger, "{attach: host, hops: 1}", {"streams": 4, "processes": 2, "duration": 1})
     (tput,) = by(samples, "throughput_bps")
     assert tput.metadata["processes"] == 2
     assert len(set(tput.metadata["ports"])) == 2 and set(tput.metadata["ports"]) == {5201, 5202}
@@ -347,16 +353,7 @@ def test_a_split_pair_stops_once_its_processes_measured_together(ledger):
     duration asked: the test ends well inside the 2 s each was given beyond it (before, it ended 2.0-2.3 s after
     the window), while the window is still the duration asked and the bytes add up: the window's within what the
     servers received, that within what the clients sent."""
-    (sc,) = expand(loads(hops_spec("{attach: host}")).experiment, detect())
-    topo = Topology(sc, ledger)
-    try:
-        topo.build()
-        cls = workloads()["iperf3"]
-        wl = cls(cls.Params.model_validate({"streams": 4, "processes": 4, "duration": 1}))
-        samples = wl.run(wl.select(topo.pairs))
-        ended = time.time()
-    finally:
-        topo.teardown()
+    samples, ended = run_iperf3(ledger, "{attach: host}", {"streams": 4, "processes": 4, "duration": 1})
     tput = by(samples, "throughput_bps")[0]
     lo, hi = tput.metadata["window"]
     assert hi - lo == pytest.approx(1.0, abs=1e-6)
