@@ -10,7 +10,7 @@ import pytest
 
 from vnetbench.executor import LocalExecutor
 from vnetbench.workloads import load_all
-from vnetbench.workloads.base import Endpoint, Pair, WorkloadError
+from vnetbench.workloads.base import Endpoint, Pair, WorkloadError, wait_listening
 
 pytestmark = pytest.mark.net
 
@@ -159,3 +159,34 @@ def test_netperf(test):
         else:
             p50, p99 = values(samples, "latency_p50_s", pair=index)[0], values(samples, "latency_p99_s", pair=index)[0]
             assert 0 < p50 <= p99 < 0.1 and values(samples, "transactions_per_s", pair=index)[0] > 1000
+
+
+def test_stopping_a_server_ends_what_it_forked_to_serve_a_test():
+    """netserver serves each test in a child; a SIGTERM to the parent alone left that child running after its test
+    (a suite run on a busy machine found two at the end of the netperf test). stop() ends the server's whole group."""
+    from vnetbench.workloads.base import stop
+
+    def group(proc):
+        out = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+        return [pid for pid, stat in (line.split() for line in out.splitlines()) if not stat.startswith("Z")]
+
+    server = subprocess.Popen(["netserver", "-D", "-p", "15297"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    client = None
+    try:
+        wait_listening(LocalExecutor(), 15297, proc=server)
+        client = subprocess.Popen(["netperf", "-H", "127.0.0.1", "-p", "15297", "-l", "10", "-t", "TCP_STREAM"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while len(group(server)) < 2 and time.monotonic() < deadline:  # the child serving the test
+            time.sleep(0.05)
+        assert len(group(server)) >= 2, "netserver forked no child for the test"
+        stop(server)
+        deadline = time.monotonic() + 3  # a signalled process takes a moment to go; its test would run 10 s
+        while group(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group(server) == []
+    finally:
+        subprocess.run(["pkill", "-KILL", "-g", str(server.pid)], capture_output=True)
+        if client:
+            client.wait(timeout=15)

@@ -294,16 +294,31 @@ def finish(proc: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]
 
 
 def stop(proc: subprocess.Popen, grace: float = 2.0) -> tuple[str, str]:
-    """Stop a server process (SIGTERM, then SIGKILL) and return what it printed."""
-    if proc.poll() is None:
-        proc.terminate()
+    """Stop a server process and what it forked (netserver serves each test in a child, which outlived its parent on
+    a busy machine): SIGTERM, then SIGKILL; return what it printed."""
+    _signal_group(proc, signal.SIGTERM)
     try:
         out, err = proc.communicate(timeout=grace)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         out, err = proc.communicate()
     rawlog.output(proc, out, err)
     return out, err
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """A local process that leads its own group (spawn starts each in a session of its own) is signalled with its
+    group, while it is not yet reaped (so the group id cannot have been reused); a remote one's signal goes through
+    its own send_signal (the agent signals the group there)."""
+    if proc.poll() is not None:
+        return
+    try:
+        if type(proc) is subprocess.Popen and os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def wait_listening(node: Executor, port: int, proto: str = "tcp", timeout: float = 5.0,

@@ -108,14 +108,19 @@ def _end_samples(doc: dict, udp: bool, meta: dict, windows: dict | None = None) 
         m = meta | {"direction": direction} | ({"window": windows[direction]} if windows and direction in windows
                                                else {})
         # each rate over its own side's seconds (a busy receiver's can be shorter): the bytes say what is possible
-        out += [Sample.of("throughput_bps", recv["bits_per_second"], **m, bytes=recv.get("bytes")),
-                Sample.of("sender_throughput_bps", sent["bits_per_second"], **m, bytes=sent.get("bytes"))]
+        out += [Sample.of("throughput_bps", recv["bits_per_second"], **m, **_counted(recv)),
+                Sample.of("sender_throughput_bps", sent["bits_per_second"], **m, **_counted(sent))]
         if udp:
             out += [Sample.of("udp_loss_ratio", _udp_loss(recv, sent), **m),
                     Sample.of("jitter_s", recv["jitter_ms"] / 1e3, **m)]
         else:
             out.append(Sample.of("tcp_retransmits", sent.get("retransmits", 0), **m))
     return out
+
+
+def _counted(side: dict) -> dict:
+    """The bytes behind one side's rate, and how exact they are where that is known (bytes_within: +- bytes)."""
+    return {"bytes": side.get("bytes")} | ({"bytes_within": side["bytes_within"]} if side.get("bytes_within") else {})
 
 
 def _udp_loss(recv: dict, sent: dict) -> float:
@@ -214,10 +219,13 @@ def _line_bytes(m: re.Match) -> float:
     server's 12-ms interval printed as 1.03-1.05 counted 60 % too many bytes by its rate (a guest's 512 streams: the
     lines added up to 5-8 % more than the total, and the trial failed)."""
     by_rate = float(m["rate"]) * 1e3 / 8 * (float(m["b"]) - float(m["a"]))
-    unit = _UNITS[m["unit"]]
-    transfer = float(m["xfer"]) * unit
-    rounding = 0.5 * 10 ** -len(m["xfer"].partition(".")[2]) * unit
-    return by_rate if abs(by_rate - transfer) <= rounding else transfer
+    transfer = float(m["xfer"]) * _UNITS[m["unit"]]
+    return by_rate if abs(by_rate - transfer) <= _rounding(m) else transfer
+
+
+def _rounding(m: re.Match) -> float:
+    """Half the last printed digit of a line's transfer column, in bytes."""
+    return 0.5 * 10 ** -len(m["xfer"].partition(".")[2]) * _UNITS[m["unit"]]
 
 
 def server_line(line: str, reverse: bool) -> ServerLine | None:
@@ -258,11 +266,23 @@ def server_intervals(lines: Sequence[tuple[float, str]], reverse: bool) -> tuple
 def server_total(lines: Sequence[tuple[float, str]], side: str = "receiver") -> float | None:
     """The bytes a split pair's server counted over its whole test (its summary line: the [SUM] line, or its one
     stream's), read like its intervals; None if it printed none."""
-    totals: dict[str, list[float]] = {}
+    m = _summary_line(lines, side)
+    return _line_bytes(m) if m else None
+
+
+def server_total_within(lines: Sequence[tuple[float, str]], side: str = "receiver") -> float:
+    """How far server_total can be from the count behind it: read by its rate, it agrees with the transfer column to
+    within that column's rounding, which is itself that far from the count (3 digits: 1.42 GBytes is +-5.4 MB)."""
+    m = _summary_line(lines, side)
+    return 2 * _rounding(m) if m else 0.0
+
+
+def _summary_line(lines: Sequence[tuple[float, str]], side: str) -> re.Match | None:
+    totals: dict[str, list[re.Match]] = {}
     for _, line in lines:
         m = _SERVER_LINE.match(line)
         if m and (end := _SUMMARY.search(m["rest"])) and end[1] == side:
-            totals.setdefault("sum" if m["id"] == "SUM" else "streams", []).append(_line_bytes(m))
+            totals.setdefault("sum" if m["id"] == "SUM" else "streams", []).append(m)
     picked = totals.get("sum") or (totals["streams"] if len(totals.get("streams", [])) == 1 else [])
     return picked[-1] if picked else None
 
@@ -289,7 +309,7 @@ def _merge_end(ends: list[dict]) -> dict:
         if any(x is None for x in parts):
             continue
         total = {f: sum(x.get(f, 0) for x in parts) for f in ("bits_per_second", "bytes", "retransmits", "packets",
-                                                                "lost_packets")}
+                                                                "lost_packets", "bytes_within")}
         if all("jitter_ms" in x for x in parts):
             weights = [x.get("packets", 0) or 1 for x in parts]
             total["jitter_ms"] = sum(x["jitter_ms"] * w for x, w in zip(parts, weights)) / sum(weights)
@@ -394,7 +414,9 @@ def _stopped_end(doc: dict, lines: Sequence[tuple[float, str]] | None) -> None:
     total = server_total(lines) if lines else None
     if total is None or _udp(doc) or "sum_sent_bidir_reverse" in end or doc["start"]["test_start"].get("reverse"):
         raise WorkloadError(f"a stopped iperf3 process has no receiver's total: {doc['error']}")
-    end["sum_received"] = end.get("sum_received", {}) | {"bytes": total}
+    end["sum_received"] = end.get("sum_received", {}) | {"bytes": total, "bytes_within": server_total_within(lines)}
+    test = doc["start"]["test_start"]  # the signal's longjmp may leave a block per stream sent but not counted
+    end["sum_sent"] = end.get("sum_sent", {}) | {"bytes_within": test.get("blksize", 0) * test.get("num_streams", 1)}
     for key in ("remote_total", "remote_user", "remote_system"):
         end.get("cpu_utilization_percent", {}).pop(key, None)
 
