@@ -162,7 +162,7 @@ def check_consistency(samples: Sequence[Sample]) -> list[str]:
             by_key[_key(s)][s.metric] = s.value
             if isinstance(s.metadata.get("bytes"), (int, float)):
                 counted[_key(s)][s.metric] = s.metadata["bytes"]
-                # bytes read from a tool's printed text are only as exact as its digits: +- bytes_within
+                # as exact as the tool could count them: +- bytes_within (printed digits, a block a signal cut off)
                 counted[_key(s)][s.metric + ".within"] = s.metadata.get("bytes_within", 0)
     for key, m in by_key.items():
         where = f" ({', '.join(f'{k} {v}' for k, v in key if k in ('pair', 'direction', 'scope', 'cpu', 'vm'))})"
@@ -173,7 +173,7 @@ def check_consistency(samples: Sequence[Sample]) -> list[str]:
             # what cannot be is more bytes received than sent
             within = n["throughput_bps.within"] + n["sender_throughput_bps.within"]
             if n["throughput_bps"] - within > n["sender_throughput_bps"] * (1 + BYTES_TOLERANCE):
-                shown = f" (+- {within:.0f} as printed)" if within else ""
+                shown = f" (counted to within {within:.0f})" if within else ""
                 problems.append(f"throughput_bps{where}: the receiver got {n['throughput_bps']:.0f} bytes{shown}, "
                                 f"more than the sender sent ({n['sender_throughput_bps']:.0f})")
         elif got and sent is not None and got > sent * (1 + SERIES_TOLERANCE):
