@@ -287,15 +287,19 @@ def _summary_line(lines: Sequence[tuple[float, str]], side: str) -> re.Match | N
     return picked[-1] if picked else None
 
 
-def _checked(ivs: Sequence[Interval], exact: float | None, what: str, unprinted: int = 1) -> None:
+def _checked(ivs: Sequence[Interval], exact: float | None, what: str, stopped: bool = False) -> None:
     """The server's printed intervals must add up to the total it reported (two counters of the same bytes): a
     misread line would show here. The printed rates are rounded, and after -O iperf3 prints the first measured
     interval with no length (its bytes count in the total only): the total may hold one interval more than the
     lines, as large as the largest printed (a process a busy machine starved prints mostly empty intervals and a
     burst: S4 smoke at load 6 missed 2.1 % against a typical interval of a few kB); the lines never more. A server
-    whose client was stopped does not print the interval it was in either (`unprinted` 2)."""
+    whose client was stopped goes on counting what was queued before the stop, after its last line, in no line: its
+    lines may fall short by any amount (wireguard-go beside two busy loops: 0.95 of 1.16 MB), all of it after the
+    window, which ends with the lines."""
     got = sum(n for *_, n in ivs)
-    missing = unprinted * max((n for *_, n in ivs), default=0) if got < (exact or 0) else 0
+    if stopped and got < (exact or 0):
+        return
+    missing = max((n for *_, n in ivs), default=0) if got < (exact or 0) else 0
     if exact and abs(got - exact) > 0.02 * exact + missing:
         raise WorkloadError(f"{what}: its 0.1-s intervals add up to {got:.0f} bytes, its total says {exact:.0f}")
 
@@ -435,7 +439,7 @@ def _placed_server(doc: dict, lines: Sequence[tuple[float, str]] | None, pair: A
                                             if "sum_sent_bidir_reverse" in doc["end"] else "sum_sent")):
         if role in roles:
             side[(direction, sender)] = ivs = [(start + a, start + b, n) for a, b, n in roles[role]]
-            _checked(ivs, doc["end"].get(total, {}).get("bytes"), what, 2 if doc.get("error") else 1)
+            _checked(ivs, doc["end"].get(total, {}).get("bytes"), what, bool(doc.get("error")))
     return start, side
 
 
