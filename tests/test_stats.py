@@ -123,9 +123,10 @@ def test_compare_matches_scipy():
 
 
 def test_separated_samples_are_significant():
-    # Fully separated; Welch p = 0.0086. The old rule (Mann-Whitney and disjoint CIs) called this "not significant".
+    # Fully separated: of the 70 splits of 8 trials into 4 + 4, only this one and its mirror are as far apart, so the
+    # exact p is 2 / 70 (Welch's t-test said 0.0086, a certainty 4 + 4 trials of unknown shape do not give).
     c = compare([10.7, 10.9, 11.1, 11.3], [10, 10.2, 10.4, 10.6], better="higher")
-    assert c.p == pytest.approx(0.0086, abs=2e-4)
+    assert c.p == pytest.approx(2 / 70)
     assert c.significant and c.verdict == "worse"
     assert c.ratio_ci[1] < 1 and c.diff_ci[1] < 0
 
@@ -152,7 +153,8 @@ def test_holm_known_answer():
 
 def test_best_compares_leader_with_every_group():
     # A leads by mean; C's spread makes it impossible to tell from A; B is clearly behind.
-    best = best_of({"A": [10, 10.1, 10.2, 10.3], "B": [9, 9.1, 9.2, 9.3], "C": [1, 17, 2, 15]}, "higher")
+    best = best_of({"A": [10, 10.1, 10.2, 10.3, 10.4, 10.5], "B": [9, 9.1, 9.2, 9.3, 9.4, 9.5],
+                    "C": [1, 17, 2, 15, 3, 16]}, "higher")
     assert best.label == "A" and best.ties == ["C"] and best.tie
     assert best.correction == "holm" and set(best.comparisons) == {"B", "C"}
     assert best.p_adjusted["B"] < 0.05 <= best.p_adjusted["C"]
@@ -177,9 +179,12 @@ def test_best_tie():
     assert best.tie and {best.label, *best.ties} == {"a", "b"}
 
 
-def test_best_separated_at_three_trials():
-    # 3 vs 3, perfectly separated: Welch can tell them apart (Mann-Whitney never could at this n).
+def test_best_at_three_trials_is_no_test_and_at_five_it_is():
+    # 3 vs 3, perfectly separated: the smallest exact p is 2 / 20 = 0.1, so no test can say which leads; at 5 vs 5
+    # it is 2 / 252 and the separated groups are told apart.
     best = best_of({"x": [1.0, 1.1, 1.2], "y": [5.0, 5.1, 5.2]}, "higher")
+    assert best.label == "y" and best.tie and best.comparisons["x"].why == stats.NO_TEST
+    best = best_of({"x": [1.0, 1.1, 1.2, 1.3, 1.4], "y": [5.0, 5.1, 5.2, 5.3, 5.4]}, "higher")
     assert best.label == "y" and not best.tie
 
 

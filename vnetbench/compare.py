@@ -232,7 +232,8 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
              f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
              f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
-             f"(±x %) is the smallest change its test finds 80 % of the time. Raw CPU has no better direction: "
+             f"(±x %) is the smallest change its test finds 80 % of the time at alpha / {family_size(rows)} (Holm's "
+             f"first step); '{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better direction: "
              f"cpu_s_per_gbit judges it."]
     if threshold is not None:
         bad = sum(r.regression for r in rows)
@@ -240,6 +241,21 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
         lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}; "
                      f"gated metrics: {', '.join(gated) or 'none'}).")
     return lines
+
+
+def family_size(rows: list[Row]) -> int:
+    """How many tests Holm corrected over: the rows with a p (a row too few for a test is not in the family)."""
+    return sum(math.isfinite(r.comparison.p) for r in rows)
+
+
+def _detectable(r: Row, rows: list[Row], alpha: float) -> str:
+    """' (±x %)': the change a 'not significant' row could have found at its family's first Holm step
+    (alpha / m, not alpha: at 3 + 3 trials in 13 rows ±17 % would be quoted where 42 % is needed)."""
+    if r.verdict != stats.NOT_SIGNIFICANT:
+        return ""
+    m = family_size(rows)
+    found = stats.could_find(r.comparison, alpha, m)
+    return f" (±{found})" if found else " (no change detectable)"
 
 
 def _widths(rows: list[Row], width: int) -> list[int]:
@@ -280,9 +296,7 @@ def table(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | No
         what = r.metric \
             + (f" ({r.workload}{' ' + r.who if r.who else ''})" if several or r.who else "")
         style = {"worse": "red", "better": "green"}.get(r.verdict, "")
-        found = stats.could_find(r.comparison, alpha) if r.verdict == stats.NOT_SIGNIFICANT else ""
-        verdict = r.verdict + (" REGRESSION" if r.regression else "") \
-            + (f" (±{found})" if found else "") \
+        verdict = r.verdict + (" REGRESSION" if r.regression else "") + _detectable(r, rows, alpha) \
             + (f"; load not offered in {r.not_offered} trials" if r.not_offered else "")
         unit = r.unit
         t.add_row(escape(what), f"{r.a.n}/{r.b.n}", human(r.a.mean, unit),

@@ -4,8 +4,11 @@ multiple-comparison correction, and the rule that names a winner.
 The unit of replication is the trial: call these on ONE VALUE PER TRIAL (vnetbench.dataset gives them). Samples
 inside a trial (echoes, round trips) describe noise within one trial, not the uncertainty about a scenario.
 
-The pre-declared test is Welch's two-sided t-test on per-trial values at alpha = 0.05, nothing else: no CI-overlap
-rule, no second test that must agree. Every printed family of tests is corrected with Holm's step-down method
+The pre-declared test is two-sided on per-trial values at alpha = 0.05, nothing else: no CI-overlap rule, no second
+test that must agree. Up to EXACT_SPLITS ways of splitting the trials (8 a side) it is the exact permutation test of
+Welch's t statistic (every split counted: its error rate holds whatever the trials' distribution, the bimodal trials
+of a busy machine included); beyond, Welch's t-test. A test that cannot reach p < alpha at its n (3 + 3 trials: the
+smallest exact p is 0.1) is no test: "too few trials for a test", left out of its family (Tarone). Every printed family of tests is corrected with Holm's step-down method
 (holm()); the best of several groups is decided over ALL their pairs (best_of). Every comparison carries the effect
 the test is about, the ratio and difference of the MEANS, with intervals that match it: Welch's t interval of the
 difference and Fieller's interval of the ratio, with Welch-Satterthwaite degrees of freedom (95 % at any n for
@@ -18,6 +21,7 @@ scipy is imported inside the functions that need it, so that importing this modu
 """
 from __future__ import annotations
 
+import itertools
 import math
 from functools import cached_property, lru_cache
 from dataclasses import dataclass, field, replace
@@ -28,7 +32,9 @@ import numpy as np
 from .guards import UNBOUNDED_RATIOS
 
 NAN_PAIR = (math.nan, math.nan)
-TEST = "Welch's t-test on per-trial values, two-sided"
+TEST = ("exact permutation test of Welch's t on per-trial values (Welch's t-test past 8 trials a side), "
+        "two-sided")
+EXACT_SPLITS = 20000  # the exact test enumerates every split of the trials up to this many (8 + 8: 12870)
 CORRECTION = "holm"
 BOOTSTRAP_N = 2000
 
@@ -259,6 +265,7 @@ def DIFF_OF_MEDIANS(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
 # ---- the test ----------------------------------------------------------------------------------------------------
 NOT_SIGNIFICANT = "not significant"
 TOO_FEW = "too few trials"
+NO_TEST = "too few trials for a test"
 NO_SPREAD = "cannot tell (no spread)"
 POWER = 0.8
 
@@ -276,6 +283,75 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     from scipy.special import stdtr  # Student's t CDF: what scipy's ttest_ind computes, without its overhead
     t = (xa.mean() - xb.mean()) / math.sqrt(va + vb)
     return float(min(1.0, 2 * stdtr(welch_df(va, vb, xa.size, xb.size), -abs(t))))
+
+
+@lru_cache(maxsize=128)
+def _splits(na: int, nb: int) -> np.ndarray | None:
+    """Every way of choosing which na of the na + nb trials are a's, as a boolean mask per row; None past
+    EXACT_SPLITS."""
+    n = na + nb
+    if math.comb(n, na) > EXACT_SPLITS:
+        return None
+    idx = np.array(list(itertools.combinations(range(n), na)), dtype=np.intp)
+    mask = np.zeros((idx.shape[0], n), dtype=bool)
+    mask[np.arange(idx.shape[0])[:, None], idx] = True
+    return mask
+
+
+def exact(na: int, nb: int) -> bool:
+    """Whether na + nb trials are tested exactly (every split counted) rather than by Welch's t-test."""
+    return na >= 2 and nb >= 2 and math.comb(na + nb, na) <= EXACT_SPLITS
+
+
+def smallest_p(na: int, nb: int) -> float:
+    """The smallest two-sided p the test can give with na and nb trials: 2 / C(na + nb, na) for the exact test with
+    equal sides (a split and its mirror give the same |t|), 1 / C otherwise; 0 for Welch's test."""
+    if na < 2 or nb < 2:
+        return 1.0
+    if not exact(na, nb):
+        return 0.0
+    return (2.0 if na == nb else 1.0) / math.comb(na + nb, na)
+
+
+def _welch_t(sum_a, sq_a, na, sum_b, sq_b, nb) -> np.ndarray:
+    """|Welch's t| from sums and sums of squares (arrays: one per split); a split with no spread and a difference
+    is infinitely far out, one with neither is at 0."""
+    ma, mb = sum_a / na, sum_b / nb
+    va = np.maximum(sq_a - sum_a * ma, 0.0) / (na - 1)
+    vb = np.maximum(sq_b - sum_b * mb, 0.0) / (nb - 1)
+    se = np.sqrt(va / na + vb / nb)
+    d = np.abs(mb - ma)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, d / np.where(se > 0, se, 1.0), np.where(d > 0, np.inf, 0.0))
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Exact two-sided permutation p of |Welch's t|: the share of all splits of the pooled trials into na and nb
+    whose |t| is at least the observed one (the observed split included). Valid for any distribution when a and b
+    are exchangeable under the null. nan past EXACT_SPLITS or below 2 trials a side."""
+    xa, xb = _checked(a), _checked(b)
+    mask = _splits(xa.size, xb.size) if xa.size >= 2 and xb.size >= 2 else None
+    if mask is None:
+        return math.nan
+    x = np.concatenate([xa, xb])
+    spread = x.std()
+    if spread == 0:
+        return 1.0
+    x = (x - x.mean()) / spread              # t is unchanged by shifting and scaling all trials: keeps sums exact
+    sum_a, sq_a = mask @ x, mask @ (x * x)
+    sum_b, sq_b = x.sum() - sum_a, (x * x).sum() - sq_a
+    t = _welch_t(sum_a, sq_a, xa.size, sum_b, sq_b, xb.size)
+    observed = t[0]                          # the first split is the observed one: a's trials first
+    return float(np.mean(t >= observed * (1 - 1e-9) - 1e-12))
+
+
+def p_value(a: Sequence[float], b: Sequence[float]) -> float:
+    """The pre-declared test's two-sided p: exact permutation up to EXACT_SPLITS splits, Welch's t-test beyond. nan
+    where no test can judge (fewer than 2 trials a side, or two constant samples that differ: degenerate())."""
+    xa, xb = _checked(a), _checked(b)
+    if xa.size < 2 or xb.size < 2 or degenerate(xa, xb) == NO_SPREAD:
+        return math.nan
+    return permutation_p(xa, xb) if exact(xa.size, xb.size) else welch_p(xa, xb)
 
 
 def degenerate(a: Sequence[float], b: Sequence[float]) -> str | None:
@@ -368,13 +444,14 @@ def contrast_ratio(cells: Sequence[Summary], num: Sequence[float], den: Sequence
 
 def compare(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, better: str | None = None,
             seed: int = 0) -> Comparison:
-    """b against a, on one value per trial: Welch's p on the means, the ratio of the means with Fieller's 95 % CI and
-    their difference with Welch's 95 % CI (one statistic throughout). Significant means p < alpha; a printed family
-    of comparisons then applies holm() to the p-values. `seed` is kept for callers; nothing here is random."""
+    """b against a, on one value per trial: the pre-declared test's p (p_value), the ratio of the means with Fieller's
+    95 % CI and their difference with Welch's 95 % CI. Significant means p < alpha; a printed family of comparisons
+    then applies holm() to the p-values. Trials too few for the test to reach alpha at all (3 + 3) give no p and
+    say NO_TEST. `seed` is kept for callers; nothing here is random."""
     sa, sb = summarize(a), summarize(b)
-    p = welch_p(a, b)
+    why = degenerate(a, b) or (NO_TEST if smallest_p(sa.n, sb.n) >= alpha else None)
+    p = math.nan if why else p_value(a, b)
     ratio = sb.mean / sa.mean if sa.mean != 0 else math.nan
-    why = degenerate(a, b)
     return Comparison(a=sa, b=sb, alpha=alpha, p=p, significant=bool(p < alpha), ratio=ratio,
                       ratio_ci=ratio_ci(sa, sb), diff=sb.mean - sa.mean, diff_ci=diff_ci(sa, sb), better=better,
                       why=why)
@@ -416,11 +493,16 @@ def best_of(groups: Mapping[str, Sequence[float]], better: str, alpha: float = 0
     others = [g for g in groups if g != leader]
     labels = list(groups)
     pairs = [(x, y) for i, x in enumerate(labels) for y in labels[i + 1:]]
-    p_all = dict(zip(pairs, holm([welch_p(groups[x], groups[y]) for x, y in pairs])))
+    p_all = dict(zip(pairs, holm([_family_p(groups[x], groups[y], alpha) for x, y in pairs])))
     comps = {g: compare(groups[leader], groups[g], alpha, better) for g in others}
     adjusted = {g: p_all.get((leader, g), p_all.get((g, leader), math.nan)) for g in others}
     ties = [g for g in others if not adjusted[g] < alpha]
     return Best(label=leader, better=better, ties=ties, comparisons=comps, p_adjusted=adjusted, family=len(pairs))
+
+
+def _family_p(a: Sequence[float], b: Sequence[float], alpha: float) -> float:
+    """p_value, or nan (left out of the family) when the test cannot reach alpha at these n."""
+    return math.nan if smallest_p(len(a), len(b)) >= alpha else p_value(a, b)
 
 
 # ---- what a test could have found ----------------------------------------------------------------------------
@@ -451,12 +533,28 @@ def min_detectable(na: int, nb: int, cv: float, alpha: float = 0.05, power: floa
     return _min_detectable(int(na), int(nb), float(cv), float(alpha), float(power))
 
 
-def could_find(c: Comparison, alpha: float = 0.05) -> str:
+def could_find(c: Comparison, alpha: float = 0.05, family: int = 1) -> str:
     """'x %' for a comparison that did not reject: the smallest change it finds 80 % of the time at the pooled CV
-    of its two sides (empty when that cannot be computed)."""
+    of its two sides, at the level of a Holm family's first step (alpha / family: what the first row of a family of
+    `family` tests must reach). Empty when that cannot be computed or no change can reach it (see unreachable)."""
+    level = alpha / max(1, family)
+    if smallest_p(c.a.n, c.b.n) >= level:
+        return ""
     cvs = [s.cv for s in (c.a, c.b) if math.isfinite(s.cv)]
-    m = min_detectable(c.a.n, c.b.n, float(np.sqrt(np.mean(np.square(cvs)))) if cvs else math.nan, alpha)
+    m = min_detectable(c.a.n, c.b.n, float(np.sqrt(np.mean(np.square(cvs)))) if cvs else math.nan, level)
     return "" if not math.isfinite(m) else f"{m:.0%}"
+
+
+def unreachable(na: int, nb: int, alpha: float = 0.05, family: int = 1) -> str:
+    """Why no change at all is detectable with na + nb trials at alpha / family ('' when some is): the exact test's
+    smallest p does not reach the level."""
+    level = alpha / max(1, family)
+    low = smallest_p(na, nb)
+    if low < level:
+        return ""
+    where = f" (alpha {alpha:g} / {family} tests)" if family > 1 else ""
+    return f"no change detectable with {na} + {nb} trials: the exact test's smallest p is {low:.2g}, the level " \
+           f"{level:.2g}{where}"
 
 
 # ---- the physical range --------------------------------------------------------------------------------------
@@ -475,24 +573,71 @@ def within(s: Summary, lo: float = 0.0, hi: float = math.inf) -> Summary:
 
 
 # ---- findings: one test per claim over matched cells -----------------------------------------------------------
-def cells_p(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[float, float, str | None]:
+STRATA_DRAWS = 4999  # random splits of a stratified permutation test too large to enumerate (seeded: repeatable)
+
+
+def _units(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Independent units of matched cells: cells that share one baseline (several IPsec variants against one run
+    without IPsec) are one unit, their b trials pooled against it; a shared baseline's noise would otherwise count
+    once per cell as if independent (16 % false findings with three cells on one baseline, instead of 5 %)."""
+    units: dict[tuple, tuple[np.ndarray, list[float]]] = {}
+    for a, b in cells:
+        xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if not xa.size or not xb.size or not (np.all(xa > 0) and np.all(xb > 0)):
+            continue
+        units.setdefault(tuple(xa.tolist()), (xa, []))[1].extend(xb.tolist())
+    return [(xa, np.asarray(xb)) for xa, xb in units.values()]
+
+
+def _strata_logs(units, draws: int, seed: int = 0) -> tuple[float, np.ndarray, float]:
+    """The observed sum over units of log(mean b / mean a), and the same sum for splits of each unit's pooled trials
+    (every combination when there are at most EXACT_SPLITS in all, else `draws` random ones), and the smallest p
+    those splits can give."""
+    total = 1
+    for xa, xb in units:
+        total *= math.comb(xa.size + xb.size, xa.size)
+    observed = float(sum(math.log(xb.mean() / xa.mean()) for xa, xb in units))
+    rng = np.random.default_rng(seed)
+    sums = np.zeros(1)
+    for xa, xb in units:
+        x = np.concatenate([xa, xb])
+        if total <= EXACT_SPLITS:
+            mask = _splits(xa.size, xb.size)
+            sa = (mask @ x) / xa.size
+            logs = np.log((x.sum() - sa * xa.size) / xb.size / sa)
+            sums = (sums[:, None] + logs[None, :]).ravel()
+        else:
+            perm = rng.permuted(np.broadcast_to(x, (draws, x.size)), axis=1)
+            sums = sums + np.log(perm[:, xa.size:].mean(axis=1) / perm[:, :xa.size].mean(axis=1))
+    if total > EXACT_SPLITS:
+        return observed, sums, 1 / (1 + draws)
+    mirrored = all(xa.size == xb.size for xa, xb in units)  # swapping every unit's sides gives the same |sum|
+    return observed, sums, (2 if mirrored else 1) / total
+
+
+def cells_p(cells: Sequence[tuple[Sequence[float], Sequence[float]]],
+            alpha: float = 0.05) -> tuple[float, float, str | None]:
     """One test of "b differs from a" over matched cells (each cell: a's and b's per-trial values): (p, the
-    geometric-mean ratio b/a over the cells, why it cannot judge). With 3 or more cells the cell is the unit: a
-    one-sample t-test of the cells' log ratios of means; with 1 or 2 cells, Welch on the trials of the cell with
-    the most of them. Never a verdict from one repetition: TOO_FEW when every cell has fewer than 2 trials a side."""
-    usable = [(a, b) for a, b in cells if len(a) and len(b) and np.mean(a) > 0 and np.mean(b) > 0]
-    if not usable:
+    geometric-mean ratio b/a over the independent units, why it cannot judge). A stratified permutation test: the
+    statistic is the sum over units of log(mean b / mean a), its null distribution comes from splitting each unit's
+    own trials anew (exact when there are few enough splits, else 4999 seeded random ones), so the error rate holds
+    for any distribution of trial values and any number of cells. Cells sharing a baseline are one unit (_units).
+    Never a verdict from one repetition: TOO_FEW when no unit has 2 trials a side; NO_TEST when the splits cannot
+    reach p < alpha."""
+    units = _units(cells)
+    if not units:
         return math.nan, math.nan, TOO_FEW
-    logs = np.array([math.log(np.mean(b) / np.mean(a)) for a, b in usable])
-    ratio = float(np.exp(logs.mean()))
-    if len(usable) >= 3:
-        if np.ptp(logs) == 0:
-            return math.nan, ratio, NO_SPREAD
-        from scipy import stats as sps
-        return float(sps.ttest_1samp(logs, 0.0).pvalue), ratio, None
-    a, b = max(usable, key=lambda ab: min(len(ab[0]), len(ab[1])))
-    why = degenerate(a, b)
-    return (math.nan if why else welch_p(a, b)), ratio, why
+    ratio = float(np.exp(np.mean([math.log(xb.mean() / xa.mean()) for xa, xb in units])))
+    if max(min(xa.size, xb.size) for xa, xb in units) < 2:
+        return math.nan, ratio, TOO_FEW
+    if all(np.ptp(np.concatenate([xa, xb])) == 0 for xa, xb in units):
+        return (1.0, ratio, None) if ratio == 1 else (math.nan, ratio, NO_SPREAD)
+    observed, sums, floor = _strata_logs(units, STRATA_DRAWS)
+    if floor >= alpha:
+        return math.nan, ratio, NO_TEST
+    exceed = int(np.sum(np.abs(sums) >= abs(observed) * (1 - 1e-9) - 1e-12))
+    random_splits = floor == 1 / (1 + STRATA_DRAWS)  # the observed split is counted among the draws (valid p)
+    return (float((1 + exceed) / (1 + sums.size)) if random_splits else float(exceed / sums.size)), ratio, None
 
 
 def finding_words(p_adjusted: float, ratio: float, why: str | None, alpha: float = 0.05) -> str:
@@ -502,6 +647,9 @@ def finding_words(p_adjusted: float, ratio: float, why: str | None, alpha: float
     if not p_adjusted < alpha:
         return f"not significant (Holm p = {p_adjusted:.2g})"
     return f"significant: {'higher' if ratio > 1 else 'lower'} (Holm p = {p_adjusted:.2g})"
+
+
+CONTRAST_MIN_N = 5  # trials a group before a contrast of means is tested
 
 
 @dataclass(frozen=True)
@@ -525,6 +673,7 @@ def contrast(terms: Sequence[tuple[float, Sequence[float]]], confidence: float =
     est = float(sum(w * x.mean() for w, x in parts))
     if any(x.size < 2 for _, x in parts):
         return Contrast(est, NAN_PAIR, math.nan, TOO_FEW)
+    small = any(x.size < CONTRAST_MIN_N for _, x in parts)
     var = [w * w * x.var(ddof=1) / x.size for w, x in parts]
     total = sum(var)
     if total == 0:
@@ -533,4 +682,6 @@ def contrast(terms: Sequence[tuple[float, Sequence[float]]], confidence: float =
     from scipy import stats as sps
     se = math.sqrt(total)
     half = float(sps.t.ppf((1 + confidence) / 2, df)) * se
+    if small:  # Welch's contrast leans on normal trials; below 5 a group a busy machine's trials break it
+        return Contrast(est, (est - half, est + half), math.nan, NO_TEST)
     return Contrast(est, (est - half, est + half), float(2 * sps.t.sf(abs(est) / se, df)))

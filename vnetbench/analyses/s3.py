@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .. import stats
+from .. import guards, stats
 from ..stats import compare, holm
 from ..store import Store
 from ..units import human
@@ -37,6 +37,10 @@ SLIDES = {"TCP_STREAM": "the slides' experiment 2, STREAM test (0 routers: exper
 KEY_COLUMNS = ["message size (B)", "IP", "routers", "other load"]
 MIN_TRIALS = 3   # trials a cell needs for the AH/ESP verdict and the per-cell comparisons
 CHANGE_THRESHOLD = 0.10  # "about equal": the median relative difference is within +-10 %
+SHORT = "trials offered less than their rate"
+OFFERED_NOTE = (f"'k of n {SHORT}': in k of the n trials behind the number a rate-bounded sender (or a background "
+                f"flood) offered less than {100 * guards.OFFERED_SHORT:.0f} % of the rate asked; they are kept, since "
+                f"what the receiver counted is still the result, so the number is not at the load asked for.")
 
 
 def variant_name(level) -> str:
@@ -95,6 +99,7 @@ class S3(Analysis):
         cells: dict[tuple, list[float]] = defaultdict(list)  # (test, size, ip, hops, load, mode) -> per-trial values
         video: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         floors: dict[tuple, list[float]] = defaultdict(list)  # RR cells as `cells` -> per-trial fastest round trip
+        self.members: dict[tuple, list[Trial]] = defaultdict(list)  # cell or video key -> its trials
         for t in trials:
             test = test_of(t)
             mode = variant_name(t.levels.get("encryption", "none"))
@@ -102,11 +107,13 @@ class S3(Analysis):
                 value = t.total(TESTS[test][1])
                 if value is not None:
                     cells[(test, size_of(t), *conditions(t), mode)].append(value)
+                    self.members[(test, size_of(t), *conditions(t), mode)].append(t)
                     if test in RR and (floor := t.mean("latency_min_s")) is not None:
                         floors[(test, size_of(t), *conditions(t), mode)].append(floor)
                     self.where[(test, size_of(t), *conditions(t))].add(
                         (mode, self.impl.get(t.scenario, ""), self.kernel.get(t.scenario, "")))
             elif test == VIDEO:
+                self.members[(*conditions(t), mode)].append(t)
                 for metric, fn in (("throughput_bps", t.total), ("udp_loss_ratio", t.mean), ("jitter_s", t.mean)):
                     if (v := fn(metric)) is not None:
                         video[(*conditions(t), mode)][metric].append(v)
@@ -127,7 +134,7 @@ class S3(Analysis):
         if cells:
             result.figures.append(self._figure(cells, ran))
         result.findings = self._findings(scenarios, cells, video, ran)
-        if (rr := rr_floor_finding(cells, floors, ran)):
+        if (rr := rr_floor_finding(cells, floors, ran, self._short(floors))):
             result.findings.append(rr)
         return result
 
@@ -178,7 +185,7 @@ class S3(Analysis):
             base = cells.get((test, size, ip, hops, load_, NONE), [])
             for m in present:
                 vals = cells.get((test, size, ip, hops, load_, m), [])
-                row.append(mean_ci(vals, unit))
+                row.append(mean_ci(vals, unit) + self._short([(test, size, ip, hops, load_, m)]))
                 if m != NONE:
                     row.append(_versus(vals, base))
                     if len(vals) >= 2 and len(base) >= 2:
@@ -195,6 +202,7 @@ class S3(Analysis):
         gone = [f"{m} ({why})" for m, why in self.skipped.items() if m not in present]
         if gone:
             note += " Not in this table, skipped: " + "; ".join(gone) + "."
+        note += offered_text(rows)
         if test == "UDP_STREAM":
             note += (" netperf UDP_STREAM cannot be rate-bounded, so iperf3 offers the datagrams at a bounded rate "
                      "and the receiver counts what arrived.")
@@ -209,12 +217,12 @@ class S3(Analysis):
             row = [f"IPv{ip}", hops, load_]
             for m in present:
                 got = video.get((ip, hops, load_, m), {})
-                row += [mean_ci(got.get("throughput_bps", []), "bit/s"), mean_cell(got.get("udp_loss_ratio", []), "ratio"),
+                row += [mean_ci(got.get("throughput_bps", []), "bit/s") + self._short([(ip, hops, load_, m)]), mean_cell(got.get("udp_loss_ratio", []), "ratio"),
                         mean_cell(got.get("jitter_s", []), "s")]
             rows.append(row)
         return TableData("S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)", cols,
                          rows, f"In the study: {SLIDES[VIDEO]}. Throughput, datagram loss and RFC 3550 jitter as the receiver counted them; mean over "
-                               "repetitions.")
+                               "repetitions." + offered_text(rows))
 
     def _effects(self, cells: dict, modes: list[str]) -> TableData:
         """Relative change of each test's result with IPv6, with routers and with CPU load, per variant: the
@@ -231,7 +239,7 @@ class S3(Analysis):
                 mine = {k[1:5]: v for k, v in cells.items() if k[0] == test and k[-1] == m}
                 if not mine:
                     continue
-                row = [m, test]
+                row = [m, test + self._short((test, *k, m) for k in mine)]
                 if {"4", "6"} <= ips:
                     row.append(spread(_matched(mine, 1, "6", "4")))
                 row += [spread(_matched(mine, 2, h, hops_levels[0])) for h in hops_levels[1:]]
@@ -240,7 +248,8 @@ class S3(Analysis):
                 rows.append(row)
         return TableData("S3 — effect of IPv6, routers and CPU load", cols, rows if len(cols) > 2 else [],
                          "Each cell: the median over message sizes and the other factors of mean(with) / mean(without) "
-                         "- 1, with the smallest and largest change and how many matched cells there were.")
+                         "- 1, with the smallest and largest change and how many matched cells there were."
+                         + offered_text(rows))
 
     # ---- figure ------------------------------------------------------------------------------------------
     def _figure(self, cells: dict, modes: list[str]) -> FigureData:
@@ -289,7 +298,7 @@ class S3(Analysis):
         for row, c, p in zip(rows, comps, adjusted):
             row.append(f"too few trials (needs {MIN_TRIALS} a side)" if c is None else
                        ("not significant" if not p < 0.05 else ("higher" if c.ratio > 1 else "lower"))
-                       + (f" (Holm p = {p:.2g})" if math.isfinite(p) else ""))
+                       + (f" (Holm p = {p:.2g})" if math.isfinite(p) else "") + note)
         return TableData("S3 — AH vs ESP per cipher, and 3DES vs Blowfish, per test and message size",
                          ["test", "message size (B)", "IP", "routers", "other load", "variants (a / b)",
                           "trials (a / b)", "a / b [95 % CI]", "verdict"], rows,

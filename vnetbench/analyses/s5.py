@@ -20,7 +20,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from .. import figures, stats
+from .. import figures, guards, stats
 from ..dataset import load
 from ..stats import Comparison, Summary, compare, holm, summarize, within
 from ..store import Store
@@ -52,6 +52,8 @@ class Round:
     nic_rx: float | None = None                                       # victim's host NIC, packets/s received
     vm: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # VM label -> metric -> value
     vm_role: dict[str, str] = field(default_factory=dict)             # "victim"/"neighbour" -> VM label
+    flood_short: bool = False    # the flood offered less than its rate (guards.check_offered): not an attack round
+    web_short: bool = False      # the web clients started fewer requests than asked
 
     @property
     def conversion(self) -> float | None:
@@ -99,7 +101,7 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
     rounds: dict[int, Round] = {}
     for t in trials.values():
         level = scenarios[t["scenario"]]["labels"].get("attack", "off")
-        rounds[t["id"]] = Round(t["id"], group_of(level), t["started"] or 0.0)
+        rounds[t["id"]] = Round(t["id"], group_of(level), t["started"] or 0.0, **_short(t["metadata"]))
         pairs = t["metadata"].get("pairs", [])
         for role, pair in (("victim", victim), ("neighbour", neighbour)):
             if pair is not None and 0 < pair <= len(pairs) and pairs[pair - 1].get("server"):
@@ -131,6 +133,32 @@ def collect(store: Store, cid: int) -> tuple[list[Round], int, int | None, list[
         elif metric == "if_rx_packets_per_s" and (meta.get("node"), meta.get("interface")) == nic[s["trial"]]:
             r.nic_rx = value
     return sorted(rounds.values(), key=lambda r: r.trial), victim, neighbour, problems
+
+
+def _short(meta: dict) -> dict[str, bool]:
+    """Which load of the round offered less than its rate: the flood's flags are its own (the runner prefixes a
+    background load's with "background ")."""
+    flags = guards.reader_flags(meta)
+    flood = [f for f in flags if f.startswith("background ")]
+    return {"flood_short": guards.not_offered({"flags": flood}),
+            "web_short": guards.not_offered({"flags": [f for f in flags if f not in flood]})}
+
+
+def offered(rounds: list[Round]) -> tuple[dict[str, list[Round]], str]:
+    """The groups, an attack round whose flood did not run at its rate left out, and what the reader is told."""
+    attack = [r for r in rounds if r.group == "attack"]
+    out = [r for r in attack if r.flood_short]
+    by = {g: [r for r in rounds if r.group == g and not r.flood_short] for g in GROUPS}
+    rate = f"{100 * guards.OFFERED_SHORT:.0f} %"
+    note = (f"{len(out)} of {len(attack)} attack rounds excluded: the flood offered less than {rate} of its rate. "
+            if out else "")
+    web = {g: sum(r.web_short for r in by[g]) for g in GROUPS}
+    if any(web.values()):
+        note += (f"The web clients started less than {rate} of the requests asked in {sum(web.values())} of "
+                 f"{sum(len(v) for v in by.values())} rounds (control {web['control']}, attack {web['attack']}); "
+                 f"kept: a client starts its next request only once the last one is answered, so a victim the "
+                 f"attack slows is asked less. ")
+    return by, note.strip()
 
 
 def _nic_name(meta: dict, victim: int) -> tuple[str, str] | None:
@@ -258,7 +286,7 @@ class S5(Analysis):
 
     def run(self, store: Store, campaign: int) -> AnalysisResult:
         rounds, victim, neighbour, problems = collect(store, campaign)
-        by = {g: [r for r in rounds if r.group == g] for g in GROUPS}
+        by, short = offered(rounds)
         result = AnalysisResult()
         if not rounds:
             result.findings.append("No round of the web workload finished: nothing to analyse.")
@@ -269,7 +297,9 @@ class S5(Analysis):
         result.tables.append(family(lambda: self._tenant_table(by, victim, neighbour)))
         result.findings += family(lambda: self._findings(by, neighbour) + self._vm_findings(by)) + [
             "Findings: Welch's t-test on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
-            "p shown is Holm-adjusted."] + problems
+            "p shown is Holm-adjusted."] + ([short] if short else []) + problems
+        for table in result.tables:
+            table.note += f" {short}" if short else ""
         result.figures.append(self._fig3(by))
         result.figures.append(self._counts_figure(by))
         result.figures.append(self._series_figure(by))
