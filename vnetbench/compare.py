@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from . import dataset, guards, report, stats
@@ -156,6 +156,23 @@ def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tu
              for k, v in m.items() if not k.stat} for m in models]
 
 
+def ratio_parts(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple, list[tuple[float, float]]]]:
+    """Per side, keyed as trial_values: each trial's (CPU seconds, work) of a metric whose estimate over trials is
+    a ratio of sums (dataset.RATIO_OF_SUMS)."""
+    got = [dataset.load(s.store, s.campaign.id).ratio_parts(exclude_noisy) for s in sides]
+    vary = report.varying_dims([k for g in got for k in g])
+    return [{(k.scenario, k.metric, k.workload, k.dims.label(vary[k.name])): list(v.values()) for k, v in g.items()}
+            for g in got]
+
+
+def of_sums(c: stats.Comparison, pa: list[tuple[float, float]], pb: list[tuple[float, float]]) -> stats.Comparison:
+    """c with each side's mean the ratio of sums over its trials, and B/A, B - A and their intervals of those: a
+    trial that delivered almost nothing weighs what it delivered. The test stays on the per-trial values."""
+    sa, sb = dataset.ratio_of_sums(c.a, pa), dataset.ratio_of_sums(c.b, pb)
+    return replace(c, a=sa, b=sb, ratio=sb.mean / sa.mean if sa.mean else math.nan, ratio_ci=stats.ratio_ci(sa, sb),
+                   diff=sb.mean - sa.mean, diff_ci=stats.diff_ci(sa, sb))
+
+
 def _not_offered(data) -> dict[tuple[int, str], tuple[int, int]]:
     """(scenario, workload name) -> (ok trials whose sender did not offer its rate, ok trials): guards flag them."""
     out: dict[tuple[int, str], list[int]] = {}
@@ -175,8 +192,10 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
     by its efficiency (cpu_s_per_gbit, a metric of its own): raw CPU has no better direction, so a faster datapath
     that uses more CPU is not a regression."""
     matched = _match(a, b)
-    groups = trial_values([a, b], exclude_noisy)
-    short = [_not_offered(dataset.load(s.store, s.campaign.id)) for s in (a, b)]
+    with dataset.cached():  # one read of each campaign for its values, their parts and its flags
+        groups = trial_values([a, b], exclude_noisy)
+        parts = ratio_parts([a, b], exclude_noisy)
+        short = [_not_offered(dataset.load(s.store, s.campaign.id)) for s in (a, b)]
     wanted = set(metrics or report.COMPARE_METRICS)
     unknown = (wanted | set(gate or ())) - set(METRICS)
     if unknown:
@@ -191,6 +210,9 @@ def compare(a: Side, b: Side, metrics: list[str] | None = None, alpha: float = 0
             if not vb:
                 continue
             c = stats.compare(va, vb, alpha, m.better)
+            pa, pb = parts[0].get((sc, metric, workload, who)), parts[1].get((ib, metric, workload, who))
+            if pa and pb and len(pa) == len(va) and len(pb) == len(vb):
+                c = of_sums(c, pa, pb)
             flags = [short[0].get((ia, workload), (0, 0)), short[1].get((ib, workload), (0, 0))]
             rows.append(Row(levels, workload, who, metric, m.unit, m.better, c.a, c.b, c,
                             gated=gate is None or metric in gate,
@@ -235,6 +257,9 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
              f"(±x %) is the smallest change its test finds 80 % of the time at alpha / {family_size(rows)} (Holm's "
              f"first step); '{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better direction: "
              f"cpu_s_per_gbit judges it."]
+    if sums := sorted({r.metric for r in rows if r.metric in dataset.RATIO_OF_SUMS}):
+        lines.append(f"{', '.join(sums)}: each side's mean is its trials' CPU seconds summed / their work summed "
+                     f"(delta-method spread); the test is on the per-trial values.")
     if threshold is not None:
         bad = sum(r.regression for r in rows)
         gated = sorted({r.metric for r in rows if r.gated})

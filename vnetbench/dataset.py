@@ -17,6 +17,7 @@ every per-trial value here comes from `per_trial`, the one reduction.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,6 +36,39 @@ DISTRIBUTIONS = distributions()  # declared by each workload (Metric.per_event)
 POOLED = "pooled samples"
 # Per-trial statistics of a per-echo metric beside its median: the tail a reader needs (latency under load's p99).
 TAIL_STATS = ("p90", "p99", "max")
+# Metrics of CPU per unit of work -> the work their samples carry beside the CPU seconds (metadata, efficiency.py).
+# Over trials the estimate is sum(cpu_s) / sum(work): a mean of the ratios lets a trial that delivered almost nothing
+# (1000 s of CPU per Gbit) outweigh every other.
+RATIO_OF_SUMS = {"cpu_s_per_gbit": "gbit", "cpu_s_per_mpacket": "mpackets"}
+
+
+def quantile(stat: str) -> float | None:
+    """The q of a percentile statistic ('p99' -> 0.99, 'p99.9' -> 0.999, 'p50' -> 0.5); None for max, mean ..."""
+    if stat.startswith("p") and stat[1:].replace(".", "", 1).isdigit():
+        return float(stat[1:]) / 100
+    return None
+
+
+def needed(q: float) -> int:
+    """Samples a trial needs before its q-th quantile is more than its largest sample: n >= 1 / (1 - q) (p0 and p100,
+    the minimum and maximum, describe any sample)."""
+    return 1 if q <= 0 or q >= 1 else math.ceil(1 / (1 - q) - 1e-9)
+
+
+def supported(q: float, n: int) -> bool:
+    return n >= needed(q)
+
+
+def highest_supported(n: int, among: Iterable[str] = ("p50", *TAIL_STATS)) -> str:
+    """The highest percentile `among` these that n samples support ('p50' when none above it does)."""
+    ok = [s for s in among if (q := quantile(s)) is not None and supported(q, n)]
+    return max(ok, key=lambda s: quantile(s), default="p50")
+
+
+def unsupported(stat: str, n: int, noun: str = "samples") -> str:
+    """Why a trial of n samples cannot carry `stat` ('p99 needs >= 100 echoes (had 10)'); '' when it can."""
+    q = quantile(stat)
+    return "" if q is None or supported(q, n) else f"{stat} needs >= {needed(q)} {noun} (had {n})"
 
 
 @dataclass(frozen=True, order=True)
@@ -79,6 +113,20 @@ def reduce_values(values: list[float], how: str) -> float:
     if how.startswith("p") and how[1:].replace(".", "", 1).isdigit():
         return stats.percentile(values, float(how[1:]))
     raise ValueError(f"unknown reduction {how!r}; use median, mean, sum, min, max or pNN (e.g. p99)")
+
+
+def ratio_of_sums(summary: stats.Summary, parts: Iterable[tuple[float, float]]) -> stats.Summary:
+    """`summary` of per-trial ratios (cpu / work) with its mean made sum(cpu) / sum(work) over the trials, and its
+    std (so CV and the mean's interval) the spread of each trial's linearised share of that ratio (delta method);
+    median, quartiles and extremes still describe the per-trial values."""
+    parts = list(parts)
+    n, total = len(parts), math.fsum(w for _, w in parts)
+    if total <= 0:
+        return summary
+    r = math.fsum(c for c, _ in parts) / total
+    shares = [r + (c - r * w) * n / total for c, w in parts]  # their mean is r
+    sd = statistics.stdev(shares) if n > 1 else math.nan
+    return replace(summary, mean=r, std=sd, cv=sd / abs(r) if r else math.nan)
 
 
 @dataclass
@@ -138,6 +186,11 @@ class Trial:
 
 def _own(meta: dict) -> bool:
     return meta.get("role") != "background" and meta.get("scope") not in ("machine", "vm") and "process" not in meta
+
+
+def _part(sample: dict, field: str) -> dict:
+    """One part (`field`: cpu_s or the work) of a ratio-of-sums sample, keyed as the sample."""
+    return {"value": sample["metadata"][field], "dims": _dims(sample)}
 
 
 def is_window(meta: dict) -> bool:
@@ -216,6 +269,26 @@ class Dataset:
             if not (exclude_noisy and t.noisy):
                 out[Key(t.scenario, t.name, metric, _dims(s))].append(s["value"])
         return dict(sorted(out.items()))
+
+    def sample_counts(self, metric: str) -> dict[Key, dict[int, int]]:
+        """How many samples stand behind each trial's value of `metric`, keyed as reduced() keys its values."""
+        out: dict[Key, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for t, s in self.select(metric, background=None):
+            out[Key(t.scenario, t.name, metric, _dims(s))][t.id] += 1
+        return out
+
+    def ratio_parts(self, exclude_noisy: bool = False) -> dict[Key, dict[int, tuple[float, float]]]:
+        """Per key of a RATIO_OF_SUMS metric: each trial's (CPU seconds, work) behind its value, keyed and chosen as
+        reduced() does; samples stored without them (older campaigns) have none."""
+        out: dict[Key, dict[int, tuple[float, float]]] = {}
+        for metric, work in RATIO_OF_SUMS.items():
+            chosen = [(t, s) for t, s in self.select(metric, background=None) if not (exclude_noisy and t.noisy)
+                      and "cpu_s" in s["metadata"] and work in s["metadata"]]
+            key = lambda t, s, metric=metric: Key(t.scenario, t.name, metric, _dims(s))  # noqa: E731
+            cpu = per_trial([(t, _part(s, "cpu_s")) for t, s in chosen], "mean", key)
+            den = per_trial([(t, _part(s, work)) for t, s in chosen], "mean", key)
+            out.update({k: {tid: (c, den[k][tid]) for tid, c in trials.items()} for k, trials in cpu.items()})
+        return out
 
     def pooled(self, metric: str, key: Callable[[Trial, dict], Hashable] | None = None,
                **filters: Any) -> dict[Hashable, list[float]]:

@@ -79,11 +79,13 @@ def derive(samples: list[Sample], payload: int | None) -> list[Sample]:
     if bits <= 0:
         return []
     out = []
+    gbit, mpackets = bits / 1e9, bits / 8 / payload / 1e6 if payload else None
     for who, cpu_s in _cpu_seconds(samples):
-        out.append(Sample.of("cpu_s_per_gbit", cpu_s / (bits / 1e9), **who))
-        if payload:
-            out.append(Sample.of("cpu_s_per_mpacket", cpu_s / (bits / 8 / payload / 1e6), payload_bytes=payload, **who))
-    mpackets = bits / 8 / payload / 1e6 if payload else None
+        # the parts, so that a summary over trials is sum(cpu_s) / sum(work) (dataset.RATIO_OF_SUMS)
+        out.append(Sample.of("cpu_s_per_gbit", cpu_s / gbit, cpu_s=cpu_s, gbit=gbit, **who))
+        if mpackets:
+            out.append(Sample.of("cpu_s_per_mpacket", cpu_s / mpackets, payload_bytes=payload, cpu_s=cpu_s,
+                                 mpackets=mpackets, **who))
     for s in samples:  # each profiled mechanism's CPU time per packet
         if s.metric == "profile_share_ratio" and mpackets and "cpu_s" in s.metadata:
             out.append(Sample.of("profile_cpu_s_per_mpacket", s.metadata["cpu_s"] / mpackets, payload_bytes=payload,

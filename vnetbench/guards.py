@@ -3,8 +3,9 @@ as a result); what was measured on a busy or stolen machine makes it noisy (kept
 
 Invalid: a NaN or infinite value, a negative one, a ratio above 1, a goodput above the underlay's payload ceiling
 (with what tbf's bucket lets through on top), an interval series whose time-weighted mean disagrees with the total
-it belongs to, a receiver that got more than its sender sent, percentiles out of order (p50 above p99), CPU shares
-of one CPU (or machine) that sum above 1.
+it belongs to, a receiver that got more than its sender sent, percentiles out of order (p50 above p99, a minimum
+above the median or the maximum), CPU shares of one CPU (or machine) that sum above 1, an aggregate goodput above the
+sum of its pairs', one process using more cores than its machine has, an interrupt rate no CPU can take.
 Noisy: CPU steal, or load that was not ours (the machine's busy share just before the trial less what the processes
 the run started used: runner.py, probes/procstat.py LoadWatch), above a threshold.
 Flagged: a rate-bounded sender that did not offer the rate asked ("offered 14.6 of 100 Mbit/s"), and a trial whose
@@ -13,6 +14,7 @@ goodput no ceiling could check (no underlay rate set).
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,7 +33,12 @@ ETH_HEADER = 14            # tbf counts each frame from the Ethernet header on (
 OFFERED_SHORT = 0.95       # a rate-bounded sender below this share of its rate did not offer the load asked
 CPU_SHARES = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq_ratio", "cpu_steal_ratio",
               "cpu_nice_ratio", "cpu_iowait_ratio")
-PERCENTILES = ("latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_max_s")
+PERCENTILES = ("latency_min_s", "latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_max_s")
+AGGREGATE_TOLERANCE = 0.05  # an aggregate over its own window vs the sum of its pairs' rates over theirs
+CORES_TOLERANCE = 0.02     # a process's CPU time read at the window's edges, interpolated between readings
+# Entering and leaving an interrupt handler alone takes hundreds of CPU cycles (~100 ns and more at any clock
+# rate), so no CPU takes 1e8 interrupts a second (10 ns, ~30 cycles each); real rates stay below ~1e6 per CPU.
+MAX_INTERRUPTS_PER_CPU = 1e8
 UNBOUNDED_RATIOS = {"process_cpu_ratio", "sender_cpu_ratio", "receiver_cpu_ratio", "cpuload_cpu_ratio"}
 
 
@@ -190,6 +197,56 @@ def check_consistency(samples: Sequence[Sample]) -> list[str]:
     return problems
 
 
+def check_aggregate(samples: Sequence[Sample]) -> list[str]:
+    """An aggregate goodput cannot be more than the sum of its pairs' (AGGREGATE_TOLERANCE for their windows)."""
+    pairs: dict[tuple, float] = defaultdict(float)
+    aggregate: dict[tuple, float] = {}
+    for s in samples:
+        m = s.metadata
+        key = (m.get("direction", ""), m.get("role"), m.get("background_workload"))
+        if s.metric == "throughput_bps" and not m.get("series"):
+            pairs[key] += s.value
+        elif s.metric == "aggregate_throughput_bps" and not m.get("series"):
+            aggregate[key] = s.value
+    return [f"aggregate_throughput_bps ({key[0] or 'one way'}) = {v / 1e6:.2f} Mbit/s is more than the sum of its "
+            f"pairs ({pairs[key] / 1e6:.2f} Mbit/s, +{AGGREGATE_TOLERANCE:.0%})"
+            for key, v in aggregate.items() if key in pairs and v > pairs[key] * (1 + AGGREGATE_TOLERANCE)]
+
+
+def cpu_counts(samples: Sequence[Sample]) -> dict[tuple, int]:
+    """(host, vm) -> how many CPUs the probes measured there one by one; this machine is (None, None)."""
+    seen: dict[tuple, set] = defaultdict(set)
+    for s in samples:
+        if "cpu" in s.metadata and s.metric in ("cpu_busy_ratio", *CPU_SHARES):
+            seen[(s.metadata.get("host"), s.metadata.get("vm"))].add(s.metadata["cpu"])
+    return {k: len(v) for k, v in seen.items()}
+
+
+def cpus_of(meta: dict, counts: dict[tuple, int]) -> int | None:
+    """The CPUs of where a sample was measured: as its probes counted them, else this machine's for a sample taken
+    here or in one of its guests (which have no more); None for another host whose CPUs no probe counted."""
+    if n := counts.get((meta.get("host"), meta.get("vm"))):
+        return n
+    return os.cpu_count() if meta.get("host") is None else None
+
+
+def check_machine_bounds(samples: Sequence[Sample]) -> list[str]:
+    """Rates no machine reaches: one process using more cores than its machine has, interrupts above
+    MAX_INTERRUPTS_PER_CPU a second per CPU."""
+    counts, problems = cpu_counts(samples), []
+    for s in samples:
+        cpus = 1 if "cpu" in s.metadata else cpus_of(s.metadata, counts)
+        if not cpus or s.metadata.get("series"):  # a series point is checked through its window's total
+            continue
+        if s.metric == "process_cpu_ratio" and s.value > cpus * (1 + CORES_TOLERANCE):
+            problems.append(f"process_cpu_ratio ({s.metadata.get('process', '?')}) = {s.value:.3g} cores: one process "
+                            f"cannot use more than the {cpus} CPUs of the machine it ran on")
+        elif s.metric == "interrupts_per_s" and s.value > MAX_INTERRUPTS_PER_CPU * cpus:
+            problems.append(f"interrupts_per_s{_where(s)} = {s.value:.3g}: more than {MAX_INTERRUPTS_PER_CPU:.0e} a "
+                            f"second for each of {cpus} CPUs, more than a CPU can take")
+    return problems
+
+
 def check_offered(samples: Sequence[Sample], offer, role: str | None = None) -> list[str]:
     """A rate-bounded load (a workload's `Offer`: UDP at a rate per pair and direction, HTTP clients at a request rate)
     whose own count fell below OFFERED_SHORT of it: what was measured is not the load that was asked for. `role`:
@@ -236,7 +293,7 @@ def judge(samples: Sequence[Sample], *, ceiling: float | None = None, crossing: 
     keep, invalid = check_values(samples)
     if ceiling:
         invalid += check_ceiling(keep, ceiling, crossing)
-    invalid += check_series(keep) + check_consistency(keep)
+    invalid += check_series(keep) + check_consistency(keep) + check_aggregate(keep) + check_machine_bounds(keep)
     noisy = check_noise(keep, foreign_busy) + (check_interval_ceiling(keep, ceiling, crossing) if ceiling else [])
     flags = check_offered(keep, offer)
     if not ceiling and any(s.metric == "throughput_bps" for s in keep):

@@ -10,14 +10,15 @@ from . import dataset, mechanisms, profiles
 from .analyses.base import TableData
 from .flamegraph import FlameGraph
 from .scenario import DEFAULT_LEVELS, ELEMENT_FACTORS
-from .stats import DIFF_OF_MEANS, bootstrap_ci2, summarize
+from .stats import compare, summarize
 from .store import Store
 from .units import human, human_interval
 
 MIN_SHARE = 0.005  # mechanisms below this median share in the scenario and its baseline are left out of the table
 NOTE = ("Share: the mechanism's part of all CPU samples over the tool's window, every CPU of the machine counted, "
         "idle included. CPU per Mpacket: its CPU time per million packets delivered (packets of the path's MTU). "
-        "Cost vs baseline: the difference of the means (this scenario minus the baseline's), 95 % bootstrap CI; "
+        "Cost vs baseline: the difference of the means (this scenario minus the baseline's) with Welch's 95 % interval, "
+        "the one every comparison of vnetbench prints ('[-]': fewer than 2 trials a side); "
         "its sign says whether the mechanism added CPU per packet. The profile is of the whole machine: load that is "
         "not the run's own (see each trial's foreign_busy_ratio) is in it too.")
 
@@ -49,11 +50,12 @@ def _cell(values: list[float] | None, unit: str) -> str:
 
 
 def _diff(a: list[float] | None, b: list[float] | None, unit: str) -> str:
-    """b's mean minus a's with its 95 % bootstrap interval ('[-]': too few trials for one)."""
+    """b's mean minus a's with Welch's 95 % interval ('[-]': too few trials for one). A percentile bootstrap
+    covered 63-67 % at 2 trials a side and 89 % at 3; Welch's interval holds 95 % at any n for normal trials."""
     if not a or not b:
         return "-"
     d = sum(b) / len(b) - sum(a) / len(a)
-    lo, hi = bootstrap_ci2(a, b, DIFF_OF_MEANS)
+    lo, hi = compare(a, b).diff_ci
     text = human(d, unit) + " [-]" if lo != lo else human_interval(d, lo, hi, unit)
     return ("+" if d >= 0 else "") + text
 

@@ -4,6 +4,7 @@ pair, a background load) with its median, 95% CI, n and how many of its trials w
 terminal (at most 100 columns); `wide` gives every statistic, split into tables that fit."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -55,6 +56,9 @@ class Row:
     values: dict[int, float] = field(default_factory=dict)   # trial id -> its value, in run order
     noisy: int = 0                 # how many of those trials the run flagged noisy
     flagged: int = 0               # how many carry a flag for the reader (a load asked but not offered)
+    of_sums: bool = False          # the summary's mean is sum(cpu_s) / sum(work) over the trials (RATIO_OF_SUMS)
+    uncarried: str = ""            # why the trials' samples cannot carry this percentile ('' when they can)
+    instead_of: dict[str, str] = field(default_factory=dict)  # percentile this row stands in for -> why
 
     @property
     def name(self) -> str:
@@ -109,6 +113,7 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
     vary = varying_dims(shown)
     noisy = {t.id for t in data.ok if t.noisy}
     flagged = {t.id for t in data.ok if t.flags}
+    parts = data.ratio_parts(exclude_noisy) if any(k.metric in dataset.RATIO_OF_SUMS for k in shown) else {}
     out = []
     for key, values in shown.items():
         sc = scenarios[key.scenario]
@@ -116,11 +121,56 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         label = ", ".join(f"{k}={sc['labels'][k]}" for k in cols) + (f" [{tag}]" if tag else "")
         unit = METRICS[key.metric].unit if key.metric in METRICS else ""
         # intervals never leave the physical range (a loss CI of -50.8 % .. 137 %): cut there, marked 'clipped'
+        summary = stats.within(summarize(list(values.values())), *stats.physical_range(key.metric, unit))
+        of_sums = key in parts and set(parts[key]) == set(values)
+        if of_sums:
+            summary = dataset.ratio_of_sums(summary, parts[key].values())
         out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric, unit,
-                       stats.within(summarize(list(values.values())), *stats.physical_range(key.metric, unit)),
-                       tag, sc["implementation"] or {}, key, values, len(noisy & set(values)),
-                       len(flagged & set(values))))
-    return out
+                       summary, tag, sc["implementation"] or {}, key, values, len(noisy & set(values)),
+                       len(flagged & set(values)), of_sums))
+    return mark_carried(out, data)
+
+
+def mark_carried(rows_: list[Row], data: dataset.Dataset) -> list[Row]:
+    """Marks a per-trial percentile (p99) whose trials had too few samples for it (uncarried), and the row of the
+    highest percentile they do carry (p90, else the median) as standing in for it (instead_of)."""
+    by_key = {r.key: r for r in rows_}
+    counts = {m: data.sample_counts(m) for m in {r.metric for r in rows_ if dataset.quantile(r.key.stat) is not None}}
+    for r in rows_:
+        r.uncarried, n = _uncarried(r, counts.get(r.metric, {}))
+        if not r.uncarried:
+            continue
+        instead = dataset.highest_supported(n)
+        if (stand_in := by_key.get(dataclasses.replace(r.key, stat="" if instead == "p50" else instead))) is not None:
+            stand_in.instead_of[r.key.stat] = r.uncarried
+    return rows_
+
+
+def carried(rows_: list[Row]) -> list[Row]:
+    """The rows whose numbers the samples carry: what tables and `show --json` present."""
+    return [r for r in rows_ if not r.uncarried]
+
+
+def _uncarried(r: Row, counts: dict[dataset.Key, dict[int, int]]) -> tuple[str, int]:
+    """Why a percentile row's trials cannot carry it ('' if they can), and the fewest samples a trial of it had."""
+    per = counts.get(dataclasses.replace(r.key, stat=""))
+    if dataset.quantile(r.key.stat) is None or not per:
+        return "", 0
+    n = min(per.get(t, 0) for t in r.values)
+    noun = "echoes" if "echo" in getattr(METRICS.get(r.metric), "description", "") else "samples"
+    return dataset.unsupported(r.key.stat, n, noun), n
+
+
+def carried_notes(rows_: list[Row], tails: dict[str, tuple[str, ...]] | None = ALL_TAILS) -> list[str]:
+    """A line per percentile asked for (`tails`) that a table's rows stand in for: 'rtt_loaded_s p99 not shown: p99
+    needs >= 100 echoes (had 10); p90 shown instead', naming the rows when not all of the table's do."""
+    notes: dict[str, list[Row]] = defaultdict(list)
+    for r in rows_:
+        for stat, why in r.instead_of.items():
+            if tails is None or stat in tails.get(r.metric, ()):
+                notes[f"{r.metric} {stat} not shown: {why}; {r.key.stat or 'the median'} shown instead"].append(r)
+    return [text + ("" if len(rs) == len(rows_) else f" ({'; '.join(r.label for r in rs)})")
+            for text, rs in notes.items()]
 
 
 def several_workloads(rows_: list[Row]) -> bool:
@@ -159,7 +209,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
                   f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
                   f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
                   f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
-    by_metric = _by_name(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy), metrics, tails)
+    by_metric = _by_name(carried(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy)), metrics, tails)
     noisy = [t for t in data.ok if t.noisy]
     if noisy:
         console.print(f"{len(noisy)} of {len(data.ok)} trials were flagged noisy (steal or other load) and are "
@@ -172,6 +222,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         for name, rs in by_metric.items():
             for table in _wide_tables(name, rs, console.width):
                 console.print(table)
+            _print_notes(console, rs, tails)
     else:
         shown = [s for s in scenarios if s["status"] != "skipped"]
         common, differs = split_implementation([s["implementation"] for s in shown])
@@ -184,7 +235,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         labels = {sc["idx"]: sc["labels"] for sc in scenarios}
         for name, rs in by_metric.items():
             console.print(_compact_table(name, rs, differs, cols, labels, console.width))
-        if any(not r.summary.ci_median_exact for rs in by_metric.values() for r in rs):
+            _print_notes(console, rs, tails)
+        if any(not r.summary.ci_median_exact and not r.of_sums for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
     for line in not_run_lines(scenarios):
@@ -197,6 +249,15 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(line, style="dim")  # wrapped to the terminal
 
 
+
+
+def _print_notes(console: Console, rows_: list[Row], tails: dict[str, tuple[str, ...]] | None) -> None:
+    """Under a table: the percentiles asked for that its rows stand in for, and what a ratio of sums is."""
+    for line in carried_notes(rows_, tails):
+        console.print(escape(line), style="yellow", soft_wrap=False)
+    if rows_ and all(r.of_sums for r in rows_):
+        console.print(f"ratio of sums (--wide: mean) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, "
+                      "each summed; CI: delta method", style="dim")
 
 
 def not_run_lines(scenarios: list[dict]) -> list[str]:
@@ -231,7 +292,8 @@ def _by_name(rows_: list[Row], metrics: tuple[str, ...] | None,
     order = {m: i for i, m in enumerate(metrics or ())}
     for r in sorted(rows_, key=lambda r: (order.get(r.metric, len(order)), r.metric,
                                           dataset.TAIL_STATS.index(r.key.stat) + 1 if r.key.stat else 0)):
-        if not r.key.stat or tails is None or r.key.stat in tails.get(r.metric, ()):
+        wanted = set(tails.get(r.metric, ())) if tails is not None else set()
+        if not r.key.stat or tails is None or r.key.stat in wanted or wanted & set(r.instead_of):
             out[r.name].append(r)
     return out
 
@@ -245,7 +307,7 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
         return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
     out_rows = []
-    for r in rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy):
+    for r in carried(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy)):
         s = r.summary
         out_rows.append({"scenario": r.scenario, "levels": data.scenarios[r.scenario]["labels"],
                          "workload": r.workload, "metric": r.metric, "stat": r.key.stat or None, "unit": r.unit,
@@ -253,7 +315,9 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
                          "median": num(s.median), "ci_median": [num(v) for v in s.ci_median],
                          "ci_median_exact": s.ci_median_exact, "mean": num(s.mean),
                          "ci_mean": [num(v) for v in s.ci_mean], "std": num(s.std), "min": num(s.min),
-                         "max": num(s.max), "trials": [{"trial": t, "value": v} for t, v in r.values.items()]})
+                         "max": num(s.max), "trials": [{"trial": t, "value": v} for t, v in r.values.items()],
+                         "mean_is": "ratio of sums" if r.of_sums else "mean",
+                         "instead_of": r.instead_of or None})
     return {"campaign": camp.id, "name": camp.name, "status": camp.status, "n_counts": "trials",
             "exclude_noisy": exclude_noisy,
             "scenarios": [{"idx": s["idx"], "levels": s["labels"], "status": s["status"], "reason": s["reason"],
@@ -327,16 +391,19 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     several = several_workloads(rows_)
     noisy = any(r.noisy for r in rows_)
     flagged = any(r.flagged for r in rows_)
+    sums = all(r.of_sums for r in rows_)
+    estimate = "ratio of sums [95% CI]" if sums else "median [95% CI]"
     lines = []
     for r in rows_:
         s = r.summary
         label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
         lines.append([label, *((r.workload,) if several else ()),
+                      human_interval(s.mean, *s.ci_mean, unit) if sums else
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
                       *((str(r.noisy),) if noisy else ()), *((str(r.flagged),) if flagged else ()),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
-    names = ["/".join(cols), *(("workload",) if several else ()), "median [95% CI]", "n",
+    names = ["/".join(cols), *(("workload",) if several else ()), estimate, "n",
              *(("noisy",) if noisy else ()), *(("flagged",) if flagged else ()),
              *(("implementation",) if differs else ())]
     widths = [max(len(n), *(len(line[i]) for line in lines)) for i, n in enumerate(names)]
@@ -348,7 +415,7 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
         widths[-1] = max(rest - widths[0], 8)
     for n, w in zip(names, widths):
         table.add_column(n, no_wrap=True, overflow="ellipsis", width=w,
-                         justify="right" if n in ("median [95% CI]", "n", "noisy", "flagged") else "left")
+                         justify="right" if n in (estimate, "n", "noisy", "flagged") else "left")
     for line in lines:
         table.add_row(*map(escape, line))
     return table

@@ -1,32 +1,49 @@
 """The reproduction scorecard: each checkable claim of a study (its `scorecard:` list in the suite file, data not
-prose) computed from a campaign — the study's value | ours with a 95 % CI | agrees / differs / cannot tell, and for a
-difference the measured reason the campaign holds (a load asked but not offered, a skipped scenario's reason).
+prose) computed from a campaign — the study's value | ours with a 95 % CI | the interval the verdict was decided on |
+agrees / differs / cannot tell, with the measured reason of a difference (a load asked but not offered, a CPU-bound
+cell, a skipped scenario's reason), what would decide an undecided claim, and whether what ran is the study's
+implementation or a stand-in for it.
 
 A row names two cells (`a`, `b`) or one (`a`) by selectors: every key must match the trial's scenario labels, its
 scenario's levels (a dict level matches when it holds every given key: `encryption: {protocol: esp, cipher:
 3des-cbc}`), or its workload's parameters (`test: TCP_STREAM`). The file's `scorecard_where` is merged into every
 selector, so no cell pools scenarios the study kept apart (IP versions, routers, loads). Values are one per trial.
 
-An entry `{define: [...]}` is no claim: it holds YAML anchors (selectors) the rows below merge.
+An entry `{define: [...]}` is no claim: it holds YAML anchors (selectors) the rows below merge. An entry
+`{paper: {...}}` alone is no claim either: what the study ran, for every row (a row's own `paper` adds to it).
 
 Kinds:
   ratio      mean(a) / mean(b), Fieller's CI (stats.ratio_ci). The study's value v with `tolerance` t: the band is
-             [v / (1 + t), v * (1 + t)]. CI outside the band -> differs; CI inside [v / w, v * w] (w = `within`, default
-             2: the CI can tell v from half or twice it) and touching the band -> agrees; else cannot tell (too wide).
-  direction  a `higher` / `lower` than b: Welch's test (stats.compare), Holm over the card's direction rows; the
-             direction holds significantly -> agrees; the opposite significantly -> differs; else cannot tell.
+             [v / (1 + t), v * (1 + t)]. An equivalence test: the deciding interval wholly inside the band -> agrees;
+             wholly outside -> differs; else cannot tell. At a band's edge either verdict is wrong at most as often as
+             the interval misses on one side or the other: alpha / m, over m interval rows alpha.
+  direction  a `higher` / `lower` than b: the pre-declared test (stats.compare), Holm over the card's direction and
+             best comparisons; the direction holds significantly -> agrees; the opposite -> differs; else cannot tell
+             (3 + 3 trials: "too few trials for a test", left out of the Holm family).
   value      mean(a) with its t CI against the study's value, the same band rule as ratio.
+  contrast   (mean(a) - mean(b)) / (mean(c) - mean(d)), Fieller's CI (stats.contrast_ratio), the band rule.
   best       a is the `better` (lower / higher) of a and every selector in `others` (a study's "best technology"
-             cell): Welch's test of a against each, Holm over the card's direction and best comparisons together;
-             a beats each significantly -> agrees; one beats a significantly -> differs; else cannot tell.
+             cell): the test of a against each, Holm as for direction; a beats each significantly -> agrees; one
+             beats a significantly -> differs; else cannot tell.
+The ratio, value and contrast rows decide on intervals widened for the card's family: Bonferroni over the m such rows
+the campaign measured (1 - 0.05 / m), printed beside the plain 95 % CI with its level. Such an interval needs
+INTERVAL_MIN_N trials a cell (stats.CONTRAST_MIN_N for a contrast): at 3 a busy machine's bimodal trials make a widened
+Fieller interval miss far more often than its level says (11 % family-wise over 8 rows at 3 + 3, seeded).
 A row's `reduce` (median, mean, sum, ...) makes a trial's one value from its samples (default: the median of a
 per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as loss. A whole-machine probe's window
 value stands in when the workload has no such sample (cpu_busy_ratio, interrupts_per_s); 'a/b' is the quotient of two
 such values (`metric: context_switches_per_s/interrupts_per_s`).
 Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `uncheckable: why` is a claim the
-suite's design cannot test (a load or direction it does not run): cannot tell, with that reason.
-The ratio and value rows decide on intervals widened for the card's family (Bonferroni over those rows:
-1 - 0.05 / m), the printed CI is the plain 95 % one."""
+suite's design cannot test (a load or direction it does not run): cannot tell, and "this machine cannot: why".
+An undecided row says what would decide it: about how many trials a cell at the cells' measured CV (a normal
+approximation of the deciding interval's or the test's width), with the minutes they take at the campaign's mean
+trial duration.
+Like for like: what ran in a cell (the scenario's recorded implementation) is checked against what the study ran (the
+card's and the row's `paper`, else what the row's selectors imply: kernel WireGuard, kernel IPsec, OVS's kernel
+datapath, an SR-IOV virtual function); a stand-in (STAND_INS: wireguard-go, strongSwan's userspace ESP, OVS's netdev
+datapath, a macvlan; namespace or UML guest VMs where the paper names its VMs) is named in the verdict.
+Trials whose sender did not offer the load asked (guards.not_offered) stay in their cells, and every verdict on them
+says so with their count."""
 from __future__ import annotations
 
 import math
@@ -40,7 +57,23 @@ from .units import human, parse_rate
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
 KINDS = ("ratio", "direction", "value", "contrast", "best")
+INTERVALS = ("ratio", "value", "contrast")
+TESTS = ("direction", "best")
 ALPHA = 0.05
+POWER = 0.8          # what an undecided direction row's trial count is planned for
+INTERVAL_MIN_N = 4   # trials a cell before an interval decides (at 3 the exact test cannot reach alpha either)
+MAX_TRIALS = 1000    # past this many trials a cell, "what would decide it" says no practical number does
+
+# (the study's element, what the study ran) -> (where the implementation is recorded, a mark in what ran here that
+# only stands in for it, the stand-in's name, the study's)
+STAND_INS: dict[tuple[str, str], tuple[str, str, str, str]] = {
+    ("wireguard", "kernel"): ("encryption", "wireguard-go", "wireguard-go", "kernel WireGuard"),
+    ("ipsec", "kernel"): ("encryption", "libipsec", "strongSwan's userspace ESP (kernel-libipsec)",
+                          "the kernel's IPsec"),
+    ("ovs_datapath", "kernel"): ("switch", "ovs-netdev", "OVS's userspace datapath (netdev)",
+                                 "OVS's kernel datapath"),
+    ("nic", "sr-iov"): ("attach", "macvlan", "a macvlan of the host NIC", "an SR-IOV virtual function"),
+}
 
 
 @dataclass
@@ -54,10 +87,23 @@ class Row:
     n: tuple[int, ...] = ()    # trials per cell
     estimate: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
+    decided: str = ""          # what the verdict was decided on: the widened interval, labelled, or the Holm family
+    decided_ci: tuple[float, float] = (math.nan, math.nan)
+    decided_level: float = math.nan
+    stand_in: str = ""         # what ran in place of the study's implementation, and what the study ran
+    to_decide: str = ""        # an undecided claim: the trials that would decide it, or what this machine lacks
+
+    @property
+    def reads(self) -> str:
+        """The verdict as the card prints it: one decided on a stand-in never reads as a plain agrees / differs."""
+        return f"{self.verdict} — stand-in: {self.stand_in}" if self.stand_in else self.verdict
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "claim": self.claim, "study": self.study, "ours": self.ours, "verdict": self.verdict,
-                "why": self.why, "n": list(self.n), "estimate": _num(self.estimate), "ci": [_num(x) for x in self.ci]}
+                "reads": self.reads, "why": self.why, "n": list(self.n), "estimate": _num(self.estimate),
+                "ci": [_num(x) for x in self.ci], "decided": self.decided,
+                "decided_level": _num(self.decided_level), "decided_ci": [_num(x) for x in self.decided_ci],
+                "stand_in": self.stand_in, "to_decide": self.to_decide}
 
 
 @dataclass
@@ -65,6 +111,21 @@ class _Cells:
     values: list[list[float]] = field(default_factory=list)
     trials: list[list[Trial]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Claim:
+    """One scorecard entry on its way to a Row: its cells, the coefficients of its estimate and its tests."""
+    entry: dict
+    row: Row
+    kind: str
+    unit: str
+    cells: _Cells | None = None
+    num: list[float] = field(default_factory=list)   # the estimate is sum(num * mean) / sum(den * mean)
+    den: list[float] = field(default_factory=list)
+    ready: bool = False                               # measured with enough trials: gets a verdict
+    tests: list[tuple[stats.Comparison, str]] = field(default_factory=list)   # (comparison, expected direction)
+    adjusted: list[float] = field(default_factory=list)                         # their Holm-adjusted p
 
 
 def _num(x: float) -> float | None:
@@ -127,13 +188,22 @@ CPU_BOUND, LINE_BOUND = 0.9, 0.9  # a kernel this busy over the window had no CP
 MACHINE_BUSY = 0.5
 
 
+def _offered(cells: _Cells) -> str:
+    """The trials whose sender (or background flood) did not offer the load asked, counted: said on every verdict
+    that uses them, so a sender at 1 % of its rate never reads as a plain agreement."""
+    short = [t for ts in cells.trials for t in ts if not_offered(t.metadata)]
+    if not short:
+        return ""
+    flags = [f for f in reader_flags(short[0].metadata) if "offered" in f]
+    total = sum(len(ts) for ts in cells.trials)
+    return f"offered load not reached in {len(short)} of {total} trials" + (f" (e.g. {flags[0]})" if flags else "")
+
+
 def _reason(cells: _Cells, line_rate: float | None = None) -> str:
-    """The measured reasons a difference could have: a load the campaign asked and did not offer; a host whose own
-    kernel was CPU-bound over the window (each host's own, else the machine's CPUs or a guest kernel's one); a cell at
-    the line rate; the machine's CPU taken by other work just before the trials."""
-    flagged = [f for ts in cells.trials for t in ts if not_offered(t.metadata) for f in reader_flags(t.metadata)
-               if "offered" in f]
-    out = [f"offered load not reached ({len(flagged)} flag(s), e.g. {flagged[0]})"] if flagged else []
+    """The measured reasons a difference could have (besides a load not offered, which _offered says on every
+    verdict): a host whose own kernel was CPU-bound over the window (each host's own, else the machine's CPUs or a
+    guest kernel's one); a cell at the line rate; the machine's CPU taken by other work just before the trials."""
+    out: list[str] = []
     busy: dict[str, list[float]] = {}
     for t in (t for ts in cells.trials for t in ts):
         for s in t.samples:
@@ -172,16 +242,20 @@ def _band(row: dict) -> tuple[float, float]:
     return (v / (1 + tol), v * (1 + tol)) if v > 0 else (v - tol, v + tol)
 
 
-def _by_interval(row: dict, ci: tuple[float, float]) -> tuple[str, str]:
+def _by_interval(row: dict, ci: tuple[float, float], unit: str) -> tuple[str, str]:
+    """Equivalence: the deciding interval wholly inside the study's band agrees, wholly outside differs; an interval
+    that merely touches the band decides nothing (it read 'agrees' 82-99 % of the time on null data)."""
     lo, hi = _band(row)
-    v, w = float(row["study"]), float(row.get("within", 2.0))
     if not all(math.isfinite(x) for x in ci):
-        return CANNOT, "no finite interval (the denominator cannot be told from 0, or too few trials)"
+        return CANNOT, "no finite interval (the denominator cannot be told from 0)"
     if ci[1] < lo or ci[0] > hi:
         return DIFFERS, ""
-    if v > 0 and (ci[0] < v / w or ci[1] > v * w):
-        return CANNOT, f"interval too wide to tell {human(v, '')} from half or twice it"
-    return AGREES, ""
+    if lo <= ci[0] and ci[1] <= hi:
+        return AGREES, ""
+    band = f"the study's band {_fmt(lo, unit)} .. {_fmt(hi, unit)}"
+    if ci[1] - ci[0] > hi - lo:
+        return CANNOT, f"interval wider than {band}"
+    return CANNOT, f"interval across an edge of {band}"
 
 
 def _fmt(x: float, unit: str) -> str:
@@ -205,84 +279,255 @@ def _contrast_cells(r: dict, base: dict) -> tuple[list[dict], list[float], list[
 
 
 def evaluate(spec: dict, data: Dataset) -> list[Row]:
-    """The scorecard of a campaign: one Row per entry of the spec's `scorecard` list."""
-    entries = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
+    """The scorecard of a campaign: one Row per claim of the spec's `scorecard` list."""
+    listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
+    paper = {k: v for r in listed if set(r) == {"paper"} for k, v in (r["paper"] or {}).items()}
     base = dict(spec.get("scorecard_where") or {})
+    claims = [_claim(r, base, data) for r in listed if set(r) != {"paper"}]
+    family = [c for c in claims if c.ready and c.kind in INTERVALS]   # measured: their number is no outcome
+    for c in family:
+        _decide_interval(c, len(family))
+    tests = _decide_tests([c for c in claims if c.ready and c.kind in TESTS])
     line = _line_rate(spec)
-    m_ci = max(1, sum(str(r.get("kind")) in ("ratio", "value", "contrast") and not r.get("uncheckable")
-                      for r in entries))
-    wide = 1 - ALPHA / m_ci
-    rows, pend = [], []    # pend: (row index, Comparison, expect) of direction rows, Holm-ed together
-    for r in entries:
-        kind, metric, need = str(r.get("kind", "ratio")), str(r.get("metric", "throughput_bps")), int(r.get("min_trials", 3))
-        if r.get("uncheckable"):   # a claim this design cannot test, and why (data in the suite file, not a gap)
-            rows.append(Row(str(r.get("id", "")), str(r.get("claim", "")), str(r.get("study_text") or (
-                _fmt(float(r["study"]), "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))) if "study" in r
-                else r.get("name", r.get("expect", "")))), "—", CANNOT, f"not checkable here: {r['uncheckable']}"))
-            continue
-        sels, num, den = _contrast_cells(r, base) if kind == "contrast" else (_selectors(r, base), [], [])
-        cells = _cells(data, sels, metric, r.get("reduce"))
-        unit = "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))
-        study = str(r.get("study_text") or (_fmt(float(r["study"]), unit) if kind not in ("direction", "best")
-                                            else r.get("name", "") if kind == "best" else r.get("expect", "")))
-        row = Row(str(r.get("id", "")), str(r.get("claim", "")), study, "—", CANNOT, n=tuple(len(v) for v in cells.values))
-        rows.append(row)
-        if any(not v for v in cells.values):
-            row.why = "not measured" + (f" ({'; '.join(sorted(set(cells.skipped))[:2])})" if cells.skipped else
-                                        " in this campaign (the profile leaves the cell out)")
-            continue
-        if kind == "best":
-            row.ours = _best_text(r, cells, unit)
-            if min(row.n) < need:
-                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
-                continue
-            s = stats.summarize(cells.values[0])
-            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
-            better = str(r.get("better", "lower"))
-            for other in cells.values[1:]:   # other against a: ratio = mean(a) / mean(other)
-                pend.append((len(rows) - 1, stats.compare(other, cells.values[0]), better))
-            continue
-        if kind == "value":
-            s = stats.summarize(cells.values[0])
-            row.estimate, row.ci = s.mean, _physical(s.ci_mean, cells.values[0])
-            row.ours = _ci_text(s.mean, row.ci, unit)
-            if s.n < need:
-                row.why = f"too few trials (n={s.n}, needs {need})"
-                continue
-            sw = stats.summarize(cells.values[0], confidence=wide)
-            row.verdict, row.why = _by_interval(r, sw.ci_mean)
-        elif kind == "contrast":
-            sums = [stats.summarize(v) for v in cells.values]
-            row.estimate, row.ci = stats.contrast_ratio(sums, num, den)
-            row.ours = _ci_text(row.estimate, row.ci, "x")
-            if min(row.n) < need:
-                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
-                continue
-            row.verdict, row.why = _by_interval(r, stats.contrast_ratio(sums, num, den, wide)[1])
-        else:
-            c = stats.compare(cells.values[1], cells.values[0])   # a against b: ratio = mean(a) / mean(b)
-            row.estimate, row.ci = c.ratio, c.ratio_ci
-            row.ours = _ci_text(c.ratio, c.ratio_ci, "x")
-            if min(row.n) < need:
-                row.why = f"too few trials (n={'/'.join(map(str, row.n))}, needs {need} a cell)"
-                continue
-            if kind == "ratio":
-                row.verdict, row.why = _by_interval(r, stats.ratio_ci(c.a, c.b, wide))
-            else:
-                pend.append((len(rows) - 1, c, str(r.get("expect", "higher"))))
-        if row.verdict == DIFFERS:
-            row.why = _reason(cells, line) or "no measured cause in the campaign"
-    adjusted = stats.holm([c.p for _, c, _ in pend])
-    tests: dict[int, list[tuple[stats.Comparison, str, float]]] = {}
-    for (i, c, expect), p in zip(pend, adjusted):
-        tests.setdefault(i, []).append((c, expect, p))
-    for i, got in tests.items():
-        rows[i].verdict, rows[i].why = _directions(got, entries[i])
-        if rows[i].verdict == DIFFERS and (reason := _reason(_cells(data, _selectors(entries[i], base),
-                                                                     str(entries[i].get("metric", "throughput_bps")),
-                                                                     entries[i].get("reduce")), line)):
-            rows[i].why += f"; {reason}"
-    return rows
+    for c in claims:
+        _finish(c, data, paper, line, (len(family), tests))
+    return [c.row for c in claims]
+
+
+def _claim(r: dict, base: dict, data: Dataset) -> _Claim:
+    """A claim's row with our estimate, or why it cannot be decided (not checkable, not measured, too few trials)."""
+    kind = str(r.get("kind", "ratio"))
+    unit = "x" if kind in ("ratio", "contrast") else str(r.get("unit", ""))
+    c = _Claim(r, Row(str(r.get("id", "")), str(r.get("claim", "")), _study_text(r, kind, unit), "—", CANNOT), kind,
+               unit)
+    if r.get("uncheckable"):   # a claim this design cannot test, and why (data in the suite file, not a gap)
+        c.row.why, c.row.to_decide = "not checkable here", f"this machine cannot: {r['uncheckable']}"
+        return c
+    sels, c.num, c.den = _contrast_cells(r, base) if kind == "contrast" else _plain_cells(r, base, kind)
+    c.cells = _cells(data, sels, str(r.get("metric", "throughput_bps")), r.get("reduce"))
+    c.row.n = tuple(len(v) for v in c.cells.values)
+    if any(not v for v in c.cells.values):
+        c.row.why, c.row.to_decide = _unmeasured(c.cells)
+        return c
+    _estimate(c)
+    need, n = _need(c), "/".join(map(str, c.row.n))
+    if min(c.row.n) < int(r.get("min_trials", 3)):
+        c.row.why = f"too few trials (n={n}, needs {int(r.get('min_trials', 3))} a cell)"
+    elif min(c.row.n) < need:
+        c.row.why = f"{stats.NO_TEST} (n={n}; an interval verdict needs {need} a cell)"
+    else:
+        c.ready = True
+    return c
+
+
+def _study_text(r: dict, kind: str, unit: str) -> str:
+    if r.get("study_text"):
+        return str(r["study_text"])
+    if kind in INTERVALS and "study" in r:
+        return _fmt(float(r["study"]), unit)
+    return str(r.get("name", "") if kind == "best" else r.get("expect", r.get("name", "")))
+
+
+def _plain_cells(r: dict, base: dict, kind: str) -> tuple[list[dict], list[float], list[float]]:
+    """The cells of a row that is no contrast, with the coefficients of its estimate: a / b, or a alone."""
+    coefs = ([1.0], [0.0]) if kind == "value" else ([1.0, 0.0], [0.0, 1.0]) if kind in ("ratio", "direction") \
+        else ([], [])
+    return _selectors(r, base), *coefs
+
+
+def _need(c: _Claim) -> int:
+    """Trials a cell before the row gets a verdict: an interval's minimum (a contrast's stats.CONTRAST_MIN_N), the
+    row's `min_trials`; a test row's test says itself when its trials are too few for it."""
+    floor = stats.CONTRAST_MIN_N if c.kind == "contrast" else INTERVAL_MIN_N if c.kind in INTERVALS else 2
+    return max(floor, int(c.entry.get("min_trials", 3)))
+
+
+def _unmeasured(cells: _Cells) -> tuple[str, str]:
+    """Why a cell has no trials, and what would measure it."""
+    skipped = sorted({s.removeprefix("skipped: ") for s in cells.skipped if s.startswith("skipped: ")})
+    if skipped:
+        return "not measured (its scenario was skipped)", "this machine cannot: " + "; ".join(skipped[:2])
+    if cells.skipped:
+        return f"not measured ({'; '.join(sorted(set(cells.skipped))[:2])})", "trials that complete in its cells"
+    return "not measured in this campaign (the profile leaves the cell out)", "a profile that runs its cells"
+
+
+def _estimate(c: _Claim) -> None:
+    """Our estimate with its plain 95 % CI, and a test row's comparisons."""
+    vals, row = c.cells.values, c.row
+    if c.kind in ("value", "best"):
+        s = stats.summarize(vals[0])
+        row.estimate, row.ci = s.mean, _physical(s.ci_mean, vals[0])
+        row.ours = _best_text(c.entry, c.cells, c.unit) if c.kind == "best" else _ci_text(s.mean, row.ci, c.unit)
+        better = str(c.entry.get("better", "lower"))
+        c.tests = [(stats.compare(other, vals[0]), better) for other in vals[1:]] if c.kind == "best" else []
+    elif c.kind == "contrast":
+        row.estimate, row.ci = stats.contrast_ratio([stats.summarize(v) for v in vals], c.num, c.den)
+        row.ours = _ci_text(row.estimate, row.ci, "x")
+    else:
+        comp = stats.compare(vals[1], vals[0])   # a against b: ratio = mean(a) / mean(b)
+        row.estimate, row.ci = comp.ratio, comp.ratio_ci
+        row.ours = _ci_text(comp.ratio, comp.ratio_ci, "x")
+        c.tests = [(comp, str(c.entry.get("expect", "higher")))]
+
+
+def _decide_interval(c: _Claim, m: int) -> None:
+    """The verdict on the interval widened for the card's m interval rows (Bonferroni), labelled on the row."""
+    level, vals, row = 1 - ALPHA / m, c.cells.values, c.row
+    if c.kind == "value":
+        ci = _physical(stats.summarize(vals[0], confidence=level).ci_mean, vals[0])
+    elif c.kind == "contrast":
+        ci = stats.contrast_ratio([stats.summarize(v) for v in vals], c.num, c.den, level)[1]
+    else:
+        ci = stats.ratio_ci(c.tests[0][0].a, c.tests[0][0].b, level)
+    row.decided_ci, row.decided_level = ci, level
+    shown = f"{_fmt(ci[0], c.unit)} .. {_fmt(ci[1], c.unit)}" if all(map(math.isfinite, ci)) else "unbounded"
+    row.decided = f"{_pct(level)} CI {shown}" + (f" (Bonferroni over {m} rows)" if m > 1 else "")
+    row.verdict, row.why = _by_interval(c.entry, ci, c.unit)
+
+
+def _pct(level: float) -> str:
+    return f"{100 * level:.1f}".removesuffix(".0") + " %"
+
+
+def _decide_tests(claims: list[_Claim]) -> int:
+    """Direction and best rows: Holm over all their comparisons together (one with too few trials for a test is
+    left out of the family). Returns the family's size."""
+    pend = [(c, comp, expect) for c in claims for comp, expect in c.tests]
+    adjusted = stats.holm([comp.p for _, comp, _ in pend])
+    k = sum(math.isfinite(p) for p in adjusted)
+    for c in claims:
+        c.adjusted = [p for (owner, _, _), p in zip(pend, adjusted) if owner is c]
+        c.row.verdict, c.row.why = _directions([(comp, e, p) for (comp, e), p in zip(c.tests, c.adjusted)], c.entry)
+        c.row.decided = f"the test, Holm over {k} test{'s' * (k != 1)}" if k else ""
+    return k
+
+
+def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: tuple[int, int]) -> None:
+    """What a measured row carries whatever its verdict: a stand-in, a load not offered; a difference's measured
+    reason; for an undecided row, what would decide it."""
+    row = c.row
+    if c.cells is None or any(not v for v in c.cells.values):
+        return
+    row.stand_in = _stand_in({**_implied(c.entry), **paper, **(c.entry.get("paper") or {})}, c.cells, data)
+    notes = [x for x in (row.why, _offered(c.cells)) if x]
+    if row.verdict == DIFFERS:
+        notes.append(_reason(c.cells, line) or "no measured cause in the campaign")
+    row.why = "; ".join(notes)
+    if row.verdict == CANNOT:
+        row.to_decide = _what_decides(c, data, family)
+
+
+def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
+    """About how many trials a cell would decide the row at its cells' measured CV, and the minutes they take."""
+    vals = c.cells.values
+    if min(map(len, vals)) < 2:
+        return f"at least {max(2, _need(c))} trials a cell (one trial shows no CV)"
+    sums = [stats.summarize(v) for v in vals]
+    if c.kind in INTERVALS:
+        n = _interval_trials(c, sums, family[0] + (not c.ready))
+        edge = "the estimate sits on an edge of the study's band"
+    else:
+        n = _test_trials(c, family[1] + sum(not math.isfinite(p) for p in c.adjusted or [math.nan] * len(c.tests)))
+        edge = "the means are too close for any"
+    if n is None:
+        return ""
+    cv = " / ".join(f"{100 * s.cv:.1f} %" for s in sums if math.isfinite(s.cv))
+    if math.isinf(n):
+        return f"more than {MAX_TRIALS} trials a cell at this CV ({cv}): {edge}"
+    seconds = _seconds(data, c.cells)
+    took = f", ≈ {max(1, round(n * len(vals) * seconds / 60))} minutes" if seconds else ""
+    return f"about {n} trials a cell at this CV ({cv}{took})"
+
+
+def _interval_trials(c: _Claim, sums: list[stats.Summary], m: int) -> float | None:
+    """Trials a cell that narrow the deciding interval (1 - alpha / m) to fit between the estimate and the band's
+    nearer edge: inside the band to agree, outside to differ (a normal approximation)."""
+    from scipy.special import ndtri
+    lo, hi = _band(c.entry)
+    est = c.row.estimate
+    gap = min(abs(est - lo), abs(est - hi))
+    return _trials_for(gap, _spread(sums, c.num, c.den, est), float(ndtri(1 - ALPHA / (2 * m))), _need(c))
+
+
+def _test_trials(c: _Claim, k: int) -> float | None:
+    """Trials a cell at which the test finds each undecided comparison's measured ratio 80 % of the time at the
+    first step of a Holm family of k (a normal approximation; no fewer than the exact test needs to reach it)."""
+    from scipy.special import ndtri
+    level = ALPHA / max(1, k)
+    z = float(ndtri(1 - level / 2) + ndtri(POWER))
+    floor = next(n for n in range(2, 20) if stats.smallest_p(n, n) < level)
+    need: list[float] = []
+    for (comp, _), p in zip(c.tests, c.adjusted or [math.nan] * len(c.tests)):
+        if not p < ALPHA:
+            gap = abs(math.log(comp.ratio)) if comp.ratio > 0 else math.nan
+            n = _trials_for(gap, math.hypot(comp.a.cv, comp.b.cv), z, floor)
+            need.append(math.nan if n is None else n)
+    return None if not need or any(math.isnan(n) for n in need) else max(need)
+
+
+def _trials_for(gap: float, spread: float, z: float, floor: int) -> float | None:
+    """The n at which z * spread / sqrt(n) falls below gap: None when not computable, inf past MAX_TRIALS."""
+    if not (math.isfinite(gap) and math.isfinite(spread)):
+        return None
+    if spread == 0:
+        return floor
+    n = max(floor, math.ceil((z * spread / gap) ** 2)) if gap > 0 else math.inf
+    return n if n <= MAX_TRIALS else math.inf
+
+
+def _spread(sums: list[stats.Summary], num: list[float], den: list[float], est: float) -> float:
+    """The estimate's standard error times sqrt(n) at n trials a cell (delta method): |est| sqrt(cv_a^2 + cv_b^2)
+    for a ratio, the standard deviation for a value."""
+    d = math.fsum(w * s.mean for w, s in zip(den, sums)) or 1.0
+    return math.sqrt(math.fsum((a - est * b) ** 2 * s.std ** 2 for a, b, s in zip(num, den, sums))) / abs(d)
+
+
+def _seconds(data: Dataset, cells: _Cells) -> float | None:
+    """The cells' mean trial duration, from the stored trials' start and end."""
+    spans = [r["finished"] - r["started"] for ts in cells.trials for t in ts
+             if (r := data.trials.get(t.id)) and r.get("started") is not None and r.get("finished") is not None]
+    return math.fsum(spans) / len(spans) if spans else None
+
+
+def _implied(entry: dict) -> dict[str, str]:
+    """What the study ran, as the row's selectors imply it: the studies' WireGuard, IPsec and OVS datapath were the
+    kernel's, and a direct attachment is S1's SR-IOV virtual function."""
+    out: dict[str, str] = {}
+    for sel in [entry.get(k) for k in "abcd"] + list(entry.get("others") or []):
+        enc = sel.get("encryption") if isinstance(sel, dict) else None
+        if enc == "wireguard":
+            out["wireguard"] = "kernel"
+        elif isinstance(enc, dict) or str(enc).startswith("ipsec"):
+            out["ipsec"] = "kernel"
+        if isinstance(sel, dict) and sel.get("switch") == "ovs":
+            out["ovs_datapath"] = "kernel"
+        if isinstance(sel, dict) and sel.get("attach") == "direct":
+            out["nic"] = "sr-iov"
+    return out
+
+
+def _stand_in(paper: dict, cells: _Cells, data: Dataset) -> str:
+    """What ran in the row's cells in place of what the study ran (STAND_INS; VMs where the paper names its VMs),
+    e.g. 'wireguard-go (the study: kernel WireGuard)'; '' when like for like."""
+    want = {str(k): str(v).lower() for k, v in paper.items()}
+    found: list[str] = []
+    for sc in sorted({t.scenario for ts in cells.trials for t in ts}):
+        impl = (data.scenarios.get(sc) or {}).get("implementation") or {}
+        found += [f"{name} (the study: {theirs})" for (el, ran), (key, mark, name, theirs) in STAND_INS.items()
+                  if want.get(el) == ran and mark in str(impl.get(key, ""))]
+        if "vm" in want and (vm := _vm(impl)):
+            found.append(f"{vm} (the study: {paper['vm']})")
+    return "; ".join(dict.fromkeys(found))
+
+
+def _vm(impl: dict) -> str:
+    """What a VM was here ('' without VMs: host to host): a User-Mode Linux guest, or a namespace."""
+    if str(impl.get("attach", "host")) in ("host", "none"):
+        return ""
+    if str(impl.get("vm_kernel", "")).startswith("uml"):
+        return "UML guest VMs"
+    return "namespace VMs" + (" in a UML guest" if str(impl.get("kernel", "")).startswith("uml") else "")
 
 
 def _selectors(r: dict, base: dict) -> list[dict]:
@@ -337,17 +582,27 @@ def _ci_text(est: float, ci: tuple[float, float], unit: str) -> str:
     return f"{_fmt(est, unit)} ({_fmt(ci[0], unit)} .. {_fmt(ci[1], unit)})"
 
 
-COLUMNS = ["claim", "study", "ours (95 % CI)", "verdict", "n", "why"]
+COLUMNS = ["claim", "study", "ours (95 % CI)", "decided on", "verdict", "n", "why"]
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
-    return [[f"{r.id}: {r.claim}", r.study, r.ours, r.verdict, "/".join(map(str, r.n)), r.why] for r in rows]
+    return [[f"{r.id}: {r.claim}", r.study, r.ours, r.decided, r.reads, "/".join(map(str, r.n)), _why_text(r)]
+            for r in rows]
+
+
+def _why_text(r: Row) -> str:
+    if not r.to_decide:
+        return r.why
+    lead = "" if r.to_decide.startswith("this machine cannot") else "would decide it: "
+    return "; ".join(x for x in (r.why, lead + r.to_decide) if x)
 
 
 NOTE = ("Each row is a claim of the study, data in the suite file's `scorecard`; ours is computed from this campaign, "
-        "one value per trial. agrees: the CI lies in the study's band (or the direction holds, Holm over the card's "
-        "direction rows); differs: the CI excludes it (or the opposite direction holds); cannot tell: too few trials, "
-        "or an interval too wide. Interval rows decide on intervals widened for the card (Bonferroni over them).")
+        "one value per trial. Interval rows decide on the interval in 'decided on', widened for the card (Bonferroni "
+        "over its measured interval rows): agrees when it lies wholly inside the study's band, differs when wholly "
+        "outside, else cannot tell. Direction and best rows: the test, Holm over the card's tests. A stand-in (what "
+        "ran in place of the study's implementation) is named in the verdict; an undecided row says what would "
+        "decide it.")
 
 
 def for_campaign(store, cid: int) -> list[Row]:

@@ -2,6 +2,7 @@
 state, Agg only). Data comes from vnetbench.dataset (the one loader), statistics from vnetbench.stats."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterable, Sequence
 
@@ -22,6 +23,35 @@ def summary(values: Sequence[float]) -> Summary | None:
     return summarize(vals) if vals else None
 
 
+_LEAST_N: list[int | None] = [None]  # the fewest trials behind a t interval printed since interval_note() last ran
+
+
+def saw(n: int) -> None:
+    """A Student-t interval of n trials was printed: the table's note will say what such an interval covers."""
+    if n >= 2:
+        _LEAST_N[0] = n if _LEAST_N[0] is None else min(_LEAST_N[0], n)
+
+
+def interval_note() -> str:
+    """' ' + what the t intervals printed since the last call cover on a busy machine's trials (at their smallest n),
+    or ''; starts the count anew. Call it once before a table's rows are built and once for its note."""
+    n, _LEAST_N[0] = _LEAST_N[0], None
+    text = stats.t_note(n) if n else ""
+    return f" {text}" if text else ""
+
+
+def noted(make):
+    """A method that builds a table: its note says what the table's t intervals cover on a busy machine."""
+    @functools.wraps(make)
+    def build(*args, **kwargs):
+        interval_note()
+        table = make(*args, **kwargs)
+        if table is not None:
+            table.note += interval_note()
+        return table
+    return build
+
+
 def mean_ci(values: Sequence[float], unit: str) -> str:
     """'9.41 Gbit/s ± 0.12 Gbit/s' (95 % CI half-width of the mean); n=1 has no interval. An interval that would
     reach below 0 is cut there and shown as its ends: '550 Mbit/s (0 .. 1.19 Gbit/s, clipped)'."""
@@ -30,6 +60,7 @@ def mean_ci(values: Sequence[float], unit: str) -> str:
         return DASH
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{human(s.mean, unit)} (n=1)"
+    saw(s.n)
     cut = stats.within(s, 0.0)
     if cut.clipped:
         return f"{human(s.mean, unit)} ({human(cut.ci_mean[0], unit)} .. {human(cut.ci_mean[1], unit)}, clipped)"

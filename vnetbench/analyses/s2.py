@@ -322,11 +322,11 @@ def interference_table(data: Dataset) -> TableData | None:
                 rows[-1][-1] = "cannot tell (fewer than 2 trials)"
             else:
                 tests.append((rows[-1], compare(alone, flooded, better=better)))
+    level = 0.05 / max(1, sum(t.p == t.p for _, t in tests))  # Holm's first step: the tests that have a p
     for (row, c), p in zip(tests, holm([c.p for _, c in tests])):
         v = verdict(p < 0.05, c.diff, c.better)
         row[-1] = {"worse": "yes, worse", "better": "yes, better"}.get(v, c.why or "not significant") + (
-            f" (p = {p:.2g}{_could(c, 0.05 / len(tests)) if v == stats.NOT_SIGNIFICANT else ''})"
-            if p == p else "")
+            f" (p = {p:.2g}{_could(c, level) if v == stats.NOT_SIGNIFICANT else ''})" if p == p else "")
     return TableData("Tenant interference: tenant B alone vs while tenant A floods",
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
@@ -399,4 +399,5 @@ def _findings(best: TableData, implementation: str, interference: TableData | No
 
 def _could(c: stats.Comparison, alpha: float) -> str:
     found = stats.could_find(c, alpha)
-    return f"; could find ±{found} (80 % power)" if found else ""
+    return f"; could find ±{found} (80 % power)" if found else (
+        f"; {stats.unreachable(c.a.n, c.b.n, alpha)}" if stats.unreachable(c.a.n, c.b.n, alpha) else "")

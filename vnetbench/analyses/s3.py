@@ -14,7 +14,7 @@ from ..units import human
 from ..workloads.netperf import DEFAULT_SIZE
 from . import register
 from ..dataset import Trial, load
-from ._cells import DASH, figure, mean_ci, mean_cell, median, pct, relative, scale, spread, style
+from ._cells import DASH, figure, mean_ci, noted, mean_cell, median, pct, relative, scale, spread, style
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 NONE = "no IPsec"
@@ -38,9 +38,9 @@ KEY_COLUMNS = ["message size (B)", "IP", "routers", "other load"]
 MIN_TRIALS = 3   # trials a cell needs for the AH/ESP verdict and the per-cell comparisons
 CHANGE_THRESHOLD = 0.10  # "about equal": the median relative difference is within +-10 %
 SHORT = "trials offered less than their rate"
-OFFERED_NOTE = (f"'k of n {SHORT}': in k of the n trials behind the number a rate-bounded sender (or a background "
-                f"flood) offered less than {100 * guards.OFFERED_SHORT:.0f} % of the rate asked; they are kept, since "
-                f"what the receiver counted is still the result, so the number is not at the load asked for.")
+OFFERED_NOTE = (f"'k of n {SHORT}': in k of the n trials behind the number, a rate-bounded sender (or a background "
+                f"flood) offered less than {100 * guards.OFFERED_SHORT:.0f} % of the rate asked. They are kept (what "
+                f"the receiver counted is still what the datapath carried), but the number is not at the load asked.")
 
 
 def variant_name(level) -> str:
@@ -169,6 +169,7 @@ class S3(Analysis):
                          "those skipped (the implementation decides: AH, transport mode and manual keys need the "
                          "kernel's xfrm AH/ESP transforms).")
 
+    @noted
     def _table(self, test: str, cells: dict, modes: list[str]) -> TableData:
         title, metric, unit = TESTS[test]
         keys = sorted({k[1:5] for k in cells if k[0] == test}, key=_order)
@@ -208,6 +209,7 @@ class S3(Analysis):
                      "and the receiver counts what arrived.")
         return TableData(f"S3 — {title}", cols, rows, note)
 
+    @noted
     def _video(self, video: dict, modes: list[str]) -> TableData:
         keys = sorted({k[:3] for k in video}, key=lambda k: _order((0, *k)))
         present = [m for m in modes if any(k[-1] == m for k in video)]
@@ -217,7 +219,8 @@ class S3(Analysis):
             row = [f"IPv{ip}", hops, load_]
             for m in present:
                 got = video.get((ip, hops, load_, m), {})
-                row += [mean_ci(got.get("throughput_bps", []), "bit/s") + self._short([(ip, hops, load_, m)]), mean_cell(got.get("udp_loss_ratio", []), "ratio"),
+                row += [mean_ci(got.get("throughput_bps", []), "bit/s") + self._short([(ip, hops, load_, m)]),
+                        mean_cell(got.get("udp_loss_ratio", []), "ratio"),
                         mean_cell(got.get("jitter_s", []), "s")]
             rows.append(row)
         return TableData("S3 — video-like UDP stream (iperf3, 500-byte payloads at 30 Mbit/s, at the receiver)", cols,
@@ -291,20 +294,21 @@ class S3(Analysis):
                     continue
                 c = compare(b, a)
                 enough = min(len(a), len(b)) >= MIN_TRIALS
-                rows.append([k[0], str(k[1]), f"IPv{k[2]}", k[3], k[4], f"{num} / {den}", f"{len(a)} / {len(b)}",
-                             _ratio_text(c)])
+                rows.append([k[0], str(k[1]), f"IPv{k[2]}", k[3], k[4], f"{num} / {den}",
+                             f"{len(a)} / {len(b)}" + self._short([(*k, num), (*k, den)]), _ratio_text(c)])
                 comps.append(c if enough else None)
         adjusted = holm([c.p if c is not None else math.nan for c in comps])
         for row, c, p in zip(rows, comps, adjusted):
             row.append(f"too few trials (needs {MIN_TRIALS} a side)" if c is None else
                        ("not significant" if not p < 0.05 else ("higher" if c.ratio > 1 else "lower"))
-                       + (f" (Holm p = {p:.2g})" if math.isfinite(p) else "") + note)
+                       + (f" (Holm p = {p:.2g})" if math.isfinite(p) else ""))
         return TableData("S3 — AH vs ESP per cipher, and 3DES vs Blowfish, per test and message size",
                          ["test", "message size (B)", "IP", "routers", "other load", "variants (a / b)",
                           "trials (a / b)", "a / b [95 % CI]", "verdict"], rows,
                          "The ratio of the mean per-trial values with Fieller's 95 % CI; verdict: Welch's test, Holm "
                          f"over the table's cells with at least {MIN_TRIALS} trials a side. The study's AH/ESP "
-                         "comparison is against ESP 3DES-CBC; Blowfish appears in the study only in the wide-area video.")
+                         "comparison is against ESP 3DES-CBC; Blowfish appears in the study only in the wide-area video."
+                         + offered_text(rows))
 
     # ---- findings ----------------------------------------------------------------------------------------
     def _findings(self, scenarios: list[dict], cells: dict, video: dict, ran: list[str]) -> list[str]:
@@ -328,33 +332,42 @@ class S3(Analysis):
         out += self._extra_findings(cells)  # descriptive spreads, no verdict
         if video:
             base = [v for k, v in video.items() if k[-1] == NONE]
+            short = self._short(k for k in video if k[-1] == NONE)
             if base:
                 tput = median(x for v in base for x in v.get("throughput_bps", []))
                 loss = median(x for v in base for x in v.get("udp_loss_ratio", []))
                 jit = median(x for v in base for x in v.get("jitter_s", []))
                 out.append(f"Video-like stream (500 B at 30 Mbit/s) without IPsec: the receiver got a median "
                            f"{human(tput, 'bit/s')} with {human(loss, 'ratio')} loss and {human(jit, 's')} jitter"
-                           + ("" if ipsec else "; its behaviour under IPsec cannot be checked here") + ".")
+                           + short + ("" if ipsec else "; its behaviour under IPsec cannot be checked here") + ".")
         return resolve(out)
+
+    def _short(self, keys) -> str:
+        """' (2 of 6 trials offered less than their rate)' beside a number built on these cells' trials."""
+        return offered_note([t for k in dict.fromkeys(keys) for t in self.members.get(k, [])])
 
     def _ipsec_findings(self, cells: dict, ipsec: list[str]) -> list[Claim]:
         out = []
-        stream = [(cells.get((*k[:-1], NONE), []), v) for k, v in cells.items()
-                  if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ipsec and (*k[:-1], NONE) in cells]
+        keys = [k for k in cells
+                if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ipsec and (*k[:-1], NONE) in cells]
+        stream = [(cells[(*k[:-1], NONE)], cells[k]) for k in keys]
         if stream:
             out.append(Claim("'IPsec lowers throughput'", stream, "lower",
-                             f"stream throughput with / without IPsec over {len(stream)} cells"))
+                             f"stream throughput with / without IPsec over {len(stream)} cells"
+                             + self._short(_with_base(keys))))
         ah = [m for m in ipsec if m.startswith("AH ")]
         esp = [m for m in ipsec if m.startswith("ESP ")]
         des = [m for m in esp if "3DES" in m]   # the study's ESP is 3DES-CBC: Blowfish is not pooled in
         if ah and des:
-            both = [(cells[(*k[:-1], e)], v) for k, v in cells.items()
+            both = [((*k[:-1], e), k) for k in cells
                     if k[0] in ("TCP_STREAM", "UDP_STREAM") and k[-1] in ah for e in des if (*k[:-1], e) in cells]
-            pairs = [(a, b) for a, b in both if min(len(a), len(b)) >= MIN_TRIALS]
+            pairs = [(e, a) for e, a in both if min(len(cells[e]), len(cells[a])) >= MIN_TRIALS]
             if pairs:
-                out.append(Claim("'AH gives about twice ESP (3DES-CBC)'s throughput'", pairs, "higher",
+                out.append(Claim("'AH gives about twice ESP (3DES-CBC)'s throughput'",
+                                 [(cells[e], cells[a]) for e, a in pairs], "higher",
                                  f"AH / ESP 3DES-CBC stream throughput over {len(pairs)} cells with at least "
-                                 f"{MIN_TRIALS} trials each", band=(1.5, 2.7)))
+                                 f"{MIN_TRIALS} trials each" + self._short(k for p in pairs for k in p),
+                                 band=(1.5, 2.7)))
             elif both:
                 out.append(f"'AH gives about twice ESP (3DES-CBC)'s throughput': cannot tell: none of the {len(both)} "
                            f"matched cells has {MIN_TRIALS} trials a side (the 'AH vs ESP per cipher' table shows them).")
@@ -367,36 +380,39 @@ class S3(Analysis):
         small = [k for k in cells if k[0] in ("TCP_RR", "UDP_RR") and k[-1] in ipsec and (*k[:-1], NONE) in cells]
         if small:
             smallest = min(k[1] for k in small)
-            rr = [(cells[(*k[:-1], NONE)], cells[k]) for k in small if k[1] == smallest]
+            keys = [k for k in small if k[1] == smallest]
+            rr = [(cells[(*k[:-1], NONE)], cells[k]) for k in keys]
             out.append(Claim("'For small request/response messages IPsec is not the bottleneck'", rr, "equal",
-                             f"transaction rate with / without IPsec at {smallest} bytes over {len(rr)} cells"))
+                             f"transaction rate with / without IPsec at {smallest} bytes over {len(rr)} cells"
+                             + self._short(_with_base(keys))))
         return out
 
     def _ip_finding(self, cells: dict) -> str | Claim:
-        pairs = [(cells[(k[0], k[1], "4", *k[3:])], v) for k, v in cells.items()
-                 if k[2] == "6" and (k[0], k[1], "4", *k[3:]) in cells]
+        pairs = [((k[0], k[1], "4", *k[3:]), k) for k in cells if k[2] == "6" and (k[0], k[1], "4", *k[3:]) in cells]
         if not pairs:
             return "'IPv4 and IPv6 about equal': cannot be checked: the campaign did not measure both."
-        return Claim("'IPv4 and IPv6 about equal'", pairs, "equal", f"IPv6 / IPv4 over {len(pairs)} cells")
+        return Claim("'IPv4 and IPv6 about equal'", [(cells[a], cells[b]) for a, b in pairs], "equal",
+                     f"IPv6 / IPv4 over {len(pairs)} cells" + self._short(k for p in pairs for k in p))
 
     def _extra_findings(self, cells: dict) -> list[str]:
         out = []
         hops = sorted({k[3] for k in cells}, key=_num)
         for h in hops[1:]:
-            ch = [relative(_mean(v), _mean(cells.get((*k[:3], hops[0], *k[4:]), []))) for k, v in cells.items() if k[3] == h]
-            ch = [c for c in ch if c is not None]
+            pairs = [(k, b) for k in cells if k[3] == h and (b := (*k[:3], hops[0], *k[4:])) in cells]
+            ch = [c for a, b in pairs if (c := relative(_mean(cells[a]), _mean(cells[b]))) is not None]
             if ch:
                 out.append(f"Routers (not a finding of the study): {h} router(s) vs {hops[0]} change the results by "
-                           f"{spread(ch)}.")
-        ch = [relative(_mean(v), _mean(cells.get((*k[:4], "none", k[5]), []))) for k, v in cells.items() if k[4] == "cpu"]
-        ch = [c for c in ch if c is not None]
+                           f"{spread(ch)}{self._short(k for p in pairs for k in p)}.")
+        pairs = [(k, b) for k in cells if k[4] == "cpu" and (b := (*k[:4], "none", k[5])) in cells]
+        ch = [c for a, b in pairs if (c := relative(_mean(cells[a]), _mean(cells[b]))) is not None]
         if ch:
-            out.append(f"Other CPU load (stress-ng on both hosts) changes the results by {spread(ch)}: the emulated hosts "
-                       f"share this machine's CPUs, so the load competes with the traffic directly.")
+            out.append(f"Other CPU load (stress-ng on both hosts) changes the results by {spread(ch)}"
+                       f"{self._short(k for p in pairs for k in p)}: the emulated hosts share this machine's CPUs, so "
+                       f"the load competes with the traffic directly.")
         return out
 
 
-def rr_floor_finding(cells: dict, floors: dict, modes: list[str]) -> str | None:
+def rr_floor_finding(cells: dict, floors: dict, modes: list[str], short: str = "") -> str | None:
     """Why a request/response rate can put IPsec above no IPsec, and IPsec's own cost on the round trip.
     netperf keeps one transaction in flight, so its rate is 1 / the mean round trip; in a guest that mean is mostly
     time the guest waited for this machine's CPUs, which other work changes from trial to trial (docs/suites.md has
@@ -422,7 +438,22 @@ def rr_floor_finding(cells: dict, floors: dict, modes: list[str]) -> str | None:
             "the mean round trip, and in a guest that mean is mostly time the guest waited for this machine's CPUs, "
             "which other work changes from trial to trial; a rate from one or a few trials can therefore put IPsec "
             f"above no IPsec by chance. {odd}The fastest round trip (netperf MIN_LATENCY, the lowest over the cell's "
-            "trials), which that wait does not lengthen, shows IPsec's own cost: " + "; ".join(parts) + ".")
+            "trials), which that wait does not lengthen, shows IPsec's own cost: " + "; ".join(parts) + short + ".")
+
+
+def offered_note(trials: list[Trial]) -> str:
+    n = sum(guards.not_offered(t.metadata) for t in trials)
+    return f" ({n} of {len(trials)} {SHORT})" if n else ""
+
+
+def offered_text(rows: list[list]) -> str:
+    """The table note's word on trials not offered, when a cell of the table says so."""
+    return f" {OFFERED_NOTE}" if any(SHORT in str(c) for r in rows for c in r) else ""
+
+
+def _with_base(keys: list[tuple]) -> list[tuple]:
+    """The cells and the no-IPsec cells they are compared with."""
+    return keys + [(*k[:-1], NONE) for k in keys]
 
 
 def ran_in(scenario: dict, env: dict) -> str:

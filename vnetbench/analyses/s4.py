@@ -19,8 +19,9 @@ from ..store import Store
 from ..units import human, parse_rate
 from . import register
 from ..dataset import Trial, load
-from ._cells import (DASH, Family, figure, mean_ci, mean_cell, median, pct, relative, scale, style, summary)
+from ._cells import (DASH, Family, figure, mean_ci, noted, mean_cell, median, pct, relative, scale, style, summary)
 from .base import Analysis, AnalysisResult, FigureData, TableData
+from .s3 import offered_note, offered_text
 
 ORDER = ["native", "VXLAN", "Geneve", "GRE", "OVS+VXLAN", "OVS+Geneve", "OVS+GRE", "WireGuard", "IPsec"]
 TUNNELS = {"VXLAN": "VXLAN", "Geneve": "Geneve", "OVS+VXLAN": "VXLAN", "OVS+Geneve": "Geneve", "GRE": "GRE",
@@ -139,6 +140,10 @@ class S4(Analysis):
     def _tput(self, iface: str, m: str = SINGLE, mtu: str | None = None) -> list[float]:
         return [v for t in self._trials(iface, m, mtu) if (v := t.total("throughput_bps", direction="forward")) is not None]
 
+    def _used(self, names, *measures: str) -> list[Trial]:
+        """The trials behind a row or finding: these interfaces' runs of these measures."""
+        return [t for n in names for m in measures for t in self._trials(n, m)]
+
     def _per_trial(self, iface: str, m: str, fn, mtu: str | None = None) -> list[float]:
         return [v for t in self._trials(iface, m, mtu) if (v := fn(t)) is not None]
 
@@ -152,6 +157,7 @@ class S4(Analysis):
                 and (tp := t.total("throughput_bps", direction="forward"))]
 
     # ---- tables ------------------------------------------------------------------------------------------
+    @noted
     def _interfaces(self, ifaces: list[str]) -> TableData:
         cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender iperf3 CPU",
                 "receiver iperf3 CPU", "machine CPU (min .. max over seconds)", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
@@ -174,7 +180,7 @@ class S4(Analysis):
                          human(min(lat["min"]), "s") if lat["min"] else DASH,
                          *[human(median(lat[k]), "s") if lat[k] else DASH for k in ("p50", "p90", "p99")],
                          human(max(lat["max"]), "s") if lat["max"] else DASH,
-                         str(max(len(single), len(rr)))])
+                         str(max(len(single), len(rr))) + offered_note(single + rr)])
         return TableData(
             f"S4 — interfaces: one TCP stream and request/response latency (MTU {self.base_mtu})", cols, rows,
             "Throughput: receiver goodput, mean over runs ± 95 % CI half-width. Sender/receiver iperf3 CPU: the iperf3 "
@@ -186,8 +192,10 @@ class S4(Analysis):
             "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's)."
             + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
                f"the guest's one CPU: {GUEST_CAVEAT}; compare them with each other, and see the guest vs machine "
-               f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else ""))
+               f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else "")
+            + offered_text(rows))
 
+    @noted
     def _line_rate(self, ifaces: list[str]) -> TableData:
         rows = []
         for name in ifaces:
@@ -198,14 +206,15 @@ class S4(Analysis):
             rows.append([name, mean_ci(vals, "bit/s"), DASH if share is None else f"{share * 100:.1f} %",
                          machine_cpu(self._trials(name, GEN4)),
                          mean_min_max(self._per_trial(name, GEN4, lambda t: t.total("sender_cpu_ratio"))),
-                         str(len(vals))])
+                         str(len(vals)) + offered_note(self._trials(name, GEN4))])
         rate = human(self.line_rate, "bit/s") if self.line_rate else "not set (underlay.rate)"
         return TableData("S4 — 4 parallel generators as a percentage of line rate",
                          ["interface", "throughput (4 generators)", "of line rate", "machine CPU (min .. max over seconds)",
                           "senders' iperf3 CPU", "runs"],
                          rows, f"Four iperf3 client/server processes, one stream each, at once. Line rate: {rate}, the "
                                f"hosts' NICs' egress limit (tbf). {MACHINE_CPU_NOTE} Senders' iperf3 CPU: the four "
-                               f"clients' own CPU time summed (100 % = one core), mean over runs (min .. max over runs).")
+                               f"clients' own CPU time summed (100 % = one core), mean over runs (min .. max over runs)."
+                               + offered_text(rows))
 
     def _streams_levels(self) -> list[int]:
         levels = {1} | {int(k[1][len("streams"):]) for k in self.by if k[1].startswith("streams")}
@@ -223,7 +232,7 @@ class S4(Analysis):
             for name in names:
                 ts = self._stream_trials(name, s)
                 tp = [v for t in ts if (v := t.total("throughput_bps", direction="forward")) is not None]
-                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {machine_cpu(ts)}" if tp else DASH)
+                row.append(f"{mean_cell(tp, 'bit/s')} · CPU {machine_cpu(ts)}{offered_note(ts)}" if tp else DASH)
             procs = {_processes(t) for name in names for t in self._stream_trials(name, s)}
             row.append(", ".join(str(p) for p in sorted(procs)) or DASH)
             rows.append(row)
@@ -231,8 +240,9 @@ class S4(Analysis):
                          ["streams", *names, "generator processes"], rows,
                          "Mean over runs of the receiver throughput summed over all streams. " + MACHINE_CPU_NOTE +
                          " Past 128 streams iperf3 runs several generator processes (at most 128 streams "
-                         "each); 1 stream is the single-stream test.")
+                         "each); 1 stream is the single-stream test." + offered_text(rows))
 
+    @noted
     def _mtu(self, ifaces: list[str]) -> TableData:
         mtus = sorted({k[2] for k in self.by if k[1] == SINGLE}, key=int)
         lo, hi = mtus[0], mtus[-1]
@@ -244,8 +254,8 @@ class S4(Analysis):
             if len(a) > 1 and len(b) > 1:
                 marks.append((len(rows), compare(a, b).p))
             inner = lambda m: "/".join(sorted({str(t.metadata.get("vm_mtu")) for t in self._trials(name, SINGLE, m)})) or DASH  # noqa: E731
-            rows.append([name, inner(lo), mean_ci(a, "bit/s"), inner(hi), mean_ci(b, "bit/s"),
-                         _versus(b, a)])
+            rows.append([name, inner(lo), mean_ci(a, "bit/s") + offered_note(self._trials(name, SINGLE, lo)),
+                         inner(hi), mean_ci(b, "bit/s") + offered_note(self._trials(name, SINGLE, hi)), _versus(b, a)])
         for (i, _), p in zip(marks, holm([p for _, p in marks])):
             if p < 0.05:
                 rows[i][-1] += "*"
@@ -254,7 +264,7 @@ class S4(Analysis):
                           f"throughput at {hi}", f"{hi} vs {lo}"], rows,
                          "mtu is the hosts' NIC MTU; each tunnel lowers the inner MTU by its header. '*': the two "
                          "differ significantly: Welch's t-test on the per-trial values, Holm-corrected over the "
-                         f"{len(marks)} tests of this table (alpha 0.05).")
+                         f"{len(marks)} tests of this table (alpha 0.05)." + offered_text(rows))
 
     def _both_kernels(self, ifaces: list[str]) -> list[str]:
         """The datapaths measured in the machine's kernel and in a guest's with the same implementation (base names;
@@ -265,13 +275,15 @@ class S4(Analysis):
     def _any(self, name: str) -> Trial | None:
         return next(iter(self._trials(name, SINGLE) or self._trials(name, RR)), None)
 
+    @noted
     def _kernels(self, ifaces: list[str]) -> TableData:
         rows = []
         for name in self._both_kernels(ifaces):
             g = name + GUEST
             p50 = lambda n: [v for t in self._trials(n, RR) if (v := t.mean("latency_p50_s")) is not None]  # noqa: E731
             impl = lambda n: " + ".join(any_t_impl((self._trials(n, SINGLE) or self._trials(n, RR))[0]))  # noqa: E731
-            rows.append([name, impl(name) or "host kernel", impl(g) or DASH,
+            rows.append([name + offered_note(self._used([name, g], SINGLE, RR, GEN4)), impl(name) or "host kernel",
+                         impl(g) or DASH,
                          mean_ci(self._tput(name), "bit/s"), mean_ci(self._tput(g), "bit/s"),
                          _ratio(self._tput(name), self._tput(g)),
                          mean_ci(p50(name), "s"), mean_ci(p50(g), "s"), _ratio(p50(name), p50(g)),
@@ -284,7 +296,7 @@ class S4(Analysis):
             f"One TCP stream (receiver goodput) and sockperf p50, mean over runs ± 95 % CI; ratio of the means with "
             f"Fieller's 95 % CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
             f"the ratio is the guest's cost on a datapath both kernels have, a yardstick for the rows only a guest "
-            f"could run (Geneve, kernel IPsec), not a correction to apply to them.")
+            f"could run (Geneve, kernel IPsec), not a correction to apply to them." + offered_text(rows))
 
     # ---- figures -----------------------------------------------------------------------------------------
     def _series_figure(self, ifaces: list[str]) -> FigureData | None:
@@ -429,7 +441,8 @@ class S4(Analysis):
         parts = [f"{n} {_ratio(self._tput(n), self._tput(n + GUEST))}" for n in both]
         only = [base(n) for n in ifaces if in_guest(n) and base(n) not in both and self._tput(n)]
         text = f"Guest vs machine kernel: {GUEST_CAVEAT}. "
-        text += (f"Guest / machine single-stream throughput: {'; '.join(parts)}." if parts
+        short = offered_note(self._used([*both, *(n + GUEST for n in both)], SINGLE))
+        text += (f"Guest / machine single-stream throughput: {'; '.join(parts)}{short}." if parts
                  else "No datapath was measured in both kernels, so the guest's cost cannot be calibrated here.")
         if only:
             text += (f" Measured only in the guest (or with another implementation on the machine): {', '.join(only)}; "
@@ -464,7 +477,8 @@ class S4(Analysis):
                 verdict += f"; not tested for {', '.join(base(n) for n in untested)} (one run)"
             big = [base(n) for n, r in losing if r >= 3]
             text = (f"'Tunnels lose vs native (up to 3-5x without segmentation offload)': {verdict}; native / tunnel "
-                    f"single-stream throughput: {'; '.join(parts)}.")
+                    f"single-stream throughput: {'; '.join(parts)}"
+                    f"{offered_note(self._used(['native' + k, *tunnels], SINGLE))}.")
             if big:
                 text += f" {', '.join(big)} lose 3x or more."
             if near:
@@ -488,7 +502,8 @@ class S4(Analysis):
                                if t.samples}) for n in enc}
             out.append("'Encryption loses ~10x': " + "; ".join(f"native / {base(n)} = {r:.1f}x ({verdict(r, n)}; "
                                                                f"{', '.join(impl[n]) or 'implementation unknown'})"
-                                                               for n, r in ratios.items()) + ".")
+                                                               for n, r in ratios.items())
+                       + offered_note(self._used(["native" + k, *enc], SINGLE)) + ".")
         else:
             out.append("'Encryption loses ~10x': cannot be checked: no encrypted interface (or no native) was measured.")
         return out
@@ -510,7 +525,8 @@ class S4(Analysis):
             verdict = ("cannot be checked" if not more else NOT_TESTED if not all(tested)
                        else "confirmed" if all(more) else "not confirmed here")
             return (f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
-                    f"single stream). OVS here is the userspace datapath (no kernel module).")
+                    f"single stream){offered_note(self._used([n for p in pairs for n in p], SINGLE))}. OVS here is "
+                    f"the userspace datapath (no kernel module).")
         missing = "the machine's CPU count" if pairs else "an OVS tunnel and the same Linux tunnel in one kernel"
         return f"'OVS tunnels cost more CPU than Linux ones': cannot be checked: needs {missing}."
 
@@ -518,6 +534,7 @@ class S4(Analysis):
         """WireGuard several cores, IPsec one: each trial's busiest datapath process (one value per trial, in the
         tests with traffic), and a one-sided test that its mean is above one core (never the maximum over trials)."""
         per_trial: dict[str, list[float]] = {}
+        used: list[Trial] = []
         for name, proc_prefix in (("WireGuard", "wireguard"), ("IPsec", "charon")):
             for (iface, m, _), ts in self.by.items():
                 if iface != name or m == RR:
@@ -526,6 +543,7 @@ class S4(Analysis):
                     per = {p: v for p, v in t.processes().items() if p.startswith(proc_prefix)}
                     if per:
                         per_trial.setdefault(name, []).append(max(per.values()))
+                        used.append(t)
         if not per_trial:
             return ("'WireGuard uses several cores, IPsec one': cannot be checked: no datapath process CPU was recorded "
                     "(the kernel implementations have no process to measure).")
@@ -542,7 +560,8 @@ class S4(Analysis):
         else:
             verdict = "cannot tell: WireGuard is not significantly above one core"
         cpus = f" on this {self.cpus}-CPU machine" if self.cpus else ""
-        return f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)."
+        return (f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)"
+                f"{offered_note(used)}.")
 
 
 MACHINE_CPU_NOTE = ("Machine CPU: the share of all the machine's CPUs busy (100 % = every CPU; in a guest kernel its "

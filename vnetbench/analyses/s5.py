@@ -25,7 +25,7 @@ from ..dataset import load
 from ..stats import Comparison, Summary, compare, holm, summarize, within
 from ..store import Store
 from . import register
-from ._cells import Family
+from ._cells import Family, noted, saw
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 GROUPS = ("control", "attack")
@@ -148,7 +148,7 @@ def offered(rounds: list[Round]) -> tuple[dict[str, list[Round]], str]:
     """The groups, an attack round whose flood did not run at its rate left out, and what the reader is told."""
     attack = [r for r in rounds if r.group == "attack"]
     out = [r for r in attack if r.flood_short]
-    by = {g: [r for r in rounds if r.group == g and not r.flood_short] for g in GROUPS}
+    by = {g: [r for r in rounds if r.group == g and not (g == "attack" and r.flood_short)] for g in GROUPS}
     rate = f"{100 * guards.OFFERED_SHORT:.0f} %"
     note = (f"{len(out)} of {len(attack)} attack rounds excluded: the flood offered less than {rate} of its rate. "
             if out else "")
@@ -176,6 +176,7 @@ def rate_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{s.mean:.0f}"
+    saw(s.n)
     s = within(s, 0.0)  # a rate is not negative: the t interval is cut at 0, and says so
     return f"{s.mean:.0f} ({s.ci_mean[0]:.0f}–{s.ci_mean[1]:.0f}{', clipped' if s.clipped else ''})"
 
@@ -185,6 +186,7 @@ def pct_cell(s: Summary | None) -> str:
         return "-"
     if s.n < 2 or not math.isfinite(s.ci_mean[0]):
         return f"{100 * s.mean:.1f} %"
+    saw(s.n)
     s = within(s, 0.0)  # a conversion rate is not negative (it may exceed 100 %)
     return f"{100 * s.mean:.1f} % ({100 * s.ci_mean[0]:.1f}–{100 * s.ci_mean[1]:.1f}{', clipped' if s.clipped else ''})"
 
@@ -235,16 +237,24 @@ def verdict(c: Comparison | None) -> str:
         return "-"
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"too few rounds ({c.a.n} + {c.b.n})"
+    if c.why:
+        return c.why
     if c.significant:
         return f"yes (p = {c.p:.2g})"
-    found = stats.could_find(c)
-    return f"not significant (p = {c.p:.2g}{f'; could find ±{found} (80 % power)' if found else ''})"
+    fam = _FAMILY[0]
+    m = fam.size if fam is not None and fam.adjusted is not None else 1
+    found = stats.could_find(c, 0.05, m)
+    could = f"; could find ±{found} (80 % power at alpha / {m})" if found else \
+        f"; {stats.unreachable(c.a.n, c.b.n, 0.05, m)}" if stats.unreachable(c.a.n, c.b.n, 0.05, m) else ""
+    return f"not significant (p = {c.p:.2g}{could})"
 
 
 def _answer(c: Comparison, direction: str) -> str:
     """yes / no / not significant / too few rounds: is group b significantly `direction` (higher|lower) than a?"""
     if min(c.a.n, c.b.n) < MIN_ROUNDS:
         return f"cannot tell from {c.a.n} + {c.b.n} rounds"
+    if c.why:
+        return f"cannot tell: {c.why}"
     if not c.significant:
         return "not significant: cannot tell"
     return "yes" if (c.b.mean > c.a.mean) == (direction == "higher") else "no"
@@ -307,6 +317,7 @@ class S5(Analysis):
         return result
 
     # ---- the study's table --------------------------------------------------------------------------------------
+    @noted
     def _study_table(self, by: dict[str, list[Round]]) -> TableData:
         rows = []
         for g in GROUPS:
@@ -388,6 +399,7 @@ class S5(Analysis):
             out.append(("host (whole machine)", label, metric, vals))
         return out
 
+    @noted
     def _vm_table(self, by: dict[str, list[Round]], victim: int, neighbour: int | None) -> TableData:
         rows_in = self._vm_rows(by, victim, neighbour)
         comps = [_compare(v["control"], v["attack"]) if min(len(v["control"]), len(v["attack"])) >= 2 else None

@@ -1,0 +1,114 @@
+"""No number the data cannot carry: a trial's percentile only from enough of its samples, and CPU per unit of work
+over trials as a ratio of sums (a trial that delivered almost nothing must not outweigh the others)."""
+from io import StringIO
+
+import pytest
+from rich.console import Console
+
+from vnetbench import compare, dataset, efficiency, report
+from vnetbench.sample import Sample
+from vnetbench.store import Store
+
+LABELS = {"switch": "linuxbridge", "overlay": "vxlan"}
+
+
+def _campaign(store, echoes=10, work=((1.0, 1.0),) * 4, name="c"):
+    """One scenario, a trial per (cpu_s, gbit) in `work`, each with `echoes` loaded RTTs (rising with the trial)."""
+    cid = store.new_campaign(name, "test", f"name: {name}\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "s", LABELS, LABELS, "done", None, {}, [])
+    for rep, (cpu_s, gbit) in enumerate(work, 1):
+        store.save_trial(cid, 1, rep, 0, "iperf3", {}, "ok", None, 0, 1, [
+            Sample.of("throughput_bps", gbit * 1e9, pair=1),
+            Sample.of("cpu_s_per_gbit", cpu_s / gbit, scope="machine", cpu_s=cpu_s, gbit=gbit),
+            *[Sample.of("rtt_loaded_s", 1e-4 * rep * (1 + k / echoes), pair=1) for k in range(echoes)]])
+    return cid
+
+
+def _show(store, cid, **kw) -> str:
+    buf = StringIO()
+    report.show(store, cid, Console(file=buf, width=100), **kw)
+    return buf.getvalue()
+
+
+def test_a_percentile_needs_one_over_one_minus_q_samples():
+    assert [dataset.needed(dataset.quantile(s)) for s in ("p50", "p90", "p99", "p99.9")] == [2, 10, 100, 1000]
+    for q in (0.5, 0.9, 0.95, 0.99, 0.999):
+        n = dataset.needed(q)  # the fewest samples with at least one expected above the q-th quantile
+        assert n * (1 - q) >= 1 - 1e-9 and (n - 1) * (1 - q) < 1
+    assert [dataset.highest_supported(n) for n in (1, 9, 10, 99, 100)] == ["p50", "p50", "p90", "p90", "p99"]
+    assert dataset.unsupported("p99", 10, "echoes") == "p99 needs >= 100 echoes (had 10)"
+    assert dataset.unsupported("p99", 100) == "" and dataset.unsupported("max", 3) == ""
+
+
+def test_show_gives_p90_instead_of_a_p99_from_ten_echoes(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _campaign(store, echoes=10)
+    out = _show(store, cid)
+    assert "rtt_loaded_s p99 (" not in out  # no table of a p99 ten echoes cannot carry
+    assert "p99 needs >= 100 echoes (had 10)" in out and "rtt_loaded_s p90 (s)" in out
+    got = report.as_json(store, cid)["rows"]
+    stats_ = {r["stat"]: r for r in got if r["metric"] == "rtt_loaded_s"}
+    assert "p99" not in stats_ and stats_["p90"]["instead_of"] == {"p99": "p99 needs >= 100 echoes (had 10)"}
+
+
+def test_fewer_than_ten_echoes_leave_the_median(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _campaign(store, echoes=5)
+    out = _show(store, cid)
+    assert "rtt_loaded_s p90 (" not in out and "rtt_loaded_s p99 (" not in out
+    assert "p99 needs >= 100 echoes (had 5); the median shown instead" in out
+    median = next(r for r in report.as_json(store, cid)["rows"] if r["metric"] == "rtt_loaded_s" and not r["stat"])
+    assert set(median["instead_of"]) == {"p90", "p99"}
+
+
+def test_enough_echoes_carry_the_p99(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _campaign(store, echoes=100)
+    out = _show(store, cid)
+    assert "rtt_loaded_s p99 (s)" in out and "needs >=" not in out
+
+
+def test_efficiency_samples_carry_their_cpu_seconds_and_work():
+    window = [1000.0, 1010.0]
+    samples = [Sample.of("throughput_bps", 1e9, pair=1, direction="forward", window=window),
+               Sample.of("cpu_busy_ratio", 0.5, scope="machine", window=window),
+               Sample.of("cpu_busy_ratio", 0.4, scope="machine", cpu=0, window=window),
+               Sample.of("cpu_busy_ratio", 0.6, scope="machine", cpu=1, window=window)]
+    out = {s.metric: s for s in efficiency.derive(samples, payload=1000)}
+    gbit, mpackets = 10.0, 10e9 / 8 / 1000 / 1e6
+    assert out["cpu_s_per_gbit"].metadata["gbit"] == pytest.approx(gbit)
+    assert out["cpu_s_per_mpacket"].metadata["mpackets"] == pytest.approx(mpackets)
+    for s in out.values():
+        work = s.metadata.get("gbit", s.metadata.get("mpackets"))
+        assert s.value == pytest.approx(s.metadata["cpu_s"] / work)
+
+
+SLOW = ((1.0, 1.0), (1.0, 1.0), (1.0, 0.001), (1.0, 1.0))  # one trial delivered 1 Mbit: 1000 s of CPU per Gbit
+
+
+def test_show_summarises_cpu_per_gbit_as_a_ratio_of_sums(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _campaign(store, work=SLOW)
+    row = next(r for r in report.as_json(store, cid)["rows"] if r["metric"] == "cpu_s_per_gbit")
+    total = sum(c for c, _ in SLOW) / sum(g for _, g in SLOW)
+    assert row["mean"] == pytest.approx(total) and row["mean_is"] == "ratio of sums"
+    assert sorted(t["value"] for t in row["trials"]) == pytest.approx(sorted(c / g for c, g in SLOW))  # per trial
+    lo, hi = row["ci_mean"]
+    assert lo <= total <= hi
+    assert f"{total:.3g} [" in _show(store, cid)
+
+
+def test_compare_estimates_and_gates_cpu_per_gbit_on_ratios_of_sums(tmp_path):
+    store = Store(tmp_path / "r.db")
+    a = _campaign(store, work=((1.0, 1.0),) * 4, name="a")
+    b = _campaign(store, work=SLOW, name="b")
+    sides = [compare.Side(store, store.campaign(c)) for c in (a, b)]
+    rows = compare.compare(*sides, metrics=["cpu_s_per_gbit"], threshold=0.5)
+    assert len(rows) == 1
+    r = rows[0]
+    total_b = sum(c for c, _ in SLOW) / sum(g for _, g in SLOW)
+    assert r.a.mean == pytest.approx(1.0) and r.b.mean == pytest.approx(total_b)
+    assert r.comparison.ratio == pytest.approx(total_b)  # not the mean of ratios' 250
+    assert not r.regression  # 33 % worse at most, below the 50 % threshold whatever the test says
+    lo, hi = r.comparison.ratio_ci
+    assert lo <= r.comparison.ratio <= hi
