@@ -126,3 +126,49 @@ def test_a_receiver_faster_over_its_shorter_seconds_is_not_impossible_more_bytes
     # without the bytes (another tool), the rates with their 5 % for the two windows, as before
     assert guards.judge([Sample.of("throughput_bps", 580.66e6, **m),
                          Sample.of("sender_throughput_bps", 544.39e6, **m)]).invalid
+
+
+def _latency(pair=1, **values):
+    return [Sample.of(f"latency_{k}_s", v, pair=pair) for k, v in values.items()]
+
+
+def test_a_latency_minimum_above_its_median_or_maximum_is_invalid():
+    above_median = guards.judge(_latency(min=0.005, p50=0.002, max=0.009)).invalid
+    assert above_median and "latency_min_s" in above_median[0] and "latency_p50_s" in above_median[0]
+    above_max = guards.judge(_latency(min=0.005, max=0.002)).invalid  # a tool that gives no percentiles
+    assert above_max and "latency_min_s" in above_max[0] and "out of order" in above_max[0]
+    assert not guards.judge(_latency(min=0.001, p50=0.002, p90=0.003, p99=0.004, max=0.004)).invalid
+
+
+def test_an_aggregate_above_the_sum_of_its_pairs_is_invalid():
+    pairs = [tput(1e9, pair=1), tput(1e9, pair=2)]
+    tripled = guards.judge(pairs + [Sample.of("aggregate_throughput_bps", 6e9, pair="all", direction="forward")])
+    assert tripled.invalid and "more than the sum of its pairs" in tripled.invalid[0]
+    # its own window (first start to last end) may read it a little apart from the pairs' sum
+    close = pairs + [Sample.of("aggregate_throughput_bps", 2e9 * (1 + guards.AGGREGATE_TOLERANCE / 2), pair="all",
+                               direction="forward")]
+    assert not guards.judge(close).invalid
+
+
+def _cpus(n, **meta):
+    return [Sample.of("cpu_busy_ratio", 0.5, scope="machine", cpu=i, **meta) for i in range(n)]
+
+
+def test_one_process_cannot_use_more_cores_than_its_machine_has(monkeypatch):
+    forty = Sample.of("process_cpu_ratio", 40.0, process="ovs-vswitchd", pid=7)
+    bad = guards.judge(_cpus(2) + [forty]).invalid
+    assert bad and "40 cores" in bad[0] and "2 CPUs" in bad[0]
+    assert not guards.judge(_cpus(64) + [forty]).invalid  # where the probes counted 64 CPUs, 40 cores can be
+    assert not guards.judge(_cpus(2) + [Sample.of("process_cpu_ratio", 1.9, process="ovs-vswitchd")]).invalid
+    monkeypatch.setattr(guards.os, "cpu_count", lambda: 2)  # no CPU counted: this machine's
+    assert guards.judge([forty]).invalid
+    # another host's process, its CPUs counted there
+    remote = Sample.of("process_cpu_ratio", 3.0, process="ovs-vswitchd@h1", host="h1")
+    assert guards.judge(_cpus(2, host="h1") + [remote]).invalid
+    assert not guards.judge(_cpus(4, host="h1") + [remote]).invalid
+
+
+def test_an_interrupt_rate_no_cpu_can_take_is_invalid():
+    absurd = guards.judge(_cpus(2) + [Sample.of("interrupts_per_s", 1e12, scope="machine")]).invalid
+    assert absurd and "interrupts_per_s" in absurd[0] and "2 CPUs" in absurd[0]
+    assert not guards.judge(_cpus(2) + [Sample.of("interrupts_per_s", 2e5, scope="machine")]).invalid

@@ -123,6 +123,7 @@ class _Claim:
     cells: _Cells | None = None
     num: list[float] = field(default_factory=list)   # the estimate is sum(num * mean) / sum(den * mean)
     den: list[float] = field(default_factory=list)
+    sums: list[stats.Summary] = field(default_factory=list)   # each cell's summary
     ready: bool = False                               # measured with enough trials: gets a verdict
     tests: list[tuple[stats.Comparison, str]] = field(default_factory=list)   # (comparison, expected direction)
     adjusted: list[float] = field(default_factory=list)                         # their Holm-adjusted p
@@ -355,20 +356,23 @@ def _unmeasured(cells: _Cells) -> tuple[str, str]:
 def _estimate(c: _Claim) -> None:
     """Our estimate with its plain 95 % CI, and a test row's comparisons."""
     vals, row = c.cells.values, c.row
+    c.sums = [stats.summarize(v) for v in vals]
     if c.kind in ("value", "best"):
-        s = stats.summarize(vals[0])
+        s = c.sums[0]
         row.estimate, row.ci = s.mean, _physical(s.ci_mean, vals[0])
         row.ours = _best_text(c.entry, c.cells, c.unit) if c.kind == "best" else _ci_text(s.mean, row.ci, c.unit)
         better = str(c.entry.get("better", "lower"))
         c.tests = [(stats.compare(other, vals[0]), better) for other in vals[1:]] if c.kind == "best" else []
     elif c.kind == "contrast":
-        row.estimate, row.ci = stats.contrast_ratio([stats.summarize(v) for v in vals], c.num, c.den)
+        row.estimate, row.ci = stats.contrast_ratio(c.sums, c.num, c.den)
         row.ours = _ci_text(row.estimate, row.ci, "x")
-    else:
-        comp = stats.compare(vals[1], vals[0])   # a against b: ratio = mean(a) / mean(b)
-        row.estimate, row.ci = comp.ratio, comp.ratio_ci
-        row.ours = _ci_text(comp.ratio, comp.ratio_ci, "x")
-        c.tests = [(comp, str(c.entry.get("expect", "higher")))]
+    else:   # a against b: mean(a) / mean(b)
+        a, b = c.sums
+        row.estimate = a.mean / b.mean if b.mean else math.nan
+        row.ci = stats.ratio_ci(b, a)
+        row.ours = _ci_text(row.estimate, row.ci, "x")
+        c.tests = [(stats.compare(vals[1], vals[0]), str(c.entry.get("expect", "higher")))] \
+            if c.kind == "direction" else []
 
 
 def _decide_interval(c: _Claim, m: int) -> None:
@@ -377,9 +381,9 @@ def _decide_interval(c: _Claim, m: int) -> None:
     if c.kind == "value":
         ci = _physical(stats.summarize(vals[0], confidence=level).ci_mean, vals[0])
     elif c.kind == "contrast":
-        ci = stats.contrast_ratio([stats.summarize(v) for v in vals], c.num, c.den, level)[1]
+        ci = stats.contrast_ratio(c.sums, c.num, c.den, level)[1]
     else:
-        ci = stats.ratio_ci(c.tests[0][0].a, c.tests[0][0].b, level)
+        ci = stats.ratio_ci(c.sums[1], c.sums[0], level)
     row.decided_ci, row.decided_level = ci, level
     shown = f"{_fmt(ci[0], c.unit)} .. {_fmt(ci[1], c.unit)}" if all(map(math.isfinite, ci)) else "unbounded"
     row.decided = f"{_pct(level)} CI {shown}" + (f" (Bonferroni over {m} rows)" if m > 1 else "")
@@ -410,10 +414,11 @@ def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: t
     if c.cells is None or any(not v for v in c.cells.values):
         return
     row.stand_in = _stand_in({**_implied(c.entry), **paper, **(c.entry.get("paper") or {})}, c.cells, data)
-    notes = [x for x in (row.why, _offered(c.cells)) if x]
+    offered = _offered(c.cells)
+    notes = [x for x in (row.why, offered) if x]
     if row.verdict == DIFFERS:
-        notes.append(_reason(c.cells, line) or "no measured cause in the campaign")
-    row.why = "; ".join(notes)
+        notes.append(_reason(c.cells, line) or ("" if offered else "no measured cause in the campaign"))
+    row.why = "; ".join(x for x in notes if x)
     if row.verdict == CANNOT:
         row.to_decide = _what_decides(c, data, family)
 
@@ -423,7 +428,7 @@ def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
     vals = c.cells.values
     if min(map(len, vals)) < 2:
         return f"at least {max(2, _need(c))} trials a cell (one trial shows no CV)"
-    sums = [stats.summarize(v) for v in vals]
+    sums = c.sums
     if c.kind in INTERVALS:
         n = _interval_trials(c, sums, family[0] + (not c.ready))
         edge = "the estimate sits on an edge of the study's band"
@@ -436,7 +441,8 @@ def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
     if math.isinf(n):
         return f"more than {MAX_TRIALS} trials a cell at this CV ({cv}): {edge}"
     seconds = _seconds(data, c.cells)
-    took = f", ≈ {max(1, round(n * len(vals) * seconds / 60))} minutes" if seconds else ""
+    minutes = max(1, round(n * len(vals) * seconds / 60)) if seconds else 0
+    took = f", ≈ {minutes} minute{'s' * (minutes != 1)}" if minutes else ""
     return f"about {n} trials a cell at this CV ({cv}{took})"
 
 

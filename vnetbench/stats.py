@@ -606,7 +606,7 @@ def within(s: Summary, lo: float = 0.0, hi: float = math.inf) -> Summary:
 STRATA_DRAWS = 4999  # random splits of a stratified permutation test too large to enumerate (seeded: repeatable)
 
 
-def _units(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+def units(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Independent units of matched cells: cells that share one baseline (several IPsec variants against one run
     without IPsec) are one unit, their b trials pooled against it; a shared baseline's noise would otherwise count
     once per cell as if independent (16 % false findings with three cells on one baseline, instead of 5 %)."""
@@ -651,18 +651,18 @@ def cells_p(cells: Sequence[tuple[Sequence[float], Sequence[float]]],
     geometric-mean ratio b/a over the independent units, why it cannot judge). A stratified permutation test: the
     statistic is the sum over units of log(mean b / mean a), its null distribution comes from splitting each unit's
     own trials anew (exact when there are few enough splits, else 4999 seeded random ones), so the error rate holds
-    for any distribution of trial values and any number of cells. Cells sharing a baseline are one unit (_units).
+    for any distribution of trial values and any number of cells. Cells sharing a baseline are one unit (units).
     Never a verdict from one repetition: TOO_FEW when no unit has 2 trials a side; NO_TEST when the splits cannot
     reach p < alpha."""
-    units = _units(cells)
-    if not units:
+    units_ = units(cells)
+    if not units_:
         return math.nan, math.nan, TOO_FEW
-    ratio = float(np.exp(np.mean([math.log(xb.mean() / xa.mean()) for xa, xb in units])))
-    if max(min(xa.size, xb.size) for xa, xb in units) < 2:
+    ratio = float(np.exp(np.mean([math.log(xb.mean() / xa.mean()) for xa, xb in units_])))
+    if max(min(xa.size, xb.size) for xa, xb in units_) < 2:
         return math.nan, ratio, TOO_FEW
-    if all(np.ptp(np.concatenate([xa, xb])) == 0 for xa, xb in units):
+    if all(np.ptp(np.concatenate([xa, xb])) == 0 for xa, xb in units_):
         return (1.0, ratio, None) if ratio == 1 else (math.nan, ratio, NO_SPREAD)
-    observed, sums, floor = _strata_logs(units, STRATA_DRAWS)
+    observed, sums, floor = _strata_logs(units_, STRATA_DRAWS)
     if floor >= alpha:
         return math.nan, ratio, NO_TEST
     exceed = int(np.sum(np.abs(sums) >= abs(observed) * (1 - 1e-9) - 1e-12))

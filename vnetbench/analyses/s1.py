@@ -323,7 +323,7 @@ class S1(Analysis):
             "mean over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
             "cost is t = diff / 2, and TP = 1 / t (t in ms) the packets per millisecond the mechanism alone could "
             "process. The CI of t is Welch's 95 % interval of diff, halved; TP's is 1 / that ('≥ x' when it reaches "
-            "zero). '(n.s.)': Welch's t-test on the per-trial medians gives p >= 0.05 after Holm's correction over the "
+            "zero). '(n.s.)': the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial medians gives p >= 0.05 after Holm's correction over the "
             f"{tests} comparisons of Tables II-IV (or a scenario has a single trial). TRS: the {sizes['TRS'] + 8}-byte echo"
             + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else "."))
 
@@ -447,7 +447,7 @@ class S1(Analysis):
         saturated findings use (TRSc, the echo every scenario carries, when the campaign has it)."""
         family = Family()
         out = family.build(lambda: self._findings_once(m, mech, family, sat, sat_bytes))
-        return out + [f"Findings: Welch's t-test, or Welch's test of a contrast where two costs are compared, on "
+        return out + [f"Findings: the permutation test of Welch's t (exact up to 8 trials a side), or Welch's test of a contrast where two costs are compared, on "
                       f"per-trial values; Holm over the {family.size} tests of these findings (alpha 0.05)."]
 
     def _findings_once(self, m: dict, mech: dict, family: Family, sat: str = "TRS", sat_bytes: int = 0) -> list[str]:

@@ -108,7 +108,7 @@ def best_table(data: Dataset) -> TableData:
     return TableData("Best technology per metric, placement, VM count and direction",
                      ["placement", "VMs", "direction", *[b[0] for b in BEST]], rows,
                      "Best = the best mean over trials (one value per trial). 'tie: A / B' lists every technology "
-                     "that cannot be told from the best: Welch's t-test on the per-trial values of every pair of "
+                     "that cannot be told from the best: the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial values of every pair of "
                      "technologies, Holm-corrected over all the pairs of the cell (alpha 0.05). Latency "
                      "(each trial's median ping) and jitter come from pings sent during the TCP test, as in the "
                      "study; loss is UDP datagram loss at the receiver in the UDP tests"
@@ -331,7 +331,7 @@ def interference_table(data: Dataset) -> TableData | None:
                      ["environment", "tenant B metric", "B alone", "B under A's flood", "change", "significant"], rows,
                      "Tenant A (pair 1) sends bounded UDP through the same hosts while tenant B (pair 2, its own VNI) "
                      "is measured. Means over trials, one value per trial (its median ping, its goodput ...); "
-                     "'significant': Welch's t-test on the per-trial values, p < 0.05 after Holm's correction over "
+                     "'significant': the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial values, p < 0.05 after Holm's correction over "
                      f"the {len(tests)} comparisons of this table (p shown is Holm-adjusted). 'could not be tested': "
                      "tenant A's flood fell short of its rate (a sender under 95 % of it) in some trial, so tenant B "
                      "was not measured under the flood asked for.")

@@ -196,7 +196,7 @@ class S3(Analysis):
             if p < 0.05:
                 row[col] += "*"
         note = (f"In the study: {SLIDES[test]}. Mean over repetitions ± the half-width of its 95 % confidence interval (Student t); {metric}. "
-                f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly: Welch's t-test on "
+                f"'vs {NONE}' is mean / mean(no IPsec) - 1, marked * when the two differ significantly: the permutation test of Welch's t (exact up to 8 trials a side) on "
                 f"the per-trial values, Holm-corrected over the {len(marks)} comparisons of this table (alpha 0.05); "
                 f"fewer than 2 trials a side: no test. Columns appear only for variants that ran. 'ran in': the kernel that carried the "
                 f"row's packets; 'IPsec implementation': what ran each variant.")
@@ -305,7 +305,7 @@ class S3(Analysis):
         return TableData("S3 — AH vs ESP per cipher, and 3DES vs Blowfish, per test and message size",
                          ["test", "message size (B)", "IP", "routers", "other load", "variants (a / b)",
                           "trials (a / b)", "a / b [95 % CI]", "verdict"], rows,
-                         "The ratio of the mean per-trial values with Fieller's 95 % CI; verdict: Welch's test, Holm "
+                         "The ratio of the mean per-trial values with Fieller's 95 % CI; verdict: the permutation test of Welch's t, Holm "
                          f"over the table's cells with at least {MIN_TRIALS} trials a side. The study's AH/ESP "
                          "comparison is against ESP 3DES-CBC; Blowfish appears in the study only in the wide-area video."
                          + offered_text(rows))
@@ -515,6 +515,9 @@ def resolve(items: list, alpha: float = 0.05) -> list[str]:
         else:
             verdict = "not confirmed here: the opposite"
         ratio_txt = f"{ratio:.2f}x" if math.isfinite(ratio) else "n/a"
+        pooled = len(stats.units(item.cells))
+        if 0 < pooled < len(item.cells):
+            ratio_txt += f" over {pooled} independent unit{'s' if pooled > 1 else ''} (cells on one baseline pooled)"
         out.append(f"{item.name}: {verdict}: {item.what}, geometric mean {ratio_txt}; {words}; one test per "
                    f"finding, Holm over the {len(claims)} findings.")
     return out

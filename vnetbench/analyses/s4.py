@@ -263,7 +263,7 @@ class S4(Analysis):
                          ["interface", f"inner MTU at {lo}", f"throughput at {lo}", f"inner MTU at {hi}",
                           f"throughput at {hi}", f"{hi} vs {lo}"], rows,
                          "mtu is the hosts' NIC MTU; each tunnel lowers the inner MTU by its header. '*': the two "
-                         "differ significantly: Welch's t-test on the per-trial values, Holm-corrected over the "
+                         "differ significantly: the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial values, Holm-corrected over the "
                          f"{len(marks)} tests of this table (alpha 0.05)." + offered_text(rows))
 
     def _both_kernels(self, ifaces: list[str]) -> list[str]:
@@ -423,7 +423,7 @@ class S4(Analysis):
         """Every test the findings make is one Holm family (built twice: see Family)."""
         self.family = Family()
         out = self.family.build(lambda: self._findings_once(ifaces))
-        return out + [f"Tests: Welch's t-test on per-trial values (one-sided one-sample t for 'several cores'), "
+        return out + [f"Tests: the permutation test of Welch's t (exact up to 8 trials a side) on per-trial values (one-sided one-sample t for 'several cores'), "
                       f"Holm-corrected over the {self.family.size} tests of these findings, alpha 0.05."]
 
     def _findings_once(self, ifaces: list[str]) -> list[str]:
@@ -472,7 +472,7 @@ class S4(Analysis):
                 elif not testable:
                     untested.append(n)
             verdict = ("confirmed for " + ", ".join(base(n) for n, _ in losing) if losing
-                       else NOT_TESTED if untested else "not confirmed here")
+                       else NOT_TESTED if untested else "cannot tell: no tunnel's loss is significant")
             if losing and untested:
                 verdict += f"; not tested for {', '.join(base(n) for n in untested)} (one run)"
             big = [base(n) for n, r in losing if r >= 3]
@@ -511,7 +511,7 @@ class S4(Analysis):
     def _ovs_finding(self) -> str:
         pairs = [(f"OVS+{t}", t) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}") and self._tput(t)]
         if pairs and self.cpus:
-            parts, more, tested = [], [], []
+            parts, more, opposite, tested = [], [], [], []
             for ovs, lin in pairs:
                 a, b = self._cpu_per_gbit(ovs), self._cpu_per_gbit(lin)
                 if a is not None and b is not None:
@@ -521,9 +521,11 @@ class S4(Analysis):
                     parts.append(f"{ovs} {a:.2f} vs {lin} {b:.2f} CPU cores per Gbit/s"
                                  + ("" if sig else " (not significant)" if testable else " (one run: no test)"))
                     more.append(a > b and sig)
+                    opposite.append(a < b and sig)
                     tested.append(testable)
             verdict = ("cannot be checked" if not more else NOT_TESTED if not all(tested)
-                       else "confirmed" if all(more) else "not confirmed here")
+                       else "confirmed" if all(more) else "not confirmed here: the opposite" if any(opposite)
+                       else "cannot tell")
             return (f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
                     f"single stream){offered_note(self._used([n for p in pairs for n in p], SINGLE))}. OVS here is "
                     f"the userspace datapath (no kernel module).")

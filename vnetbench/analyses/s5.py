@@ -306,7 +306,7 @@ class S5(Analysis):
             result.tables.append(self._vm_table(by, victim, neighbour))
         result.tables.append(family(lambda: self._tenant_table(by, victim, neighbour)))
         result.findings += family(lambda: self._findings(by, neighbour) + self._vm_findings(by)) + [
-            "Findings: Welch's t-test on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
+            "Findings: the permutation test of Welch's t (exact up to 8 trials a side) on per-round values, Holm-corrected over every test of this list (alpha 0.05); "
             "p shown is Holm-adjusted."] + ([short] if short else []) + problems
         for table in result.tables:
             table.note += f" {short}" if short else ""
@@ -424,7 +424,7 @@ class S5(Analysis):
                 "the table above). Each VM's own kernel (a User-Mode Linux guest, `vm_kernel: guest`) counted over the same window as the "
                 "host's probe: its /proc/stat (interrupts, context switches, CPU time, NET_RX softirqs) and its NIC's "
                 "received packets. One value per round; mean with its 95 % CI (Student t); attack − control is the "
-                "difference of the means with Welch's 95 % CI; significant = Welch's t-test, Holm-corrected over "
+                "difference of the means with Welch's 95 % CI; significant = the permutation test of Welch's t (exact up to 8 trials a side), Holm-corrected over "
                 "the rows of this table. A UML guest's interrupts are its timer and its NICs' signals, and its vector "
                 "NIC takes received packets in batches, so a flood raises its packet count far more than its "
                 "interrupts. A UML guest has no steal time: time the machine does not give it is counted as its idle, "

@@ -1,0 +1,172 @@
+"""What each interval vnetbench prints covers: the measured coverage of its 95 % intervals at n = 2 .. 10 trials a
+group, on normal trial values (CV 5 %) and on a busy machine's bimodal trials (stats.noisy_trials: a quarter of
+trials 20 % lower, CV 2 % per level; true mean 0.95 of the high level).
+
+    mean      the Student-t interval of the mean (Summary.ci_mean); truth: the true mean
+    median    the exact order-statistic interval of the median (Summary.ci_median), beside the coverage it states
+              (Summary.ci_median_coverage; below 6 trials it is min .. max and states less than 95 %); truth: the
+              true median (the noisy mixture's: where its CDF is 1/2)
+    ratio     Fieller's interval of mean(b) / mean(a), two independent groups (stats.ratio_ci); truth 1.5 / 1.2
+    diff      Welch's interval of mean(b) - mean(a) (stats.diff_ci); truth 0.3 x the scale's mean (0.285 noisy)
+    contrast  Fieller's interval of S1's (Reference - CS) / (IPsec - Reference) (stats.contrast_ratio), three groups
+              with true means 1.0, 1.2, 1.5 (x 0.95 noisy): truth 2 / 3
+An interval that does not exist (Fieller's when the denominator cannot be told from 0: unbounded) covers; the share
+of such draws is printed. The mean's and median's intervals are computed for every draw at once (checked against
+summarize() on the first draws); the others by vnetbench's own functions, draw by draw. Last, stats.t_coverage(n),
+which the S3 / S4 / S5 tables print in their notes, is checked against this measurement (within 0.02).
+
+    .venv/bin/python bench/coverage.py                         # 100000 draws (mean, median), 10000 (the others)
+    .venv/bin/python bench/coverage.py --n 3 5 --loop-draws 2000
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import optimize
+from scipy.special import ndtr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from vnetbench import stats  # noqa: E402
+
+CV = 0.05
+MEANS = (1.0, 1.2, 1.5)                 # CS, Reference, IPsec (S1's shape); ratio and diff are IPsec against Reference
+NUM, DEN = (-1, 1, 0), (0, -1, 1)       # (Reference - CS) / (IPsec - Reference)
+NOISY_MEAN = 1 - stats.NOISY_SHARE * stats.NOISY_SHIFT
+TOLERANCE = 0.02                        # stats.t_coverage must agree with the measurement this closely
+
+
+def draw(rng: np.random.Generator, dist: str, shape, scale: float = 1.0) -> np.ndarray:
+    """Trial values of a group whose high level (normal: mean) is `scale`."""
+    if dist == "normal":
+        return scale * (1 + rng.normal(0, CV, shape))
+    return scale * stats.noisy_trials(rng, shape)
+
+
+def true_mean(dist: str, scale: float = 1.0) -> float:
+    return scale * (1.0 if dist == "normal" else NOISY_MEAN)
+
+
+def noisy_median() -> float:
+    """The median of stats.noisy_trials: where the mixture's CDF is 1/2."""
+    share, shift, cv = stats.NOISY_SHARE, stats.NOISY_SHIFT, stats.NOISY_CV
+
+    def cdf(x: float) -> float:
+        return share * ndtr((x / (1 - shift) - 1) / cv) + (1 - share) * ndtr((x - 1) / cv) - 0.5
+    return float(optimize.brentq(cdf, 0.5, 1.5, xtol=1e-14))
+
+
+def true_median(dist: str) -> float:
+    return 1.0 if dist == "normal" else noisy_median()
+
+
+def t_cover(x: np.ndarray, truth: float, confidence: float = 0.95) -> np.ndarray:
+    """Whether each row's Student-t interval of the mean (Summary.ci_mean) covers `truth`."""
+    n = x.shape[1]
+    half = stats.t_quantile(confidence, n - 1) * x.std(axis=1, ddof=1) / math.sqrt(n)
+    return np.abs(x.mean(axis=1) - truth) <= half
+
+
+def t_intervals(x: np.ndarray, confidence: float = 0.95) -> np.ndarray:
+    n = x.shape[1]
+    half = stats.t_quantile(confidence, n - 1) * x.std(axis=1, ddof=1) / math.sqrt(n)
+    return np.stack([x.mean(axis=1) - half, x.mean(axis=1) + half], axis=1)
+
+
+def median_intervals(x: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, float]:
+    """Every row's exact order-statistic interval of the median (Summary.ci_median) and the coverage it states."""
+    n = x.shape[1]
+    s = np.sort(x, axis=1)
+    k, stated = stats.median_ci_rank(n, confidence)
+    k = max(k, 0)  # too few trials: min .. max, stating its own (lower) coverage
+    return s[:, [k, n - 1 - k]], stated
+
+
+def checked(x: np.ndarray, rows: int = 50) -> None:
+    """The vectorized intervals are summarize()'s on the first rows."""
+    t, med = t_intervals(x[:rows]), median_intervals(x[:rows])[0]
+    for i, row in enumerate(x[:rows]):
+        s = stats.summarize(row)
+        assert np.allclose(s.ci_mean, t[i], rtol=1e-12), (s.ci_mean, t[i])
+        assert np.allclose(s.ci_median, med[i], rtol=0), (s.ci_median, med[i])
+
+
+def covers(ci: tuple[float, float], truth: float) -> tuple[bool, bool]:
+    """(covers, unbounded): a (nan, nan) interval is unbounded and covers."""
+    if math.isnan(ci[0]):
+        return True, True
+    return ci[0] <= truth <= ci[1], False
+
+
+def measure(dist: str, n: int, draws: int, loop_draws: int, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng([seed, n, dist == "noisy"])
+    x = draw(rng, dist, (draws, n))
+    checked(x)
+    out: dict[str, float] = {"mean": float(np.mean(t_cover(x, true_mean(dist))))}
+    med, stated = median_intervals(x)
+    m = true_median(dist)
+    out["median"] = float(np.mean((med[:, 0] <= m) & (m <= med[:, 1])))
+    out["median stated"] = stated
+    ratio_truth = MEANS[2] / MEANS[1]
+    diff_truth = true_mean(dist, MEANS[2]) - true_mean(dist, MEANS[1])
+    hits = {"ratio": 0, "diff": 0, "contrast": 0}
+    unbounded = {"ratio": 0, "contrast": 0}
+    groups = [draw(rng, dist, (loop_draws, n), scale) for scale in MEANS]
+    for i in range(loop_draws):
+        cells = [stats.summarize(g[i]) for g in groups]
+        for key, ci, truth in (("ratio", stats.ratio_ci(cells[1], cells[2]), ratio_truth),
+                               ("diff", stats.diff_ci(cells[1], cells[2]), diff_truth),
+                               ("contrast", stats.contrast_ratio(cells, NUM, DEN)[1], (MEANS[1] - MEANS[0]) /
+                                (MEANS[2] - MEANS[1]))):
+            hit, open_ = covers(ci, truth)
+            hits[key] += hit
+            if key in unbounded:
+                unbounded[key] += open_
+    out.update({k: v / loop_draws for k, v in hits.items()})
+    out.update({f"{k} unbounded": v / loop_draws for k, v in unbounded.items()})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8, 10])
+    ap.add_argument("--draws", type=int, default=100000, help="draws for the mean's and the median's intervals")
+    ap.add_argument("--loop-draws", type=int, default=10000, help="draws for the ratio, difference and contrast")
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+    start = time.monotonic()
+    results = {}
+    for dist in ("normal", "noisy"):
+        what = f"normal trials, CV {CV:.0%}" if dist == "normal" else \
+            "a busy machine's bimodal trials (stats.noisy_trials)"
+        print(f"\nCoverage of vnetbench's 95 % intervals, {what}; mean and median over {a.draws} draws, the others "
+              f"over {a.loop_draws} (unbounded Fieller intervals count as covering: their share in brackets)")
+        print(f"{'n':>3}  {'t (mean)':>8}  {'median (stated)':>15}  {'Fieller ratio':>14}  {'Welch diff':>10}  "
+              f"{'contrast ratio':>14}")
+        for n in a.n:
+            r = results[dist, n] = measure(dist, n, a.draws, a.loop_draws, a.seed)
+            ratio = f"{r['ratio']:.3f}" + (f" ({r['ratio unbounded']:.0%})" if r["ratio unbounded"] else "")
+            contrast = f"{r['contrast']:.3f}" + (f" ({r['contrast unbounded']:.0%})" if r["contrast unbounded"]
+                                                 else "")
+            print(f"{n:>3}  {r['mean']:>8.3f}  {r['median']:>6.3f} ({r['median stated']:.3f})  {ratio:>14}  "
+                  f"{r['diff']:>10.3f}  {contrast:>14}", flush=True)
+    print("\nstats.t_coverage(n) (printed in the S3 / S4 / S5 table notes) against the noisy mixture's measured t "
+          "coverage above:")
+    bad = []
+    for n in a.n:
+        ours, theirs = results["noisy", n]["mean"], stats.t_coverage(n)
+        ok = abs(ours - theirs) <= TOLERANCE
+        bad += [] if ok else [n]
+        print(f"  n = {n:>2}: t_coverage {theirs:.3f}, measured {ours:.3f}: {'agrees' if ok else 'DIFFERS'}")
+    print(f"({time.monotonic() - start:.0f} s)")
+    if bad:
+        sys.exit(f"stats.t_coverage differs from the measurement by more than {TOLERANCE} at n = {bad}")
+
+
+if __name__ == "__main__":
+    main()

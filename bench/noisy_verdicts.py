@@ -1,0 +1,87 @@
+"""Every printed family's false-mark rate on a noisy machine's trials: an independent run, with its own seeds and more
+repetitions, of the null simulations of tests/test_noisy_verdicts.py (the same code: compare's tables of 8, 13 and 48
+rows, S1's Tables II-IV and findings, S3's findings with shared baselines and its tables, the S4 card's direction
+rows, S5's findings, tenant table and growth row).
+
+Each simulated report draws every group from one distribution (nothing differs): simdata.noisy's bimodal mixture,
+a `share` of the trials `shift` lower and CV 2 % within each level. A false mark is any significant verdict the
+family prints; the table gives the share of reports with one (at most 0.05 is the family's promise).
+
+    .venv/bin/python bench/noisy_verdicts.py                       # 1000 reports per family and n, a few minutes
+    .venv/bin/python bench/noisy_verdicts.py --reps 300 --only compare S5 --n 5 10 --mix-n 10
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the simulations are the test suite's (tests/test_noisy_verdicts.py)
+
+from test_noisy_verdicts import MIXES, NOISY, SIMULATIONS, Mix, rates  # noqa: E402
+
+SEED = 424242  # this run's own draws: the tests seed theirs apart
+
+
+def seed_of(sim: int, n: int, mix: int) -> int:
+    return SEED + 100_000 * sim + 1000 * mix + n
+
+
+def table(results: dict[tuple[str, int], float], ns: list[int], reps: dict[tuple[str, int], int]) -> list[str]:
+    families = list(dict.fromkeys(f for f, _ in results))
+    lines = ["| family | " + " | ".join(f"n = {n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
+    for f in families:
+        cells = []
+        for n in ns:
+            r = results.get((f, n))
+            cells.append("—" if r is None else f"{100 * r:.1f} %" + (" (!)" if r > 0.05 else ""))
+        lines.append(f"| {f} | " + " | ".join(cells) + " |")
+    counts = sorted(set(reps.values()))
+    lines.append("")
+    lines.append(f"Reports per cell: {', '.join(map(str, counts))}. (!): above 5 %.")
+    return lines
+
+
+def run(mix: Mix, mix_index: int, ns: list[int], reps: int, only: list[str]) -> tuple[dict, dict]:
+    results, counts = {}, {}
+    for k, (name, sim) in enumerate(SIMULATIONS.items()):
+        if only and name not in only:
+            continue
+        for n in ns:
+            start = time.monotonic()
+            got = rates(sim, n, reps, seed_of(k, n, mix_index), mix)
+            for family, rate in got.items():
+                results[(family, n)], counts[(family, n)] = rate, reps
+            print(f"  {mix}, {name}, n = {n}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return results, counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=1000, help="simulated reports per family and n (default 1000)")
+    ap.add_argument("--n", type=int, nargs="+", default=[3, 4, 5, 8, 10], help="trials (rounds) per group")
+    ap.add_argument("--mix-n", type=int, nargs="*", default=[5, 10],
+                    help="n for the other mixtures (share 0.1-0.4 x shift 0.1-0.3); none: skip them")
+    ap.add_argument("--mix-reps", type=int, default=None, help="reports per cell for the other mixtures "
+                                                                 "(default: --reps / 2)")
+    ap.add_argument("--only", nargs="*", default=[], choices=list(SIMULATIONS), help="these simulations only")
+    args = ap.parse_args()
+    begin = time.monotonic()
+    print(f"## The noisy machine's mixture ({NOISY}), every group equal\n")
+    results, counts = run(NOISY, 0, args.n, args.reps, args.only)
+    print("\n".join(table(results, args.n, counts)))
+    if args.mix_n:
+        reps = args.mix_reps or max(1, args.reps // 2)
+        for i, mix in enumerate(MIXES, 1):
+            print(f"\n## Other mixture: {mix}\n")
+            results, counts = run(mix, i, args.mix_n, reps, args.only)
+            print("\n".join(table(results, args.mix_n, counts)))
+    print(f"\n{time.monotonic() - begin:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
