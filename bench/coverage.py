@@ -1,15 +1,23 @@
 """What each interval vnetbench prints covers: the measured coverage of its 95 % intervals at n = 2 .. 10 trials a
-group, on normal trial values (CV 5 %) and on a busy machine's bimodal trials (stats.noisy_trials: a quarter of
-trials 20 % lower, CV 2 % per level; true mean 0.95 of the high level).
+group, in three settings:
 
-    mean      the Student-t interval of the mean (Summary.ci_mean); truth: the true mean
+    normal    every group's trials normal, CV 5 %
+    busy      every group's trials a busy machine's bimodal ones (stats.noisy_trials: a quarter of trials 20 % lower,
+              CV 2 % per level; true mean 0.95 of the high level)
+    one busy  a quiet baseline against a busy run: CS and Reference normal with CV 2 % (the busy machine's own
+              noise), IPsec bimodal (only the two-group and three-group intervals)
+
+The intervals (truth: the groups' true means, 0.95 x the scale for bimodal trials):
+
+    mean      the Student-t interval of the mean (Summary.ci_mean)
     median    the exact order-statistic interval of the median (Summary.ci_median), beside the coverage it states
               (Summary.ci_median_coverage; below 6 trials it is min .. max and states less than 95 %); truth: the
-              true median (the noisy mixture's: where its CDF is 1/2)
-    ratio     Fieller's interval of mean(b) / mean(a), two independent groups (stats.ratio_ci); truth 1.5 / 1.2
-    diff      Welch's interval of mean(b) - mean(a) (stats.diff_ci); truth 0.3 x the scale's mean (0.285 noisy)
+              true median (the bimodal mixture's: where its CDF is 1/2)
+    ratio     Fieller's interval of mean(IPsec) / mean(Reference), two independent groups (stats.ratio_ci), true
+              means 1.5 and 1.2 (x 0.95 when bimodal)
+    diff      Welch's interval of mean(IPsec) - mean(Reference) (stats.diff_ci)
     contrast  Fieller's interval of S1's (Reference - CS) / (IPsec - Reference) (stats.contrast_ratio), three groups
-              with true means 1.0, 1.2, 1.5 (x 0.95 noisy): truth 2 / 3
+              with true means 1.0, 1.2, 1.5 (x 0.95 when bimodal)
 An interval that does not exist (Fieller's when the denominator cannot be told from 0: unbounded) covers; the share
 of such draws is printed. The mean's and median's intervals are computed for every draw at once (checked against
 summarize() on the first draws); the others by vnetbench's own functions, draw by draw. Last, stats.t_coverage(n),
@@ -34,22 +42,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vnetbench import stats  # noqa: E402
 
-CV = 0.05
+CV, QUIET_CV = 0.05, stats.NOISY_CV
 MEANS = (1.0, 1.2, 1.5)                 # CS, Reference, IPsec (S1's shape); ratio and diff are IPsec against Reference
 NUM, DEN = (-1, 1, 0), (0, -1, 1)       # (Reference - CS) / (IPsec - Reference)
 NOISY_MEAN = 1 - stats.NOISY_SHARE * stats.NOISY_SHIFT
 TOLERANCE = 0.02                        # stats.t_coverage must agree with the measurement this closely
+SETTINGS = {                            # each group's trials: CS, Reference, IPsec
+    "normal": ("normal", "normal", "normal"),
+    "busy": ("noisy", "noisy", "noisy"),
+    "one busy": ("quiet", "quiet", "noisy"),
+}
+TITLES = {"normal": f"normal trials, CV {CV:.0%}",
+          "busy": "a busy machine's bimodal trials (stats.noisy_trials) in every group",
+          "one busy": f"CS and Reference normal with CV {QUIET_CV:.0%} (quiet), IPsec bimodal (busy)"}
 
 
 def draw(rng: np.random.Generator, dist: str, shape, scale: float = 1.0) -> np.ndarray:
     """Trial values of a group whose high level (normal: mean) is `scale`."""
-    if dist == "normal":
-        return scale * (1 + rng.normal(0, CV, shape))
+    if dist in ("normal", "quiet"):
+        return scale * (1 + rng.normal(0, CV if dist == "normal" else QUIET_CV, shape))
     return scale * stats.noisy_trials(rng, shape)
 
 
 def true_mean(dist: str, scale: float = 1.0) -> float:
-    return scale * (1.0 if dist == "normal" else NOISY_MEAN)
+    return scale * (NOISY_MEAN if dist == "noisy" else 1.0)
 
 
 def noisy_median() -> float:
@@ -103,27 +119,30 @@ def covers(ci: tuple[float, float], truth: float) -> tuple[bool, bool]:
     return ci[0] <= truth <= ci[1], False
 
 
-def measure(dist: str, n: int, draws: int, loop_draws: int, seed: int) -> dict[str, float]:
-    rng = np.random.default_rng([seed, n, dist == "noisy"])
-    x = draw(rng, dist, (draws, n))
-    checked(x)
-    out: dict[str, float] = {"mean": float(np.mean(t_cover(x, true_mean(dist))))}
-    med, stated = median_intervals(x)
-    m = true_median(dist)
-    out["median"] = float(np.mean((med[:, 0] <= m) & (m <= med[:, 1])))
-    out["median stated"] = stated
-    ratio_truth = MEANS[2] / MEANS[1]
-    diff_truth = true_mean(dist, MEANS[2]) - true_mean(dist, MEANS[1])
-    hits = {"ratio": 0, "diff": 0, "contrast": 0}
+def measure(setting: str, n: int, draws: int, loop_draws: int, seed: int) -> dict[str, float]:
+    dists = SETTINGS[setting]
+    rng = np.random.default_rng([seed, n, list(SETTINGS).index(setting)])
+    out: dict[str, float] = {}
+    if len(set(dists)) == 1:  # one kind of trials: the one-group intervals too
+        dist = dists[0]
+        x = draw(rng, dist, (draws, n))
+        checked(x)
+        out["mean"] = float(np.mean(t_cover(x, true_mean(dist))))
+        med, stated = median_intervals(x)
+        m = true_median(dist)
+        out["median"] = float(np.mean((med[:, 0] <= m) & (m <= med[:, 1])))
+        out["median stated"] = stated
+    mu = [true_mean(d, scale) for d, scale in zip(dists, MEANS)]
+    truths = {"ratio": mu[2] / mu[1], "diff": mu[2] - mu[1],
+              "contrast": sum(w * x for w, x in zip(NUM, mu)) / sum(w * x for w, x in zip(DEN, mu))}
+    hits = dict.fromkeys(truths, 0)
     unbounded = {"ratio": 0, "contrast": 0}
-    groups = [draw(rng, dist, (loop_draws, n), scale) for scale in MEANS]
+    groups = [draw(rng, d, (loop_draws, n), scale) for d, scale in zip(dists, MEANS)]
     for i in range(loop_draws):
         cells = [stats.summarize(g[i]) for g in groups]
-        for key, ci, truth in (("ratio", stats.ratio_ci(cells[1], cells[2]), ratio_truth),
-                               ("diff", stats.diff_ci(cells[1], cells[2]), diff_truth),
-                               ("contrast", stats.contrast_ratio(cells, NUM, DEN)[1], (MEANS[1] - MEANS[0]) /
-                                (MEANS[2] - MEANS[1]))):
-            hit, open_ = covers(ci, truth)
+        for key, ci in (("ratio", stats.ratio_ci(cells[1], cells[2])), ("diff", stats.diff_ci(cells[1], cells[2])),
+                        ("contrast", stats.contrast_ratio(cells, NUM, DEN)[1])):
+            hit, open_ = covers(ci, truths[key])
             hits[key] += hit
             if key in unbounded:
                 unbounded[key] += open_
@@ -141,25 +160,24 @@ def main() -> None:
     a = ap.parse_args()
     start = time.monotonic()
     results = {}
-    for dist in ("normal", "noisy"):
-        what = f"normal trials, CV {CV:.0%}" if dist == "normal" else \
-            "a busy machine's bimodal trials (stats.noisy_trials)"
-        print(f"\nCoverage of vnetbench's 95 % intervals, {what}; mean and median over {a.draws} draws, the others "
-              f"over {a.loop_draws} (unbounded Fieller intervals count as covering: their share in brackets)")
+    for setting in SETTINGS:
+        print(f"\nCoverage of vnetbench's 95 % intervals, {TITLES[setting]}; mean and median over {a.draws} draws, "
+              f"the others over {a.loop_draws} (unbounded Fieller intervals count as covering: their share in brackets)")
         print(f"{'n':>3}  {'t (mean)':>8}  {'median (stated)':>15}  {'Fieller ratio':>14}  {'Welch diff':>10}  "
               f"{'contrast ratio':>14}")
         for n in a.n:
-            r = results[dist, n] = measure(dist, n, a.draws, a.loop_draws, a.seed)
+            r = results[setting, n] = measure(setting, n, a.draws, a.loop_draws, a.seed)
             ratio = f"{r['ratio']:.3f}" + (f" ({r['ratio unbounded']:.0%})" if r["ratio unbounded"] else "")
             contrast = f"{r['contrast']:.3f}" + (f" ({r['contrast unbounded']:.0%})" if r["contrast unbounded"]
                                                  else "")
-            print(f"{n:>3}  {r['mean']:>8.3f}  {r['median']:>6.3f} ({r['median stated']:.3f})  {ratio:>14}  "
-                  f"{r['diff']:>10.3f}  {contrast:>14}", flush=True)
-    print("\nstats.t_coverage(n) (printed in the S3 / S4 / S5 table notes) against the noisy mixture's measured t "
+            mean = f"{r['mean']:.3f}" if "mean" in r else "—"
+            median = f"{r['median']:.3f} ({r['median stated']:.3f})" if "median" in r else "—"
+            print(f"{n:>3}  {mean:>8}  {median:>15}  {ratio:>14}  {r['diff']:>10.3f}  {contrast:>14}", flush=True)
+    print("\nstats.t_coverage(n) (printed in the S3 / S4 / S5 table notes) against the bimodal trials' measured t "
           "coverage above:")
     bad = []
     for n in a.n:
-        ours, theirs = results["noisy", n]["mean"], stats.t_coverage(n)
+        ours, theirs = results["busy", n]["mean"], stats.t_coverage(n)
         ok = abs(ours - theirs) <= TOLERANCE
         bad += [] if ok else [n]
         print(f"  n = {n:>2}: t_coverage {theirs:.3f}, measured {ours:.3f}: {'agrees' if ok else 'DIFFERS'}")

@@ -273,3 +273,30 @@ def rates(sim: Callable, n: int, reps: int, seed: int, mix: Mix = NOISY) -> dict
         for family, marked in sim(rng, mix, n).items():
             hits[family] += bool(marked)
     return {family: h / reps for family, h in hits.items()}
+
+
+# ---- the tests -------------------------------------------------------------------------------------------------------
+# Reports simulated per (simulation, n). Where the exact test cannot reach a family's first Holm level at all (see
+# test_small_families_cannot_mark_what_the_exact_test_cannot_reach) a few reports show the 0; the reachable families
+# get the most. bench/noisy_verdicts.py runs 1000 a cell with its own seeds.
+REPS = {"compare": {3: 40, 4: 40, 5: 40, 8: 60, 10: 150},
+        "S1": {3: 40, 4: 40, 5: 300, 8: 100, 10: 200},
+        "S3 findings": {3: 300, 4: 200, 5: 200, 8: 100, 10: 100},
+        "S3 tables": {3: 20, 4: 20, 5: 20, 8: 60, 10: 80},
+        "S4": {3: 20, 4: 20, 5: 20, 8: 60, 10: 80},
+        "S5": {3: 40, 4: 100, 5: 300, 8: 80, 10: 150}}
+SEED = 27
+
+
+def _assert_rates(name: str, n: int, mix: Mix, reps: int, seed: int) -> dict[str, float]:
+    got = rates(SIMULATIONS[name], n, reps, seed, mix)
+    assert got and all(r <= ALPHA for r in got.values()), (name, n, str(mix), got)
+    return got
+
+
+@pytest.mark.parametrize("n", NS + MORE_NS)
+@pytest.mark.parametrize("name", list(SIMULATIONS))
+def test_every_family_holds_its_error_on_the_noisy_machine(name, n):
+    """Null reports on the noisy machine's trials (a quarter of them 20 % lower): each printed family makes a false
+    mark in at most 5 % of them, at n = 3, 4, 5, 8 and 10 trials (rounds) a group."""
+    _assert_rates(name, n, NOISY, REPS[name][n], SEED + 1000 * list(SIMULATIONS).index(name) + n)

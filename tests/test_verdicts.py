@@ -158,7 +158,9 @@ def test_family_corrects_what_a_findings_list_tests():
         assert fam.size == 10
     assert hits / reps <= FWER
     one = Family()
-    assert one.build(lambda: one.above([1.6, 1.7, 1.8, 1.65], 1.0)) is True  # several cores, clearly
+    assert one.build(lambda: one.above([1.6, 1.7, 1.8, 1.65, 1.7], 1.0)) is True  # several cores, clearly
+    four = Family()  # 4 trials all above: p = 1/16, no test can say so
+    assert four.build(lambda: four.above([1.6, 1.7, 1.8, 1.65], 1.0)) is False and four.size == 0
 
 
 # ---- adaptive repetitions ----------------------------------------------------------------------------------------

@@ -260,6 +260,9 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
     if sums := sorted({r.metric for r in rows if r.metric in dataset.RATIO_OF_SUMS}):
         lines.append(f"{', '.join(sums)}: each side's mean is its trials' CPU seconds summed / their work summed "
                      f"(delta-method spread); the test is on the per-trial values.")
+    least = min((min(r.a.n, r.b.n) for r in rows), default=0)
+    if stats.t_note(least):
+        lines.append(stats.t_note(least))
     if threshold is not None:
         bad = sum(r.regression for r in rows)
         gated = sorted({r.metric for r in rows if r.gated})

@@ -219,6 +219,9 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(escape(line), style="yellow", soft_wrap=False)
     if wide:
         console.print(N_COUNTS + ".", style="dim")
+        least = min((r.summary.n for rs in by_metric.values() for r in rs), default=0)
+        if stats.t_note(least):  # the mean's t interval, not the exact median interval, is what it is about
+            console.print("95% CI mean: " + stats.t_note(least), style="dim")
         for name, rs in by_metric.items():
             for table in _wide_tables(name, rs, console.width):
                 console.print(table)

@@ -288,10 +288,13 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
     family = [c for c in claims if c.ready and c.kind in INTERVALS]   # measured: their number is no outcome
     for c in family:
         _decide_interval(c, len(family))
-    tests = _decide_tests([c for c in claims if c.ready and c.kind in TESTS])
+    _decide_tests([c for c in claims if c.ready and c.kind in TESTS])
+    # the families once every measured row has trials enough: what an undecided row's trials are planned for
+    planned = (sum(bool(c.sums) for c in claims if c.kind in INTERVALS),
+               sum(len(c.tests) for c in claims if c.kind in TESTS))
     line = _line_rate(spec)
     for c in claims:
-        _finish(c, data, paper, line, (len(family), tests))
+        _finish(c, data, paper, line, planned)
     return [c.row for c in claims]
 
 
@@ -394,17 +397,17 @@ def _pct(level: float) -> str:
     return f"{100 * level:.1f}".removesuffix(".0") + " %"
 
 
-def _decide_tests(claims: list[_Claim]) -> int:
+def _decide_tests(claims: list[_Claim]) -> None:
     """Direction and best rows: Holm over all their comparisons together (one with too few trials for a test is
-    left out of the family). Returns the family's size."""
+    left out of the family)."""
     pend = [(c, comp, expect) for c in claims for comp, expect in c.tests]
     adjusted = stats.holm([comp.p for _, comp, _ in pend])
     k = sum(math.isfinite(p) for p in adjusted)
     for c in claims:
         c.adjusted = [p for (owner, _, _), p in zip(pend, adjusted) if owner is c]
         c.row.verdict, c.row.why = _directions([(comp, e, p) for (comp, e), p in zip(c.tests, c.adjusted)], c.entry)
-        c.row.decided = f"the test, Holm over {k} test{'s' * (k != 1)}" if k else ""
-    return k
+        tested = any(math.isfinite(p) for p in c.adjusted)
+        c.row.decided = f"the test, Holm over {k} test{'s' * (k != 1)}" if tested else ""
 
 
 def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: tuple[int, int]) -> None:
@@ -424,17 +427,18 @@ def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: t
 
 
 def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
-    """About how many trials a cell would decide the row at its cells' measured CV, and the minutes they take."""
+    """About how many trials a cell would decide the row at its cells' measured CV, and the minutes they take, in
+    the card's families once all its measured rows have trials enough (family: interval rows, tests)."""
     vals = c.cells.values
     if min(map(len, vals)) < 2:
         return f"at least {max(2, _need(c))} trials a cell (one trial shows no CV)"
     sums = c.sums
     if c.kind in INTERVALS:
-        n = _interval_trials(c, sums, family[0] + (not c.ready))
+        n = _interval_trials(c, sums, family[0])
         edge = "the estimate sits on an edge of the study's band"
     else:
-        n = _test_trials(c, family[1] + sum(not math.isfinite(p) for p in c.adjusted or [math.nan] * len(c.tests)))
-        edge = "the means are too close for any"
+        n = _test_trials(c, family[1])
+        edge = "the means are too close to tell apart"
     if n is None:
         return ""
     cv = " / ".join(f"{100 * s.cv:.1f} %" for s in sums if math.isfinite(s.cv))

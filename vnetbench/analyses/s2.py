@@ -17,11 +17,12 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from .. import figures, guards, stats  # noqa: E402
-from ..dataset import Dataset, load  # noqa: E402
+from ..dataset import RATIO_OF_SUMS, Dataset, load  # noqa: E402
 from ..stats import best_of, compare, holm, summarize, verdict  # noqa: E402
 from ..store import Store  # noqa: E402
 from ..units import human, parse_rate  # noqa: E402
 from . import register  # noqa: E402
+from ._cells import noted, saw  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
 
 ENVIRONMENTS = {("ovs", "vxlan"): "OVS+VXLAN", ("ovs", "gre"): "OVS+GRE", ("linuxbridge", "vxlan"): "LB+VXLAN",
@@ -217,8 +218,17 @@ LOSSY = 0.05     # a fixed-rate UDP cell losing this much of what was sent was b
 def _host_means(data: Dataset, sc: int, metric: str) -> dict[str, float]:
     """Host -> mean over trials of the host's own window total of `metric` (its /proc/stat: one guest per host, or
     the one guest / this machine as 'machine'). Each host is its own account: never added together."""
-    got = data.trial_values(metric, "mean", key=lambda t, s: s["metadata"].get("host") or "machine",
-                            scenario=sc, background=None, scope="machine")
+    host = lambda t, s: s["metadata"].get("host") or "machine"  # noqa: E731
+    work = RATIO_OF_SUMS.get(metric)
+    if work:  # CPU per unit of work over trials: all the CPU over all the work, not a mean of per-trial ratios
+        parts: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for t, s in data.select(metric, scenario=sc, background=None, scope="machine"):
+            if "cpu_s" in s["metadata"] and work in s["metadata"]:
+                acc = parts[host(t, s)]
+                acc[0], acc[1] = acc[0] + s["metadata"]["cpu_s"], acc[1] + s["metadata"][work]
+        if parts:
+            return {h.removeprefix("guest-"): c / w for h, (c, w) in sorted(parts.items()) if w > 0}
+    got = data.trial_values(metric, "mean", key=host, scenario=sc, background=None, scope="machine")
     return {h.removeprefix("guest-"): summarize(v).mean for h, v in sorted(got.items()) if v}
 
 
@@ -261,6 +271,7 @@ def _offered(data: Dataset, sc: int) -> tuple[int, int]:
     return sum(guards.not_offered(t["metadata"]) for t in trials), len(trials)
 
 
+@noted
 def cost_table(data: Dataset) -> TableData | None:
     """Throughput beside its CPU cost per host (s of CPU per Gbit/s delivered) and what bound each cell: on an
     emulator whose hosts are CPU-bound, the difference between technologies is their CPU cost."""
@@ -272,6 +283,7 @@ def cost_table(data: Dataset) -> TableData | None:
                 if not tput:
                     continue
                 s = summarize(tput)
+                saw(s.n)
                 cost = _host_means(data, sc, "cpu_s_per_gbit")
                 busy = _host_means(data, sc, "cpu_busy_ratio")
                 offered = _offered(data, sc)
@@ -293,7 +305,8 @@ def cost_table(data: Dataset) -> TableData | None:
                      "Throughput: the trial's aggregate goodput at the receivers, mean over trials with its 95 % CI. "
                      "Offered: each UDP sender's mean rate against the rate asked (a sender under 95 % of it flags the "
                      "trial). CPU per Gbit/s: each host's CPU seconds over the tool's window (its own kernel's "
-                     "/proc/stat, busy share x CPUs) per Gbit delivered, mean over trials; each host is its own "
+                     "/proc/stat, busy share x CPUs) per Gbit delivered, all trials' CPU over all their Gbit (a ratio of "
+                     "sums); each host is its own "
                      "account. Bound by: the offered load when a sender fell short, a host's CPU when its kernel was "
                      f"at least {CPU_BOUND:.0%} busy, else what the data rule out.")
 

@@ -14,7 +14,7 @@ from ..units import human
 from ..workloads.netperf import DEFAULT_SIZE
 from . import register
 from ..dataset import Trial, load
-from ._cells import DASH, figure, mean_ci, noted, mean_cell, median, pct, relative, scale, spread, style
+from ._cells import DASH, figure, mean_ci, noted, saw, mean_cell, median, pct, relative, scale, spread, style
 from .base import Analysis, AnalysisResult, FigureData, TableData
 
 NONE = "no IPsec"
@@ -280,6 +280,7 @@ class S3(Analysis):
                           f"Mean over repetitions with {hops0} router(s) between the hosts and no other load where "
                           f"measured; one line per IPsec variant that ran and IP version.")
 
+    @noted
     def _versus_table(self, cells: dict, modes: list[str]) -> TableData:
         """AH against each ESP cipher, and 3DES against Blowfish, per test, message size and condition: the ratio of
         means with Fieller's 95 % CI and Welch's p, Holm over the table; a cell needs MIN_TRIALS trials a side."""
@@ -527,7 +528,10 @@ def _ratio_text(c) -> str:
     lo, hi = c.ratio_ci
     if not math.isfinite(c.ratio):
         return DASH
-    return f"{c.ratio:.2f}x" + (f" [{lo:.2f} .. {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else " (no CI)")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{c.ratio:.2f}x (no CI)"
+    saw(min(c.a.n, c.b.n))
+    return f"{c.ratio:.2f}x [{lo:.2f} .. {hi:.2f}]"
 
 
 def _mean(vals: list[float]) -> float | None:

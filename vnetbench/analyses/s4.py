@@ -19,7 +19,7 @@ from ..store import Store
 from ..units import human, parse_rate
 from . import register
 from ..dataset import Trial, load
-from ._cells import (DASH, Family, figure, mean_ci, noted, mean_cell, median, pct, relative, scale, style, summary)
+from ._cells import (DASH, Family, figure, mean_ci, noted, saw, mean_cell, median, pct, relative, scale, style, summary)
 from .base import Analysis, AnalysisResult, FigureData, TableData
 from .s3 import offered_note, offered_text
 
@@ -423,7 +423,7 @@ class S4(Analysis):
         """Every test the findings make is one Holm family (built twice: see Family)."""
         self.family = Family()
         out = self.family.build(lambda: self._findings_once(ifaces))
-        return out + [f"Tests: the permutation test of Welch's t (exact up to 8 trials a side) on per-trial values (one-sided one-sample t for 'several cores'), "
+        return out + [f"Tests: the permutation test of Welch's t (exact up to 8 trials a side) on per-trial values (one-sided exact sign test for 'several cores'), "
                       f"Holm-corrected over the {self.family.size} tests of these findings, alpha 0.05."]
 
     def _findings_once(self, ifaces: list[str]) -> list[str]:
@@ -619,7 +619,10 @@ def _ratio(a: list[float], b: list[float]) -> str:
         return f"{(sum(b) / len(b)) / (sum(a) / len(a)):.2f}x (one run: no CI)"
     c = compare(a, b)
     lo, hi = c.ratio_ci
-    return f"{c.ratio:.2f}x" + (f" ({lo:.2f} .. {hi:.2f})" if math.isfinite(lo) else "")
+    if not math.isfinite(lo):
+        return f"{c.ratio:.2f}x"
+    saw(min(len(a), len(b)))
+    return f"{c.ratio:.2f}x ({lo:.2f} .. {hi:.2f})"
 
 
 def _versus(b: list[float], a: list[float]) -> str:
