@@ -198,9 +198,10 @@ def test_a_test_that_did_not_reject_says_not_significant_and_what_it_could_find(
     # at 5 + 5 the exact test's smallest p is 2 / 252: a Holm family of 13 (first step 0.0038) can find nothing
     assert stats.could_find(c, 0.05, 13) == "" and "no change detectable" in stats.unreachable(5, 5, 0.05, 13)
     assert stats.compare([100, 103, 98], [101, 99, 104]).verdict == stats.NO_TEST
-    # at n = 3 and CV 5 %, Welch at alpha 0.05 finds a ~17 % change 80 % of the time
-    assert 0.16 < stats.min_detectable(3, 3, 0.05) < 0.19
-    assert stats.min_detectable(10, 10, 0.05) < stats.min_detectable(5, 5, 0.05) < stats.min_detectable(3, 3, 0.05)
+    # at n = 5 and CV 5 %, the exact test (p-values in steps of 2 / 252) finds a ~11 % change 80 % of the time; at
+    # n = 3 it finds none
+    assert 0.10 < stats.min_detectable(5, 5, 0.05) < 0.12 and math.isnan(stats.min_detectable(3, 3, 0.05))
+    assert stats.min_detectable(10, 10, 0.05) < stats.min_detectable(5, 5, 0.05) < stats.min_detectable(4, 4, 0.05)
 
 
 def test_constant_samples_that_differ_cannot_be_judged():
@@ -232,10 +233,11 @@ def test_intervals_stay_in_the_physical_range():
     assert not stats.within(stats.summarize([5.0, 5.1, 5.2])).clipped
 
 
-@pytest.mark.parametrize("n", NS)
-def test_min_detectable_is_what_welch_finds_80_percent_of_the_time(n):
-    """The change min_detectable() reports is found by the simulated test 77-83 % of the time (normal, CV 5 %)."""
+def test_min_detectable_is_what_welch_finds_80_percent_of_the_time():
+    """Past 8 trials a side the test is Welch's: the change min_detectable() reports is found by the simulated test
+    77-83 % of the time (normal, CV 5 %)."""
     from scipy.special import stdtr
+    n = 10
     d = stats.min_detectable(n, n, 0.05)
     rng = np.random.default_rng(80 + n)
     a, b = rng.normal(1, 0.05, (20000, n)), rng.normal(1 + d, 0.05, (20000, n))
@@ -243,3 +245,13 @@ def test_min_detectable_is_what_welch_finds_80_percent_of_the_time(n):
     t = (b.mean(axis=1) - a.mean(axis=1)) / np.sqrt(va + vb)
     p = 2 * stdtr((va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1)), -np.abs(t))
     assert 0.77 <= (p < 0.05).mean() <= 0.83
+
+
+@pytest.mark.parametrize("n", (4, 5))
+def test_min_detectable_is_what_the_exact_test_finds_80_percent_of_the_time(n):
+    """Up to 8 a side the test is exact: at its attainable level (2 / 70 at 4 + 4) the noncentral t's change is
+    found 74-86 % of the time by the product's own test (1000 seeded draws, normal, CV 5 %)."""
+    d = stats.min_detectable(n, n, 0.05)
+    rng = np.random.default_rng(90 + n)
+    found = [stats.p_value(rng.normal(1, 0.05, n), rng.normal(1 + d, 0.05, n)) < 0.05 for _ in range(1000)]
+    assert 0.74 <= np.mean(found) <= 0.86, (n, d, np.mean(found))

@@ -404,6 +404,8 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
     if card := scorecard.for_campaign(store, camp.id):
         scorecard.print_card(card, out if wide else narrow())
     report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy, tails=tails)
+    from . import packet_rates
+    packet_rates.show(store, camp.id, out if wide else narrow())
 
 
 def narrow() -> Console:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .executor import Executor
-from .workloads.base import WorkloadError, stop
+from .workloads.base import WorkloadError, _signal_group, stop
 
 FCS = 4                 # Ethernet frame check sequence: counted in a frame's size, not written by the generator
 L1_EXTRA = 20           # preamble (7) + start delimiter (1) + inter-frame gap (12) of every frame on a wire
@@ -111,6 +111,17 @@ class Counts:
     @property
     def loss_ratio(self) -> float:
         return self.loss / self.sent if self.sent else 0.0
+
+    @property
+    def offered_pps(self) -> float:
+        """The rate offered over the trial: frames sent over the trial's duration, or over the time the generator
+        took when that was longer."""
+        return self.sent / max(self.seconds, self.intended_s)
+
+    @property
+    def shortfall(self) -> int:
+        """Frames the trial's duration asked for that the generator did not offer within it."""
+        return max(0, self.intended - round(self.offered_pps * self.intended_s))
 
 
 @dataclass
@@ -312,8 +323,8 @@ def interrupted(proc: subprocess.Popen, deadline: float, what: str) -> str:
     """What a generator printed; one still sending at the deadline is interrupted (SIGINT: it stops and reports)."""
     try:
         out, err = proc.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
+    except subprocess.TimeoutExpired:  # trafgen's sending processes are its children: signal its whole group
+        _signal_group(proc, signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
@@ -344,8 +355,7 @@ def _rates(path: Path, proc: subprocess.Popen, seconds: float, what: str, settle
         if proc.poll() is not None:
             raise WorkloadError(f"{what} ended before its ceiling was measured: {proc.communicate()[1][-300:]}")
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+        _signal_group(proc, signal.SIGINT)
         interrupted(proc, 5, what)
     dt = t1 - t0
     return Ceiling(offered(s0, s1) / dt, (r1["rx_packets"] - r0["rx_packets"]) / dt, dt)

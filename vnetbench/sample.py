@@ -108,8 +108,15 @@ def dimensions(meta: dict) -> Dims:
         scope = "interface"
         which = " ".join(_unprefixed(x) for x in (host, meta.get("node"), meta["interface"]) if x)
     else:
-        scope, which = "traffic", str(meta.get("side") or "")
+        scope, which = "traffic", _traffic(meta)
     return Dims(scope, which, direction, pair, role)
+
+
+def _traffic(meta: dict) -> str:
+    """What a workload's own sample is about: the side of a pair (a load in VMs), a packet-rate search's frame size
+    and the share of its PDR a latency stream ran at ('64 B at 50 % PDR')."""
+    at = f"at {meta['at_pdr']:.0%} PDR".replace("%", " %") if isinstance(meta.get("at_pdr"), (int, float)) else ""
+    return " ".join(str(b) for b in (meta.get("side"), meta.get("frame"), at) if b)
 
 
 @dataclass(frozen=True)
