@@ -13,7 +13,8 @@ what="${1:-install}"
 PACKAGES=(iproute2 iputils-ping procps iperf3 sockperf netperf sysstat ethtool tcpdump
           openvswitch-switch strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins wireguard-go wireguard-tools nginx stress-ng
-          python3 python3-venv openssh-client openssh-server user-mode-linux ansible-core linux-perf)
+          python3 python3-venv openssh-client openssh-server user-mode-linux ansible-core linux-perf
+          netsniff-ng)
 # Only for `./install.sh test`: the report test renders the HTML report in headless Chromium.
 TEST_PACKAGES=(chromium fonts-dejavu-core)
 if [ "$what" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
@@ -46,7 +47,7 @@ SRC
 fi
 
 PY=$(command -v python3.11 || command -v python3)
-if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, pyroute2" 2>/dev/null; then
+if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, pyroute2, MLRsearch" 2>/dev/null; then
   "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi

@@ -170,3 +170,53 @@ def test_a_side_without_scenarios_that_ran_names_no_option_it_was_not_given(tmp_
         proc = vnetbench("compare", *args, "--db", path, check=False)
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
         assert "-where" not in proc.stderr.replace("--b-where overlay", ""), proc.stderr
+
+
+def _trials_failed(store, cid, scenario, reps=3):
+    """Every trial of a built scenario failed (a datapath that builds, then passes no traffic)."""
+    store.db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE campaign = ? AND scenario = ?)",
+                     (cid, scenario))
+    store.db.execute("DELETE FROM trials WHERE campaign = ? AND scenario = ?", (cid, scenario))
+    store.db.commit()
+    for rep in range(1, reps + 1):
+        store.save_trial(cid, scenario, rep, 0, "iperf3", {}, "failed", "iperf3: no route to host", 0, 1, [])
+
+
+def test_a_scenario_whose_trials_all_failed_is_missing_and_fails_the_gate(tmp_path):
+    """B's vxlan scenario built and then every trial failed: it is missing in B with why, in the table, the JSON and
+    the gate (its rows vanished without a word and the gate passed)."""
+    path = tmp_path / "f.db"
+    store = Store(path)
+    levels, rtt = {"none": 9e9, "vxlan": 3e9}, {"none": 50e-6, "vxlan": 80e-6}
+    _campaign(store, "base", levels, rtt, reps=3)
+    _trials_failed(store, _campaign(store, "broken", levels, rtt, reps=3), 2)
+    store.close()
+    gate = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", "--format", "json", check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert json.loads(gate.stdout)["missing"] == [{"scenario": {"attach": "switch", "overlay": "vxlan"},
+                                                   "missing_in": "B", "why": "0 of 3 trials ok in campaign 2: iperf3: "
+                                                                             "no route to host"}]
+    assert "ran on one side only" in gate.stderr
+    table = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", check=False)
+    assert table.returncode == 1 and "missing in B: overlay=vxlan (0 of 3 trials ok in campaign 2" in table.stdout
+    assert vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", "--allow-missing").returncode == 0
+
+
+def test_a_side_whose_every_trial_failed_is_missing_not_an_error(tmp_path):
+    """Every scenario of B built and passed no traffic: each is missing in B (the gate fails, exit 1), not a table
+    of nothing, nor 'no scenario has the same levels' (exit 2); and A's failed trials make them missing in A."""
+    from vnetbench import compare as cmp
+    path = tmp_path / "g.db"
+    store = Store(path)
+    levels, rtt = {"none": 9e9, "vxlan": 3e9}, {"none": 50e-6, "vxlan": 80e-6}
+    _campaign(store, "base", levels, rtt, reps=3)
+    cid = _campaign(store, "broken", levels, rtt, reps=3)
+    for scenario in (1, 2):
+        _trials_failed(store, cid, scenario)
+    a, b = (cmp.Side(store, store.campaign(ref)) for ref in ("1", "2"))
+    assert cmp.compare(a, b, threshold=0.05) == []
+    assert [(m["scenario"]["overlay"], m["missing_in"]) for m in cmp.missing(a, b)] == [("none", "B"), ("vxlan", "B")]
+    assert [(m["scenario"]["overlay"], m["missing_in"]) for m in cmp.missing(b, a)] == [("none", "A"), ("vxlan", "A")]
+    store.close()
+    gate = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", check=False)
+    assert gate.returncode == 1 and "missing in B: overlay=vxlan (0 of 3 trials ok" in gate.stdout, gate.stderr

@@ -99,12 +99,31 @@ def _selected(side: Side, option: str) -> dict[tuple, dict]:
             if all(str(s["labels"].get(k)) == v for k, v in side.where.items())}
 
 
+def _trial_counts(side: Side) -> dict[int, tuple[int, int, str | None]]:
+    """Scenario -> (ok trials, trials, the first failed trial's error)."""
+    out: dict[int, tuple[int, int, str | None]] = {}
+    for t in side.store.trials(side.campaign.id):
+        ok, n, error = out.get(t["scenario"], (0, 0, None))
+        out[t["scenario"]] = (ok + (t["status"] == "ok"), n + 1, error or (t["error"] if t["status"] != "ok" else None))
+    return out
+
+
+def _ran(s: dict) -> bool:
+    """Whether a scenario has results to compare: built (done) is not enough, a datapath that builds and then passes
+    no traffic has every trial failed, and its rows would vanish from the table and the gate without a word."""
+    return s["status"] == "done" and s["ok"] > 0
+
+
 def _keyed(a: Side, b: Side) -> list[dict[tuple, dict]]:
-    """Per side: the levels left after leaving out the factors a selection names -> that side's scenario row."""
+    """Per side: the levels left after leaving out the factors a selection names -> that side's scenario row, with
+    its trial counts (ok, trials, error)."""
     drop = set(a.where) | set(b.where)
     keyed = []
     for side, option in ((a, "--a-where"), (b, "--b-where")):
         sel = _selected(side, option)
+        counts = _trial_counts(side)
+        for s in sel.values():
+            s["ok"], s["trials"], s["error"] = counts.get(s["idx"], (0, 0, None))
         if not any(s["status"] == "done" for s in sel.values()):
             raise CompareError(f"{option}: no scenario of {side.describe()} ran with those levels" if side.where else
                                f"no scenario of {side.describe()} ran (`vnetbench show` says why)")
@@ -121,30 +140,41 @@ def _keyed(a: Side, b: Side) -> list[dict[tuple, dict]]:
 
 
 def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
+    """The scenarios that ran on both sides. Levels that match only where one side passed no trial are not an
+    error: missing() lists them, and the gate fails on them."""
     keyed = _keyed(a, b)
     both = [k for k in keyed[0] if k in keyed[1] and keyed[0][k]["status"] == keyed[1][k]["status"] == "done"]
     if not both:
         two = str(a.store.path) != str(b.store.path)
         raise CompareError(f"no scenario of {a.describe(two)} has the same levels as one of {b.describe(two)}")
-    return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both]
+    return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both if _ran(keyed[0][k]) and _ran(keyed[1][k])]
 
 
 def missing(a: Side, b: Side) -> list[dict[str, Any]]:
-    """The scenarios that ran on one side only: {scenario, missing_in: "A" | "B", why}. A CI gate fails on them
-    (a datapath that failed to build in B is not "no regression") unless told otherwise."""
+    """The scenarios that ran on one side only: {scenario, missing_in: "A" | "B", why}. Ran: built, with at least one
+    ok trial. A CI gate fails on them (a datapath that failed to build in B, or built and then passed no traffic,
+    is not "no regression") unless told otherwise."""
     keyed = _keyed(a, b)
     out = []
     for key in dict.fromkeys([*keyed[0], *keyed[1]]):
         rows = [k.get(key) for k in keyed]
-        done = [r is not None and r["status"] == "done" for r in rows]
-        if done[0] == done[1]:
+        ran = [r is not None and _ran(r) for r in rows]
+        if ran[0] == ran[1]:
             continue
-        side, other = ("B", rows[1]) if done[0] else ("A", rows[0])
-        camp = (b if done[0] else a).campaign.id
-        why = (f"not in campaign {camp}" if other is None else
-               f"{other['status']} in campaign {camp}" + (f": {other['reason']}" if other.get("reason") else ""))
-        out.append({"scenario": dict(key), "missing_in": side, "why": why})
+        side, other = ("B", rows[1]) if ran[0] else ("A", rows[0])
+        out.append({"scenario": dict(key), "missing_in": side, "why": _why(other, (b if ran[0] else a).campaign.id)})
     return out
+
+
+def _why(row: dict | None, camp: int) -> str:
+    """Why a side has no results for a scenario: absent, not built, or no ok trial."""
+    if row is None:
+        return f"not in campaign {camp}"
+    if row["status"] == "done":
+        what, reason = f"{row['ok']} of {row['trials']} trials ok", row["error"]
+    else:
+        what, reason = row["status"], row.get("reason")
+    return f"{what} in campaign {camp}" + (f": {reason}" if reason else "")
 
 
 def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple[int, str, str, str], list[float]]]:

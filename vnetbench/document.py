@@ -111,7 +111,8 @@ def load(store: Store, cid: int, exclude_noisy: bool = False) -> Data:
             events.add(s["metric"])  # one sample per echo or request, not one per trial
     run = [s for s in scenarios.values() if s["status"] != "skipped"]
     return Data(camp, camp.spec, scenarios, report.label_columns(run), groups,
-                report.rows(store, cid, None, groups, data), trials, series, events, data, exclude_noisy)
+                report.carried(report.rows(store, cid, None, groups, data)), trials, series, events, data,
+                exclude_noisy)
 
 
 def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
@@ -121,9 +122,16 @@ def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
         d = load(store, cid, exclude_noisy)
         lead = bool(d.spec.get("analysis"))
         sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
-                    scenario_table(d), statistics(d, fold=lead), where_cpu(store, d), figures_section(d, fold=lead),
+                    packet_rates_section(d), scenario_table(d), statistics(d, fold=lead), where_cpu(store, d), figures_section(d, fold=lead),
                     environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
+
+
+def packet_rates_section(d: Data) -> Section:
+    """NDR and PDR per frame size with bounds, in bit/s, the generator's ceiling, latency at shares of the PDR."""
+    from . import packet_rates
+    return Section("packet-rates", "Packet rates (NDR, PDR)", packet_rates.tables(d.data) if d.data is not None else [],
+                   "Packet rates")
 
 
 def where_cpu(store: Store, d: Data) -> Section:
@@ -558,7 +566,8 @@ def study(store: Store, d: Data) -> Section:
 def card(d: Data) -> list[Block]:
     """The reproduction scorecard: the study's claims (data in the suite file) against this campaign."""
     rows = scorecard.evaluate(d.spec, d.data) if d.spec.get("scorecard") and d.data is not None else []
-    return [TableData("Reproduction scorecard", scorecard.COLUMNS, scorecard.table_rows(rows), scorecard.NOTE)] \
+    return [TableData("Reproduction scorecard", scorecard.COLUMNS, scorecard.table_rows(rows),
+                      scorecard.NOTE + scorecard.interval_note(rows))] \
         if rows else []
 
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,24 @@ def identity() -> dict:
 
 def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class LedgerWarning(UserWarning):
+    """A line of a run's ledger that is not a record of ours: skipped (`clean` says so and goes on)."""
+
+
+def _entry(line: str) -> tuple[dict | None, str]:
+    """A ledger line as its record, or (None, why it is not one)."""
+    try:
+        e = json.loads(line)
+    except json.JSONDecodeError:
+        return None, "not JSON (a write cut short by kill -9, or not written by vnetbench)"
+    if not isinstance(e, dict) or e.get("op") not in ("add", "del") \
+            or not isinstance(e.get("kind"), str) or not isinstance(e.get("name"), str):
+        return None, "not an add or del record with a kind and a name"
+    if any(e.get(k) is not None and not _int(e[k]) for k in ("pid", "start")):
+        return None, "its pid or start time is not a whole number"
+    return e, ""
 
 
 def owner_state(owner, remote: bool = False) -> tuple[str, str]:
@@ -163,13 +182,14 @@ class Ledger:
         path = self.dir / "objects.jsonl"
         live: dict[tuple[str, str], Obj] = {}
         if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    e = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by kill -9 mid-write: the object was not created yet
-                if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not isinstance(e.get("name"), str):
-                    continue  # not a record of ours
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                e, why = _entry(line)
+                if e is None:
+                    # a line torn by kill -9 mid-write (its object was not created yet), or one of another hand: a
+                    # crash here left every run uncleaned, so it is skipped, and said
+                    if line.strip():
+                        warnings.warn(f"run {self.prefix}: line {n} of {path} skipped: {why}", LedgerWarning)
+                    continue
                 key = (e["kind"], e["name"])
                 if e["op"] == "add":
                     live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), e)
@@ -188,6 +208,28 @@ class Ledger:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return "dead", "no owner record"
         return owner_state(owner)
+
+    def _visit(self, obj: Obj, dry_run: bool) -> tuple[list[str], str | None]:
+        """Clean a host the run touched, by its backend's cleaner; a record that cannot reach it stays pending."""
+        visit = REMOTE_CLEANERS.get(obj.kind)
+        if visit is None:
+            return [], "no host backend is loaded to reach it; `vnetbench clean` visits it"
+        try:
+            return visit(obj.extra or {}, self.prefix, dry_run)
+        except (KeyError, TypeError, ValueError) as exc:  # a record of the wrong shape must not stop every clean
+            return [], f"its record in {self.dir / 'objects.jsonl'} cannot reach it ({type(exc).__name__}: {exc})"
+
+    def still_running(self) -> list[str]:
+        """What of this run still runs on this machine: its owner, or a process it recorded (pid and kernel start
+        time both match, under whichever pid namespace's numbers they were taken)."""
+        try:
+            owner = json.loads((self.dir / "owner.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            owner = None
+        wanted = [("its owner", owner.get("pid"), owner.get("start"))] if isinstance(owner, dict) else []
+        wanted += [(f"process {o.name}", o.pid, o.start) for o in self.objects() if o.kind == "process"]
+        running = _running()
+        return [f"{what} (pid {pid})" for what, pid, start in wanted if _int(pid) and (pid, start) in running]
 
     def remove_all(self, dry_run: bool = False) -> list[str]:
         """Remove every live object of this run, newest first; returns what was (or would be) removed. A testbed
@@ -208,9 +250,7 @@ class Ledger:
                     _kill(obj.pid)
         hosts = [o for o in objs if o.kind == "host"]
         for obj in hosts:
-            visit = REMOTE_CLEANERS.get(obj.kind)
-            removed, why = visit(obj.extra or {}, self.prefix, dry_run) if visit else \
-                ([], "no host backend is loaded to reach it; `vnetbench clean` visits it")
+            removed, why = self._visit(obj, dry_run)
             done += removed
             if why is not None:
                 self.pending.append(f"host {obj.name}: {why}")
@@ -313,6 +353,23 @@ def pids_in_namespaces(names: list[str]) -> list[int]:
     return found
 
 
+def _running() -> set[tuple[int, int]]:
+    """(pid, kernel start time) of every process visible from here, under each pid it has (NSpid: a run whose
+    owner is in a container recorded the container's pids)."""
+    out: set[tuple[int, int]] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry.name}/status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        start = process_start_time(int(entry.name))
+        pids = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [entry.name])
+        out |= {(int(p), start) for p in pids if start is not None}
+    return out
+
+
 def kill_pids(pids: list[int]) -> None:
     for pid in pids:
         _kill(pid)
@@ -354,10 +411,29 @@ def clean_all(dry_run: bool = False) -> tuple[list[str], list[tuple[str, str]], 
         if state != "dead":
             left.append((ledger.prefix, why if state == "alive" else f"its owner cannot be checked: {why}"))
         else:
-            removed += [f"{ledger.prefix}: {what}" for what in ledger.remove_all(dry_run)]
-            pending += [f"{ledger.prefix}: {why}" for why in ledger.pending]
+            done, waiting = _remove(ledger, dry_run)
+            removed, pending = removed + done, pending + waiting
     for prefix, path in cgroup.orphans({ledger.prefix for ledger in known}):
         removed.append(f"{prefix}: cgroup {path} (empty; its run's ledger is gone)")
         if not dry_run:
             cgroup.dissolve(str(path), prefix)
     return removed, left, pending
+
+
+def _remove(ledger: Ledger, dry_run: bool) -> tuple[list[str], list[str]]:
+    """Remove a run's objects: (what was removed, what is pending), each line named with the run."""
+    done = ledger.remove_all(dry_run)
+    return [f"{ledger.prefix}: {what}" for what in done], [f"{ledger.prefix}: {why}" for why in ledger.pending]
+
+
+def clean_run(prefix: str, dry_run: bool = False) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """`clean --run PREFIX`: remove this machine's run PREFIX on purpose, also when its owner cannot be checked from
+    here (another pid namespace, a foreign owner.json), once none of its processes, its owner's included, is alive
+    here: a live run's ssh clients to its hosts are among them. As clean_all: (removed, left alone, pending)."""
+    ledger = Ledger(prefix)
+    state, why = ledger.owner_state()
+    alive = ledger.still_running() if state == "unknown" else []
+    if state == "alive" or alive:
+        return [], [(prefix, why if state == "alive" else f"{', '.join(alive)} still running")], []
+    removed, pending = _remove(ledger, dry_run)
+    return removed, [], pending

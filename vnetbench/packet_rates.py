@@ -13,11 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import dataset, stats
+from .analyses.base import TableData
 from .report import label_columns
 from .store import Store
 from .units import human
 
 LATENCY_STATS = ("p50", "p90", "p99", "p99.9", "max")
+NOTE = ("each cell the median over searches (cv: their spread); generator-bound: within 10 % of the ceiling, or no "
+        "load the generator offered was too much; irregular: no upper bound, or out of time before the goal width")
 
 
 def _frame_order(frame: str) -> tuple:
@@ -66,36 +69,29 @@ def _bounds(g: dict[str, dict[int, float]], goal: str) -> str:
     return f"{lo} .. {hi}"
 
 
-def _table(title: str, columns: list[str], width: int) -> Table:
-    table = Table(title=escape(title), box=box.SIMPLE, title_justify="left", width=min(width, 160))
-    for name in columns:
-        table.add_column(name)
-    return table
-
-
-def rates_tables(data: dataset.Dataset, width: int) -> list[Table]:
+def rates_tables(data: dataset.Dataset) -> list[TableData]:
     """Frames/s with bounds and the ceiling; then the same rates in bit/s and the trial duration achieved."""
     got = groups(data)
     if not got:
         return []
     cols = label_columns([data.scenarios[sc] for sc, _ in got])
-    rates = _table("packet rates per frame size: RFC 9971 conditional throughput offered by one interface, "
-                   "[relevant lower .. upper bound]; the generator's ceiling over a bare veth pair",
-                   [*cols, "frame", "NDR", "NDR bounds", "PDR", "PDR bounds", "ceiling", "", "n"], width)
-    bits = _table("the same in bit/s: L1 counts 20 B of preamble and gap a frame, L2 the frame; the seconds the "
-                  "generator sent for at the lower bound", [*cols, "frame", "NDR L1", "NDR L2", "PDR L1", "PDR L2",
-                                                            "NDR trial", "PDR trial"], width)
+    rates = TableData("packet rates per frame size: RFC 9971 conditional throughput offered by one interface, "
+                      "[relevant lower .. upper bound]; the generator's ceiling over a bare veth pair",
+                      [*cols, "frame", "NDR", "NDR bounds", "PDR", "PDR bounds", "ceiling", "", "n"], [], NOTE)
+    bits = TableData("the same in bit/s: L1 counts 20 B of preamble and gap a frame, L2 the frame; the seconds the "
+                     "generator sent for at the lower bound", [*cols, "frame", "NDR L1", "NDR L2", "PDR L1", "PDR L2",
+                                                               "NDR trial", "PDR trial"], [])
     for (sc, frame), g in got.items():
-        labels = [escape(str(data.scenarios[sc]["labels"].get(c, ""))) for c in cols]
+        labels = [str(data.scenarios[sc]["labels"].get(c, "")) for c in cols]
         bound, irregular = _flags(data, sc, frame)
         note = ", ".join(w for w, on in (("generator-bound", bound), ("irregular", irregular)) if on)
         n = max((len(v) for v in g.values()), default=0)
-        rates.add_row(*labels, frame, *(x for goal in ("ndr", "pdr") for x in (_cell(g.get(f"{goal}_pps", {}), "1/s"),
-                                                                              _bounds(g, goal))),
-                      _cell(g.get("generator_ceiling_pps", {}), "1/s", False), f"[yellow]{note}[/]", str(n))
-        bits.add_row(*labels, frame, *(_cell(g.get(f"{goal}_{layer}_bps", {}), "bit/s", False)
-                                       for goal in ("ndr", "pdr") for layer in ("l1", "l2")),
-                     *(_cell(g.get(f"{goal}_trial_s", {}), "s", False) for goal in ("ndr", "pdr")))
+        rates.rows.append([*labels, frame, *(x for goal in ("ndr", "pdr")
+                                             for x in (_cell(g.get(f"{goal}_pps", {}), "1/s"), _bounds(g, goal))),
+                           _cell(g.get("generator_ceiling_pps", {}), "1/s", False), note, str(n)])
+        bits.rows.append([*labels, frame, *(_cell(g.get(f"{goal}_{layer}_bps", {}), "bit/s", False)
+                                            for goal in ("ndr", "pdr") for layer in ("l1", "l2")),
+                          *(_cell(g.get(f"{goal}_trial_s", {}), "s", False) for goal in ("ndr", "pdr"))])
     return [rates, bits]
 
 
@@ -115,24 +111,37 @@ def latency(data: dataset.Dataset) -> dict[tuple[int, str, float], dict[str, dic
     return out
 
 
-def latency_table(data: dataset.Dataset, width: int) -> Table | None:
+def latency_table(data: dataset.Dataset) -> TableData | None:
     got = latency(data)
     if not got:
         return None
     cols = label_columns([data.scenarios[sc] for sc, _, _ in got])
-    table = _table("round trip beside the load at shares of the PDR found (median over trials; - : too few echoes "
-                   "in a trial for that percentile)", [*cols, "frame", "load", *LATENCY_STATS, "echoes"], width)
+    table = TableData("round trip beside the load at shares of the PDR found (median over trials; - : too few echoes "
+                      "in a trial for that percentile)", [*cols, "frame", "load", *LATENCY_STATS, "echoes"], [])
     for (sc, frame, share), g in got.items():
-        labels = [escape(str(data.scenarios[sc]["labels"].get(c, ""))) for c in cols]
         n = g.pop("n")
-        table.add_row(*labels, frame, f"{share:.0%} PDR", *(_cell(g[s], "s", False) for s in LATENCY_STATS),
-                      str(int(statistics.median(n.values()))))
+        table.rows.append([*(str(data.scenarios[sc]["labels"].get(c, "")) for c in cols), frame, f"{share:.0%} PDR",
+                           *(_cell(g[s], "s", False) for s in LATENCY_STATS), str(int(statistics.median(n.values())))])
+    return table
+
+
+def tables(data: dataset.Dataset) -> list[TableData]:
+    """The section's tables (none when the campaign ran no ndrpdr)."""
+    return [t for t in (*rates_tables(data), latency_table(data)) if t is not None]
+
+
+def _rich(t: TableData, width: int) -> Table:
+    table = Table(title=escape(t.title), box=box.SIMPLE, title_justify="left", width=min(width, 160))
+    for name in t.columns:
+        table.add_column(escape(name))
+    for row in t.rows:
+        table.add_row(*(escape(c) for c in row))
     return table
 
 
 def show(store: Store, cid: int, console: Console) -> None:
     """The section, when the campaign ran ndrpdr."""
-    data = dataset.load(store, cid)
-    for table in [*rates_tables(data, console.width), latency_table(data, console.width)]:
-        if table is not None:
-            console.print(table)
+    for t in tables(dataset.load(store, cid)):
+        console.print(_rich(t, console.width))
+        if t.note:
+            console.print(escape(t.note), style="dim")

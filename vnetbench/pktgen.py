@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from . import rawlog
 from .executor import Executor
 from .workloads.base import WorkloadError, _signal_group, stop
 
@@ -82,6 +83,9 @@ class Path:
 
     def describe(self) -> str:
         return f"{self.sender.node.name}:{self.sender.dev} -> {self.receiver.node.name}:{self.receiver.dev}"
+
+    def counters(self) -> tuple[dict, dict]:
+        return counters(self.sender.node, self.sender.dev), counters(self.receiver.node, self.receiver.dev)
 
 
 @dataclass
@@ -212,12 +216,10 @@ class Generator:
 
     def _counted(self, run, count: int, pps: float, duration: float) -> Counts:
         """Counters around one run of the generator; the receiver is read once what was queued has arrived."""
-        s0, r0 = counters(self.path.sender.node, self.path.sender.dev), counters(self.path.receiver.node,
-                                                                                  self.path.receiver.dev)
+        s0, r0 = self.path.counters()
         seconds, said = run()
         time.sleep(min(0.5, 0.05 + 500 / max(pps, 1.0)))  # the shaper's queue drains at the rate
-        s1, r1 = counters(self.path.sender.node, self.path.sender.dev), counters(self.path.receiver.node,
-                                                                                  self.path.receiver.dev)
+        s1, r1 = self.path.counters()
         return Counts(count, offered(s0, s1), r1["rx_packets"] - r0["rx_packets"], seconds, duration, pps, said)
 
 
@@ -329,6 +331,7 @@ def interrupted(proc: subprocess.Popen, deadline: float, what: str) -> str:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             out, err = stop(proc)
+    rawlog.output(proc, out, err)
     if proc.returncode not in (0, -signal.SIGINT, 130) and not out.strip():
         raise WorkloadError(f"{what} exited {proc.returncode}: {(err or '').strip()[-300:]}")
     return out
@@ -347,11 +350,9 @@ def _rates(path: Path, proc: subprocess.Popen, seconds: float, what: str, settle
     """Sent and received frames per second over `seconds`, read while the generator runs (past its start-up)."""
     try:
         time.sleep(settle)
-        t0, s0, r0 = time.monotonic(), counters(path.sender.node, path.sender.dev), \
-            counters(path.receiver.node, path.receiver.dev)
+        t0, (s0, r0) = time.monotonic(), path.counters()
         time.sleep(seconds)
-        t1, s1, r1 = time.monotonic(), counters(path.sender.node, path.sender.dev), \
-            counters(path.receiver.node, path.receiver.dev)
+        t1, (s1, r1) = time.monotonic(), path.counters()
         if proc.poll() is not None:
             raise WorkloadError(f"{what} ended before its ceiling was measured: {proc.communicate()[1][-300:]}")
     finally:

@@ -33,7 +33,7 @@ HEADLINE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmi
 DEFAULT_METRICS = HEADLINE_METRICS + tuple(m for m in dict.fromkeys(cls.main_metric for cls in WORKLOADS.values())
                                            if m not in HEADLINE_METRICS)
 # compare's default family: the headline metrics (retransmits, rare events, are compared when asked for with -m)
-COMPARE_METRICS = tuple(m for m in HEADLINE_METRICS if m != "tcp_retransmits")
+COMPARE_METRICS = tuple(m for m in HEADLINE_METRICS if m != "tcp_retransmits") + ("ndr_pps", "pdr_pps")
 # The tail `show` gives beside a per-echo metric's median unless asked for more (--all, -m): latency under load.
 SHORT_TAILS: dict[str, tuple[str, ...]] | None = {"rtt_loaded_s": ("p99",)}
 ALL_TAILS = None  # every tail statistic of every per-echo metric

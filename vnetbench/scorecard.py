@@ -622,6 +622,13 @@ def for_campaign(store, cid: int) -> list[Row]:
     return evaluate(spec, data) if spec.get("scorecard") else []
 
 
+def interval_note(rows: list[Row]) -> str:
+    """' ' + what the card's 95 % intervals cover on a busy machine's trials at its smallest cell, or ''."""
+    least = min((k for r in rows for k in r.n if k >= 2), default=0)
+    text = stats.t_note(least)
+    return f" {text}" if text else ""
+
+
 def print_card(rows: list[Row], console) -> None:
     """`show`'s short table before the metrics: one line per claim."""
     from rich.table import Table
@@ -631,3 +638,5 @@ def print_card(rows: list[Row], console) -> None:
     for r in table_rows(rows):
         t.add_row(*r)
     console.print(t)
+    if interval_note(rows):
+        console.print(interval_note(rows).strip(), style="dim")

@@ -13,7 +13,7 @@ import time
 from typing import Any, Literal, Sequence
 
 from MLRsearch import AbstractMeasurer, Config, GoalResult, MeasurementResult, MultipleLossRatioSearch, SearchGoal
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .. import pktgen
 from ..executor import NetnsExecutor
@@ -27,10 +27,12 @@ from .ping import PING_TOOLS, collect_ping, parse_rtts, ping_argv
 
 GOALS = ("ndr", "pdr")
 GENERATOR_BOUND = 0.9   # a rate within 10 % of the generator's ceiling may be the generator's, not the path's
-CEILING_S = 1.0         # seconds the ceiling is counted over
+CEILING_S = 1.0         # seconds the flat-out rate is counted over
+CEILING_WIDTH = 0.02    # the ceiling's own search: 2 % apart is close enough to judge a path by
+CEILING_SEARCH_S = 25.0
 CEILING_MARGIN = 1.05   # Max Load: the ceiling and a little more (a search never asks beyond it)
 NO_CEILING_MAX = 2e6    # Max Load when no ceiling was measured and none is given
-PER_FRAME_S = 30.0      # a frame size's ceiling, search and latency streams, for the progress estimate
+PER_FRAME_S = 40.0      # a frame size's ceiling, search and latency streams, for the progress estimate
 
 
 class Goal(Strict):
@@ -147,13 +149,17 @@ class Ndrpdr(Workload):
         return PER_FRAME_S * len(self.params.frame_sizes)
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
-        pair = pairs[0]
-        where = pair.client.node.name
-        shown = f"a search per frame size ({', '.join(map(str, self.params.frame_sizes))}) on pair {pair.index}: " \
-                f"{self.params.generator} from {where} to {pair.server.addr}, rates set by MLRsearch"
-        return [Command(where, ["#", shown]),
-                Command(where, ["trafgen", "--dev", "DEV", "--no-sock-mem", "--notouch-irq", "--qdisc-path",
-                                "--gap", "0", "--num", "RATE*DURATION", "{ eth(...), ipv4(...), udp(...), fill(...) }"])]
+        """What each trial of a search runs on pair 1's client: its interface (DEV) is found at run time, and the
+        rates (in the shaper, in --num) are chosen by the search."""
+        where, server = pairs[0].client.node.name, pairs[0].server.addr
+        gen = ["iperf3", "-u", "-c", server, "-l", "PAYLOAD", "-b", "RATE", "-t", "DURATION"] \
+            if self.params.generator == "iperf3" else \
+            ["trafgen", "--dev", "DEV", "--no-sock-mem", "--notouch-irq", "--qdisc-path", "--gap", "0", "--num",
+             "RATE*DURATION", f"{{ eth(...), ipv4(da={server}), udp(dp={self.params.port}), fill(...) }}"]
+        shaper = [] if self.params.generator == "iperf3" else \
+            [Command(where, ["tc", "class", "change", "dev", "DEV", "parent", "1:", "classid", "1:2", "htb", "rate",
+                             "RATE", "ceil", "RATE", "burst", "BURST"])]
+        return [*shaper, Command(where, gen)]
 
     def run(self, pairs: Sequence[Pair]) -> list[Sample]:
         pair = pairs[0]
@@ -211,6 +217,9 @@ class FrameSearch:
         return [Sample(s.metric, s.value, s.unit, s.metadata | {"window": window}, s.t) for s in out]
 
     def _ceiling(self) -> tuple[float | None, list[Sample]]:
+        """The generator's ceiling over a bare veth pair: as fast as it sends at all (flat out), then the highest
+        rate it offers as a trial does (paced) with at most the PDR's loss, searched as the path is (RFC 9971:
+        benchmark the tester first and use that rate as Max Load)."""
         node = self.pair.client.node
         if not self.p.ceiling:
             return None, []
@@ -222,30 +231,28 @@ class FrameSearch:
             gen = pktgen.GENERATORS[self.p.generator](bare, self.frames)
             gen.setup()
             try:
-                c = gen.flat_out(CEILING_S)
+                flat = gen.flat_out(CEILING_S)
+                paced = self._paced(gen, flat.received_pps)
             finally:
                 gen.teardown()
-        sample = Sample.of("generator_ceiling_pps", c.received_pps, sent_pps=round(c.sent_pps), **self.meta)
-        return c.received_pps, [sample]
+        return paced, [Sample.of("generator_ceiling_pps", paced, flat_out_pps=round(flat.received_pps),
+                                 flat_out_sent_pps=round(flat.sent_pps), **self.meta)]
+
+    def _paced(self, gen: pktgen.Generator, flat: float) -> float:
+        goal = SearchGoal(loss_ratio=self.p.goals.pdr.loss_ratio, relative_width=CEILING_WIDTH, duration_sum=1.0,
+                          fail_fast=False)
+        results, _, _ = search([goal], gen, self.p.min_rate, max(flat * CEILING_MARGIN, 2 * self.p.min_rate),
+                               CEILING_SEARCH_S)
+        ct, lower, _ = results[0]
+        return ct or lower or self.p.min_rate
 
     def _search(self, gen: pktgen.Generator, ceiling: float | None):
-        config = Config()
-        config.goals = [getattr(self.p.goals, g).search_goal() for g in GOALS]
-        config.max_load = self.p.max_rate or (ceiling * CEILING_MARGIN if ceiling else NO_CEILING_MAX)
-        config.min_load = min(self.p.min_rate, config.max_load / 2)
-        config.search_duration_max = self.p.search_time
-        config.warmup_duration = None
-        measurer, began, note = Measurer(gen), time.monotonic(), ""
-        search = MultipleLossRatioSearch(config)
-        try:
-            result = search.search(measurer)
-        except RuntimeError as exc:  # out of time: the bounds found so far, marked irregular
-            note = f"search stopped: {exc}"
-            result = {g: GoalResult.from_bounds(search.database.get_relevant_bounds(
-                search.scaling.goal_to_final_target[g])) for g in config.goals}
-        found = {name: _goal_result(result[goal]) for name, goal in zip(GOALS, config.goals)}
-        self.meta |= {"min_load_pps": config.min_load, "max_load_pps": round(config.max_load)}
-        return found, measurer.trials, time.monotonic() - began, note
+        max_load = self.p.max_rate or (ceiling * CEILING_MARGIN if ceiling else NO_CEILING_MAX)
+        began = time.monotonic()
+        results, trials, note = search([getattr(self.p.goals, g).search_goal() for g in GOALS], gen, self.p.min_rate,
+                                       max_load, self.p.search_time)
+        self.meta |= {"min_load_pps": min(self.p.min_rate, max_load / 2), "max_load_pps": round(max_load)}
+        return dict(zip(GOALS, results)), trials, time.monotonic() - began, note
 
     def _results(self, found: dict, trials: list[pktgen.Counts], searched: float, note: str,
                  ceiling: float | None) -> list[Sample]:
@@ -292,6 +299,27 @@ class FrameSearch:
         c = got["counts"]
         meta = self.meta | {"at_pdr": share, "load_pps": round(load), "sent": c.sent, "received": c.received}
         return parse_rtts(text, "ndrpdr_rtt_s", **meta)
+
+
+def search(goals: list[SearchGoal], gen: pktgen.Generator, min_load: float, max_load: float,
+           seconds: float) -> tuple[list[tuple], list[pktgen.Counts], str]:
+    """MLRsearch over `gen`: per goal (conditional throughput, relevant lower bound, relevant upper bound), every
+    trial, and why the search stopped early ('' when it reached every goal). Out of time, the bounds found so far
+    are kept."""
+    config = Config()
+    config.goals = goals
+    config.max_load = max_load
+    config.min_load = min(min_load, max_load / 2)
+    config.search_duration_max = seconds
+    config.warmup_duration = None
+    measurer, mlr, note = Measurer(gen), MultipleLossRatioSearch(config), ""
+    try:
+        result = mlr.search(measurer)
+    except RuntimeError as exc:
+        note = f"search stopped: {exc}"
+        result = {g: GoalResult.from_bounds(mlr.database.get_relevant_bounds(mlr.scaling.goal_to_final_target[g]))
+                  for g in config.goals}
+    return [_goal_result(result[g]) for g in goals], measurer.trials, note
 
 
 def _goal_result(r: GoalResult) -> tuple[float | None, float | None, float | None]:

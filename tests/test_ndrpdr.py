@@ -1,0 +1,204 @@
+"""ndrpdr: MLRsearch finds NDR and PDR per frame size; frames counted at the interfaces; what the generator did not
+send is never loss; the generator's ceiling; latency beside the load; `run` and `show` end to end."""
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from vnetbench import pktgen
+from vnetbench.executor import LocalExecutor, NetnsExecutor
+from vnetbench.ledger import Ledger
+from vnetbench.sample import dimensions
+from vnetbench.workloads.base import Endpoint, Pair
+from vnetbench.workloads.ndrpdr import FrameSearch, Measurer, Ndrpdr, NdrpdrParams
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- without a network -------------------------------------------------------------------------------------------
+def test_frame_sizes_in_bits_on_the_wire_and_in_the_frame():
+    f = pktgen.Frames.of(64)
+    assert f.l1_bps(1e6) == 84 * 8e6 and f.l2_bps(1e6) == 64 * 8e6  # 14.88 Mpps is 10GbE's line rate at 64 B
+    assert round(10e9 / (84 * 8)) == 14_880_952
+    imix = pktgen.Frames.of("imix")
+    assert imix.label == "IMIX" and sorted(imix.sizes).count(64) == 7 and imix.sizes.count(1518) == 1
+    assert abs(imix.mean - (7 * 64 + 4 * 570 + 1518) / 12) < 1e-9
+    assert f.shaped_bps(1000) == 60 * 8 * 1000  # the shaper counts the frame as the kernel holds it: no FCS
+
+
+def test_goals_default_to_csit_and_keep_their_loss_ratio_when_one_attribute_changes():
+    p = NdrpdrParams(type="ndrpdr")
+    assert (p.goals.ndr.loss_ratio, p.goals.pdr.loss_ratio) == (0.0, 0.005)
+    assert p.goals.pdr.exceed_ratio == 0.5 and p.goals.pdr.width == 0.005 and p.goals.ndr.final_trial_duration == 1
+    p = NdrpdrParams(type="ndrpdr", goals={"pdr": {"width": 0.01}})
+    assert p.goals.pdr.loss_ratio == 0.005 and p.goals.pdr.width == 0.01
+    for bad in ({"frame_sizes": [63]}, {"frame_sizes": [64, 64]}, {"goals": {"ndr": {"loss_ratio": 1}}},
+                {"goals": {"pdr": {"duration_sum": 0.5}}}, {"latency": [1.5]}, {"frame_sizes": [True]}):
+        with pytest.raises(ValidationError):
+            NdrpdrParams(type="ndrpdr", **bad)
+
+
+def test_a_frame_size_and_a_share_of_pdr_are_rows_of_their_own():
+    assert dimensions({"pair": 1, "frame": "64 B"}).which == "64 B"
+    assert dimensions({"pair": 1, "frame": "64 B", "at_pdr": 0.5}).which == "64 B at 50 % PDR"
+    assert dimensions({"side": "server"}).which == "server"
+
+
+class FakeGenerator:
+    """A path that forwards `path` frames/s at most, behind a generator that sends `gen` frames/s at most."""
+
+    def __init__(self, path: float, gen: float):
+        self.path, self.gen = path, gen
+
+    def trial(self, pps: float, duration: float) -> pktgen.Counts:
+        intended = round(pps * duration)
+        sent = min(intended, round(self.gen * duration))
+        received = min(sent, round(self.path * duration))
+        return pktgen.Counts(intended, sent, received, duration, duration, pps)
+
+
+def _searched(path: float, gen: float, ceiling: float) -> dict:
+    pair = Pair(1, Endpoint(None, "198.19.0.1", "c"), Endpoint(None, "198.19.0.2", "s"))
+    fs = FrameSearch(NdrpdrParams(type="ndrpdr", min_rate=1000), pair, None, pktgen.Frames.of(64))
+    found, trials, seconds, note = fs._search(FakeGenerator(path, gen), ceiling)
+    samples = fs._results(found, trials, seconds, note, ceiling)
+    return {s.metric: s for s in samples if not s.metadata.get("series")} | {
+        "series": [s for s in samples if s.metadata.get("series")]}
+
+
+def test_the_search_finds_a_known_capacity_within_its_goal_width():
+    got = _searched(path=100_000, gen=1e6, ceiling=1e6)
+    ndr, pdr = got["ndr_pps"].value, got["pdr_pps"].value
+    assert 100_000 * (1 - 0.005) <= ndr <= 100_000   # the widths are 0.5 %: no loss at or below the capacity
+    assert ndr <= pdr <= 100_000 / (1 - 0.005) * 1.006
+    assert got["ndr_lower_pps"].value <= 100_000 < got["ndr_upper_pps"].value
+    assert got["ndr_pps"].metadata["regular"] and not got["ndr_pps"].metadata["generator_bound"]
+    assert got["ndr_l1_bps"].value == pytest.approx(ndr * 84 * 8) and got["ndr_trial_s"].value == 1.0
+
+
+def test_frames_the_generator_did_not_send_are_never_loss_but_no_load_it_did_not_offer_passes():
+    got = _searched(path=1e6, gen=80_000, ceiling=80_000)
+    assert all(s.value == 0 for s in got["series"])           # the receiver got everything that was sent
+    assert got["ndr_pps"].value <= 80_000 / 0.95               # ... yet no load beyond the generator's reach won
+    assert got["ndr_pps"].metadata["generator_bound"]
+
+
+def test_a_generator_far_short_of_its_load_is_a_high_loss_trial_for_the_search_only():
+    m = Measurer(FakeGenerator(path=1e9, gen=1000))
+    r = m.measure(1.0, 10_000.0)
+    assert r.loss_ratio > 0.85 and m.trials[0].loss_ratio == 0 and m.trials[0].unsent == 9000
+    r = Measurer(FakeGenerator(path=1e9, gen=9_700)).measure(1.0, 10_000.0)
+    assert r.loss_ratio == 0  # within guards.OFFERED_SHORT: its frames are what counts
+
+
+# ---- frames on real interfaces ------------------------------------------------------------------------------------
+@pytest.fixture
+def capped(state_dir):
+    """client -- bridge -- server in namespaces of a ledger of the test's own; the bridge's port to the server is a
+    token bucket of a known capacity: CAP frames/s of 64 bytes (a short queue, so what is above it is dropped)."""
+    led = Ledger.create()
+    p = led.prefix
+    ns = {k: f"{p}-{k}" for k in ("c", "m", "s")}
+    led.record_many([{"kind": "netns", "name": n} for n in ns.values()])
+    LocalExecutor().batch("ip", [*(f"netns add {n}" for n in ns.values()),
+                                 f"link add {p}-a netns {ns['c']} type veth peer name {p}-a netns {ns['m']}",
+                                 f"link add {p}-b netns {ns['s']} type veth peer name {p}-b netns {ns['m']}"])
+    nodes = {k: NetnsExecutor(n, led) for k, n in ns.items()}
+    nodes["m"].batch("ip", ["link set lo up", f"link add {p}-br type bridge forward_delay 0", f"link set {p}-br up",
+                            f"link set {p}-a master {p}-br up", f"link set {p}-b master {p}-br up"])
+    for k, dev, addr in (("c", "a", 1), ("s", "b", 2)):
+        nodes[k].batch("ip", ["link set lo up", f"link set {p}-{dev} up", f"addr add 198.19.0.{addr}/24 dev {p}-{dev}"])
+    nodes["m"].batch("tc", [f"qdisc add dev {p}-b root tbf rate {CAP * 60 * 8}bit burst 1200 limit 12000"])
+    yield Pair(1, Endpoint(nodes["c"], "198.19.0.1", "c"), Endpoint(nodes["s"], "198.19.0.2", "s"))
+    led.remove_all()
+
+
+CAP = 15_000
+
+
+@pytest.mark.net
+def test_ndr_and_pdr_of_a_path_whose_capacity_is_known(capped):
+    params = NdrpdrParams(type="ndrpdr", frame_sizes=[64], min_rate=2000, latency=[0.5], latency_duration=1.5,
+                          latency_rate=200, search_time=45)
+    began = time.monotonic()
+    samples = Ndrpdr(params).run([capped])
+    took = time.monotonic() - began
+    got = {s.metric: s for s in samples if not s.metadata.get("series") and s.metric != "ndrpdr_rtt_s"}
+    ndr, pdr, ceiling = got["ndr_pps"].value, got["pdr_pps"].value, got["generator_ceiling_pps"].value
+    # the bucket passes CAP frames/s and what its 20-frame bucket and 200-frame queue hold: a little more at most
+    assert 0.8 * CAP <= ndr <= 1.05 * CAP, (ndr, got["ndr_lower_pps"].value, got.get("ndr_upper_pps"))
+    assert ndr <= pdr <= 1.1 * CAP and got["ndr_lower_pps"].value < got["ndr_upper_pps"].value
+    assert ceiling > 3 * CAP and not got["ndr_pps"].metadata["generator_bound"]
+    assert got["ndrpdr_search_s"].value < 45 and took < 60
+    rtts = [s for s in samples if s.metric == "ndrpdr_rtt_s"]
+    assert len(rtts) >= 150 and all(0 < s.value < 0.1 for s in rtts)
+    assert {s.metadata["at_pdr"] for s in rtts} == {0.5} and rtts[0].metadata["load_pps"] == round(0.5 * pdr)
+    # the shaper is gone, and the ceiling's namespaces with it
+    assert "htb" not in capped.client.node.run(["tc", "qdisc", "show"]).stdout
+    assert not [n for n in _netns() if n.startswith(capped.client.node.name.split("-")[0] + "-ng")]
+
+
+@pytest.mark.net
+def test_the_generator_counts_at_the_interfaces_and_its_ceiling_is_above_any_paced_rate(state_dir):
+    led = Ledger.create()
+    with pktgen.BareVeth(led.prefix, led) as path:
+        gen = pktgen.Trafgen(path, pktgen.Frames.of(64))
+        flat = gen.flat_out(0.5)
+        gen.setup()
+        try:
+            paced = gen.trial(5000, 0.5)
+            far = gen.trial(50e6, 0.5)
+        finally:
+            gen.teardown()
+    led.remove_all()
+    assert flat.received_pps > 20_000 and flat.sent_pps >= flat.received_pps * 0.99
+    assert paced.intended == 2500 and 2500 <= paced.sent <= 2510 and paced.loss == 0 and paced.shortfall == 0
+    # 50 Mpps is beyond any generator here: it is stopped at the trial's end, and what it did not send is not loss
+    assert far.unsent > 0.9 * far.intended and far.shortfall > 0.9 * far.intended and far.loss_ratio < 0.5
+
+
+def _netns() -> set[str]:
+    return {line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                        text=True).stdout.splitlines() if line.strip()}
+
+
+SPEC = """\
+name: ndr-e2e
+repetitions: 1
+factors: {placement: same-host}
+workloads:
+  - type: ndrpdr
+    frame_sizes: [64]
+    goals: {ndr: {width: 0.02}, pdr: {width: 0.02}}
+    latency: [0.5]
+    latency_duration: 1.5
+    latency_rate: 200
+    search_time: 40
+"""
+
+
+@pytest.mark.net
+def test_run_and_show_give_ndr_and_pdr_with_bounds_and_the_ceiling_row(tmp_path, state_dir):
+    spec, db = tmp_path / "ndr.yaml", tmp_path / "ndr.db"
+    spec.write_text(SPEC)
+    run = subprocess.run([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    shown = subprocess.run([sys.executable, "-m", "vnetbench", "show", "--db", str(db)], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT, env={"COLUMNS": "100", "PATH": "/usr/sbin:/usr/bin"}).stdout
+    row = next((line for line in shown[shown.index("packet rates"):].splitlines() if line.strip().startswith("64 B")), shown)
+    rates = re.findall(r"([\d.]+) ([kM])(?:/s)?", row)
+    assert len(rates) >= 7, shown  # NDR, its two bounds, PDR, its two bounds, the ceiling
+    assert "round trip beside the load" in shown and "50% PDR" in shown
+    with sqlite3.connect(db) as c:
+        got = dict(c.execute("SELECT metric, value FROM samples WHERE metric IN ('ndr_pps', 'pdr_pps', "
+                             "'ndr_lower_pps', 'generator_ceiling_pps', 'ndrpdr_search_s')").fetchall())
+    assert 0 < got["ndr_lower_pps"] <= got["ndr_pps"] <= got["pdr_pps"] and got["ndrpdr_search_s"] < 40
+    assert got["generator_ceiling_pps"] > 10_000
+    clean = subprocess.run([sys.executable, "-m", "vnetbench", "clean"], capture_output=True, text=True, cwd=ROOT)
+    assert "nothing to clean" in clean.stdout, clean.stdout
