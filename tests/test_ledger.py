@@ -2,13 +2,14 @@
 import json
 import time
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from vnetbench import ledger
-from conftest import netns_names
+from conftest import netns_names, vnetbench
 
 pytestmark = pytest.mark.net
 
@@ -253,3 +254,111 @@ def test_a_namespace_that_outlives_a_topologys_teardown_stays_recorded(state_dir
         left = names & set(ledger._netns_names())
         ledger.delete_namespaces(sorted(left))  # (without the fix no ledger knows them: the test removes them)
     assert not left and not run.dir.exists()
+
+
+def _dead_run_with_netns() -> "ledger.Ledger":
+    """A run whose process is gone (same pid, another start time), with a real namespace named with its prefix."""
+    run = ledger.Ledger.create()
+    owner = json.loads((run.dir / "owner.json").read_text())
+    (run.dir / "owner.json").write_text(json.dumps(owner | {"start": owner["start"] - 1}))
+    run.record("netns", f"{run.prefix}-h1")
+    subprocess.run(["ip", "netns", "add", f"{run.prefix}-h1"], check=True)
+    return run
+
+
+def test_a_malformed_ledger_line_is_skipped_with_a_warning_and_every_run_is_cleaned(state_dir):
+    """A line with a kind and a name but no op (and other lines that are no record of ours) made `clean` crash with
+    a traceback, and no run was cleaned: each is skipped with a warning naming it, and both runs are cleaned."""
+    broken, other = _dead_run_with_netns(), _dead_run_with_netns()
+    with open(broken.dir / "objects.jsonl", "a") as fh:
+        fh.write('{"kind": "netns", "name": "vbx-h1"}\n' 'garbage\n'
+                 '{"op": "add", "kind": "process", "name": "p", "pid": "12"}\n')
+    try:
+        with pytest.warns(ledger.LedgerWarning) as got:
+            assert [o.name for o in broken.objects()] == [f"{broken.prefix}-h1"]
+        assert [str(w.message).split(" skipped: ")[1].split(" ")[:2] for w in got] == [["not", "an"], ["not", "JSON"],
+                                                                                      ["its", "pid"]]
+        assert str(got[0].message).startswith(f"run {broken.prefix}: line 2 of {broken.dir / 'objects.jsonl'}")
+        proc = vnetbench("clean", check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        warned = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"warning: run {broken.prefix}: line ")]
+        assert len(warned) == 3, proc.stderr
+        for run in (broken, other):
+            assert f"removed {run.prefix}: netns {run.prefix}-h1" in proc.stdout, proc.stdout
+            assert f"{run.prefix}-h1" not in netns_names() and not run.dir.exists()
+    finally:
+        ledger.delete_namespaces([f"{run.prefix}-h1" for run in (broken, other)])
+        for run in (broken, other):
+            shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def test_a_run_whose_owner_cannot_be_checked_is_removed_when_named_and_nothing_of_it_runs(state_dir):
+    """A run whose owner is in another pid namespace is left alone for good by `clean`, which says how to remove it:
+    `clean --run PREFIX`, which leaves it while its owner or a process it recorded runs, and removes it after."""
+    run = ledger.Ledger.create()  # its owner: this process, seen as one of another pid namespace
+    owner = json.loads((run.dir / "owner.json").read_text())
+    (run.dir / "owner.json").write_text(json.dumps(owner | {"pidns": owner["pidns"] + 1}))
+    ns = f"{run.prefix}-h1"
+    run.record("netns", ns)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    run.record_process(sleeper.pid, "sleeper")
+    try:
+        said = vnetbench("clean").stdout
+        assert f"left alone: run {run.prefix}: its owner cannot be checked: its process is in another pid namespace; " \
+               f"`vnetbench clean --run {run.prefix}` removes it once no process of it is alive" in said, said
+        alive = vnetbench("clean", "--run", run.prefix, check=False)
+        assert alive.returncode == 1 and f"its owner (pid {os.getpid()})" in alive.stdout, alive.stdout + alive.stderr
+        (run.dir / "owner.json").write_text(json.dumps(owner | {"pidns": owner["pidns"] + 1, "start": 1}))
+        alive = vnetbench("clean", "--run", run.prefix, check=False)
+        assert alive.returncode == 1 and f"process sleeper (pid {sleeper.pid}) still running" in alive.stdout
+        assert ns in netns_names() and run.dir.exists()
+        sleeper.kill()
+        sleeper.wait()
+        done = vnetbench("clean", "--run", run.prefix)
+        assert f"removed {run.prefix}: netns {ns}" in done.stdout and ns not in netns_names() and not run.dir.exists()
+        for bad in (run.prefix, "../etc", "vb-1"):  # gone now, or no prefix at all: one line, exit 2
+            proc = vnetbench("clean", "--run", bad, check=False)
+            assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+            assert proc.stderr.startswith("error: --run ") and bad in proc.stderr, proc.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        ledger.delete_namespaces([ns])
+        shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def test_a_lab_run_whose_controller_rebooted_is_removed_when_named(lab, state_dir):
+    """A run found on a testbed host, owned by a controller of another boot (it crashed, then rebooted: no local
+    ledger): `clean --testbed` leaves it alone and says how to remove it; `clean --run PREFIX --testbed FILE` keeps it
+    while a process it recorded there runs, then removes its namespace and directory there."""
+    node1, bed = lab.hosts[0], str(lab.dir / "testbed.yaml")
+    prefix, d = f"vbr{os.getpid() % 1000:03d}", f"/run/vnetbench/vbr{os.getpid() % 1000:03d}"
+    owner = {"controller": "crashed", "boot": "0" * 36, "pidns": 1, "pid": 1, "start": 1}
+    pid = int(lab.on(node1, "sh", "-c", f"mkdir -p {d} && echo '{json.dumps(owner)}' > {d}/owner.json && "
+                                        f"ip netns add {prefix}-h1 && {{ sleep 300 >/dev/null 2>&1 & echo $!; }}"))
+    records = [{"op": "add", "kind": "netns", "name": f"{prefix}-h1"},
+               {"op": "add", "kind": "process", "name": "sleeper", "pid": pid, "start": ledger.process_start_time(pid)}]
+    lab.on(node1, "sh", "-c", f"cat > {d}/objects.jsonl <<'E'\n" + "".join(json.dumps(r) + "\n" for r in records) + "E")
+    try:
+        said = vnetbench("clean", "--testbed", bed).stdout
+        assert f"left alone: run {prefix} on node1: its owner cannot be checked: it was started by another machine, " \
+               f"or before this one rebooted (crashed); `vnetbench clean --run {prefix} --testbed {bed}` removes it " \
+               f"once no process of it is alive" in said, said
+        alive = vnetbench("clean", "--run", prefix, "--testbed", bed, check=False)
+        assert alive.returncode == 1 and f"run {prefix} on node1: process sleeper (pid {pid}) still running" \
+            in alive.stdout, alive.stdout + alive.stderr
+        assert lab.objects(node1, prefix) == {"netns": [f"{prefix}-h1"], "links": [], "dirs": [prefix]}
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 10
+        while ledger.process_start_time(pid) == records[1]["start"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # a zombie until its new parent reaps it
+        done = vnetbench("clean", "--run", prefix, "--testbed", bed)
+        assert f"removed {prefix}: node1: netns {prefix}-h1" in done.stdout, done.stdout
+        assert lab.objects(node1, prefix) == {"netns": [], "links": [], "dirs": []}
+        gone = vnetbench("clean", "--run", prefix, "--testbed", bed, check=False)
+        assert gone.returncode == 2 and f"no run {prefix} in {state_dir} nor on the hosts of {bed}" in gone.stderr
+    finally:
+        if ledger.process_start_time(pid) == records[1]["start"]:
+            os.kill(pid, 9)
+        lab.on(node1, "sh", "-c", f"ip netns del {prefix}-h1 2>/dev/null; rm -rf {d}")

@@ -625,33 +625,120 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
 
 @app.command()
 def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what would be removed"),
-          testbed: Optional[str] = TESTBED) -> None:
+          testbed: Optional[str] = TESTBED,
+          run: Optional[str] = typer.Option(None, "--run", help="only the run with this prefix (e.g. vb1a2b), also one "
+                                            "whose owner cannot be checked from here: removed once no process of it "
+                                            "is alive (with --testbed: on the hosts its directory is on)")) -> None:
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
     every testbed host a run touched (and, with --testbed, on every host of that testbed) too. The runs' records
     are read from $VNETBENCH_STATE_DIR (default /run/vnetbench)."""
     need_root()
     from . import testbed as _  # noqa: F401 (registers how the ledger reaches a testbed host a run touched)
-    removed, left, pending = ledger.clean_all(dry_run)
-    running = [f"run {prefix}: {why}" for prefix, why in left]
-    if testbed:
-        from .hosts import choose
-        bed, _ = load_testbed(testbed, reach=False)
-        more, left, unreachable = choose({}, bed).clean(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
-        removed, running, pending = removed + more, running + left, pending + unreachable
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:  # a malformed ledger line: said, once, and skipped
+        warnings.simplefilter("always", ledger.LedgerWarning)
+        removed, running, pending = _clean_run(run, testbed, dry_run) if run is not None else \
+            _clean_every_run(testbed, dry_run)
+    for line in dict.fromkeys(str(w.message) for w in caught):
+        err.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
     verb = "would remove" if dry_run else "removed"
+    retry = "vnetbench clean" + (f" --run {run}" if run else "") + (f" --testbed {shlex.quote(testbed)}" if testbed
+                                                                      else "")
     # one line each, never wrapped (a script greps them; a wrapped command cannot be pasted), markup not obeyed
     for line in removed:
         out.print(f"{verb} {line}", highlight=False, markup=False, soft_wrap=True)
     for line in running:
         out.print(f"left alone: {line}", highlight=False, markup=False, soft_wrap=True)
     for line in pending:
-        out.print(f"pending: {line}; retry with: vnetbench clean" + (f" --testbed {shlex.quote(testbed)}" if testbed
-                                                                       else ""),
-                  highlight=False, markup=False, soft_wrap=True)
-    if not removed and not pending:
+        out.print(f"pending: {line}; retry with: {retry}", highlight=False, markup=False, soft_wrap=True)
+    if not removed and not pending and not (run and running):
         out.print("nothing to clean")
-    if pending:
+    if pending or (run and running):  # a run named on purpose and not removed: the command did not do its job
         raise typer.Exit(1)
+
+
+def _clean_every_run(testbed: str | None, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
+    """(removed, left alone, pending) of every run whose owner is gone, here and on the testbed's hosts."""
+    removed, left, pending = ledger.clean_all(dry_run)
+    running = [_how_to_remove(f"run {prefix}: {why}", None) for prefix, why in left]
+    if testbed:
+        from .hosts import choose
+        bed, _ = load_testbed(testbed, reach=False)
+        more, left, unreachable = choose({}, bed).clean(bed, {lg.prefix for lg in ledger.runs()}, dry_run)
+        removed, pending = removed + more, pending + unreachable
+        running += [_how_to_remove(line, testbed) for line in left]
+    return removed, running, pending
+
+
+def _how_to_remove(line: str, testbed: str | None) -> str:
+    """A run left alone because its owner cannot be checked ("run PREFIX[ on HOST]: its owner cannot be checked:
+    why") stays so for good (a lab run whose controller rebooted): the line says how to remove it on purpose."""
+    if ": its owner cannot be checked: " not in line:
+        return line
+    command = f"vnetbench clean --run {line.split()[1].rstrip(':')}" + (f" --testbed {shlex.quote(testbed)}"
+                                                                        if testbed else "")
+    return f"{line}; `{command}` removes it once no process of it is alive"
+
+
+def _clean_run(prefix: str, testbed: str | None, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
+    """`clean --run PREFIX`: that run only, named on purpose: by this machine's ledger of it, else (--testbed) on
+    the hosts its directory is on. A prefix no run has: one line, exit 2."""
+    if not (prefix.startswith("vb") and prefix.isascii() and prefix[2:].isalnum()):
+        fail(f"--run {prefix!r}: a run's prefix is vb and letters or digits, e.g. vb1a2b; `vnetbench clean --dry-run` "
+             f"names the runs it leaves alone")
+    if (ledger.state_dir() / prefix).is_dir():
+        removed, left, pending = ledger.clean_run(prefix, dry_run)
+        return removed, [f"run {p}: {why}" for p, why in left], pending
+    if testbed is None:
+        fail(f"--run {prefix}: no run {prefix} in {ledger.state_dir()}; a run whose directory is only on testbed "
+             f"hosts: add --testbed FILE")
+    bed, _ = load_testbed(testbed, reach=False)
+    return _clean_run_on_hosts(bed, prefix, testbed, dry_run)
+
+
+def _clean_run_on_hosts(bed, prefix: str, testbed: str, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
+    """A run whose ledger is only on testbed hosts (its controller rebooted: the owner cannot be checked): every
+    host it is on must be reached and show no process of it alive before any is cleaned."""
+    from . import testbed as tb
+    found, left, pending = [], [], []
+    for h in bed.hosts:
+        try:
+            owner = dict(tb.remote_runs(h)).get(prefix)
+            if owner is None:
+                continue
+            alive = _alive_on(h, prefix)
+        except tb.CommandError as exc:
+            pending.append(f"{prefix}: host {h.name}: {exc}")
+            continue
+        found.append(h)
+        state, why = ledger.owner_state(owner, remote=True)
+        if state == "alive" or alive:
+            left.append(f"run {prefix} on {h.name}: "
+                        + (why if state == "alive" else f"{', '.join(alive)} still running: end it, then retry"))
+    if not found and not pending:
+        fail(f"--run {prefix}: no run {prefix} in {ledger.state_dir()} nor on the hosts of {testbed}")
+    if left or pending:  # one host that cannot confirm keeps the run whole on all of them
+        return [], left, pending
+    removed = []
+    for h in found:
+        got, why = tb.clean_host(tb.host_record(h, ""), prefix, dry_run)
+        removed += [f"{prefix}: {line}" for line in got]
+        pending += [f"{prefix}: host {h.name}: {why}"] if why else []
+    return removed, [], pending
+
+
+def _alive_on(host, prefix: str) -> list[str]:
+    """The processes a run recorded on a testbed host that still run there (pid and kernel start time match)."""
+    from . import testbed as tb
+    ex = tb.executor(host)
+    try:
+        out = ex.run_script(tb.SURVEY.format(d=shlex.quote(f"{tb.REMOTE_STATE_DIR}/{prefix}")), timeout=30).stdout
+    finally:
+        ex.close()
+    text, _, rest = out.partition("@@netns\n")
+    running = {tuple(map(int, ln.split())) for ln in rest.partition("@@pids\n")[2].splitlines() if len(ln.split()) == 2}
+    return [f"process {o.name} (pid {o.pid})" for o in tb.parse_objects(text)
+            if o.kind == "process" and (o.pid, o.start) in running]
 
 
 @app.command()

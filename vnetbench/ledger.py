@@ -229,7 +229,8 @@ class Ledger:
         wanted = [("its owner", owner.get("pid"), owner.get("start"))] if isinstance(owner, dict) else []
         wanted += [(f"process {o.name}", o.pid, o.start) for o in self.objects() if o.kind == "process"]
         running = _running()
-        return [f"{what} (pid {pid})" for what, pid, start in wanted if _int(pid) and (pid, start) in running]
+        return [f"{what} (pid {pid})" for what, pid, start in wanted if _int(pid) and _int(start)
+                and (pid, start) in running]
 
     def remove_all(self, dry_run: bool = False) -> list[str]:
         """Remove every live object of this run, newest first; returns what was (or would be) removed. A testbed
@@ -364,6 +365,8 @@ def _running() -> set[tuple[int, int]]:
             status = Path(f"/proc/{entry.name}/status").read_text()
         except OSError:
             continue  # gone meanwhile
+        if "\nState:\tZ" in status:
+            continue  # ended, not yet reaped: nothing of it runs
         start = process_start_time(int(entry.name))
         pids = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [entry.name])
         out |= {(int(p), start) for p in pids if start is not None}
@@ -434,6 +437,6 @@ def clean_run(prefix: str, dry_run: bool = False) -> tuple[list[str], list[tuple
     state, why = ledger.owner_state()
     alive = ledger.still_running() if state == "unknown" else []
     if state == "alive" or alive:
-        return [], [(prefix, why if state == "alive" else f"{', '.join(alive)} still running")], []
+        return [], [(prefix, why if state == "alive" else f"{', '.join(alive)} still running: end it, then retry")], []
     removed, pending = _remove(ledger, dry_run)
     return removed, [], pending

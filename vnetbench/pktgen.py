@@ -31,7 +31,7 @@ ETH, IPV4, UDP = 14, 20, 8
 IMIX = (64, 570, 64, 64, 570, 64, 1518, 64, 570, 64, 64, 570)
 START_S = 0.3           # a generator's start-up that a trial's deadline allows for
 LATE = 0.05             # ... and the share of its duration it may run late before it is stopped
-SHAPER_BURST_S = 0.001  # the HTB class's bucket: at most this long at the class's rate in one burst
+SHAPER_BURST_S = 0.01   # the HTB class's bucket: a generator woken late catches up by this much (a burst of it at most)
 SHAPER_QUEUE = 4_000_000  # bytes the shaped class may hold: more than any socket's send buffer, so it never drops
 
 
