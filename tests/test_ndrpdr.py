@@ -1,5 +1,6 @@
 """ndrpdr: MLRsearch finds NDR and PDR per frame size; frames counted at the interfaces; what the generator did not
 send is never loss; the generator's ceiling; latency beside the load; `run` and `show` end to end."""
+import os
 import re
 import sqlite3
 import subprocess
@@ -135,6 +136,9 @@ def test_ndr_and_pdr_of_a_path_whose_capacity_is_known(capped):
     assert ndr <= pdr <= 1.1 * CAP and got["ndr_lower_pps"].value < got["ndr_upper_pps"].value
     assert ceiling > 3 * CAP and not got["ndr_pps"].metadata["generator_bound"]
     assert got["ndrpdr_search_s"].value < 45 and took < 60
+    # the machine's busy CPU in the trials at the lower bound: something, and no more than its CPUs had
+    cost = got["ndr_cpu_s_per_mpacket"]
+    assert 0 < cost.metadata["cpu_s"] <= (os.cpu_count() or 1) * 2.0 * len(_at_lower(samples))
     rtts = [s for s in samples if s.metric == "ndrpdr_rtt_s"]
     assert len(rtts) >= 150 and all(0 < s.value < 0.1 for s in rtts)
     assert {s.metadata["at_pdr"] for s in rtts} == {0.5} and rtts[0].metadata["load_pps"] == round(0.5 * pdr)
@@ -160,6 +164,11 @@ def test_the_generator_counts_at_the_interfaces_and_its_ceiling_is_above_any_pac
     assert paced.intended == 2500 and 2500 <= paced.sent <= 2510 and paced.loss == 0 and paced.shortfall == 0
     # 50 Mpps is beyond any generator here: it is stopped at the trial's end, and what it did not send is not loss
     assert far.unsent > 0.9 * far.intended and far.shortfall > 0.9 * far.intended and far.loss_ratio < 0.5
+
+
+def _at_lower(samples) -> list:
+    lower = next(s.value for s in samples if s.metric == "ndr_lower_pps")
+    return [s for s in samples if s.metric == "ndrpdr_trial_loss_ratio" and abs(s.metadata["load_pps"] - lower) <= 1]
 
 
 def _netns() -> set[str]:

@@ -299,7 +299,7 @@ def rates(sim: Callable, n: int, reps: int, seed: int, mix: Mix = NOISY) -> dict
 
 # ---- the tests -------------------------------------------------------------------------------------------------------
 # Reports simulated per (simulation, n): most where a family can mark at all, a few where the exact test cannot
-# reach its first Holm level (CANNOT_MARK: there the rate is exactly 0). bench/noisy_verdicts.py runs 1000 a cell
+# reach its first Holm level (CANNOT_MARK: there the rate is exactly 0). bench/noisy_verdicts.py runs 500 a cell
 # with its own seeds.
 REPS = {"compare": {3: 30, 4: 30, 5: 30, 8: 40, 10: 120},
         "S1": {3: 30, 4: 30, 5: 120, 8: 60, 10: 100},
@@ -319,15 +319,17 @@ _ALL = {f for fs in FAMILIES.values() for f in fs}
 CANNOT_MARK = {3: _ALL - {"S3 findings"}, 4: _ALL - {"S3 findings"},
                5: {"compare, 8 rows", "compare, 13 rows", "compare, 48 rows", "S1 Tables II-IV", "S3 TCP_STREAM table",
                    "S3 TCP_RR table", "S3 AH vs ESP table", "S4 card (direction rows)", "S5 tenant table"}}
-LEVEL = 0.01  # a rate is above alpha when a family holding alpha would make that many false marks less often
+LEVEL = 0.001  # a rate is above alpha when a family holding alpha would make that many false marks less often
 
 
-def above_alpha(rate: float, reps: int) -> bool:
-    """The simulated rate shows the family above ALPHA beyond its simulation error (one-sided binomial test at LEVEL).
-    A family of exact tests can sit at the level itself: Holm over m independent exact tests makes 1 - (1 - alpha /
-    m)^m = 4.9 % false marks, and an estimate from a few hundred reports lands above 5 % half the time."""
+def above_alpha(rate: float, reps: int, level: float = LEVEL) -> bool:
+    """The simulated rate shows the family above ALPHA beyond its simulation error (one-sided binomial test at
+    `level`). A family of exact tests can sit at the level itself: Holm over m independent exact tests makes
+    1 - (1 - alpha / m)^m = 4.9 % false marks, and its estimate from a few hundred reports lands above 5 % about half
+    the time. At LEVEL such a family fails one of the ~30 checks of this file for about 1 seed in 30; S3's findings
+    without their shared baselines pooled (20 to 22 % at 3 to 5 trials) fail at 250 reports, far past 10 %."""
     from scipy.stats import binom
-    return bool(binom.sf(round(rate * reps) - 1, reps, ALPHA) < LEVEL)
+    return bool(binom.sf(round(rate * reps) - 1, reps, ALPHA) < level)
 
 
 def check(name: str, n: int, mix: Mix, reps: int, seed: int) -> dict[str, float]:

@@ -113,7 +113,13 @@ def test_rejects_nan_inf_empty(bad):
 def test_compare_matches_scipy():
     a, b = DATASETS["normal30"], DATASETS["normal30"] + 3e8
     c = compare(a, b, better="higher")
-    assert c.p == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
+    # 30 + 30 trials: 9999 random splits, none as far out as the observed one (Welch: p = 3e-10)
+    assert c.p == pytest.approx(1 / 10000) and sps.ttest_ind(a, b, equal_var=False).pvalue < 1e-4
+    # the permutation p and scipy's own permutation test of Welch's t agree (its splits are its own: within 0.02)
+    near = DATASETS["normal30"][:15] + 2e7
+    welch_t = lambda x, y, axis: sps.ttest_ind(x, y, equal_var=False, axis=axis).statistic  # noqa: E731
+    scipy_p = sps.permutation_test((a[15:], near), welch_t, n_resamples=9999, vectorized=True, rng=0).pvalue
+    assert abs(compare(a[15:], near).p - scipy_p) < 0.02
     assert c.significant and c.verdict == "better"
     assert c.ratio == pytest.approx(np.mean(b) / np.mean(a))
     assert c.diff == pytest.approx(3e8)

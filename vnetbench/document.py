@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 
-from . import analyses, dataset, figures, report, scorecard
+from . import analyses, dataset, figures, packet_rates, report, scorecard
 from .analyses.base import FigureData, TableData
 from .catalog import METRICS
 from .store import Campaign, Store
@@ -129,7 +129,6 @@ def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
 
 def packet_rates_section(d: Data) -> Section:
     """NDR and PDR per frame size with bounds, in bit/s, the generator's ceiling, latency at shares of the PDR."""
-    from . import packet_rates
     return Section("packet-rates", "Packet rates (NDR, PDR)", packet_rates.tables(d.data) if d.data is not None else [],
                    "Packet rates")
 

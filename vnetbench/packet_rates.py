@@ -69,6 +69,11 @@ def _bounds(g: dict[str, dict[int, float]], goal: str) -> str:
     return f"{lo} .. {hi}"
 
 
+def _per_frame(values: dict[int, float]) -> str:
+    """s/Mpacket as µs a frame."""
+    return f"{statistics.median(values.values()):.3g} µs" if values else "-"
+
+
 def rates_tables(data: dataset.Dataset) -> list[TableData]:
     """Frames/s with bounds and the ceiling; then the same rates in bit/s and the trial duration achieved."""
     got = groups(data)
@@ -79,8 +84,8 @@ def rates_tables(data: dataset.Dataset) -> list[TableData]:
                       "[relevant lower .. upper bound]; the generator's ceiling over a bare veth pair",
                       [*cols, "frame", "NDR", "NDR bounds", "PDR", "PDR bounds", "ceiling", "", "n"], [], NOTE)
     bits = TableData("the same in bit/s: L1 counts 20 B of preamble and gap a frame, L2 the frame; the seconds the "
-                     "generator sent for at the lower bound", [*cols, "frame", "NDR L1", "NDR L2", "PDR L1", "PDR L2",
-                                                               "NDR trial", "PDR trial"], [])
+                     "generator sent for at the lower bound, and the machine's busy CPU per frame received there",
+                     [*cols, "frame", "NDR L1", "NDR L2", "PDR L1", "PDR L2", "NDR trial", "PDR trial", "NDR CPU"], [])
     for (sc, frame), g in got.items():
         labels = [str(data.scenarios[sc]["labels"].get(c, "")) for c in cols]
         bound, irregular = _flags(data, sc, frame)
@@ -91,7 +96,8 @@ def rates_tables(data: dataset.Dataset) -> list[TableData]:
                            _cell(g.get("generator_ceiling_pps", {}), "1/s", False), note, str(n)])
         bits.rows.append([*labels, frame, *(_cell(g.get(f"{goal}_{layer}_bps", {}), "bit/s", False)
                                             for goal in ("ndr", "pdr") for layer in ("l1", "l2")),
-                          *(_cell(g.get(f"{goal}_trial_s", {}), "s", False) for goal in ("ndr", "pdr"))])
+                          *(_cell(g.get(f"{goal}_trial_s", {}), "s", False) for goal in ("ndr", "pdr")),
+                          _per_frame(g.get("ndr_cpu_s_per_mpacket", {}))])
     return [rates, bits]
 
 

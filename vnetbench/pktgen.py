@@ -13,6 +13,7 @@ passes beside it unshaped. iperf3 UDP is the labelled fallback: it paces itself,
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from . import rawlog
-from .executor import Executor
+from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
 from .workloads.base import WorkloadError, _signal_group, stop
 
 FCS = 4                 # Ethernet frame check sequence: counted in a frame's size, not written by the generator
@@ -32,6 +33,7 @@ IMIX = (64, 570, 64, 64, 570, 64, 1518, 64, 570, 64, 64, 570)
 START_S = 0.3           # a generator's start-up that a trial's deadline allows for
 LATE = 0.05             # ... and the share of its duration it may run late before it is stopped
 SHAPER_BURST_S = 0.01   # the HTB class's bucket: a generator woken late catches up by this much (a burst of it at most)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/stat's unit (100 a second on Linux everywhere)
 SHAPER_QUEUE = 4_000_000  # bytes the shaped class may hold: more than any socket's send buffer, so it never drops
 
 
@@ -98,6 +100,7 @@ class Counts:
     intended_s: float
     load: float               # pps asked for
     said: str = ""            # the generator's own words, for the record
+    cpu_s: float | None = None  # busy CPU seconds of the machine the generator ran on, over the trial
 
     @property
     def loss(self) -> int:
@@ -148,6 +151,17 @@ def counters(node: Executor, dev: str) -> dict[str, int]:
         if link["ifname"] == dev:
             return {k: int(link[k]) for k in ("rx_packets", "tx_packets", "tx_dropped")}
     raise WorkloadError(f"{node.name}: no interface {dev} to count packets on")
+
+
+def busy_seconds(node: Executor) -> float | None:
+    """CPU seconds the machine has been busy, every CPU (user, nice, system, irq, softirq; not idle, iowait or
+    steal), from /proc/stat's first line as the place where the generator runs sees it."""
+    try:
+        fields = node.read_text("/proc/stat").split("\n", 1)[0].split()
+    except (OSError, CommandError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
 def offered(before: dict, after: dict) -> int:
@@ -216,11 +230,13 @@ class Generator:
 
     def _counted(self, run, count: int, pps: float, duration: float) -> Counts:
         """Counters around one run of the generator; the receiver is read once what was queued has arrived."""
-        s0, r0 = self.path.counters()
+        node = self.path.sender.node
+        (s0, r0), busy0 = self.path.counters(), busy_seconds(node)
         seconds, said = run()
         time.sleep(min(0.5, 0.05 + 500 / max(pps, 1.0)))  # the shaper's queue drains at the rate
-        s1, r1 = self.path.counters()
-        return Counts(count, offered(s0, s1), r1["rx_packets"] - r0["rx_packets"], seconds, duration, pps, said)
+        (s1, r1), busy1 = self.path.counters(), busy_seconds(node)
+        cpu = busy1 - busy0 if None not in (busy0, busy1) else None
+        return Counts(count, offered(s0, s1), r1["rx_packets"] - r0["rx_packets"], seconds, duration, pps, said, cpu)
 
 
 class Trafgen(Generator):
@@ -370,7 +386,6 @@ class BareVeth:
     names: list[str] = field(default_factory=list)
 
     def __enter__(self) -> Path:
-        from .executor import LocalExecutor, NetnsExecutor
         self.names = [f"{self.prefix}-ng1", f"{self.prefix}-ng2"]
         if self.ledger is not None:
             self.ledger.record_many([{"kind": "netns", "name": n} for n in self.names])
@@ -384,7 +399,6 @@ class BareVeth:
         return Path(s, r, r.mac)
 
     def __exit__(self, *exc) -> None:
-        from .executor import LocalExecutor
         LocalExecutor().run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in self.names),
                             check=False)
         if self.ledger is not None:

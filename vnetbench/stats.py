@@ -7,8 +7,10 @@ inside a trial (echoes, round trips) describe noise within one trial, not the un
 The pre-declared test is two-sided on per-trial values at alpha = 0.05, nothing else: no CI-overlap rule, no second
 test that must agree. Up to EXACT_SPLITS ways of splitting the trials (8 a side) it is the exact permutation test of
 Welch's t statistic (every split counted: its error rate holds whatever the trials' distribution, the bimodal trials
-of a busy machine included); beyond, Welch's t-test. A test that cannot reach p < alpha at its n (3 + 3 trials: the
-smallest exact p is 0.1) is no test: "too few trials for a test", left out of its family (Tarone). Every printed family of tests is corrected with Holm's step-down method
+of a busy machine included); beyond, the same test over 9999 seeded random splits (valid for the same reason), and
+Welch's t-test only past 1000 trials. A test that cannot reach p < alpha at its n (3 + 3 trials: the smallest exact
+p is 0.1) is no test: "too few trials for a test", left out of its family (Tarone). Every printed family of tests is
+corrected with Holm's step-down method
 (holm()); the best of several groups is decided over ALL their pairs (best_of). Every comparison carries the effect
 the test is about, the ratio and difference of the MEANS, with intervals that match it: Welch's t interval of the
 difference and Fieller's interval of the ratio, with Welch-Satterthwaite degrees of freedom (95 % at any n for
@@ -32,9 +34,11 @@ import numpy as np
 from .guards import UNBOUNDED_RATIOS
 
 NAN_PAIR = (math.nan, math.nan)
-TEST = ("exact permutation test of Welch's t on per-trial values (Welch's t-test past 8 trials a side), "
-        "two-sided")
+TEST = ("permutation test of Welch's t on per-trial values (every split up to 8 trials a side, 9999 seeded "
+        "random splits beyond), two-sided")
 EXACT_SPLITS = 20000  # the exact test enumerates every split of the trials up to this many (8 + 8: 12870)
+RANDOM_SPLITS = 9999  # past them, this many seeded random splits: p down to 1e-4 (0.05 / 48 is 0.001)
+RANDOM_MAX = 1000     # trials in all past which Welch's t-test (its normal limit holds there) replaces the splits
 CORRECTION = "holm"
 BOOTSTRAP_N = 2000
 
@@ -331,18 +335,36 @@ def _splits(na: int, nb: int) -> np.ndarray | None:
 
 
 def exact(na: int, nb: int) -> bool:
-    """Whether na + nb trials are tested exactly (every split counted) rather than by Welch's t-test."""
+    """Whether na + nb trials are tested exactly (every split counted)."""
     return na >= 2 and nb >= 2 and math.comb(na + nb, na) <= EXACT_SPLITS
+
+
+def _permuted(na: int, nb: int) -> bool:
+    """Whether na + nb trials are tested by splits at all (every one, or RANDOM_SPLITS random ones)."""
+    return na >= 2 and nb >= 2 and na + nb <= RANDOM_MAX
+
+
+@lru_cache(maxsize=8)
+def _random_splits(na: int, nb: int) -> np.ndarray:
+    """RANDOM_SPLITS random choices of na of the na + nb trials, seeded and drawn without looking at any data (so
+    each test's p is valid), the observed split first."""
+    rng = np.random.default_rng(na * 100003 + nb)
+    idx = np.argsort(rng.random((RANDOM_SPLITS, na + nb)), axis=1)[:, :na]
+    mask = np.zeros((RANDOM_SPLITS + 1, na + nb), dtype=bool)
+    mask[0, :na] = True
+    mask[np.arange(1, RANDOM_SPLITS + 1)[:, None], idx] = True
+    return mask
 
 
 def smallest_p(na: int, nb: int) -> float:
     """The smallest two-sided p the test can give with na and nb trials: 2 / C(na + nb, na) for the exact test with
-    equal sides (a split and its mirror give the same |t|), 1 / C otherwise; 0 for Welch's test."""
+    equal sides (a split and its mirror give the same |t|), 1 / C otherwise; 1 / (RANDOM_SPLITS + 1) with random
+    splits; 0 for Welch's test."""
     if na < 2 or nb < 2:
         return 1.0
-    if not exact(na, nb):
-        return 0.0
-    return (2.0 if na == nb else 1.0) / math.comb(na + nb, na)
+    if exact(na, nb):
+        return (2.0 if na == nb else 1.0) / math.comb(na + nb, na)
+    return 1 / (RANDOM_SPLITS + 1) if _permuted(na, nb) else 0.0
 
 
 def _welch_t(sum_a, sq_a, na, sum_b, sq_b, nb) -> np.ndarray:
@@ -358,13 +380,15 @@ def _welch_t(sum_a, sq_a, na, sum_b, sq_b, nb) -> np.ndarray:
 
 
 def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Exact two-sided permutation p of |Welch's t|: the share of all splits of the pooled trials into na and nb
-    whose |t| is at least the observed one (the observed split included). Valid for any distribution when a and b
-    are exchangeable under the null. nan past EXACT_SPLITS or below 2 trials a side."""
+    """Two-sided permutation p of |Welch's t|: the share of splits of the pooled trials into na and nb whose |t| is
+    at least the observed one, over every split (exact) up to EXACT_SPLITS, else over RANDOM_SPLITS seeded random
+    ones plus the observed split. Valid for any distribution when a and b are exchangeable under the null (Welch's
+    t-test past 8 a side went over its level on bimodal trials: 1.1-1.4 times alpha / m). nan below 2 trials a side
+    or past RANDOM_MAX trials."""
     xa, xb = _checked(a), _checked(b)
-    mask = _splits(xa.size, xb.size) if xa.size >= 2 and xb.size >= 2 else None
-    if mask is None:
+    if not _permuted(xa.size, xb.size):
         return math.nan
+    mask = _splits(xa.size, xb.size) if exact(xa.size, xb.size) else _random_splits(xa.size, xb.size)
     x = np.concatenate([xa, xb])
     spread = x.std()
     if spread == 0:
@@ -378,12 +402,13 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def p_value(a: Sequence[float], b: Sequence[float]) -> float:
-    """The pre-declared test's two-sided p: exact permutation up to EXACT_SPLITS splits, Welch's t-test beyond. nan
-    where no test can judge (fewer than 2 trials a side, or two constant samples that differ: degenerate())."""
+    """The pre-declared test's two-sided p: the permutation test of Welch's t (every split up to EXACT_SPLITS, else
+    RANDOM_SPLITS random ones), Welch's t-test past RANDOM_MAX trials. nan where no test can judge (fewer than 2
+    trials a side, or two constant samples that differ: degenerate())."""
     xa, xb = _checked(a), _checked(b)
     if xa.size < 2 or xb.size < 2 or degenerate(xa, xb) == NO_SPREAD:
         return math.nan
-    return permutation_p(xa, xb) if exact(xa.size, xb.size) else welch_p(xa, xb)
+    return permutation_p(xa, xb) if _permuted(xa.size, xb.size) else welch_p(xa, xb)
 
 
 def degenerate(a: Sequence[float], b: Sequence[float]) -> str | None:

@@ -77,7 +77,7 @@ class NdrpdrParams(Params):
         [64, 1518], min_length=1, description="Ethernet frame sizes with FCS (64 .. 9018), or imix (64/570/1518 7:4:1)")
     goals: Goals = Field(Goals(), description="the NDR and PDR search goals, attributes as RFC 9971 names them")
     generator: Literal["trafgen", "iperf3"] = Field("trafgen", description="trafgen, or iperf3 UDP (a fallback)")
-    min_rate: float = Field(10_000, gt=0, description="Min Load, frames/s")
+    min_rate: float = Field(1000, gt=0, description="Min Load, frames/s")
     max_rate: float | None = Field(None, gt=0, description="Max Load, frames/s (default: the generator's ceiling +5 %)")
     search_time: float = Field(60, ge=5, le=3600, description="seconds the search of one frame size may take")
     ceiling: bool = Field(True, description="measure the generator's ceiling over a bare veth pair per frame size")
@@ -116,6 +116,8 @@ def _goal_metrics(goal: str) -> tuple[Metric, ...]:
         Metric(f"{goal}_l2_bps", "bit/s", "higher", f"{g} in bit/s of whole frames, header to FCS"),
         Metric(f"{goal}_trial_s", "s", "none", f"seconds the generator sent for, mean of the trials at {g}'s "
                                                "relevant lower bound"),
+        Metric(f"{goal}_cpu_s_per_mpacket", "s/Mpacket", "lower", f"busy CPU time of the machine (every CPU, other "
+               f"work included) per million frames received in the trials at {g}'s relevant lower bound (µs a frame)"),
     )
 
 
@@ -267,10 +269,11 @@ class FrameSearch:
             meta = self.meta | {"goal": goal.model_dump(), "regular": regular,
                                 "generator_bound": _bound(ct, lower, upper, ceiling)} | ({"note": note} if note else {})
             if ct is not None:
-                at = [c.seconds for c in trials if lower is not None and abs(c.load - lower) <= 1e-6 * lower]
+                at = [c for c in trials if lower is not None and abs(c.load - lower) <= 1e-6 * lower]
                 out += [Sample.of(f"{name}_pps", ct, **meta), Sample.of(f"{name}_l1_bps", self.frames.l1_bps(ct), **meta),
                         Sample.of(f"{name}_l2_bps", self.frames.l2_bps(ct), **meta)]
-                out += [Sample.of(f"{name}_trial_s", sum(at) / len(at), **meta)] if at else []
+                out += [Sample.of(f"{name}_trial_s", sum(c.seconds for c in at) / len(at), **meta)] if at else []
+                out += _cost(name, at, meta)
             out += [Sample.of(f"{name}_lower_pps", lower, **meta)] if lower is not None else []
             out += [Sample.of(f"{name}_upper_pps", upper, **meta)] if upper is not None else []
         return out
@@ -320,6 +323,16 @@ def search(goals: list[SearchGoal], gen: pktgen.Generator, min_load: float, max_
         result = {g: GoalResult.from_bounds(mlr.database.get_relevant_bounds(mlr.scaling.goal_to_final_target[g]))
                   for g in config.goals}
     return [_goal_result(result[g]) for g in goals], measurer.trials, note
+
+
+def _cost(goal: str, trials: list[pktgen.Counts], meta: dict) -> list[Sample]:
+    """CPU per frame in the trials at a goal's lower bound, with its parts (a summary over searches is a ratio of
+    sums, as for cpu_s_per_mpacket)."""
+    cpu, frames = [c.cpu_s for c in trials if c.cpu_s is not None], sum(c.received for c in trials)
+    if not cpu or len(cpu) < len(trials) or frames <= 0:
+        return []
+    return [Sample.of(f"{goal}_cpu_s_per_mpacket", sum(cpu) / (frames / 1e6), cpu_s=sum(cpu), mpackets=frames / 1e6,
+                      **meta)]
 
 
 def _goal_result(r: GoalResult) -> tuple[float | None, float | None, float | None]:
