@@ -1,7 +1,7 @@
 """What n buys: the smallest change of the mean that vnetbench's test finds 80 % of the time.
 
 The test is vnetbench's own (stats.p_value): up to 8 trials a side the exact permutation test of Welch's t (every
-split of the pooled trials counted), past that Welch's two-sided t-test, on one value per trial, at alpha 0.05 for
+split of the pooled trials counted), past that the same test over 9999 seeded random splits, on one value per trial, at alpha 0.05 for
 one comparison; in a printed family of m tests Holm's first step is at alpha / m (the worst case for a single real
 change among nulls). Where the exact test's smallest p (stats.smallest_p) does not reach that level no change can be
 found: "none" (3 + 3 trials: the smallest p is 0.1).
@@ -47,15 +47,15 @@ def welch_p(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def permutation_p(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The exact permutation p of |Welch's t| of every row pair (stats.permutation_p, vectorized): the share of the
-    splits of each row's pooled trials whose |t| is at least the observed one. With equal sides a split and its
+    """The permutation p of |Welch's t| of every row pair (stats.permutation_p, vectorized): the share of the
+    splits (every one, or the seeded random ones) of each row's pooled trials whose |t| is at least the observed one. With equal sides a split and its
     mirror give the same |t|, so only the splits that keep trial 0 on side a are counted (half of them: the same
     share)."""
     na, nb = a.shape[1], b.shape[1]
-    mask = stats._splits(na, nb)
-    if mask is None:
-        raise ValueError(f"{na} + {nb} trials are past the exact test")
-    if na == nb:
+    if not stats._permuted(na, nb):
+        raise ValueError(f"{na} + {nb} trials are past the permutation test")
+    mask = stats._splits(na, nb) if stats.exact(na, nb) else stats._random_splits(na, nb)
+    if na == nb and stats.exact(na, nb):
         mask = mask[mask[:, 0]]
     m = mask.astype(float).T                                     # (trials, splits); split 0 is the observed one
     x = np.concatenate([a, b], axis=1)
@@ -75,7 +75,7 @@ def permutation_p(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def test_p(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """vnetbench's test (stats.p_value) on every row pair."""
-    return permutation_p(a, b) if stats.exact(a.shape[1], b.shape[1]) else welch_p(a, b)
+    return permutation_p(a, b) if stats._permuted(a.shape[1], b.shape[1]) else welch_p(a, b)
 
 
 def draw(rng: np.random.Generator, dist: str, cv: float, shape) -> np.ndarray:
@@ -150,7 +150,7 @@ def main() -> None:
     print(f"{'':>15}  " + "  ".join(f"{'simulated / noncentral t':>24}" for _ in a.family))
     start = time.monotonic()
     for n in a.n:
-        if stats.exact(n, n):
+        if stats._permuted(n, n):
             check(n)
         power = Power(n, a.dist, cv, a.runs, a.seed)
         cells = []

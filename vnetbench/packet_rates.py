@@ -69,6 +69,12 @@ def _bounds(g: dict[str, dict[int, float]], goal: str) -> str:
     return f"{lo} .. {hi}"
 
 
+def _generators(data: dataset.Dataset) -> list[str]:
+    """Which generator ran (iperf3 is the fallback, labelled as such)."""
+    names = {s["metadata"].get("generator") for t in data.ok if t.kind == "ndrpdr" for s in t.samples}
+    return [f"{n} (UDP, the fallback)" if n == "iperf3" else n for n in sorted(n for n in names if n)]
+
+
 def _per_frame(values: dict[int, float]) -> str:
     """s/Mpacket as µs a frame."""
     return f"{statistics.median(values.values()):.3g} µs" if values else "-"
@@ -82,7 +88,8 @@ def rates_tables(data: dataset.Dataset) -> list[TableData]:
     cols = label_columns([data.scenarios[sc] for sc, _ in got])
     rates = TableData("packet rates per frame size: RFC 9971 conditional throughput offered by one interface, "
                       "[relevant lower .. upper bound]; the generator's ceiling over a bare veth pair",
-                      [*cols, "frame", "NDR", "NDR bounds", "PDR", "PDR bounds", "ceiling", "", "n"], [], NOTE)
+                      [*cols, "frame", "NDR", "NDR bounds", "PDR", "PDR bounds", "ceiling", "", "n"], [],
+                      NOTE + f"; generator: {', '.join(_generators(data))}")
     bits = TableData("the same in bit/s: L1 counts 20 B of preamble and gap a frame, L2 the frame; the seconds the "
                      "generator sent for at the lower bound, and the machine's busy CPU per frame received there",
                      [*cols, "frame", "NDR L1", "NDR L2", "PDR L1", "PDR L2", "NDR trial", "PDR trial", "NDR CPU"], [])

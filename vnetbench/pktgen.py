@@ -23,7 +23,7 @@ from typing import Sequence
 
 from . import rawlog
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
-from .workloads.base import WorkloadError, _signal_group, stop
+from .workloads.base import WorkloadError, _signal_group, stop, wait_listening
 
 FCS = 4                 # Ethernet frame check sequence: counted in a frame's size, not written by the generator
 L1_EXTRA = 20           # preamble (7) + start delimiter (1) + inter-frame gap (12) of every frame on a wire
@@ -313,7 +313,7 @@ class Iperf3(Generator):
 
     def setup(self) -> None:
         self.server = self.path.receiver.node.spawn(["iperf3", "-s", "-p", str(self.PORT)], label="iperf3 server")
-        time.sleep(0.3)
+        wait_listening(self.path.receiver.node, self.PORT, proc=self.server)
 
     def teardown(self) -> None:
         if getattr(self, "server", None) is not None:
