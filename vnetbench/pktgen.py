@@ -23,6 +23,7 @@ from typing import Sequence
 
 from . import rawlog
 from .executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from .ledger import delete_namespaces
 from .workloads.base import WorkloadError, _signal_group, stop, wait_listening
 
 FCS = 4                 # Ethernet frame check sequence: counted in a frame's size, not written by the generator
@@ -399,8 +400,7 @@ class BareVeth:
         return Path(s, r, r.mac)
 
     def __exit__(self, *exc) -> None:
-        LocalExecutor().run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in self.names),
-                            check=False)
+        delete_namespaces(self.names)
         if self.ledger is not None:
             self.ledger.forget_many([("netns", n) for n in self.names])
 
