@@ -630,13 +630,16 @@ def interval_note(rows: list[Row]) -> str:
 
 
 def print_card(rows: list[Row], console) -> None:
-    """`show`'s short table before the metrics: one line per claim."""
-    from rich.table import Table
-    t = Table(title="Reproduction scorecard (the study's claims against this campaign)", title_justify="left")
-    for c in COLUMNS:
-        t.add_column(c, overflow="fold")
-    for r in table_rows(rows):
-        t.add_row(*r)
-    console.print(t)
+    """`show`'s scorecard before the metrics: a short block per claim (a seven-column table folded every cell
+    letter by letter at 80 columns)."""
+    from rich.markup import escape
+    console.print("[bold]Reproduction scorecard[/] (the study's claims against this campaign)")
+    for r in rows:
+        console.print(escape(f"{r.id}: {r.claim}"), style="bold")
+        facts = [f"study {r.study}", f"ours {r.ours}", r.reads, f"n {'/'.join(map(str, r.n))}" if r.n else ""]
+        console.print(escape("  " + " | ".join(x for x in facts if x)))
+        for line in (f"decided on {r.decided}" if r.decided else "", _why_text(r)):
+            if line:
+                console.print(escape(f"  {line}"), style="dim")
     if interval_note(rows):
         console.print(interval_note(rows).strip(), style="dim")
