@@ -29,20 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the simulations are the test suite's (tests/test_noisy_verdicts.py)
 
+from power import welch_p  # noqa: E402  (bench/ is this script's own folder on sys.path)
 from test_noisy_verdicts import ALPHA, MIXES, NOISY, SIMULATIONS, Mix, above_alpha, rates  # noqa: E402
 
 SEED = 424242  # this run's own draws: the tests seed theirs apart
 FLAG = 0.01  # (!) beside a rate above 5 % beyond its simulation error: a one-sided binomial test at this level
-
-
-def welch_p(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Welch's two-sided p of every row pair (stats.welch_p's formula, vectorized)."""
-    from scipy.special import stdtr
-    na, nb = a.shape[1], b.shape[1]
-    va, vb = a.var(axis=1, ddof=1) / na, b.var(axis=1, ddof=1) / nb
-    t = (a.mean(axis=1) - b.mean(axis=1)) / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
-    return 2 * stdtr(df, -np.abs(t))
 
 
 def tail(mixes: list[Mix], ns: list[int], draws: int, ms=(1, 4, 8, 13, 48)) -> list[str]:
