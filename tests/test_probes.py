@@ -257,3 +257,10 @@ def test_interface_probe_namespace_gone(veth_netns):
     probe.start()
     subprocess.run(["ip", "netns", "del", veth_netns], check=True)
     assert probe.stop() == []
+
+
+def test_a_fully_idle_cpu_is_zero_busy_not_a_rounding_below_zero():
+    from vnetbench.probes.procstat import busy
+    # these shares sum to 1 only to rounding: 1 - 0.08 - 0.92 is -4.2e-17 in floating point
+    assert busy({"idle": 0.08, "iowait": 0.92, "steal": 0.0}) == 0.0
+    assert busy({"idle": 0.5, "iowait": 0.0, "steal": 0.0}) == 0.5

@@ -364,19 +364,26 @@ def _loop_seconds(out: str, wall: float) -> float:
 
 
 def _rates(path: Path, proc: subprocess.Popen, seconds: float, what: str, settle: float = 0.3) -> Ceiling:
-    """Sent and received frames per second over `seconds`, read while the generator runs (past its start-up)."""
+    """Sent and received frames per second over `seconds`, read while the generator runs (past its start-up).
+    Each side's rate is over its own read times: under load the two reads lie tens of ms apart."""
     try:
         time.sleep(settle)
-        t0, (s0, r0) = time.monotonic(), path.counters()
+        (ts0, s0), (tr0, r0) = _timed(path.sender), _timed(path.receiver)
         time.sleep(seconds)
-        t1, (s1, r1) = time.monotonic(), path.counters()
+        (ts1, s1), (tr1, r1) = _timed(path.sender), _timed(path.receiver)
         if proc.poll() is not None:
             raise WorkloadError(f"{what} ended before its ceiling was measured: {proc.communicate()[1][-300:]}")
     finally:
         _signal_group(proc, signal.SIGINT)
         interrupted(proc, 5, what)
-    dt = t1 - t0
-    return Ceiling(offered(s0, s1) / dt, (r1["rx_packets"] - r0["rx_packets"]) / dt, dt)
+    return Ceiling(offered(s0, s1) / (ts1 - ts0), (r1["rx_packets"] - r0["rx_packets"]) / (tr1 - tr0), ts1 - ts0)
+
+
+def _timed(side: Side) -> tuple[float, dict]:
+    """A side's counters and the middle of the time they were read in."""
+    began = time.monotonic()
+    read = counters(side.node, side.dev)
+    return (began + time.monotonic()) / 2, read
 
 
 @dataclass

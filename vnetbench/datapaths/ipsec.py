@@ -337,8 +337,8 @@ class Ipsec(EncryptedTunnel):
         if libipsec and mtu < LIBIPSEC_TUN_MTU:
             for n in nodes:
                 topo.ip(n, f"link set ipsec0 mtu {mtu}")
-        for a, b in links:
-            topo.run(a, self.privrun(topo, a, [*swanctl, "--initiate", "--child", f"to-{b}", "--timeout", "10",
+        for a, b in links:  # 30 s: charon's own retransmits (1 s x 1.8^k, 4 tries) end by ~23 s, on a slow guest too
+            topo.run(a, self.privrun(topo, a, [*swanctl, "--initiate", "--child", f"to-{b}", "--timeout", "30",
                                                "--uri", VICI]))
 
     def _write_ike(self, topo, links, nodes) -> None:

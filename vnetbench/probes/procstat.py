@@ -80,7 +80,9 @@ def cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float] | Non
 
 
 def busy(shares: dict[str, float]) -> float:
-    return 1.0 - shares["idle"] - shares["iowait"] - shares["steal"]
+    value = 1.0 - shares["idle"] - shares["iowait"] - shares["steal"]
+    # a fully idle CPU's shares sum to 1 only to rounding: -5.6e-17 would read as an impossible value
+    return 0.0 if -1e-9 < value < 0 else value
 
 
 def _counters(s: Snapshot) -> dict[str, int]:
