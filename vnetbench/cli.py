@@ -248,7 +248,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     # Plain text, never wrapped: a wrapped comment would put the rest of the comment on a line of its own.
     sys.stdout.write("#!/bin/sh\n" + comment(
         f"vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
-        f"{len(scenarios) - len(runnable)} skipped; x{loaded.experiment.repetitions} repetitions.") +
+        f"{len(scenarios) - len(runnable)} skipped; repetitions: {loaded.experiment.repetitions}.") +
         "\n" + comment("A run uses its own prefix instead of vb0000.") + "\n")
     for sc in scenarios:
         lines = ["", comment(f"---- scenario {sc.index}: {sc.key}")]

@@ -62,6 +62,13 @@ class RunProgress:
             return self.bar.add_task(description, total=total)
         return 0
 
+    def extend(self, task: int, seconds: float, trials: int) -> None:
+        """More work than first planned (a card's next round): its estimated seconds and trials."""
+        self.total += seconds
+        self.trials += trials
+        if self.bar:
+            self.bar.update(task, total=self.total)
+
     def update(self, task: int, description: str, trial: bool = False) -> None:
         if self.bar:
             self.bar.update(task, description=description)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import adaptive, cgroup, environment, guards, rawlog
+from . import adaptive, cgroup, environment, guards, rawlog, rounds
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
@@ -31,7 +31,7 @@ from .scenario import NOT_APPLICABLE
 from .progress import RunProgress, log_path
 from .probes.procstat import LoadWatch, busy_ratio_now
 from .executor import CommandError, LocalExecutor
-from .spec import LoadedSpec, Repetitions, loads
+from .spec import LoadedSpec, Repetitions, Rounds, loads
 from .sample import Sample
 from .store import Store, StoreError
 from .hosts import Hosts, Unavailable
@@ -341,7 +341,9 @@ class Campaign:
         self.scenarios, self.plan, self.ledger, self.bar, self.outcome = scenarios, plan, ledger, bar, outcome
         reps = exp.repetitions
         self.rule = reps if isinstance(reps, Repetitions) else None
+        self.rounds = reps if isinstance(reps, Rounds) else None
         self.max_reps = exp.max_repetitions
+        self.spent: dict[int, list[float]] = {}  # scenario index -> wall seconds of each repetition run here
         self.done = self.store.done_trials(cid)
         self.values = adaptive.stored_values(self.store, cid, scenarios, self.rule)
         # the topology standing now (by Scenario.topology_key), kept while scenarios that share it run on it
@@ -356,17 +358,20 @@ class Campaign:
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
         runnable = [sc for sc in self.scenarios if self._todo_any(sc)]
-        builds = len({sc.topology_key for sc in runnable}) * (self.max_reps if self.plan["order"] == "random" else 1)
-        total = BUILD_OVERHEAD_S * builds + sum(self._todo_seconds(sc, rep) for sc in runnable
-                                                for rep in range(1, self.max_reps + 1))
-        trials = sum(len(self._todo(sc, rep)) for sc in runnable for rep in range(1, self.max_reps + 1))
-        self.task = self.bar.add_task("starting", total=max(total, 1e-9), trials=trials)
+        first = self.rounds.rounds[0] if self.rounds else self.max_reps  # a card's later rounds are added as they start
+        self.task = self.bar.add_task("starting", total=max(self._seconds(runnable, 0, first), 1e-9),
+                                      trials=self._trials(runnable, 0, first))
         KEPT.enabled = True  # servers stay up between the trials of a topology (stopped before its teardown)
         try:
-            if self.plan["order"] == "random":
-                self._random()
+            if self.rounds is None and self.plan["order"] == "sequential":
+                self._sequential(self.scenarios, range(1, self.max_reps + 1), finish=True)
             else:
-                self._sequential()
+                if self.rounds:
+                    self._rounds()
+                else:
+                    self._random(random.Random(self.plan["seed"]), self.scenarios, range(1, self.max_reps + 1))
+                for sc in self.scenarios:
+                    self._finish(sc)
         finally:
             try:
                 self._teardown()
@@ -374,10 +379,57 @@ class Campaign:
                 KEPT.stop_all()
                 KEPT.enabled = False
 
-    def _random(self) -> None:
-        rng = random.Random(self.plan["seed"])
+    def _seconds(self, scenarios: list[Scenario], after: int, upto: int) -> float:
+        """Estimated wall time of repetitions after+1..upto of the scenarios: as measured here, else as expected."""
+        builds = len({sc.topology_key for sc in scenarios}) * ((upto - after) if self.plan["order"] == "random" else 1)
+        measured = [x for xs in self.spent.values() for x in xs]
+        pace = sum(measured) / len(measured) if measured else None
+
+        def one(sc: Scenario, rep: int) -> float:
+            if not self._todo(sc, rep):
+                return 0.0
+            own = self.spent.get(sc.index)
+            return sum(own) / len(own) if own else pace if pace is not None else self._todo_seconds(sc, rep)
+        return BUILD_OVERHEAD_S * builds * (pace is None) + sum(one(sc, rep) for sc in scenarios
+                                                                  for rep in range(after + 1, upto + 1))
+
+    def _trials(self, scenarios: list[Scenario], after: int, upto: int) -> int:
+        return sum(len(self._todo(sc, rep)) for sc in scenarios for rep in range(after + 1, upto + 1))
+
+    def _rounds(self) -> None:
+        """Round after round, the scenarios whose claims are still open, while the next round fits the budget."""
+        rng, began, after = random.Random(self.plan["seed"]), time.monotonic(), 0
         active = list(self.scenarios)
-        for rep in range(1, self.max_reps + 1):
+        for k, upto in enumerate(self.rounds.rounds, 1):
+            if k > 1:
+                active = self._still_open(active, k, after)
+                if not active:
+                    return
+                need, left = self._seconds(active, after, upto), self.rounds.budget - (time.monotonic() - began)
+                if need > left:
+                    for sc in active:
+                        self.outcome.stopped[sc.index] = (
+                            f"budget: round {k} ({upto} trials a cell) would take ~{need / 60:.0f} min, "
+                            f"{max(left, 0) / 60:.0f} of {self.rounds.budget / 60:g} min left")
+                    return
+                self.bar.extend(self.task, need, self._trials(active, after, upto))
+            if self.plan["order"] == "random":
+                self._random(rng, active, range(after + 1, upto + 1))
+            else:
+                self._sequential(active, range(after + 1, upto + 1))
+            after = upto
+
+    def _still_open(self, active: list[Scenario], k: int, after: int) -> list[Scenario]:
+        keep = rounds.still_open(self.store, self.cid, [sc.index for sc in active])
+        for sc in active:
+            if sc.index not in keep:
+                self.outcome.stopped.setdefault(sc.index, f"after {after} trials a cell (round {k - 1}): every claim "
+                                                          f"its cells serve is decided or cannot be by more trials")
+        return [sc for sc in active if sc.index in keep]
+
+    def _random(self, rng: random.Random, scenarios: list[Scenario], reps: range) -> None:
+        active = list(scenarios)
+        for rep in reps:
             block = list(active)
             rng.shuffle(block)  # shuffled even when nothing in it is left to do, so a resume repeats the order
             block = by_topology(block)
@@ -386,16 +438,15 @@ class Campaign:
             active = [sc for sc in active if not self._stopped(sc, rep)]
             if not active:
                 break
-        for sc in self.scenarios:
-            self._finish(sc)
 
-    def _sequential(self) -> None:
-        for k, sc in enumerate(self.scenarios, 1):
-            for rep in range(1, self.max_reps + 1):
-                self._repetition(sc, rep, f"scenario {k}/{len(self.scenarios)}")
+    def _sequential(self, scenarios: list[Scenario], reps: range, finish: bool = False) -> None:
+        for k, sc in enumerate(scenarios, 1):
+            for rep in reps:
+                self._repetition(sc, rep, f"scenario {k}/{len(scenarios)}")
                 if self._stopped(sc, rep):
                     break
-            self._finish(sc)
+            if finish:
+                self._finish(sc)
 
     def _stopped(self, sc: Scenario, rep: int) -> bool:
         if sc.index in self.failed_builds:
@@ -434,6 +485,13 @@ class Campaign:
         todo = self._todo(sc, rep)
         if not todo or sc.index in self.failed_builds:
             return
+        began = time.monotonic()
+        try:
+            self._play(sc, rep, position, todo)
+        finally:
+            self.spent.setdefault(sc.index, []).append(time.monotonic() - began)
+
+    def _play(self, sc: Scenario, rep: int, position: str, todo: list[int]) -> None:
         topo = self._topology(sc, position)
         if topo is None:
             self.bar.advance(self.task, self._todo_seconds(sc, rep))

@@ -121,6 +121,7 @@ class _Claim:
     kind: str
     unit: str
     cells: _Cells | None = None
+    selectors: list[dict] = field(default_factory=list)
     num: list[float] = field(default_factory=list)   # the estimate is sum(num * mean) / sum(den * mean)
     den: list[float] = field(default_factory=list)
     sums: list[stats.Summary] = field(default_factory=list)   # each cell's summary
@@ -281,21 +282,43 @@ def _contrast_cells(r: dict, base: dict) -> tuple[list[dict], list[float], list[
 
 def evaluate(spec: dict, data: Dataset) -> list[Row]:
     """The scorecard of a campaign: one Row per claim of the spec's `scorecard` list."""
+    return [c.row for c in _evaluate(spec, data)]
+
+
+def looks(spec: dict) -> int:
+    """How many times the card may be decided in the campaign: once, or at each of its rounds (vnetbench.rounds)."""
+    reps = spec.get("repetitions")
+    return len(reps.get("rounds") or ()) or 1 if isinstance(reps, dict) else 1
+
+
+def open_cells(spec: dict, data: Dataset) -> list[list[dict]]:
+    """The cell selectors of every claim still undecided that more trials could decide: measured (no cell skipped
+    or empty), checkable, and not beyond MAX_TRIALS a cell at its measured CV."""
+    out = []
+    for c in _evaluate(spec, data):
+        if c.row.verdict == CANNOT and c.cells is not None and all(c.cells.values) \
+                and not c.row.to_decide.startswith(("more than", "this machine cannot")):
+            out.append(c.selectors)
+    return out
+
+
+def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
     listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
     paper = {k: v for r in listed if set(r) == {"paper"} for k, v in (r["paper"] or {}).items()}
     base = dict(spec.get("scorecard_where") or {})
     claims = [_claim(r, base, data) for r in listed if set(r) != {"paper"}]
+    k = looks(spec)
     family = [c for c in claims if c.ready and c.kind in INTERVALS]   # measured: their number is no outcome
     for c in family:
-        _decide_interval(c, len(family))
-    _decide_tests([c for c in claims if c.ready and c.kind in TESTS])
+        _decide_interval(c, len(family), k)
+    _decide_tests([c for c in claims if c.ready and c.kind in TESTS], k)
     # the families once every measured row has trials enough: what an undecided row's trials are planned for
-    planned = (sum(bool(c.sums) for c in claims if c.kind in INTERVALS),
-               sum(len(c.tests) for c in claims if c.kind in TESTS))
+    planned = (sum(bool(c.sums) for c in claims if c.kind in INTERVALS) * k,
+               sum(len(c.tests) for c in claims if c.kind in TESTS), k)
     line = _line_rate(spec)
     for c in claims:
         _finish(c, data, paper, line, planned)
-    return [c.row for c in claims]
+    return claims
 
 
 def _claim(r: dict, base: dict, data: Dataset) -> _Claim:
@@ -308,6 +331,7 @@ def _claim(r: dict, base: dict, data: Dataset) -> _Claim:
         c.row.why, c.row.to_decide = "not checkable here", f"this machine cannot: {r['uncheckable']}"
         return c
     sels, c.num, c.den = _contrast_cells(r, base) if kind == "contrast" else _plain_cells(r, base, kind)
+    c.selectors = sels
     c.cells = _cells(data, sels, str(r.get("metric", "throughput_bps")), r.get("reduce"))
     c.row.n = tuple(len(v) for v in c.cells.values)
     if any(not v for v in c.cells.values):
@@ -378,9 +402,10 @@ def _estimate(c: _Claim) -> None:
             if c.kind == "direction" else []
 
 
-def _decide_interval(c: _Claim, m: int) -> None:
-    """The verdict on the interval widened for the card's m interval rows (Bonferroni), labelled on the row."""
-    level, vals, row = 1 - ALPHA / m, c.cells.values, c.row
+def _decide_interval(c: _Claim, m: int, k: int = 1) -> None:
+    """The verdict on the interval widened for the card's m interval rows at each of its k looks (Bonferroni),
+    labelled on the row."""
+    level, vals, row = 1 - ALPHA / (m * k), c.cells.values, c.row
     if c.kind == "value":
         ci = _physical(stats.summarize(vals[0], confidence=level).ci_mean, vals[0])
     elif c.kind == "contrast":
@@ -389,7 +414,8 @@ def _decide_interval(c: _Claim, m: int) -> None:
         ci = stats.ratio_ci(c.sums[1], c.sums[0], level)
     row.decided_ci, row.decided_level = ci, level
     shown = f"{_fmt(ci[0], c.unit)} .. {_fmt(ci[1], c.unit)}" if all(map(math.isfinite, ci)) else "unbounded"
-    row.decided = f"{_pct(level)} CI {shown}" + (f" (Bonferroni over {m} rows)" if m > 1 else "")
+    over = [f"{m} rows"] * (m > 1) + [f"{k} looks"] * (k > 1)
+    row.decided = f"{_pct(level)} CI {shown}" + (f" (Bonferroni over {' x '.join(over)})" if over else "")
     row.verdict, row.why = _by_interval(c.entry, ci, c.unit)
 
 
@@ -397,20 +423,21 @@ def _pct(level: float) -> str:
     return f"{100 * level:.1f}".removesuffix(".0") + " %"
 
 
-def _decide_tests(claims: list[_Claim]) -> None:
+def _decide_tests(claims: list[_Claim], k: int = 1) -> None:
     """Direction and best rows: Holm over all their comparisons together (one with too few trials for a test is
-    left out of the family)."""
+    left out of the family), each p times the card's k looks (Bonferroni over its rounds)."""
     pend = [(c, comp, expect) for c in claims for comp, expect in c.tests]
-    adjusted = stats.holm([comp.p for _, comp, _ in pend])
-    k = sum(math.isfinite(p) for p in adjusted)
+    adjusted = stats.holm([min(1.0, comp.p * k) if math.isfinite(comp.p) else comp.p for _, comp, _ in pend])
+    n = sum(math.isfinite(p) for p in adjusted)
     for c in claims:
         c.adjusted = [p for (owner, _, _), p in zip(pend, adjusted) if owner is c]
         c.row.verdict, c.row.why = _directions([(comp, e, p) for (comp, e), p in zip(c.tests, c.adjusted)], c.entry)
         tested = any(math.isfinite(p) for p in c.adjusted)
-        c.row.decided = f"the test, Holm over {k} test{'s' * (k != 1)}" if tested else ""
+        looked = f" x {k} looks" if k > 1 else ""
+        c.row.decided = f"the test, Holm over {n} test{'s' * (n != 1)}{looked}" if tested else ""
 
 
-def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: tuple[int, int]) -> None:
+def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: tuple[int, int, int]) -> None:
     """What a measured row carries whatever its verdict: a stand-in, a load not offered; a difference's measured
     reason; for an undecided row, what would decide it."""
     row = c.row
@@ -426,9 +453,10 @@ def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: t
         row.to_decide = _what_decides(c, data, family)
 
 
-def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
+def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int, int]) -> str:
     """About how many trials a cell would decide the row at its cells' measured CV, and the minutes they take, in
-    the card's families once all its measured rows have trials enough (family: interval rows, tests)."""
+    the card's families once all its measured rows have trials enough (family: interval rows x looks, tests,
+    looks)."""
     vals = c.cells.values
     if min(map(len, vals)) < 2:
         return f"at least {max(2, _need(c))} trials a cell (one trial shows no CV)"
@@ -437,7 +465,7 @@ def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int]) -> str:
         n = _interval_trials(c, sums, family[0])
         edge = "the estimate sits on an edge of the study's band"
     else:
-        n = _test_trials(c, family[1])
+        n = _test_trials(c, family[1] * family[2])
         edge = "the means are too close to tell apart"
     if n is None:
         return ""

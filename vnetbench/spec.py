@@ -14,7 +14,7 @@ from . import yamlread
 from .scenario import CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS  # noqa: F401 (declared there)
 from .strict import Strict, not_a_bool, one_line, pydantic_message  # noqa: F401 (shared by every input model)
 from .catalog import METRICS
-from .units import parse_duration, parse_percent, parse_rate
+from .units import parse_duration, parse_percent, parse_rate, parse_span
 from .validate import Problem, check
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -75,12 +75,42 @@ class Repetitions(Strict):
         return self
 
 
+class Rounds(Strict):
+    """A scorecard's rounds (vnetbench.rounds): every cell runs to the first count, then only the cells of claims
+    still undecided go on to the next count, and so on, while the next round fits in the budget. The card decides at
+    each look on intervals and tests at alpha / (rows x looks): Bonferroni over the rows and the fixed schedule."""
+    rounds: list[Annotated[int, Field(ge=2, le=1000)]] = Field(
+        min_length=1, max_length=6, description="trials a cell at each look, increasing (e.g. [5, 10, 20])")
+    budget: float = Field(900.0, gt=0, description="wall time no round starts past (e.g. 15m); the first round runs "
+                                                    "whatever it takes")
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        return parse_span(v)
+
+    @model_validator(mode="after")
+    def _increasing(self) -> "Rounds":
+        if any(b <= a for a, b in zip(self.rounds, self.rounds[1:])):
+            raise ValueError(f"rounds must increase (trials a cell at each look), got {self.rounds}")
+        return self
+
+    @property
+    def max(self) -> int:
+        return self.rounds[-1]
+
+    def __str__(self) -> str:
+        return (f"rounds of {'/'.join(map(str, self.rounds))} trials a cell to the scorecard's open claims, "
+                f"within {self.budget / 60:g} min")
+
+
 class Experiment(Strict):
     """An experiment file. Every factor may be one level or a list of levels; the matrix is their product."""
     name: str = Field(description="campaign name: letters, digits, '-', '_', '.'")
     description: str = ""
-    repetitions: Annotated[int, Field(ge=1, le=1000)] | Repetitions = Field(3, description="how many times each scenario's workloads "
-                                           "run, or {min, max, target, metric} to stop once the CI is narrow enough")
+    repetitions: Annotated[int, Field(ge=1, le=1000)] | Repetitions | Rounds = Field(
+        3, description="how many times each scenario's workloads run, or {min, max, target, metric} to stop once the "
+                       "CI is narrow enough, or {rounds: [5, 10, 20], budget: 15m} to give trials to undecided claims")
     order: Literal["random", "sequential"] = Field(
         "random", description="random: blocks of one repetition of every scenario, shuffled (seeded), scenarios "
                               "that share a topology next to each other; sequential: all repetitions of a "
@@ -113,10 +143,11 @@ class Experiment(Strict):
     @classmethod
     def _repetitions(cls, v: Any) -> Any:
         if isinstance(v, dict):
+            model = Rounds if "rounds" in v else Repetitions
             try:
-                return Repetitions.model_validate(v)
+                return model.model_validate(v)
             except ValidationError as exc:
-                raise ValueError("; ".join(_repetitions_message(e) for e in exc.errors())) from None
+                raise ValueError("; ".join(_repetitions_message(e, model) for e in exc.errors())) from None
         if isinstance(v, bool):
             raise ValueError("write a whole number, not true/false (or {min: 3, max: 30, target: 0.05})")
         if isinstance(v, float) and v.is_integer():
@@ -128,6 +159,13 @@ class Experiment(Strict):
             raise ValueError("Input should be greater than or equal to 1" if v < 1 else
                              "Input should be less than or equal to 1000")
         return v
+
+    @model_validator(mode="after")
+    def _rounds_need_a_card(self) -> "Experiment":
+        if isinstance(self.repetitions, Rounds) and not self.scorecard:
+            raise ValueError("repetitions: rounds give trials to a scorecard's undecided claims, and this file has "
+                             "no scorecard; write a number of repetitions or {min, max, target}")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -300,9 +338,9 @@ def _message(err: dict) -> str:
     return pydantic_message(err)
 
 
-def _repetitions_message(err: dict) -> str:
+def _repetitions_message(err: dict, model: type[BaseModel]) -> str:
     where = ".".join(map(str, err["loc"]))
-    msg = f"unknown field; allowed here: {', '.join(Repetitions.model_fields)}" \
+    msg = f"unknown field; allowed here: {', '.join(model.model_fields)}" \
         if err["type"] == "extra_forbidden" else _message(err)
     return f"{where}: {msg}" if where else msg
 

@@ -43,6 +43,21 @@ def parse_duration(value: object) -> float:
     return secs
 
 
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|min|m|h)?\s*$")
+
+
+def parse_span(value: object) -> float:
+    """A wall-time budget in seconds from '15m', '90s', '1.5h' or a number of seconds (10 s .. 24 h); raises
+    ValueError."""
+    m = None if isinstance(value, bool) else _SPAN.match(str(value))
+    if m is None:
+        raise ValueError(f"'{value}' is not a time span; write it like '15m', '90s', '2h' or a number of seconds")
+    secs = float(m.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    if not 10 <= secs <= 86400:
+        raise ValueError(f"{secs:g} s is out of range; use 10 s to 24 h")
+    return secs
+
+
 def parse_percent(value: object) -> float:
     """A ratio (0..1) from '0.5%' or a number of percent; raises ValueError."""
     if isinstance(value, bool):
