@@ -231,6 +231,21 @@ def datapath_report(caps, extra: dict | None = None) -> list[dict]:
 IPSEC_DEFAULT_CIPHER = "aes-128-gcm"  # the plain `ipsec` level above
 
 
+def _card_coverage(loaded, scenarios) -> str:
+    """plan's lines on a card: its checkable claims, each cell no runnable scenario measures, each workload no claim
+    names (what a card profile should not spend time on)."""
+    from .scorecard import coverage
+    from .topology import comment
+    exp = loaded.experiment
+    if not exp.scorecard:
+        return ""
+    cov = coverage(exp.model_dump(), scenarios)
+    lines = [f"scorecard: {cov.claims} checkable claims; {len(cov.unmeasured)} cells no runnable scenario measures, "
+             f"{len(cov.unneeded)} workloads no claim names"]
+    lines += [f"  unmeasured {x}" for x in cov.unmeasured] + [f"  unneeded {x}" for x in cov.unneeded]
+    return "\n".join(comment(x) for x in lines) + "\n"
+
+
 @app.command()
 def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"), profile: Optional[str] = PROFILE,
          testbed: Optional[str] = TESTBED) -> None:
@@ -249,7 +264,7 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     sys.stdout.write("#!/bin/sh\n" + comment(
         f"vnetbench plan for {spec}: {len(scenarios)} scenarios, {len(runnable)} runnable, "
         f"{len(scenarios) - len(runnable)} skipped; repetitions: {loaded.experiment.repetitions}.") +
-        "\n" + comment("A run uses its own prefix instead of vb0000.") + "\n")
+        "\n" + comment("A run uses its own prefix instead of vb0000.") + "\n" + _card_coverage(loaded, scenarios))
     for sc in scenarios:
         lines = ["", comment(f"---- scenario {sc.index}: {sc.key}")]
         if sc.skip:

@@ -302,6 +302,36 @@ def open_cells(spec: dict, data: Dataset) -> list[list[dict]]:
     return out
 
 
+@dataclass
+class Coverage:
+    """What a profile's scenarios measure of its card, before it runs (`plan`, and a card profile's test)."""
+    claims: int = 0                                         # checkable claims
+    unmeasured: list[str] = field(default_factory=list)     # a claim's cell no runnable scenario measures (and why)
+    unneeded: list[str] = field(default_factory=list)       # a runnable scenario's workload no claim's cell names
+
+
+def coverage(spec: dict, scenarios: list) -> Coverage:
+    """Each checkable claim's cells against the expanded scenarios (matrix.Scenario) and their workloads."""
+    base = dict(spec.get("scorecard_where") or {})
+    listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r
+              and set(r) != {"paper"} and not r.get("uncheckable")]
+    out, used = Coverage(len(listed)), set()
+    for r in listed:
+        kind = str(r.get("kind", "ratio"))
+        sels = (_contrast_cells(r, base) if kind == "contrast" else _plain_cells(r, base, kind))[0]
+        for sel in sels:
+            hits = [(sc.index, w) for sc in scenarios for w, params in enumerate(sc.workload_params)
+                    if matches(sel, sc.shown_labels, sc.levels, {**params, **(params.get("parameters") or {})})]
+            used |= {h for h in hits if not next(sc for sc in scenarios if sc.index == h[0]).skip}
+            if not any(not next(sc for sc in scenarios if sc.index == i).skip for i, _ in hits):
+                why = next((sc.skip for sc in scenarios for i, _ in hits if sc.index == i and sc.skip), "")
+                out.unmeasured.append(f"{r.get('id', '?')}: no scenario measures {sel}" + (f" ({why})" if why else ""))
+    out.unneeded = [f"scenario {sc.index} ({sc.key}) workload {w + 1} ({params.get('type')})"
+                    for sc in scenarios if not sc.skip for w, params in enumerate(sc.workload_params)
+                    if (sc.index, w) not in used and not params.get("background")]
+    return out
+
+
 def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
     listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
     paper = {k: v for r in listed if set(r) == {"paper"} for k, v in (r["paper"] or {}).items()}
