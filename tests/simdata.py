@@ -31,6 +31,22 @@ def true_mean(dist: str, mean: float = 100.0) -> float:
     return mean * (1 - NOISY_SHARE * NOISY_SHIFT) if dist == "noisy" else mean
 
 
+def true_median(dist: str, mean: float = 100.0, cv: float = 0.05) -> float:
+    """The median of the draws of `dist` (a value claim is decided on the median)."""
+    if dist == "lognormal":
+        return mean * np.exp(-np.log1p(cv * cv) / 2)
+    if dist != "noisy":
+        return mean
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+    low, high = mean * (1 - NOISY_SHIFT), mean
+
+    def below(x: float) -> float:   # the mixture's CDF less one half
+        return (NOISY_SHARE * norm.cdf(x, low, NOISY_CV * low) + (1 - NOISY_SHARE) * norm.cdf(x, high, NOISY_CV * high)
+                - 0.5)
+    return float(brentq(below, low, high * 1.2))
+
+
 def noisy(rng: np.random.Generator, size, mean: float = 100.0, share: float = NOISY_SHARE,
           shift: float = NOISY_SHIFT, cv: float = NOISY_CV) -> np.ndarray:
     """A noisy machine's trials: most at `mean` with CV 2 %, a `share` of them `shift` lower (other work took the
