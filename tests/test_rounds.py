@@ -115,3 +115,34 @@ def test_a_decided_claim_stops_drawing_trials():
     rows = scorecard.evaluate(card, campaign(values, dict.fromkeys(values, 5)))
     assert rows[0].verdict == D and rows[1].verdict == C, [r.verdict for r in rows]
     assert scorecard.open_cells(card, campaign(values, dict.fromkeys(values, 5))) == [[{"cell": "c"}, {"cell": "d"}]]
+
+
+CARD_SPEC = """\
+name: rounds
+repetitions: {rounds: [4, 6], budget: 10m}
+order: sequential
+factors: {mtu: [1500, 9000, 4000]}
+workloads: [{type: ping, count: 20, interval: 0.005}]
+scorecard:
+  - {id: far, kind: ratio, study: 1000, tolerance: 0.1, metric: rtt_s, a: {mtu: 9000}, b: {mtu: 1500}}
+  - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 6, a: {mtu: 4000}, b: {mtu: 1500}}
+"""
+
+
+@pytest.mark.net
+def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_path):
+    """'far' (a ratio 1000x off) is decided at the first look; 'later' needs 6 trials a cell, so its two cells, one
+    of them shared with 'far', go on to the second round and the other scenario stops with its reason."""
+    from conftest import vnetbench
+    from vnetbench.store import Store
+    (tmp_path / "card.yaml").write_text(CARD_SPEC)
+    vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress")
+    store = Store(tmp_path / "r.db")
+    counts = {sc["labels"]["mtu"]: 0 for sc in store.scenarios(1)}
+    by_idx = {sc["idx"]: sc for sc in store.scenarios(1)}
+    for t in store.trials(1):
+        counts[by_idx[t["scenario"]]["labels"]["mtu"]] += t["status"] == "ok"
+    assert counts == {"1500": 6, "9000": 4, "4000": 6}, counts
+    assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
+    shown = vnetbench("show", "--db", tmp_path / "r.db").stdout
+    assert "Bonferroni over 2 rows x 2 looks" in shown or "2 looks" in shown, shown
