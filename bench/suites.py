@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The five studies' quick profiles one after another, as a user runs them (run as root from the repo):
+"""The five studies' quick (or card) profiles one after another, as a user runs them (run as root from the repo):
 
     .venv/bin/python bench/suites.py [--profile quick] [--suites s1,s2,s3,s4,s5] [--fresh]
 
@@ -7,7 +7,8 @@ For each suite: the wall time of `vnetbench run suite:sN --profile P` (the whole
 not cached, boots, builds, trials, teardown), the load average before and after, its trials by status, and where the
 campaign's time went from the stored trials: the share spent measuring (the tools' windows), the rest of the trials
 (set-up, finish, probes), and what came before the first trial and between trials (builds, boots). --fresh first
-removes the cached guest probe, as on a machine that never ran one. The issue's goal: all five in at most 10 minutes
+removes the cached guest probe, as on a machine that never ran one. Each line ends with the card: its decided of
+checkable claims and the median CV of their cells (`--profile card`: each study within its 15-minute budget). The goal: all five in at most 10 minutes
 on an idle 2-core machine.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 
 def breakdown(db: Path) -> dict:
@@ -41,6 +43,14 @@ def breakdown(db: Path) -> dict:
             "measuring": sum(p.get("measure", 0.0) for p in phases),
             "between": (rows[-1][1] - rows[0][0]) - in_trials, "after_last": finished - rows[-1][1],
             "trials": status}
+
+
+def card(db: Path) -> str:
+    """The campaign's scorecard in one line: decided of checkable claims, the median cell CV."""
+    from vnetbench import scorecard
+    from vnetbench.store import Store
+    rows = scorecard.for_campaign(Store(db), 1)
+    return scorecard.tally_line(rows) if rows else "no scorecard"
 
 
 def main() -> None:
@@ -78,6 +88,7 @@ def main() -> None:
                          f"rest of the trials {b['in_trials'] - b['measuring']:.0f} s; before the campaign "
                          f"{wall - b['campaign']:.0f} s, before its first trial {b['before_first']:.0f} s, between "
                          f"trials {b['between']:.0f} s, after the last {b['after_last']:.0f} s")
+            line += f"; card: {card(db)}"
             print(line, flush=True)
             lines.append(line)
     print(f"all {len(lines)}: {total:.0f} s ({total / 60:.1f} min)")

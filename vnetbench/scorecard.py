@@ -95,6 +95,12 @@ class Row:
     decided_level: float = math.nan
     stand_in: str = ""         # what ran in place of the study's implementation, and what the study ran
     to_decide: str = ""        # an undecided claim: the trials that would decide it, or what this machine lacks
+    cv: tuple[float, ...] = () # each cell's coefficient of variation over its trials
+
+    @property
+    def checkable(self) -> bool:
+        """A claim this machine can decide: not one the suite marks uncheckable or whose scenario it must skip."""
+        return not self.to_decide.startswith("this machine cannot")
 
     @property
     def reads(self) -> str:
@@ -106,7 +112,7 @@ class Row:
                 "reads": self.reads, "why": self.why, "n": list(self.n), "estimate": _num(self.estimate),
                 "ci": [_num(x) for x in self.ci], "decided": self.decided,
                 "decided_level": _num(self.decided_level), "decided_ci": [_num(x) for x in self.decided_ci],
-                "stand_in": self.stand_in, "to_decide": self.to_decide}
+                "stand_in": self.stand_in, "to_decide": self.to_decide, "cv": [_num(x) for x in self.cv]}
 
 
 @dataclass
@@ -421,6 +427,7 @@ def _estimate(c: _Claim) -> None:
     """Our estimate with its plain 95 % CI, and a test row's comparisons."""
     vals, row = c.cells.values, c.row
     c.sums = [stats.summarize(v) for v in vals]
+    row.cv = tuple(s.cv for s in c.sums)
     if c.kind == "value":   # the median: its order-statistic interval holds whatever the trials' distribution
         s = c.sums[0]
         row.estimate, row.ci = s.median, s.ci_median
@@ -706,6 +713,22 @@ def for_campaign(store, cid: int) -> list[Row]:
     return evaluate(spec, data) if spec.get("scorecard") else []
 
 
+def tally(rows: list[Row]) -> dict[str, float]:
+    """A card in three numbers: its checkable claims, how many were decided, the median CV of their cells."""
+    checkable = [r for r in rows if r.checkable]
+    cvs = sorted(x for r in checkable for x in r.cv if math.isfinite(x))
+    median = (cvs[(len(cvs) - 1) // 2] + cvs[len(cvs) // 2]) / 2 if cvs else math.nan
+    return {"claims": len(rows), "checkable": len(checkable),
+            "decided": sum(r.verdict != CANNOT for r in checkable), "median_cv": median}
+
+
+def tally_line(rows: list[Row]) -> str:
+    t = tally(rows)
+    cv = f"; median cell CV {100 * t['median_cv']:.1f} %" if math.isfinite(t["median_cv"]) else ""
+    return (f"{t['decided']} of {t['checkable']} checkable claims decided ({t['claims'] - t['checkable']} this "
+            f"machine cannot check){cv}")
+
+
 def interval_note(rows: list[Row]) -> str:
     """' ' + what the card's 95 % intervals cover on a busy machine's trials at its smallest cell, or ''."""
     least = min((k for r in rows for k in r.n if k >= 2), default=0)
@@ -717,10 +740,12 @@ def print_card(rows: list[Row], console) -> None:
     """`show`'s scorecard before the metrics: a short block per claim (a seven-column table folded every cell
     letter by letter at 80 columns)."""
     from rich.markup import escape
-    console.print("[bold]Reproduction scorecard[/] (the study's claims against this campaign)")
+    console.print("[bold]Reproduction scorecard[/] (the study's claims against this campaign): " + escape(tally_line(rows)))
     for r in rows:
         console.print(escape(f"{r.id}: {r.claim}"), style="bold")
-        facts = [f"study {r.study}", f"ours {r.ours}", r.reads, f"n {'/'.join(map(str, r.n))}" if r.n else ""]
+        cv = "/".join(f"{100 * x:.1f}" for x in r.cv if math.isfinite(x))
+        facts = [f"study {r.study}", f"ours {r.ours}", r.reads, f"n {'/'.join(map(str, r.n))}" if r.n else "",
+                 f"CV {cv} %" if cv else ""]
         console.print(escape("  " + " | ".join(x for x in facts if x)))
         for line in (f"decided on {r.decided}" if r.decided else "", _why_text(r)):
             if line:

@@ -1,0 +1,32 @@
+"""Each study's `card` profile measures what its scorecard's claims ask and nothing else, in rounds: every
+checkable claim's cells are measured by a runnable scenario (or the scenario is skipped for a reason this machine
+lacks, which the card then says), no workload runs that no claim names, and the trials go to the open claims."""
+from __future__ import annotations
+
+import pytest
+
+from vnetbench import scorecard
+from vnetbench.capabilities import detect
+from vnetbench.matrix import expand
+from vnetbench.spec import Rounds, load
+
+STUDIES = ["s1", "s2", "s3", "s4", "s5"]
+
+
+@pytest.fixture(scope="module")
+def caps():
+    return detect()
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_card_profile_measures_every_claim_and_nothing_else(study, caps):
+    loaded = load(f"suite:{study}", "card")
+    exp = loaded.experiment
+    assert isinstance(exp.repetitions, Rounds) and exp.repetitions.rounds[0] >= 5, exp.repetitions
+    assert exp.repetitions.budget <= 15 * 60
+    scenarios = expand(exp, caps)
+    cov = scorecard.coverage(exp.model_dump(), scenarios)
+    assert cov.claims >= 5
+    assert not cov.unneeded, cov.unneeded
+    # a cell no runnable scenario measures is one whose scenario this machine skips, with the reason
+    assert all(x.endswith(")") and "(" in x for x in cov.unmeasured), cov.unmeasured
