@@ -576,9 +576,9 @@ class Book:
             self.store.save_trial(self.cid, sc, rep, w, kind, params, "ok", None, 0.0, 1.0, samples, metadata or {})
 
 
-def s3_labels(enc, ip="4", traffic="tcp", size="1024"):
+def s3_labels(enc, ip="4", traffic="tcp", size="1024", hops="0"):
     label = enc if isinstance(enc, str) else "ipsec(" + ",".join(v for k, v in enc.items() if k != "type") + ")"
-    return {"encryption": label, "attach": "host", "ip_version": ip, "hops": "0", "other_load": "none",
+    return {"encryption": label, "attach": "host", "ip_version": ip, "hops": hops, "other_load": "none",
             "traffic": traffic, "message_size": size}
 
 
