@@ -13,12 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
 
 
+# modules that share a session fixture run on one worker, so it is made once: S1's smoke campaign (1-2 minutes)
+SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
+
+
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist (`-n 2 --dist loadgroup`, what install.sh test runs), a module runs whole on one worker, like
     --dist loadfile: its module-scoped fixtures (the SSH lab) are made once; the loopback modules share a worker."""
     for item in items:
         name = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("loopback" if name in LOOPBACK_MODULES else name))
+        item.add_marker(pytest.mark.xdist_group("loopback" if name in LOOPBACK_MODULES else
+                                                SHARED_FIXTURE.get(name, name)))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 no backend; the matrix knows no guest module; one registry implementation; datapath elements that use only the
 builder interface (datapaths/base.py: Builder), never one another."""
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -19,6 +20,12 @@ SEAM = ("vnetbench.spec", "vnetbench.matrix", "vnetbench.scenario", "vnetbench.v
 # Modules of datapaths/ that a datapath may import: the interface, the registry, and the base of the encrypting
 # elements (which registers no element of its own).
 SHARED = {"vnetbench.datapaths", "vnetbench.datapaths.base", "vnetbench.datapaths.encrypted"}
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.AST:
+    """A module's syntax tree, parsed once for every test of the module."""
+    return ast.parse(path.read_text())
 
 
 def _modules() -> dict[str, Path]:
@@ -54,7 +61,7 @@ def _graph(lazy: bool | None = None) -> dict[str, set[str]]:
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node, in_function in _imports(ast.parse(path.read_text())):
+        for node, in_function in _imports(_tree(path)):
             if lazy is not None and in_function != lazy:
                 continue
             if isinstance(node, ast.Import):
@@ -155,7 +162,7 @@ def test_backends_never_import_the_topology():
         assert "vnetbench.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
     # nor reach into its private state (a testbed's VF leases and MAC serials live on its placement)
     for path in [*(PKG / "hosts").glob("*.py"), *(PKG / "guests").glob("*.py")]:
-        private = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)
+        private = {n.attr for n in ast.walk(_tree(path)) if isinstance(n, ast.Attribute)
                    and isinstance(n.value, ast.Name) and n.value.id == "topo" and n.attr.startswith("_")}
         assert not private, f"{path.name} uses the topology's private {sorted(private)}"
 
@@ -203,7 +210,7 @@ def test_datapaths_use_only_the_builder_and_not_one_another():
         assert not others, f"{mod} imports {others}: a datapath asks the builder, not another datapath"
     allowed = {n for n in dir(Builder) if not n.startswith("_")} | set(Builder.__annotations__)
     for path in (PKG / "datapaths").glob("*.py"):
-        used = {n.attr for n in ast.walk(ast.parse(path.read_text()))
+        used = {n.attr for n in ast.walk(_tree(path))
                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "topo"}
         assert used <= allowed, f"{path.name} uses {used - allowed} of the topology, outside datapaths.base.Builder"
     assert not {"elements", "site"} & allowed
