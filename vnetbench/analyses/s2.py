@@ -131,8 +131,8 @@ def best_table(data: Dataset) -> TableData:
                      + ". TCP throughput is the trial's aggregate goodput at the receivers (both directions summed in "
                      "bidirectional runs). UDP throughput is N.A., as in the study: the UDP tests send at a fixed, "
                      "controlled rate, so what they carry is set by the rate, not by the technology; the loss column "
-                     "shows the pings each technology lost under it. UDP runs one way only. Each cell compares the study's "
-                     "three technologies, as the scorecard's Table 3.1 rows do"
+                     "shows the pings each technology lost under it. UDP runs one way only. Each cell compares the "
+                     "study's three technologies, as the scorecard's Table 3.1 rows do"
                      + (f"; {', '.join(others)}, which the study did not have, is left out of the cells (its values "
                         "are in the figures and the cost table)" if others else "") + ".")
 
