@@ -262,6 +262,8 @@ class Ovs(Switch):
             if multi and mode in ("flat", "vlan"):
                 up = topo.uplink(h)  # the emulated NIC, or on a testbed the run's macvlan of the real one
             uplink = [up] + (["--", "set", "interface", up, "type=afxdp"] if self.options.port_type == "afxdp" else [])
+            if topo.sc.underlay_qdiscs(up):  # a port without QoS gets its qdisc reset: the underlay's tbf was gone
+                uplink += ["--", "set", "port", up, "qos=@noop", "--", "--id=@noop", "create", "qos", "type=linux-noop"]
             if not multi:
                 pass  # one host: the underlay veth has nothing behind it; its address stays on the veth
             elif mode in ("flat", "vlan"):
