@@ -26,7 +26,7 @@ def test_the_card_profile_measures_every_claim_and_nothing_else(study, caps):
     assert exp.repetitions.budget <= 15 * 60
     scenarios = expand(exp, caps)
     cov = scorecard.coverage(exp.model_dump(), scenarios)
-    assert cov.claims >= 3
+    assert cov.claims >= 2
     assert not cov.unneeded, cov.unneeded
     # a cell no runnable scenario measures is one whose scenario this machine skips, with the reason
     assert all(x.endswith(")") and "(" in x for x in cov.unmeasured), cov.unmeasured

@@ -239,16 +239,21 @@ def test_s5_conversion_row_is_the_ratio_of_the_hosts_counters_per_round(tmp_path
                                    for i, c in counts])
     data = load(b.store, b.cid)
     got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
-    r = got["conversion-higher"]
-    # off: 0.50 0.53 0.56 0.53 0.52 0.54 (mean 0.53); on: 0.68 0.70 0.70 0.70 0.70 0.70 (mean 0.69667): every round
-    # under attack above every control round, the exact test's p = 2/924, Holm over the card's 3 tests: 0.0065
-    assert math.isclose(r.estimate, (4.18 / 6) / 0.53, rel_tol=1e-12) and r.n == (6, 6)
-    assert r.verdict == scorecard.AGREES and r.why == "Holm p = 0.0065", r.why
+    r = got["interrupts-higher"]
+    # the host's interrupts (never VM1's own 9x): off 1000 each round, on 5000..7000 (mean 6000): every round under
+    # attack above every control round, the exact test's p = 2/924, Holm over the card's 2 tests: 0.0043
+    assert math.isclose(r.estimate, 6.0, rel_tol=1e-12) and r.n == (6, 6)
+    assert r.verdict == scorecard.AGREES and r.why == "Holm p = 0.0043", r.why
     assert r.reads == "agrees — stand-in: UML guest VMs (the study: Xen VMs)"
-    for uncheckable in ("conversion-control", "conversion-attack", "conversion-growth", "interrupts-growth"):
+    # a round's conversion rate: its context switches over its interrupts, one value per round
+    on = [t for t in data.ok if t.labels["attack"] == "on"]
+    assert [scorecard._value(t, "context_switches_per_s/interrupts_per_s") for t in on] == [
+        3400 / 5000, 4200 / 6000, 4900 / 7000, 4200 / 6000, 3500 / 5000, 4900 / 7000]
+    for uncheckable in ("conversion-control", "conversion-attack", "conversion-growth", "conversion-higher",
+                        "interrupts-growth"):
         assert got[uncheckable].verdict == scorecard.CANNOT and not got[uncheckable].checkable
         assert got[uncheckable].to_decide.startswith("this machine cannot: a hardware NIC's interrupts")
-    assert scorecard.tally(list(got.values()))["checkable"] == 3
+    assert scorecard.tally(list(got.values()))["checkable"] == 2
 
 
 def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
