@@ -389,3 +389,20 @@ def test_clean_after_kill_9():
         else:
             os.environ["VNETBENCH_STATE_DIR"] = old
 
+
+
+@pytest.mark.net
+@pytest.mark.skipif(not HAVE_OVS, reason="Open vSwitch not installed")
+def test_the_underlay_rate_holds_when_ovs_takes_the_nic(tmp_path, state_dir):
+    """With the underlay in the OVS bridge (flat, across hosts), ovs-vswitchd resets a port's qdisc unless the port has
+    QoS: the 30 Mbit/s tbf was gone and TCP ran at 1.8 Gbit/s, an invalid trial. With a linux-noop QoS it holds."""
+    from conftest import vnetbench
+    from vnetbench.dataset import load
+    from vnetbench.store import Store
+    spec = tmp_path / "cap.yaml"
+    spec.write_text("name: cap\nrepetitions: 1\nunderlay: {rate: 30mbit}\nfactors: {switch: ovs}\n"
+                    "workloads: [{type: iperf3, duration: 2}]\n")
+    vnetbench("run", spec, "--db", tmp_path / "r.db", "--no-progress")
+    data = load(Store(tmp_path / "r.db"), 1)
+    (trial,) = data.ok
+    assert 20e6 < trial.total("throughput_bps") < 30e6, trial.total("throughput_bps")

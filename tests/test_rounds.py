@@ -136,7 +136,8 @@ def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_
     from conftest import vnetbench
     from vnetbench.store import Store
     (tmp_path / "card.yaml").write_text(CARD_SPEC)
-    vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress")
+    ran = vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress").stdout
+    assert "round 1: 3 of 3 scenarios to 4 trials a cell" in ran and "round 2: 2 of 3 scenarios to 6" in ran, ran
     store = Store(tmp_path / "r.db")
     counts = {sc["labels"]["mtu"]: 0 for sc in store.scenarios(1)}
     by_idx = {sc["idx"]: sc for sc in store.scenarios(1)}

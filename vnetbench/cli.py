@@ -505,7 +505,7 @@ def last_line(outcome, db: str, resumed: bool) -> str:
                if outcome.trials_noisy else "")
             + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
                if outcome.trials_retried else "")
-            + f" (results in {db})")
+            + f" (results in {db})" + "".join(f"\n  {line}" for line in outcome.rounds))
 
 
 def noisy_trials(side) -> int:

@@ -133,6 +133,7 @@ class Outcome:
     trials_retried: int = 0  # a tool hung on the first attempt; the second one is the trial
     trials_noisy: int = 0   # ok, but measured under steal or foreign load (metadata `noisy` says which)
     stopped: dict[int, str] = field(default_factory=dict)  # scenario index -> why it stopped (adaptive)
+    rounds: list[str] = field(default_factory=list)         # a card's rounds: how many scenarios each ran, why it ended
     builds: int = 0                                         # topologies built, and the seconds their builds and
     topology_s: float = 0.0                                 # teardowns took (what the random order costs)
 
@@ -404,15 +405,21 @@ class Campaign:
             if k > 1:
                 active = self._still_open(active, k, after)
                 if not active:
+                    self.outcome.rounds.append(f"after round {k - 1}: every claim decided, or beyond what more "
+                                               f"trials could decide")
                     return
                 need, left = self._seconds(active, after, upto), self.rounds.budget - (time.monotonic() - began)
                 if need > left:
+                    self.outcome.rounds.append(f"round {k} ({upto} trials a cell for {len(active)} scenarios) would "
+                                               f"take ~{need / 60:.0f} min, {max(left, 0) / 60:.0f} left: not run")
                     for sc in active:
                         self.outcome.stopped[sc.index] = (
                             f"budget: round {k} ({upto} trials a cell) would take ~{need / 60:.0f} min, "
                             f"{max(left, 0) / 60:.0f} of {self.rounds.budget / 60:g} min left")
                     return
                 self.bar.extend(self.task, need, self._trials(active, after, upto))
+            self.outcome.rounds.append(f"round {k}: {len(active)} of {len(self.scenarios)} scenarios to {upto} trials "
+                                       f"a cell")
             if self.plan["order"] == "random":
                 self._random(rng, active, range(after + 1, upto + 1))
             else:
