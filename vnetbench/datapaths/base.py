@@ -12,7 +12,7 @@ testbed hosts over SSH, guests) is all an element may use of the topology. It ad
 backend implements these methods and no datapath changes:
 
   scenario data   sc (the plain-data Scenario), prefix, hosts, vms, pairs, nodes (label -> Node: role, host,
-                  tenant, netns, v4, v6, exec), machine (the guest the hosts live in, or None)
+                  tenant, netns, v4, v6, exec)
   names           ifname(short), workdir(label), host_ip(host), transport_ip(host), nic(host), nic_node(host)
   executor(label) the node's Executor, for what a build-time call or a ready check runs there
   steps           ip(node, *lines), batch(tool, node, *lines), run(node, argv), daemon(node, name, argv, ready, env),
