@@ -30,3 +30,14 @@ def test_the_card_profile_measures_every_claim_and_nothing_else(study, caps):
     assert not cov.unneeded, cov.unneeded
     # a cell no runnable scenario measures is one whose scenario this machine skips, with the reason
     assert all(x.endswith(")") and "(" in x for x in cov.unmeasured), cov.unmeasured
+
+
+def test_suites_shows_each_profile_s_trials_and_tool_time():
+    """`suites` says what each profile asks: trials and the tools' own time; a card from its first round to its last."""
+    import os
+    import re
+    from conftest import vnetbench
+    out = vnetbench("suites", env=os.environ | {"COLUMNS": "250"}).stdout
+    cards = re.findall(r"card: (\d+)\.\.(\d+) trials, (\d+) min\.\.(\d+) min, budget 15 min", out)
+    assert len(cards) == 5 and all(int(a) < int(b) and int(c) <= int(d) for a, b, c, d in cards), out
+    assert len(re.findall(r"smoke: \d+ trials", out)) == 5 and "full: 4500 trials" in out, out

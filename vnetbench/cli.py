@@ -760,14 +760,42 @@ def _alive_on(host, prefix: str) -> list[str]:
 def suites() -> None:
     """The built-in suites: the five studies, each runnable as `vnetbench run suite:NAME --profile smoke|quick|full`."""
     import yaml
+    from .capabilities import detect
+    caps = detect()
     table = Table()
-    for col in ("suite", "study", "profiles", "analysis"):
+    for col in ("suite", "study", "profiles: trials, tool time (at least)", "analysis"):
         table.add_column(col)
     for path in sorted(specmod.SUITES_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
-        table.add_row(f"suite:{path.stem}", data.get("description", ""), ", ".join(data.get("profiles", {})),
-                      data.get("analysis") or "-")
+        sizes = [f"{p}: {_profile_size(path.stem, p, caps)}" for p in data.get("profiles", {})]
+        table.add_row(f"suite:{path.stem}", data.get("description", ""), "\n".join(sizes), data.get("analysis") or "-")
     out.print(table)
+    out.print("Tool time: the workloads' own durations and probes on this machine's plan; builds, guest boots and a "
+              "busy machine add to it (docs/suites.md has each profile measured). A card's range: its first round "
+              "to its last, within its budget.", highlight=False)
+
+
+def _profile_size(suite: str, profile: str, caps) -> str:
+    """A profile's trials and tool time from its expanded matrix: a card's first round .. its last."""
+    from .runner import TRIAL_OVERHEAD_S
+    from .spec import Repetitions, Rounds
+    exp = specmod.load(f"suite:{suite}", profile).experiment
+    runnable = [sc for sc in expand(exp, caps) if not sc.skip]
+    per = [(len([w for w in sc.workloads if not w.background]),
+            sum(w.expected_duration() + TRIAL_OVERHEAD_S for w in sc.workloads if not w.background)) for sc in runnable]
+    reps = exp.repetitions
+    counts = reps.rounds if isinstance(reps, Rounds) else [reps.min, reps.max] if isinstance(reps, Repetitions) \
+        else [reps]
+    trials = [sum(n for n, _ in per) * k for k in (counts[0], counts[-1])]
+    secs = [sum(t for _, t in per) * k for k in (counts[0], counts[-1])]
+    budget = f", budget {reps.budget / 60:g} min" if isinstance(reps, Rounds) else ""
+    span = lambda xs, f: f(xs[0]) if xs[0] == xs[1] else f"{f(xs[0])}..{f(xs[1])}"  # noqa: E731
+    return f"{span(trials, str)} trials, {span(secs, _minutes)}{budget}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 \
+        else f"{seconds / 3600:.1f} h"
 
 
 @app.command()
