@@ -147,3 +147,18 @@ def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_
     assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
     shown = vnetbench("show", "--db", tmp_path / "r.db").stdout
     assert "Bonferroni over 2 rows x 2 looks" in shown or "2 looks" in shown, shown
+
+
+@pytest.mark.net
+def test_a_warm_up_trial_runs_after_each_build_and_is_not_stored(state_dir, tmp_path):
+    """`warmup: 1`: each build's first measurement is thrown away; the stored trials are those asked, and the run's
+    progress log shows one warm-up per build (sequential: one build a scenario)."""
+    from conftest import vnetbench
+    from vnetbench.store import Store
+    (tmp_path / "w.yaml").write_text("name: w\nrepetitions: 2\nwarmup: 1\norder: sequential\n"
+                                     "factors: {mtu: [1500, 9000]}\nworkloads: [{type: ping, count: 3, interval: 0.01}]\n")
+    proc = vnetbench("run", tmp_path / "w.yaml", "--db", tmp_path / "w.db", "--no-progress")
+    trials = Store(tmp_path / "w.db").trials(1)
+    assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), proc.stdout
+    shown = (tmp_path / "w.db.log").read_text()
+    assert shown.count("warm-up ping") == 2, shown

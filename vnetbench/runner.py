@@ -527,6 +527,7 @@ class Campaign:
             if topo is None:
                 return None
             self.topo = (key, topo)
+            self._warm_up(sc, topo, position)
         if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
             if key not in self.descriptions:
                 try:
@@ -536,6 +537,17 @@ class Campaign:
             self.store.set_scenario_environment(self.cid, sc.index, self.descriptions[key])
             self.described.add(sc.index)
         return self.topo[1]
+
+    def _warm_up(self, sc: Scenario, topo: Topology, position: str) -> None:
+        """The spec's `warmup` trials of each foreground workload on a fresh build, measured and thrown away."""
+        for _ in range(self.exp.warmup):
+            for wl in sc.workloads:
+                if not wl.background:
+                    self.bar.update(self.task, description=f"{position} warm-up {wl.kind}: {self.r._short(sc)}")
+                    noisy = self.outcome.trials_noisy
+                    with rawlog.recording():
+                        self._measured(sc, topo, wl)
+                    self.outcome.trials_noisy = noisy  # a warm-up is no trial
 
     def _build(self, sc: Scenario, position: str) -> Topology | None:
         self._teardown()

@@ -124,6 +124,9 @@ class Experiment(Strict):
     include: list[dict[str, Any]] = Field(default_factory=list, description="extra combinations added to the product")
     workloads: list[dict[str, Any]] = Field(min_length=1, description="tools run in every trial, in order")
     cooldown: float = Field(0.0, ge=0, le=60, description="seconds to wait between trials")
+    warmup: int = Field(0, ge=0, le=5, description="trials of each workload run after each build and discarded "
+                                                   "(a cell's first trial after a build was its lowest or highest "
+                                                   "twice as often as chance: bench/card_noise.py)")
     analysis: str | None = Field(None, description="study analysis the report adds (s1..s5), see `vnetbench suites`")
     omits: list[str] = Field(default_factory=list, description="what this spec (or profile) leaves out of the study it "
                                                                "reproduces; the report shows it in the study's section")
