@@ -88,7 +88,8 @@ def main() -> None:
                          f"rest of the trials {b['in_trials'] - b['measuring']:.0f} s; before the campaign "
                          f"{wall - b['campaign']:.0f} s, before its first trial {b['before_first']:.0f} s, between "
                          f"trials {b['between']:.0f} s, after the last {b['after_last']:.0f} s")
-            line += f"; card: {card(db)}"
+            line += f"; card: {card(db)}" + "".join(f"; {x.strip()}" for x in proc.stdout.splitlines()
+                                                    if x.strip().startswith(("round ", "after round ")))
             print(line, flush=True)
             lines.append(line)
     print(f"all {len(lines)}: {total:.0f} s ({total / 60:.1f} min)")
