@@ -516,6 +516,43 @@ def noisy_trials(side) -> int:
                if t["status"] == "ok" and t["scenario"] in chosen and t["metadata"].get("noisy"))
 
 
+@app.command("trend")
+def trend_(db: Optional[list[str]] = typer.Option(None, "--db", help="results file(s), their campaigns in the order "
+                                                                     "they ran (repeatable; default vnetbench.db)"),
+           metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="only these metrics"),
+           where: list[str] = typer.Option([], "--where", help="only scenarios with FACTOR=LEVEL (repeatable)"),
+           fmt: str = typer.Option("text", "--format", help="text or json"),
+           plot: Optional[str] = typer.Option(None, "--plot", help="draw the series that changed into this PNG"),
+           every: bool = typer.Option(False, "--all", help="also list the series without a change"),
+           fail_on_regression: bool = typer.Option(False, "--fail-on-regression",
+                                                   help="exit 1 if the newest campaign starts a regression")) -> None:
+    """Each scenario and metric over the campaigns, in the order they ran: change points (jumpavg), each with its
+    size and 95% CI, and what changed beside it (kernel, tool versions, implementation)."""
+    from . import compare as cmp, trend
+    if fmt not in ("text", "json"):
+        fail(f"--format {fmt}: use text or json")
+    paths = db or [DEFAULT_DB]
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        fail(f"no results file {missing[0]}; run an experiment first or pass --db")
+    try:
+        chosen = cmp.parse_where(where, "--where")
+    except cmp.CompareError as exc:
+        fail(str(exc))
+    series = trend.history([Store(p, readonly=True) for p in paths], metric, chosen)
+    if not series:
+        fail("no scenario ran in two campaigns or more: a trend needs at least two campaigns of the same scenario")
+    if fmt == "json":
+        out.print_json(json.dumps(trend.as_json(series)))
+    else:
+        for line in trend.text(series, every):
+            out.print(line, highlight=False, soft_wrap=True)
+    if plot:
+        trend.draw(series, Path(plot))
+    if fail_on_regression and any(s.newest_regression for s in series):
+        raise typer.Exit(1)
+
+
 @app.command("export")
 def export_(campaign: str = typer.Argument("last"), db: str = DB,
             fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv, parquet or folded (profiled "
