@@ -241,7 +241,7 @@ def s4_card(full: bool = False) -> S4Card:
 
 
 def sim_s4(rng, mix: Mix, n: int) -> dict[str, bool]:
-    """The S4 card's direction rows (10, Holm over them together) on a null campaign: a false mark is any 'agrees'
+    """The S4 card's direction rows (11, Holm over them together) on a null campaign: a false mark is any 'agrees'
     or 'differs' among them."""
     card = s4_card()
     return {"S4 card (direction rows)": card.marked(card.rows(rng, mix, n))}
@@ -447,7 +447,8 @@ def test_the_card_family_is_the_same_in_the_whole_card():
     data = whole.dataset(np.random.default_rng(5), NOISY, 8)
     every = {r.id: r for r in scorecard.evaluate(whole.spec, data)}
     alone = scorecard.evaluate(marks.spec, data)
-    assert len(alone) == 10 and set(marks.kinds) == {"direction"} and len(every) > len(alone)
-    for r in alone:
+    directions = [r for r in whole.spec["scorecard"] if isinstance(r, dict) and r.get("kind") == "direction"]
+    assert len(alone) == len(directions) >= 10 and set(marks.kinds) == {"direction"} and len(every) > len(alone)
+    for r in (r for r in alone if r.checkable):   # (an uncheckable row, WireGuard over several cores, says why)
         assert (r.verdict, r.why, r.n) == (every[r.id].verdict, every[r.id].why, every[r.id].n)
         assert r.n == (8, 8) and "Holm p = " in r.why, (r.id, r.n, r.why)

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from conftest import vnetbench
 from vnetbench import trend
@@ -69,3 +70,23 @@ def test_a_dip_that_recovers_passes_the_gate_and_a_lone_campaign_is_no_trend(tmp
     assert lone.returncode == 2 and "at least two campaigns" in lone.stderr
     absent = vnetbench("trend", "--db", tmp_path / "nope.db", check=False)
     assert absent.returncode == 2 and "no results file" in absent.stderr
+
+
+@pytest.mark.net
+def test_a_capacity_change_part_way_is_one_change_point_at_its_campaign(tmp_path, state_dir):
+    """The same spec run 5 times, the underlay's rate 60 Mbit/s, then 30 from the fourth run: one change, at campaign
+    4, about half, a regression of the newest campaign only while it is the newest."""
+    spec = tmp_path / "nightly.yaml"
+    db = tmp_path / "h.db"
+    for rate in ("60mbit", "60mbit", "60mbit", "30mbit"):
+        spec.write_text(f"name: nightly\nrepetitions: 3\nunderlay: {{rate: {rate}}}\n"
+                        "workloads: [{type: iperf3, duration: 1}]\n")
+        vnetbench("run", spec, "--db", db, "--no-progress")
+    gate = vnetbench("trend", "--db", db, "-m", "throughput_bps", "--format", "json", "--fail-on-regression",
+                     check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    (s,) = json.loads(gate.stdout)
+    (change,) = s["changes"]
+    assert change["campaign"] == 4 and change["kind"] == "regression" and 0.4 < change["ratio"] < 0.6, change
+    vnetbench("run", spec, "--db", db, "--no-progress")   # a fifth night at the new rate: no longer the newest
+    assert vnetbench("trend", "--db", db, "-m", "throughput_bps", "--fail-on-regression").returncode == 0
