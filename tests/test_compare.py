@@ -220,3 +220,46 @@ def test_a_side_whose_every_trial_failed_is_missing_not_an_error(tmp_path):
     store.close()
     gate = vnetbench("compare", "1", "2", "--db", path, "--fail-on-regression", "5%", check=False)
     assert gate.returncode == 1 and "missing in B: overlay=vxlan (0 of 3 trials ok" in gate.stdout, gate.stderr
+
+
+def _natural(path, scenarios: dict[str, tuple[dict, float]]):
+    """One campaign: each scenario's labels (a level that does not apply reads n/a) and 6 trials at a level."""
+    from test_suites_s3_s4 import Book
+    b = Book(path)
+    base = {"switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "n/a",
+            "attach": "switch", "placement": "cross-host"}
+    for labels, level in scenarios.values():
+        sc = b.scenario({**base, **labels})
+        b.trials(sc, "iperf3", {"type": "iperf3"},
+                 [[Sample.of("throughput_bps", level * (1 + k / 100), pair=1)] for k in range(-3, 3)])
+    return b.store.path
+
+
+def test_the_natural_questions_pair_where_a_factor_does_not_apply(tmp_path):
+    """No encryption against WireGuard (whose scope is vm-to-vm, n/a without encryption) and a bridge against a direct
+    NIC (switch and overlay n/a) pair on the factor asked about; a second WireGuard scope is a question to narrow,
+    and two sides that differ in an unnamed factor say which."""
+    db = _natural(tmp_path / "n.db", {
+        "none": ({}, 1e9),
+        "wg": ({"encryption": "wireguard", "encryption_scope": "vm-to-vm"}, 0.5e9),
+        "direct": ({"switch": "n/a", "overlay": "n/a", "attach": "direct"}, 2e9)})
+    wg = vnetbench("compare", "last", "--db", db, "--a-where", "encryption=none", "--b-where", "encryption=wireguard",
+                   "--format", "json")
+    (row,) = [r for r in json.loads(wg.stdout)["rows"] if r["metric"] == "throughput_bps"]
+    assert row["verdict"] == "worse" and abs(row["ratio"] - 0.5) < 0.01, row
+    direct = vnetbench("compare", "last", "--db", db, "--a-where", "attach=switch", "--b-where", "attach=direct",
+                       "--format", "json")
+    (row,) = [r for r in json.loads(direct.stdout)["rows"] if r["metric"] == "throughput_bps"]
+    assert row["verdict"] == "better" and abs(row["ratio"] - 2.0) < 0.02, row
+    two = _natural(tmp_path / "two.db", {
+        "none": ({}, 1e9),
+        "vm": ({"encryption": "wireguard", "encryption_scope": "vm-to-vm"}, 0.5e9),
+        "host": ({"encryption": "wireguard", "encryption_scope": "host-to-host"}, 0.6e9)})
+    ask = vnetbench("compare", "last", "--db", two, "--a-where", "encryption=none", "--b-where",
+                    "encryption=wireguard", check=False)
+    assert ask.returncode == 2 and "telling apart by encryption_scope" in ask.stderr, ask.stderr
+    apart = _natural(tmp_path / "apart.db", {"a": ({"placement": "same-host"}, 1e9),
+                                              "b": ({"placement": "cross-host", "overlay": "vxlan"}, 1e9)})
+    miss = vnetbench("compare", "last", "--db", apart, "--a-where", "placement=same-host", "--b-where",
+                     "placement=cross-host", check=False)
+    assert miss.returncode == 2 and "they differ in overlay" in miss.stderr, miss.stderr

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import dataset, guards, report, stats
 from .catalog import METRICS
+from .scenario import NOT_APPLICABLE
 from .store import Campaign, Store
 from .units import human
 
@@ -139,15 +140,58 @@ def _keyed(a: Side, b: Side) -> list[dict[tuple, dict]]:
     return keyed
 
 
+def _compatible(ka: tuple, kb: tuple) -> bool:
+    """Two scenarios' levels agree where both have the factor, a level that does not apply (n/a: no encryption's
+    scope, a direct NIC's switch) agreeing with any."""
+    da, db = dict(ka), dict(kb)
+    return all(da[f] == db[f] or NOT_APPLICABLE in (da[f], db[f]) for f in da.keys() & db.keys())
+
+
+def _pairs(a: Side, b: Side, keyed: list[dict[tuple, dict]]) -> list[tuple[tuple, tuple]]:
+    """A's scenarios paired with B's: the same levels first, then levels that agree but where one side's factor is
+    n/a ("no encryption" against WireGuard, whose scope is vm-to-vm); several such on B for one of A is a question
+    to narrow, said with the factors that tell them apart."""
+    A, B = keyed
+    pairs = [(k, k) for k in A if k in B]
+    taken = {kb for _, kb in pairs}
+    for ka in (k for k in A if k not in B):
+        cands = [kb for kb in B if kb not in taken and _compatible(ka, kb)]
+        if len(cands) > 1:
+            apart = distinguishing([dict(kb) for kb in cands])
+            raise CompareError(f"{len(cands)} scenarios of {b.describe()} match {dict(ka)} of {a.describe()}, "
+                               f"telling apart by {', '.join(apart)}: add it to --b-where (e.g. --b-where "
+                               f"{apart[0]}={dict(cands[0])[apart[0]]})")
+        if cands:
+            pairs.append((ka, cands[0]))
+            taken.add(cands[0])
+    return pairs
+
+
+def _merged(ka: tuple, kb: tuple) -> dict[str, str]:
+    """A row's levels: A's, with B's level where A's does not apply."""
+    db = dict(kb)
+    return {f: db.get(f, v) if v == NOT_APPLICABLE else v for f, v in ka}
+
+
 def _match(a: Side, b: Side) -> list[tuple[dict[str, str], int, int]]:
     """The scenarios that ran on both sides. Levels that match only where one side passed no trial are not an
     error: missing() lists them, and the gate fails on them."""
     keyed = _keyed(a, b)
-    both = [k for k in keyed[0] if k in keyed[1] and keyed[0][k]["status"] == keyed[1][k]["status"] == "done"]
+    pairs = _pairs(a, b, keyed)
+    both = [(ka, kb) for ka, kb in pairs if keyed[0][ka]["status"] == keyed[1][kb]["status"] == "done"]
     if not both:
         two = str(a.store.path) != str(b.store.path)
-        raise CompareError(f"no scenario of {a.describe(two)} has the same levels as one of {b.describe(two)}")
-    return [(dict(k), keyed[0][k]["idx"], keyed[1][k]["idx"]) for k in both if _ran(keyed[0][k]) and _ran(keyed[1][k])]
+        raise CompareError(f"no scenario of {a.describe(two)} has the same levels as one of {b.describe(two)}"
+                           + _apart(keyed))
+    return [(_merged(ka, kb), keyed[0][ka]["idx"], keyed[1][kb]["idx"]) for ka, kb in both
+            if _ran(keyed[0][ka]) and _ran(keyed[1][kb])]
+
+
+def _apart(keyed: list[dict[tuple, dict]]) -> str:
+    """': they differ in F, G' for the two scenarios (one a side) that differ in the fewest factors."""
+    best = min(((sorted(f for f, v in ka if dict(kb).get(f) not in (v, NOT_APPLICABLE) and v != NOT_APPLICABLE), ka)
+                for ka in keyed[0] for kb in keyed[1]), key=lambda d: len(d[0]), default=([], None))[0]
+    return f": they differ in {', '.join(best)} (name it in --a-where/--b-where to compare across it)" if best else ""
 
 
 def missing(a: Side, b: Side) -> list[dict[str, Any]]:
@@ -155,14 +199,17 @@ def missing(a: Side, b: Side) -> list[dict[str, Any]]:
     ok trial. A CI gate fails on them (a datapath that failed to build in B, or built and then passed no traffic,
     is not "no regression") unless told otherwise."""
     keyed = _keyed(a, b)
+    pairs = _pairs(a, b, keyed)
+    paired = [(keyed[0][ka], keyed[1][kb], _merged(ka, kb)) for ka, kb in pairs]
+    paired += [(keyed[0][ka], None, dict(ka)) for ka in keyed[0] if ka not in {p for p, _ in pairs}]
+    paired += [(None, keyed[1][kb], dict(kb)) for kb in keyed[1] if kb not in {q for _, q in pairs}]
     out = []
-    for key in dict.fromkeys([*keyed[0], *keyed[1]]):
-        rows = [k.get(key) for k in keyed]
-        ran = [r is not None and _ran(r) for r in rows]
+    for ra, rb, levels in paired:
+        ran = [r is not None and _ran(r) for r in (ra, rb)]
         if ran[0] == ran[1]:
             continue
-        side, other = ("B", rows[1]) if ran[0] else ("A", rows[0])
-        out.append({"scenario": dict(key), "missing_in": side, "why": _why(other, (b if ran[0] else a).campaign.id)})
+        side, other = ("B", rb) if ran[0] else ("A", ra)
+        out.append({"scenario": levels, "missing_in": side, "why": _why(other, (b if ran[0] else a).campaign.id)})
     return out
 
 
