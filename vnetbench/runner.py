@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import adaptive, cgroup, environment, guards, rawlog, rounds
+from . import adaptive, cgroup, environment, guards, rawlog, rounds, wakeup
 from .capabilities import detect
 from .ledger import Ledger, _alive, process_start_time
 from .matrix import Scenario, expand
@@ -289,7 +289,8 @@ class Runner:
             self._count_own(ledger)
             self.hosts = Hosts(ledger, self.testbed)  # guests booted at the first scenario that wants them
             self.store.set_campaign(cid, prefix=ledger.prefix, status="running")
-            with self._progress(cid) as bar:
+            with self._progress(cid) as bar, wakeup.Wakeup(spec.experiment.cpu_idle) as idle:
+                self._record_idle(cid, idle.state)
                 Campaign(self, cid, spec.experiment, [sc for sc in scenarios if sc.skip is None], plan, ledger,
                          bar, outcome).run()
                 outcome.status = "done"
@@ -308,6 +309,15 @@ class Runner:
                             self.hosts.disconnect()
                         for why in getattr(ledger, "pending", []):
                             self.console.print(f"[red]not cleaned: {why}[/]; retry with: vnetbench clean")
+
+    def _record_idle(self, cid: int, state: str) -> None:
+        """What the CPUs did when idle, in the campaign's environment (a resume that held it differently says so)."""
+        env = self.store.campaign(cid).environment
+        held = env.get("cpu_idle")
+        env["cpu_idle"] = state if held in (None, state) else f"{held}; on resume: {state}"
+        self.store.set_campaign(cid, environment=env)
+        if self.steal_env is not None:  # rewritten with the steal measured after the first trial
+            self.steal_env["cpu_idle"] = env["cpu_idle"]
 
     def _count_own(self, ledger: Ledger) -> None:
         """Every process the run starts goes into its cgroup, whose CPU the load watch counts as the run's own; where

@@ -124,6 +124,10 @@ class Experiment(Strict):
     include: list[dict[str, Any]] = Field(default_factory=list, description="extra combinations added to the product")
     workloads: list[dict[str, Any]] = Field(min_length=1, description="tools run in every trial, in order")
     cooldown: float = Field(0.0, ge=0, le=60, description="seconds to wait between trials")
+    cpu_idle: Literal["poll", "os"] = Field(
+        "poll", description="poll: idle CPUs poll while the run measures (a 0 us PM QoS request, released when the "
+                            "run ends; a guest's halting vCPUs had made its throughput vary 40 %); os: leave the "
+                            "machine's idle policy alone (vnetbench/wakeup.py)")
     warmup: int = Field(0, ge=0, le=5, description="trials of each workload run after each build and discarded "
                                                    "(a cell's first trial after a build was its lowest or highest "
                                                    "twice as often as chance: bench/card_noise.py)")
