@@ -227,9 +227,35 @@ def _kernel() -> dict[str, Feature]:
     ns = f"{ledger.prefix}-probe"
     ledger.record("netns", ns)
     try:
-        return probe_kernel(LocalExecutor(), ns)
+        return parse_kernel(_in_own_group(kernel_script(ns), 30))
     finally:
         ledger.remove_all()
+
+
+def _in_own_group(script: str, timeout: float) -> str:
+    """A local probe script's output. Interrupted (a signal, a timeout), its whole process group is killed and
+    waited for before the caller cleans up: killing the shell alone left its `ip netns add` running, and the
+    namespace it made after the ledger's clean-up was left behind."""
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:  # a hung probe: what it said so far (the rest reads "not probed")
+        _kill_group(proc)
+        return ""
+    except BaseException:
+        _kill_group(proc)
+        raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import os
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def kernel_script(ns: str) -> str:
