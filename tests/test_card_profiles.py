@@ -41,3 +41,13 @@ def test_suites_shows_each_profile_s_trials_and_tool_time():
     cards = re.findall(r"card: (\d+)\.\.(\d+) trials, (\d+) min\.\.(\d+) min, budget 15 min", out)
     assert len(cards) == 5 and all(int(a) < int(b) and int(c) <= int(d) for a, b, c, d in cards), out
     assert len(re.findall(r"smoke: \d+ trials", out)) == 5 and "full: 4500 trials" in out, out
+
+
+def test_suites_and_metrics_speak_json():
+    import json
+    from conftest import vnetbench
+    suites = json.loads(vnetbench("suites", "--json").stdout)
+    assert [s["suite"] for s in suites] == [f"suite:s{i}" for i in range(1, 6)]
+    assert all("card" in s["profiles"] and "budget 15 min" in s["profiles"]["card"] for s in suites)
+    metrics = {m["metric"]: m for m in json.loads(vnetbench("metrics", "--json").stdout)}
+    assert metrics["throughput_bps"]["unit"] == "bit/s" and metrics["throughput_bps"]["better"] == "higher"

@@ -794,7 +794,7 @@ def _alive_on(host, prefix: str) -> list[str]:
 
 
 @app.command()
-def suites() -> None:
+def suites(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """The built-in suites: the five studies, each runnable as `vnetbench run suite:NAME --profile smoke|quick|full`."""
     import yaml
     from .capabilities import detect
@@ -802,10 +802,17 @@ def suites() -> None:
     table = Table()
     for col in ("suite", "study", "profiles: trials, tool time (at least)", "analysis"):
         table.add_column(col)
+    rows: list[dict] = []
     for path in sorted(specmod.SUITES_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
-        sizes = [f"{p}: {_profile_size(path.stem, p, caps)}" for p in data.get("profiles", {})]
-        table.add_row(f"suite:{path.stem}", data.get("description", ""), "\n".join(sizes), data.get("analysis") or "-")
+        sizes = {p: _profile_size(path.stem, p, caps) for p in data.get("profiles", {})}
+        rows.append({"suite": f"suite:{path.stem}", "study": data.get("description", ""), "profiles": sizes,
+                     "analysis": data.get("analysis")})
+        table.add_row(rows[-1]["suite"], rows[-1]["study"], "\n".join(f"{p}: {v}" for p, v in sizes.items()),
+                      data.get("analysis") or "-")
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
     out.print(table)
     out.print("Tool time: the workloads' own durations and probes on this machine's plan; builds, guest boots and a "
               "busy machine add to it (docs/suites.md has each profile measured). A card's range: its first round "
@@ -836,9 +843,13 @@ def _minutes(seconds: float) -> str:
 
 
 @app.command()
-def metrics() -> None:
+def metrics(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """Every metric vnetbench records, with its SI unit and which direction is better."""
     from .catalog import METRICS
+    if as_json:
+        out.print_json(json.dumps([{"metric": m.name, "unit": m.unit, "better": m.better, "meaning": m.description}
+                                   for m in METRICS.values()]))
+        return
     table = Table()
     for col in ("metric", "unit", "better", "meaning"):
         table.add_column(col)
