@@ -4,11 +4,13 @@ picks its polling state and a vCPU never halts between packets. The kernel drops
 closed, by the run or by its death (kill -9 included): nothing is left to clean.
 
 Why: on this machine (a VM whose idle vCPUs halt through cpuidle-haltpoll) a User-Mode Linux guest's one-stream TCP
-(bench/wakeup.py, 6 trials a campaign) ran at 4.5-5.0 Gbit/s (CV 7-8 %) with the machine's own idle policy and at
-9.3-12.3 (CV 8-13 %) with the request held; in an earlier pair of runs the same scenario went from 2.0-3.2 Gbit/s at
-CV 39-45 % to 9.0-10.7 at CV 4-7 %, and in a card a machine whose CPUs other work kept busy ran its guest 2-3x faster
-than an idle one. Each wake-up of a halted vCPU goes through the host's scheduler; a guest, many processes passing
-packets by sleeping and waking, pays it per packet, and how much depends on what else the host runs. The field's tuning does the same (tuned's latency-performance profile; VSPERF and CSIT
+(bench/wakeup.py, 6 trials a campaign, os and poll alternated) ran at 4.5-5.0 Gbit/s with the machine's own idle
+policy and 9.3-12.3 with the request held in one run; in an earlier pair the same scenario went from 2.0-3.2 Gbit/s
+at CV 39-45 % to 9.0-10.7 at CV 4-7 %; in a third run, an hour later, both modes gave 11.8-14.4 (CV 9-17 %): how much
+a halted vCPU's wake-up costs depends on what else the VM's host runs, and the request takes that dependence away
+(in a card before it, a guest ran 2-3x faster whenever other work kept the CPUs busy). Each wake-up of a halted
+vCPU goes through the host's scheduler; a guest, many processes passing packets by sleeping and waking, pays it
+per packet. The field's tuning does the same (tuned's latency-performance profile; VSPERF and CSIT
 hosts boot with deep C-states off). `cpu_idle: os` leaves the machine's idle policy alone. Testbed hosts over SSH
 are not changed: the request is this machine's only, and the environment record says which it was."""
 from __future__ import annotations
