@@ -67,7 +67,7 @@ case "$what" in
   test)
     .venv/bin/vnetbench clean >/dev/null
     # Two workers (the machine has two cores): most of a test's time is a guest kernel or a network waiting; each
-    # module runs whole on one worker (tests/conftest.py groups them).
+    # module was meant to run whole on one worker (tests/conftest.py marks groups; not in effect today: see the note).
     # The `alone` tests run after the others, by themselves: a machine-wide profile saw another worker's VXLAN
     # traffic.
     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadgroup -m "not alone" tests
