@@ -6,7 +6,7 @@ precision of 30 fixed repetitions?
 2. Precision of the fixed design: for each cell, the relative half-width of the 95 % CI of the mean of its main
    metric (one value per trial, throughput_bps); the design guarantees every cell within +-T, T = the widest.
 3. The adaptive rule (repetitions: {min: 3, max: N, target: T}) replayed on the same trials in the order they were
-   measured: the two-stage rule of vnetbench.adaptive (a pilot of 8 plans the total, at least 16). Reports the
+   measured: the two-stage rule of vnetbench.run.adaptive (a pilot of 8 plans the total, at least 16). Reports the
    trials it needed.
 4. With --live, also runs the adaptive campaign for real (new trials) and reports its trials and widest CI.
 
@@ -24,12 +24,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench import adaptive  # noqa: E402
+from vnetbench.run import adaptive  # noqa: E402
 from vnetbench.capabilities import detect  # noqa: E402
-from vnetbench.matrix import expand  # noqa: E402
-from vnetbench.runner import Runner  # noqa: E402
-from vnetbench.spec import load, loads  # noqa: E402
-from vnetbench.store import Store  # noqa: E402
+from vnetbench.experiment.matrix import expand  # noqa: E402
+from vnetbench.run.campaign import Runner  # noqa: E402
+from vnetbench.experiment.spec import load, loads  # noqa: E402
+from vnetbench.results.store import Store  # noqa: E402
 
 
 def spec_text(reps, only: dict, extra: dict | None = None) -> str:
@@ -60,7 +60,7 @@ class _AnyRule:
 
 def replay(values: list[float], target: float, lo: int, hi: int) -> int:
     """The trials the two-stage rule runs on these values (at most as many as there are)."""
-    from vnetbench.spec import Repetitions
+    from vnetbench.experiment.spec import Repetitions
     rule = Repetitions(min=max(lo, 2), max=max(hi, lo, 2), target=min(max(target, 1e-6), 0.99))
     n0 = adaptive.pilot(rule)
     if len(values) < n0:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench import scorecard  # noqa: E402
-from vnetbench.dataset import load  # noqa: E402
-from vnetbench.store import Store  # noqa: E402
+from vnetbench.results import scorecard  # noqa: E402
+from vnetbench.results.dataset import load  # noqa: E402
+from vnetbench.results.store import Store  # noqa: E402
 
 
 def cv(values: list[float]) -> float:

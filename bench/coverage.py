@@ -40,7 +40,7 @@ from scipy.special import ndtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench import stats  # noqa: E402
+from vnetbench.results import stats  # noqa: E402
 
 CV, QUIET_CV = 0.05, stats.NOISY_CV
 MEANS = (1.0, 1.2, 1.5)                 # CS, Reference, IPsec (S1's shape); ratio and diff are IPsec against Reference

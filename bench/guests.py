@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vnetbench.guests import backend  # noqa: E402
 from vnetbench.guests.base import Fleet  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
 
 
 def boot(n: int) -> tuple[list[float], list[float]]:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vnetbench.guests.hostsite import GuestHostSite  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
 
 SPEC = """name: bench-host-guests
 repetitions: {rounds}

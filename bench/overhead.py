@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the emulated SSH lab is a test fixture
 
-from vnetbench import testbed as tb  # noqa: E402
+from vnetbench.hosts.lab import testbed as tb  # noqa: E402
 from vnetbench.guests.machine import GuestMachine  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
 from testlab import Lab  # noqa: E402
 
 SPEC = "name: overhead\nrepetitions: {n}\norder: sequential\n{factors}workloads: [{{type: iperf3, duration: 1}}]\n"

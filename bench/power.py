@@ -31,7 +31,7 @@ from scipy.special import stdtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench import stats  # noqa: E402
+from vnetbench.results import stats  # noqa: E402
 
 CHUNK = 2_000_000  # runs x splits held at once (a few arrays of this many floats: tens of MB)
 STEP = 0.001       # bisection stops when the bracket is this narrow (0.1 % of the mean)

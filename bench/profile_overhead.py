@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vnetbench.stats import t_quantile  # noqa: E402
+from vnetbench.results.stats import t_quantile  # noqa: E402
 
 SPEC = """name: profile-overhead
 repetitions: {reps}

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vnetbench.capabilities import detect  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
-from vnetbench.matrix import expand  # noqa: E402
-from vnetbench.spec import loads  # noqa: E402
-from vnetbench.topology import Topology  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
+from vnetbench.experiment.matrix import expand  # noqa: E402
+from vnetbench.experiment.spec import loads  # noqa: E402
+from vnetbench.build.topology import Topology  # noqa: E402
 
 # The kernel frees deleted namespaces asynchronously (hundreds here); the next `netns add` waits for that work.
 # Pause (untimed) so neither side pays for the other's teardown.
@@ -113,7 +113,7 @@ def main() -> None:
                     help="build every namespace's batch with its own ip process, as before netlink (for comparison)")
     args = ap.parse_args()
     if args.processes:
-        from vnetbench import topology
+        from vnetbench.build import topology
         topology.NETLINK_MIN_BATCHES = 10 ** 9
     sc = scenario(args.pairs, args.hosts)
     a, b = [], []

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vnetbench.capabilities import detect  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
-from vnetbench.matrix import expand  # noqa: E402
-from vnetbench.spec import loads  # noqa: E402
-from vnetbench.topology import Topology  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
+from vnetbench.experiment.matrix import expand  # noqa: E402
+from vnetbench.experiment.spec import loads  # noqa: E402
+from vnetbench.build.topology import Topology  # noqa: E402
 
 
 # The kernel frees deleted namespaces asynchronously; the next `netns add` waits for that work. Pause (untimed)

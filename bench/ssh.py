@@ -21,14 +21,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the lab is a test fixture
 
-from vnetbench import testbed as tb  # noqa: E402
+from vnetbench.hosts.lab import testbed as tb  # noqa: E402
+
+from vnetbench.hosts.lab import preflight
 from vnetbench.capabilities import detect  # noqa: E402
-from vnetbench.ledger import Ledger  # noqa: E402
-from vnetbench.matrix import expand  # noqa: E402
-from vnetbench.hosts.testbed import TestbedPlacement, TestbedSite  # noqa: E402
-from vnetbench.spec import loads  # noqa: E402
+from vnetbench.system.ledger import Ledger  # noqa: E402
+from vnetbench.experiment.matrix import expand  # noqa: E402
+from vnetbench.hosts.lab.placement import TestbedPlacement  # noqa: E402
+from vnetbench.hosts.lab.site import TestbedSite  # noqa: E402
+from vnetbench.experiment.spec import loads  # noqa: E402
 from testlab import Lab  # noqa: E402
-from vnetbench.topology import Topology  # noqa: E402
+from vnetbench.build.topology import Topology  # noqa: E402
 
 SETTLE_S = 0.5  # untimed pause between rounds: the kernel frees deleted namespaces asynchronously
 
@@ -59,7 +62,7 @@ def main() -> None:
         lab = Lab(Path(tmp) / "lab", 2).create()
         try:
             bed = tb.load(lab.dir / "testbed.yaml")
-            tb.preflight(bed, probe_kernel=False)
+            preflight.preflight(bed, probe_kernel=False)
             ledger = Ledger.create()
             site = TestbedSite(bed, ledger)
             ex = site.executor("h1")

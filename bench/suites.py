@@ -47,8 +47,8 @@ def breakdown(db: Path) -> dict:
 
 def card(db: Path) -> str:
     """The campaign's scorecard in one line: decided of checkable claims, the median cell CV."""
-    from vnetbench import scorecard
-    from vnetbench.store import Store
+    from vnetbench.results import scorecard
+    from vnetbench.results.store import Store
     rows = scorecard.for_campaign(Store(db), 1)
     return scorecard.tally_line(rows) if rows else "no scorecard"
 

@@ -31,8 +31,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=6)
     args = ap.parse_args()
-    from vnetbench.dataset import load
-    from vnetbench.store import Store
+    from vnetbench.results.dataset import load
+    from vnetbench.results.store import Store
     got: dict[str, list[tuple[float, float]]] = {"os": [], "poll": []}
     with tempfile.TemporaryDirectory() as d:
         for r in range(args.rounds):

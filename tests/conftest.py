@@ -34,7 +34,7 @@ def state_dir(tmp_path, monkeypatch):
     d = tmp_path / "state"
     monkeypatch.setenv("VNETBENCH_STATE_DIR", str(d))
     yield d
-    from vnetbench import ledger
+    from vnetbench.system import ledger
     deadline = time.monotonic() + 10
     while True:
         _, running = ledger.clean()
@@ -58,7 +58,7 @@ def uml_pids(prefix: str) -> list[int]:
 def clean_after_kill(prefix: str, state_dir: Path) -> None:
     """`clean` after a kill -9 of a run with guests: it removes the run, and nothing of it is left (no guest process,
     namespace, ledger directory, file in /dev/shm or /tmp, link in the machine's own namespace, or cgroup)."""
-    from vnetbench import ledger
+    from vnetbench.system import ledger
     removed, running = ledger.clean()
     assert prefix not in running and any(prefix in r for r in removed)
     time.sleep(0.5)
@@ -68,7 +68,7 @@ def clean_after_kill(prefix: str, state_dir: Path) -> None:
     assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert prefix not in links
-    from vnetbench import cgroup
+    from vnetbench.system import cgroup
     assert not cgroup.path_for(prefix).exists()  # the run's cgroup (the killed run was this process's child)
 
 
@@ -96,7 +96,7 @@ def lab(tmp_path_factory):
 def s1_smoke_db(tmp_path_factory):
     """One real `suite:s1 --profile smoke` campaign (it runs in a guest kernel: about 1-2 minutes), shared by the
     tests that read it, with its own private ledger directory, cleaned right after the run like `state_dir`'s."""
-    from vnetbench import ledger
+    from vnetbench.system import ledger
     base = tmp_path_factory.mktemp("s1smoke")
     env = os.environ.copy() | {"VNETBENCH_STATE_DIR": str(base / "state")}
     db = base / "s1.db"

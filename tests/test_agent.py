@@ -1,4 +1,4 @@
-"""The agent (vnetbench/agent.py) run as a real process, here through a plain pipe (over SSH in test_ssh.py and in
+"""The agent (vnetbench/system/agent.py) run as a real process, here through a plain pipe (over SSH in test_ssh.py and in
 guests): framed answers, commands at once, processes streamed and signalled, servers awaited on their socket, and
 nothing it started outliving its channel."""
 import os
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from vnetbench import agent
+from vnetbench.system import agent
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_nothing_the_agent_started_outlives_its_channel(channel):
 @pytest.mark.net
 def test_a_process_spawned_into_a_namespace_sees_that_namespace_only(channel, state_dir):
     """The agent enters the namespace for the process itself (no `ip netns exec`): its network is the namespace's."""
-    from vnetbench.ledger import Ledger
+    from vnetbench.system.ledger import Ledger
     led = Ledger.create()
     ns = f"{led.prefix}-a"
     led.record("netns", ns)
@@ -144,7 +144,7 @@ def test_a_process_spawned_into_a_namespace_sees_that_namespace_only(channel, st
 def test_namespaces_are_dropped_with_their_processes_and_nothing_else(channel, state_dir):
     """drop_netns kills what runs in the named namespaces (by their inode, no `ip netns pids`) and deletes them;
     a process of the same run outside them, and a namespace not named, are left alone."""
-    from vnetbench.ledger import Ledger
+    from vnetbench.system.ledger import Ledger
     led = Ledger.create()
     names = [f"{led.prefix}-d{k}" for k in range(3)]
     for ns in names:

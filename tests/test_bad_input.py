@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from vnetbench.matrix import expand
-from vnetbench.spec import SUITES_DIR, SpecError, load, loads
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import SUITES_DIR, SpecError, load, loads
 
 
 def errors(text: str, profile: str | None = None) -> list[str]:
@@ -52,7 +52,7 @@ def _limits():
 def test_billion_laughs_is_refused_quickly_in_bounded_memory(tmp_path, make):
     path = tmp_path / "bomb.yaml"
     path.write_text(make())
-    code = f"from vnetbench.spec import load, SpecError\ntry:\n    load({str(path)!r})\nexcept SpecError as e:\n" \
+    code = f"from vnetbench.experiment.spec import load, SpecError\ntry:\n    load({str(path)!r})\nexcept SpecError as e:\n" \
            f"    print(*e.lines)\n    raise SystemExit(2)\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10,
                           preexec_fn=_limits, cwd=ROOT)
@@ -70,7 +70,7 @@ def test_an_ordinary_alias_still_works_and_errors_inside_it_point_at_a_line():
 
 def test_line_index_is_linear_in_the_file():
     """An alias is indexed where it is written; its target is not walked again for every use."""
-    from vnetbench import yamlread
+    from vnetbench.core import yamlread
     doc = yamlread.read(bomb(3))  # 9**4 values when expanded, 6 lines of text
     assert len(doc.lines) < 60, len(doc.lines)
 
@@ -333,7 +333,7 @@ def _set(data, path, value):
 
 
 def test_fuzzed_specs_give_spec_errors_only():
-    from vnetbench.topology import Topology
+    from vnetbench.build.topology import Topology
     rng = random.Random(8)
     bases = [yaml.safe_load(p.read_text()) for p in sorted(SUITES_DIR.glob("*.yaml"))]
     ok = refused = 0
@@ -464,7 +464,7 @@ def test_an_adaptive_metric_every_foreground_workload_gives_is_accepted():
 
 
 def test_a_newline_in_a_testbed_host_name_stays_on_its_line(tmp_path):
-    from vnetbench import testbed
+    from vnetbench.hosts.lab import testbed
     bed = tmp_path / "tb.yaml"
     bed.write_text('hosts:\n  "node1\\n\\e[31mevil": {ssh: root@node1, nic: eth1, address: 192.0.2.1}\n')
     with pytest.raises(testbed.TestbedError) as err:
@@ -491,8 +491,8 @@ def test_a_terminal_escape_in_a_level_reaches_no_terminal_through_run_and_show(t
 def test_export_to_a_path_it_cannot_write_is_one_line_and_a_missing_directory_is_made(tmp_path):
     """`export -o` into a directory that did not exist was a traceback (exit 1) while `report -o` made it; under a
     file, or onto a directory, it is one line naming the path and the fix, exit 2."""
-    from vnetbench.sample import Sample
-    from vnetbench.store import Store
+    from vnetbench.core.sample import Sample
+    from vnetbench.results.store import Store
     db = tmp_path / "e.db"
     store = Store(db)
     cid = store.new_campaign("e", "test", "name: e\n", "0" * 64, {})
@@ -546,7 +546,7 @@ def test_a_wrong_environment_variable_is_one_line_exit_2(tmp_path, name, value, 
 def test_a_campaign_or_trial_id_too_large_for_sqlite_is_no_such_campaign(tmp_path, state_dir):
     """`show 999999999999999999999` (and run --resume, compare, report, export, export --raw) was an OverflowError
     traceback from SQLite; it is no such campaign or trial: one line, exit 2."""
-    from vnetbench.store import Store
+    from vnetbench.results.store import Store
     db = tmp_path / "h.db"
     Store(db).new_campaign("h", "test", "name: h\n", "0" * 64, {})
     huge = "9" * 21

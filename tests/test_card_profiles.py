@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from vnetbench import scorecard
+from vnetbench.results import scorecard
 from vnetbench.capabilities import detect
-from vnetbench.matrix import expand
-from vnetbench.spec import Rounds, load
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import Rounds, load
 
 STUDIES = ["s1", "s2", "s3", "s4", "s5"]
 

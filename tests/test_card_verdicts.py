@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from simdata import draw
-from vnetbench import scorecard
-from vnetbench.dataset import Dataset, Trial
+from vnetbench.results import scorecard
+from vnetbench.results.dataset import Dataset, Trial
 
 ALPHA = 0.05
 CARDS = 200          # simulated campaigns per distribution and n

@@ -5,9 +5,10 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
-from vnetbench import compare, dataset, efficiency, report
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.report import compare, tables as report
+from vnetbench.results import dataset, efficiency
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 LABELS = {"switch": "linuxbridge", "overlay": "vxlan"}
 

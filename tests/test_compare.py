@@ -4,8 +4,8 @@ import json
 import pytest
 
 from conftest import vnetbench
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 
 def _campaign(store, name, tput, rtt, reps=6):
@@ -109,8 +109,8 @@ workloads:
 def test_rate_limited_underlays_end_to_end(tmp_path, state_dir):
     """Real traffic: a 100 Mbit/s underlay cap is a regression (exit 1); 300 vs 200 Mbit/s ranked with p < 0.05 at 4
     repetitions each."""
-    from vnetbench.dataset import load
-    from vnetbench.stats import best_of
+    from vnetbench.results.dataset import load
+    from vnetbench.results.stats import best_of
     db = tmp_path / "r.db"
     for name, rate in (("free", None), ("cap100", "100mbit"), ("cap300", "300mbit"), ("cap200", "200mbit")):
         spec = tmp_path / f"{name}.yaml"
@@ -205,7 +205,7 @@ def test_a_scenario_whose_trials_all_failed_is_missing_and_fails_the_gate(tmp_pa
 def test_a_side_whose_every_trial_failed_is_missing_not_an_error(tmp_path):
     """Every scenario of B built and passed no traffic: each is missing in B (the gate fails, exit 1), not a table
     of nothing, nor 'no scenario has the same levels' (exit 2); and A's failed trials make them missing in A."""
-    from vnetbench import compare as cmp
+    from vnetbench.report import compare as cmp
     path = tmp_path / "g.db"
     store = Store(path)
     levels, rtt = {"none": 9e9, "vxlan": 3e9}, {"none": 50e-6, "vxlan": 80e-6}

@@ -1,8 +1,8 @@
 """compare's verdict logic on hand-built results: raw CPU is not judged, --gate, the words,
 and a verdict built on trials whose load was not offered says so."""
-from vnetbench import compare as cmp
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.report import compare as cmp
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 
 def _store(tmp_path, flags_b=()):

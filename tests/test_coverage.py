@@ -8,7 +8,7 @@ import pytest
 from scipy import optimize
 from scipy import stats as sps
 
-from vnetbench import stats
+from vnetbench.results import stats
 
 # A busy machine's trials, written out here rather than taken from stats.noisy_trials: a quarter of the trials 20 %
 # lower, CV 2 % around each level; the true mean 0.75 + 0.25 * 0.8 = 0.95.

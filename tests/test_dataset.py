@@ -1,9 +1,9 @@
 """dataset.py: one value per trial, pooled samples apart, background and series kept out."""
 import pytest
 
-from vnetbench.dataset import load, reduce_values
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.results.dataset import load, reduce_values
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_show_counts_trials(tmp_path, data):
 
     from rich.console import Console
 
-    from vnetbench import report
+    from vnetbench.report import tables as report
     store = Store(tmp_path / "d.db")
     rows = {(r.name, r.tag): r.summary for r in report.rows(store, 1)}
     assert rows[("rtt_s", "")].n == 3 and rows[("rtt_s", "")].median == pytest.approx(4e-3)   # not 15 echoes

@@ -145,7 +145,7 @@ def test_every_option_named_exists_and_every_option_is_in_the_command_table():
 
 def test_every_factor_and_workload_parameter_is_documented():
     from vnetbench import workloads
-    from vnetbench.scenario import TOPOLOGY_FACTORS
+    from vnetbench.core.scenario import TOPOLOGY_FACTORS
     from vnetbench.workloads.base import Params
     page = (ROOT / "docs" / "experiment-file.md").read_text()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z_0-9]+)` \|.*$", page, re.M)}
@@ -162,8 +162,8 @@ def test_every_factor_and_workload_parameter_is_documented():
 
 
 def test_every_spec_and_testbed_file_in_the_docs_is_valid(tmp_path):
-    from vnetbench import testbed
-    from vnetbench.spec import loads
+    from vnetbench.hosts.lab import testbed
+    from vnetbench.experiment.spec import loads
     specs = []
     for page in PAGES:
         for info, text in blocks(page):

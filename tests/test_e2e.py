@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import ROOT, netns_names, vnetbench
-from vnetbench.ledger import pids_in_namespaces
+from vnetbench.system.ledger import pids_in_namespaces
 
 pytestmark = pytest.mark.net
 

@@ -20,11 +20,11 @@ import pytest
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench.capabilities import Capabilities, Feature, Strongswan
-from vnetbench.ledger import Ledger, clean, pids_in_namespaces
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
-from vnetbench.validate import make_element
+from vnetbench.system.ledger import Ledger, clean, pids_in_namespaces
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
+from vnetbench.experiment.validate import make_element
 from vnetbench.workloads.base import wait_listening
 
 CBC = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}
@@ -310,10 +310,10 @@ def test_no_key_material_in_a_campaign_db(tmp_path, state_dir):
 BUILDER = """
 import json, sys, time
 from vnetbench.capabilities import detect
-from vnetbench.ledger import Ledger
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
+from vnetbench.system.ledger import Ledger
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
 out = []
 for text in sys.argv[1:]:
     (sc,) = expand(loads(text).experiment, detect())

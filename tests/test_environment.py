@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, vnetbench
-from vnetbench.environment import parse_ethtool_k
+from vnetbench.run.environment import parse_ethtool_k
 
 SPEC = """\
 name: env
@@ -41,7 +41,7 @@ def test_campaign_and_scenario_environment(tmp_path, state_dir):
         assert env["vnetbench_git"].startswith(head.strip())
     if env["tools"].get("charon"):
         assert env["strongswan_plugins"] == []  # no IPsec in this spec: no charon started to list them
-        from vnetbench import environment
+        from vnetbench.run import environment
         from vnetbench.capabilities import detect
         with_ipsec = environment.capture(detect(), steal=0.0, swan=True)  # a campaign that runs one
         assert {"aes", "vici"} <= set(with_ipsec["strongswan_plugins"])
@@ -94,8 +94,8 @@ def test_a_namespaces_sysctls_are_read_by_one_process_and_are_its_own(tmp_path):
     """A 256-pair run records 524 namespaces: two processes per sysctl (`$(cat ...)`, 17 sysctls) made most of the
     33 s that took at load 13 (5 s with one `grep` for all). The values are still the namespace's own."""
     import os
-    from vnetbench import environment
-    from vnetbench.executor import NetnsExecutor
+    from vnetbench.run import environment
+    from vnetbench.system.executor import NetnsExecutor
     ns = f"vbt{os.getpid() % 10000:04d}-env"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
@@ -117,9 +117,9 @@ def test_a_namespaces_sysctls_are_read_by_one_process_and_are_its_own(tmp_path):
 def test_a_namespace_is_described_in_a_few_processes_with_its_own_sysctls(state_dir):
     """Describing a namespace starts a handful of processes, not one per sysctl (`$(cat f)`: in a busy one-CPU guest
     a topology's 6 namespaces took 10-13 s to describe, ~2 s now); the sysctls read are the namespace's own."""
-    from vnetbench import environment
-    from vnetbench.executor import NetnsExecutor
-    from vnetbench.ledger import Ledger
+    from vnetbench.run import environment
+    from vnetbench.system.executor import NetnsExecutor
+    from vnetbench.system.ledger import Ledger
     led = Ledger.create()
     ns = f"{led.prefix}-env"
     led.record("netns", ns)

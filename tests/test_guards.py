@@ -3,8 +3,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from vnetbench import guards, runner
-from vnetbench.sample import Sample
+from vnetbench.results import guards
+from vnetbench.run import campaign as runner
+from vnetbench.core.sample import Sample
 
 
 def tput(value, pair=1, direction="forward", **meta):

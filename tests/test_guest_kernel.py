@@ -16,10 +16,10 @@ from test_encryption import MARKER, read_pcap
 from vnetbench.capabilities import detect
 from vnetbench.guests import machine
 from vnetbench.hosts.guest import GuestPlacement
-from vnetbench.ledger import Ledger
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
+from vnetbench.system.ledger import Ledger
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
 
 pytestmark = [pytest.mark.net, pytest.mark.skipif(not machine.support().ok, reason="User-Mode Linux not installed")]
 
@@ -111,7 +111,7 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
     import sys
 
     from conftest import ROOT, netns_names
-    from vnetbench import ledger as ledgermod
+    from vnetbench.system import ledger as ledgermod
     spec = tmp_path / "g.yaml"
     spec.write_text("name: g\nrepetitions: 1\nfactors: {kernel: guest, overlay: gre}\n"
                     "workloads: [{type: iperf3, duration: 30}]\n")
@@ -143,7 +143,7 @@ def test_kill_9_during_traffic_in_a_guest_then_clean_leaves_nothing(state_dir, t
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not list(state_dir.iterdir())
     assert not [p for p in os.listdir("/tmp") + os.listdir("/dev/shm") if prefix in p]
-    from vnetbench import cgroup
+    from vnetbench.system import cgroup
     assert not cgroup.path_for(prefix).exists()
 
 

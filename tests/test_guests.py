@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vnetbench import ledger
+from vnetbench.system import ledger
 from vnetbench.guests import backend
 from vnetbench.guests.base import Fleet, GuestError
 from conftest import clean_after_kill, uml_pids, netns_names
@@ -62,7 +62,7 @@ def test_a_guest_that_does_not_come_up_fails_with_its_console(state_dir, monkeyp
 
 @pytest.mark.parametrize("when", ["booting", "up"])
 def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, when):
-    code = ("import sys, time; from vnetbench.ledger import Ledger; from vnetbench.guests.base import Fleet\n"
+    code = ("import sys, time; from vnetbench.system.ledger import Ledger; from vnetbench.guests.base import Fleet\n"
             "l = Ledger.create(); f = Fleet(l, boot_timeout=60); print(l.prefix, flush=True)\n"
             "[f.add(h, nics=[('eth1', 'ul')]) for h in ('h1', 'h2')]\n"
             "f.boot(); print('up', flush=True); time.sleep(120)\n")

@@ -14,14 +14,14 @@ import time
 import pytest
 
 from conftest import clean_after_kill, uml_pids, netns_names
-from vnetbench import ledger
+from vnetbench.system import ledger
 from vnetbench.capabilities import detect
 from vnetbench.guests import backend
 from vnetbench.guests.hostsite import GuestHostSite
 from vnetbench.hosts.guest_per_host import HostGuestsPlacement
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
 
 pytestmark = [pytest.mark.net,
               pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")]

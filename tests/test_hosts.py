@@ -9,13 +9,14 @@ import pytest
 
 from conftest import ROOT, netns_names, vnetbench
 from vnetbench import hosts
-from vnetbench import testbed as tb
+from vnetbench.hosts.lab import testbed as tb
+from vnetbench.hosts.lab import preflight
 from vnetbench.capabilities import detect
 from vnetbench.guests import backend
-from vnetbench.ledger import Ledger
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import PLAN_PREFIX, Topology
+from vnetbench.system.ledger import Ledger
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import PLAN_PREFIX, Topology
 
 UML = pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
 PLAN_WORK = f"/run/vnetbench/{PLAN_PREFIX}/work"
@@ -121,7 +122,7 @@ def test_plan_shows_what_run_executes_with_guest_vms(tmp_path, state_dir):
 
 def test_plan_shows_what_run_executes_on_an_ssh_testbed(lab, tmp_path, state_dir):
     bed = tb.load(lab.dir / "testbed.yaml")
-    executed = same_steps(scenario(caps=tb.preflight(bed)), tmp_path, testbed=bed,
+    executed = same_steps(scenario(caps=preflight.preflight(bed)), tmp_path, testbed=bed,
                           testbed_file=lab.dir / "testbed.yaml")
     assert all(s[0] for s in executed)  # nothing in this machine's root namespace
     assert any("type vxlan" in ln for s in executed for ln in s[2])
@@ -129,7 +130,7 @@ def test_plan_shows_what_run_executes_on_an_ssh_testbed(lab, tmp_path, state_dir
 
 TOY = '''\
 """A toy host backend: namespaces on this machine, named with a prefix of its own."""
-from vnetbench.executor import NetnsExecutor
+from vnetbench.system.executor import NetnsExecutor
 from vnetbench.hosts import register
 from vnetbench.hosts.base import Node
 from vnetbench.hosts.namespaces import Namespaces, NamespacesPlacement
@@ -164,8 +165,8 @@ def test_a_new_backend_is_one_module_and_runs_quick(tmp_path, state_dir, monkeyp
     import sqlite3
     import sys
 
-    from vnetbench.runner import Runner
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.results.store import Store
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "toy.py").write_text(TOY)

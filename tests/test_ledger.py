@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from vnetbench import ledger
+from vnetbench.system import ledger
 from conftest import netns_names, vnetbench
 
 pytestmark = pytest.mark.net
@@ -34,7 +34,7 @@ def test_clean_removes_dead_runs_only_and_nothing_foreign(state_dir):
     subprocess.run(["ip", "netns", "add", foreign], check=True)
     try:
         child = subprocess.Popen([sys.executable, "-c",
-                                  "import time; from vnetbench.ledger import Ledger; l = Ledger.create();"
+                                  "import time; from vnetbench.system.ledger import Ledger; l = Ledger.create();"
                                   "l.record('netns', l.prefix + '-h1');"
                                   "import subprocess; subprocess.run(['ip','netns','add', l.prefix + '-h1']);"
                                   "print(l.prefix, flush=True); time.sleep(60)"],
@@ -64,9 +64,9 @@ def test_clean_removes_a_killed_runs_cgroup_and_moves_what_is_left_out(state_dir
     """A run killed with -9 leaves its cgroup (recorded in its ledger before it was made) with what it started still
     in it; `clean` moves those out (it kills what the run recorded or left in its namespaces, as before) and removes
     the group: none is left however the run ended."""
-    from vnetbench import cgroup
+    from vnetbench.system import cgroup
     child = subprocess.Popen([sys.executable, "-c",
-                              "import subprocess, time; from vnetbench import cgroup; from vnetbench.ledger import Ledger;"
+                              "import subprocess, time; from vnetbench import cgroup; from vnetbench.system.ledger import Ledger;"
                               "l = Ledger.create(); cgroup.join(l); p = subprocess.Popen(['sleep', '30']);"
                               "print(l.prefix, p.pid, flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
@@ -88,7 +88,7 @@ def test_clean_removes_a_killed_runs_cgroup_and_moves_what_is_left_out(state_dir
 def test_clean_removes_an_empty_run_cgroup_whose_ledger_is_gone_and_nothing_else(state_dir, monkeypatch):
     """A run killed with -9 whose ledger was wiped too leaves an empty cgroup no ledger names: `clean` removes it. A
     group with a process in it (a live run, whatever its state dir) and one whose run has a ledger are left alone."""
-    from vnetbench import cgroup
+    from vnetbench.system import cgroup
     monkeypatch.setattr(cgroup, "ORPHAN_AGE_S", 0)
     here = cgroup.current()
     orphan, busy = (here / f"{cgroup.NAME}vbt{os.getpid() % 1000:03d}{k}" for k in "ob")
@@ -203,7 +203,7 @@ def test_only_the_ledger_deletes_local_namespaces():
 def test_a_namespace_that_outlives_its_delete_keeps_the_run_recorded(tmp_path, monkeypatch):
     """The run's directory (its ledger) goes only once every recorded namespace is gone: a delete that left them
     (two 256-pair runs left 500 namespaces with no ledger) must leave the run for the next clean."""
-    from vnetbench import ledger as lg
+    from vnetbench.system import ledger as lg
     monkeypatch.setenv("VNETBENCH_STATE_DIR", str(tmp_path / "state"))
     run = lg.Ledger.create()
     ns = f"{run.prefix}-h1v1"
@@ -227,10 +227,10 @@ def test_a_namespace_that_outlives_a_topologys_teardown_stays_recorded(state_dir
     """A topology's teardown forgets only the namespaces that are gone: one whose delete failed stays in the ledger,
     and the run's own remove_all (or `clean`) removes it (they were forgotten regardless: 500 namespaces of two
     256-pair runs were left that no ledger knew)."""
-    from vnetbench import topology
+    from vnetbench.build import topology
     from vnetbench.capabilities import detect
-    from vnetbench.matrix import expand
-    from vnetbench.spec import loads
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.experiment.spec import loads
     (sc,) = expand(loads("name: t\nfactors: {placement: same-host}\nworkloads: [{type: ping, count: 1}]\n").experiment,
                    detect())
     run = ledger.Ledger.create()

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from vnetbench import cgroup, guards
+from vnetbench.system import cgroup
+from vnetbench.results import guards
 from vnetbench.guests import backend
-from vnetbench.ledger import Ledger
+from vnetbench.system.ledger import Ledger
 from vnetbench.probes.procstat import OWN_CGROUP, LoadWatch
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -148,9 +149,9 @@ def test_each_trial_says_what_was_counted_as_the_runs_own(tmp_path, state_dir):
     import json
     import sqlite3
 
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     home = cgroup.current()
     db = tmp_path / "r.db"
     outcome = Runner(Store(db), progress=False).run(loads("name: p\nrepetitions: 2\nworkloads: [{type: ping, count: 1}]\n"))
@@ -171,9 +172,9 @@ def test_without_a_cgroup_the_run_says_so_and_its_trials_too(tmp_path, state_dir
     import sqlite3
 
     from vnetbench.probes.procstat import OWN_PROCESS
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     v1 = "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n"
     assert cgroup._unified_mount(v1) is None
     assert cgroup._unified_mount(v1 + "31 25 0:27 / /sys/fs/cgroup rw shared:10 - cgroup2 cgroup2 rw\n") == \

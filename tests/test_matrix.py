@@ -1,7 +1,7 @@
 """Matrix expansion: product of levels, exclude/include, workload overrides, skips with reasons."""
 from vnetbench.capabilities import Capabilities, Feature
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
 
 
 def scen(text: str, caps=None):
@@ -74,7 +74,7 @@ def test_when_pairs_background_and_selector_factors():
 
 
 def test_selector_factor_needs_levels_and_pairs_must_exist():
-    from vnetbench.spec import SpecError
+    from vnetbench.experiment.spec import SpecError
     import pytest
     with pytest.raises(SpecError) as exc:
         loads("name: m\nworkloads: [{type: ping, when: {attack: on}}]\n")
@@ -91,7 +91,7 @@ def test_a_parameter_set_in_an_entry_is_pinned_for_that_entry():
              "  - {type: iperf3, duration: 1}\n"
              "  - {type: iperf3, duration: 1, protocol: udp, pairs: [1], background: true, port: 5301}\n")
     assert [[w.params.protocol for w in sc.workloads] for sc in s] == [["tcp", "udp"], ["udp", "udp"]]
-    from vnetbench.spec import SpecError
+    from vnetbench.experiment.spec import SpecError
     import pytest
     with pytest.raises(SpecError) as exc:
         loads("name: m\nfactors: {protocol: [tcp, udp]}\nworkloads: [{type: iperf3, protocol: udp}]\n")

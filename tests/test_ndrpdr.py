@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from vnetbench import pktgen
-from vnetbench.executor import LocalExecutor, NetnsExecutor
-from vnetbench.ledger import Ledger
-from vnetbench.sample import dimensions
+from vnetbench.workloads import pktgen
+from vnetbench.system.executor import LocalExecutor, NetnsExecutor
+from vnetbench.system.ledger import Ledger
+from vnetbench.core.sample import dimensions
 from vnetbench.workloads.base import Endpoint, Pair
 from vnetbench.workloads.ndrpdr import FrameSearch, Measurer, Ndrpdr, NdrpdrParams
 

@@ -24,7 +24,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 from . import register
 from .base import Command, Pair, Params, Tool, Workload, bounded
 
@@ -93,7 +93,7 @@ def test_a_new_workload_module_is_collected_by_every_catalogue(copy):
         from vnetbench import adaptive, capabilities, dataset
         from vnetbench.catalog import METRICS
         from types import SimpleNamespace
-        from vnetbench.spec import loads
+        from vnetbench.experiment.spec import loads
         loads("name: t\\nworkloads: [{type: toyecho}]\\n")  # the spec's checks know it
         print(json.dumps({"from": vnetbench.__file__, "unit": METRICS["toy_rtt_s"].unit,
                           "tool": list(capabilities.TOOLS["toy-ping"]), "event": "toy_rtt_s" in dataset.DISTRIBUTIONS,

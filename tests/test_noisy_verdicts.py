@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from simdata import NOISY_SHARE, NOISY_SHIFT, noisy
-from vnetbench import stats
+from vnetbench.results import stats
 
 ALPHA = 0.05
 NS = (3, 4, 5)
@@ -63,7 +63,7 @@ def sim_compare(rng, mix: Mix, n: int) -> dict[str, bool]:
 # ---- S1 ----------------------------------------------------------------------------------------------------------
 def s1_measures(rng, mix: Mix, n: int) -> dict:
     """Five equal scenarios: each metric of each scenario n per-trial values from one distribution."""
-    from vnetbench.analyses.s1 import ROLES, _measure
+    from vnetbench.report.analyses.s1 import ROLES, _measure
     m = {}
     for role, *_ in ROLES:
         for key, scale in (("TR", 1e-5), ("TRS", 1e-4), ("TT", 1e3), ("TTS", 1e2)):
@@ -74,7 +74,7 @@ def s1_measures(rng, mix: Mix, n: int) -> dict:
 
 def s1_mechanisms(m: dict, keys=("TR", "TRS")) -> tuple[dict, int]:
     """The mechanisms' costs as S1.run computes them, Holm over every one of Tables II-IV that has a test."""
-    from vnetbench.analyses.s1 import MECHANISMS, S1
+    from vnetbench.report.analyses.s1 import MECHANISMS, S1
     mech = {(name, key): S1._mechanism(m[(w, key)], m[(b, key)], w, b) for name, w, b in MECHANISMS for key in keys}
     tested = [k for k, x in mech.items() if x["ok"] and math.isfinite(x["p"])]
     for k, p in zip(tested, stats.holm([mech[k]["p"] for k in tested])):
@@ -92,7 +92,7 @@ def sim_s1(rng, mix: Mix, n: int) -> dict[str, bool]:
     """S1's Tables II-IV (one Holm family over their 8 comparisons) and its findings (one family of Welch tests and
     contrasts) on a campaign whose five scenarios are equal. A false mark: a cost without '(n.s.)'; a finding
     answered yes, no or partly."""
-    from vnetbench.analyses.s1 import MECH_TABLES, S1, Entries
+    from vnetbench.report.analyses.s1 import MECH_TABLES, S1, Entries
     m = s1_measures(rng, mix, n)
     mech, tests = s1_mechanisms(m)
     e = Entries(0, 1, 2, 3, 56, 65507, tt_size=56, tts_size=65507)
@@ -119,7 +119,7 @@ def s3_campaign(rng, mix: Mix, n: int):
     three IPsec variants (AH, ESP 3DES-CBC, ESP Blowfish-CBC) over 2 tests x 2 message sizes x 0 and 1 router, all
     equal. S3 compares each variant's cell with the ONE no-IPsec list of its conditions (the same list object): 'IPsec
     lowers throughput' tests 12 cells on 4 shared baselines, the request/response claim 6 cells on 2."""
-    from vnetbench.analyses.s3 import NONE, variant_name
+    from vnetbench.report.analyses.s3 import NONE, variant_name
     levels = ["none", *S3_LEVELS]
     modes = [variant_name(level) for level in levels]
     cells: dict[tuple, list[float]] = defaultdict(list)
@@ -138,7 +138,7 @@ def s3_campaign(rng, mix: Mix, n: int):
 def s3_analysis():
     """An S3 analysis with the state S3.run gives it before it builds its tables and findings (no trial metadata:
     nothing offered short)."""
-    from vnetbench.analyses.s3 import S3
+    from vnetbench.report.analyses.s3 import S3
     analysis = S3()
     analysis.members, analysis.where, analysis.skipped = defaultdict(list), defaultdict(set), {}
     analysis.kernel, analysis.impl = {}, {}
@@ -159,7 +159,7 @@ def sim_s3_findings(rng, mix: Mix, n: int) -> dict[str, bool]:
 def sim_s3_tables(rng, mix: Mix, n: int) -> dict[str, bool]:
     """S3's per-test tables (each variant against the shared no-IPsec column, marked * when Holm over the table's
     marks rejects) and its AH vs ESP per cipher table (verdict higher / lower), on a null campaign."""
-    from vnetbench.analyses.s3 import NONE
+    from vnetbench.report.analyses.s3 import NONE
     cells, _, modes = s3_campaign(rng, mix, n)
     analysis = s3_analysis()
     out = {}
@@ -183,7 +183,8 @@ class S4Card:
 
     def __init__(self, full: bool = False):
         import yaml
-        from vnetbench import matrix, scorecard, spec
+        from vnetbench.experiment import matrix, spec
+        from vnetbench.results import scorecard
         loaded = spec.load("suite:s4")
         self.spec = yaml.safe_load(loaded.text)
         if not full:
@@ -200,7 +201,7 @@ class S4Card:
 
     def dataset(self, rng, mix: Mix, n: int, scale: Callable[[dict], float] = lambda labels: 1.0):
         """n trials of every selected scenario (`scale`: a factor on one scenario's values, by its labels)."""
-        from vnetbench.dataset import Dataset, Trial
+        from vnetbench.results.dataset import Dataset, Trial
         ok = []
         for sc in self.scenarios:
             params, f = sc.workload_params[0], scale(sc.labels)
@@ -222,11 +223,11 @@ class S4Card:
         return Dataset(None, scenarios, trials, ok, [s for t in ok for s in t.samples])
 
     def rows(self, rng, mix: Mix, n: int, **kw):
-        from vnetbench import scorecard
+        from vnetbench.results import scorecard
         return scorecard.evaluate(self.spec, self.dataset(rng, mix, n, **kw))
 
     def marked(self, rows) -> bool:
-        from vnetbench import scorecard
+        from vnetbench.results import scorecard
         return any(r.verdict in (scorecard.AGREES, scorecard.DIFFERS) for r, kind in zip(rows, self.kinds)
                    if kind in MARKS)
 
@@ -250,7 +251,7 @@ def sim_s4(rng, mix: Mix, n: int) -> dict[str, bool]:
 # ---- S5 ----------------------------------------------------------------------------------------------------------
 def s5_rounds(rng, mix: Mix, n: int) -> dict:
     """n control and n attack rounds of an attack that does nothing: every per-round value from one distribution."""
-    from vnetbench.analyses.s5 import GROUPS, Round
+    from vnetbench.report.analyses.s5 import GROUPS, Round
     by = {}
     for g in GROUPS:
         by[g] = []
@@ -271,7 +272,7 @@ def s5_rounds(rng, mix: Mix, n: int) -> dict:
 def sim_s5(rng, mix: Mix, n: int) -> dict[str, bool]:
     """S5's three families on a campaign whose attack does nothing. A false mark: a finding answered yes or no, a
     tenant row 'yes', a growth cell 'significant'."""
-    from vnetbench.analyses import s5
+    from vnetbench.report.analyses import s5
     analysis = s5.S5()
     by = s5_rounds(rng, mix, n)
     findings = s5.family(lambda: analysis._findings(by, 2))
@@ -375,8 +376,8 @@ def test_s1_tables_are_simulated_as_s1_prints_them(tmp_path):
     """The simulation's Tables II-IV are S1.run's own on the same trials, its Holm family included: a stored campaign
     whose mechanisms cost something (IPsec a quarter of the response time), 8 trials a scenario."""
     from test_suites_s1_s2 import _campaign, _trial
-    from vnetbench.analyses.s1 import MECH_TABLES, ROLES, S1, Entries, _measure
-    from vnetbench.sample import Sample
+    from vnetbench.report.analyses.s1 import MECH_TABLES, ROLES, S1, Entries, _measure
+    from vnetbench.core.sample import Sample
     store, cid = _campaign(tmp_path, "s1")
     rng = np.random.default_rng(81)
     cost = {"CS": 1.0, "Reference": 1.1, "IPsec": 1.4, "SR-IOV": 1.02, "IPsec+SR-IOV": 1.3}
@@ -411,7 +412,7 @@ def test_s3_findings_pool_each_shared_baseline_once():
 
 def test_the_marks_are_seen_when_something_differs():
     """The detectors of false marks see real ones: each simulation, given a real difference, marks it."""
-    from vnetbench.analyses.s3 import NONE
+    from vnetbench.report.analyses.s3 import NONE
     rng = np.random.default_rng(64)
     rows = [stats.compare(NOISY(rng, 8), NOISY(rng, 8, 130.0), better="higher") for _ in range(8)]
     assert any(v == "better" for _, v in stats.holm_verdicts(rows))
@@ -431,7 +432,7 @@ def test_the_marks_are_seen_when_something_differs():
                     and labels["attach"] == "host" and labels["encryption"] == "none" else 1.0)
     assert {r.id for r in got if r.verdict == "agrees"} == {"native-streams", "native-streams512-drop"}
     # S5: context switches 50 % up under attack -> 'yes', in the findings and the growth row
-    from vnetbench.analyses import s5
+    from vnetbench.report.analyses import s5
     by = s5_rounds(rng, NOISY, 8)
     for r in by["attack"]:
         r.machine["context_switches_per_s"] *= 1.5
@@ -442,7 +443,7 @@ def test_the_marks_are_seen_when_something_differs():
 def test_the_card_family_is_the_same_in_the_whole_card():
     """The S4 card's direction rows decide the same with the ratio and value rows beside them (the whole card, as
     `show` prints it): their family is theirs alone. On a null campaign of 8 trials a cell each of them is tested."""
-    from vnetbench import scorecard
+    from vnetbench.results import scorecard
     whole, marks = s4_card(full=True), s4_card()
     data = whole.dataset(np.random.default_rng(5), NOISY, 8)
     every = {r.id: r for r in scorecard.evaluate(whole.spec, data)}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from vnetbench.analyses import s3, s4, s5
-from vnetbench.dataset import Dataset, Trial
-from vnetbench.sample import Sample
-from vnetbench.store import Campaign
+from vnetbench.report.analyses import s3, s4, s5
+from vnetbench.results.dataset import Dataset, Trial
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Campaign
 
 SHORT_UDP = "offered 412 of 1e+03 Mbit/s (pair 1, direction forward): the sender did not reach its rate"
 SHORT_FLOOD = "background offered 0.12 of 0.25 Mbit/s (pair 3): the sender did not reach its rate"

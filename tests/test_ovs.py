@@ -16,8 +16,8 @@ import pytest
 
 from conftest import ROOT, netns_names
 from vnetbench.capabilities import Capabilities, Feature
-from vnetbench.matrix import expand
-from vnetbench.spec import Experiment
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import Experiment
 
 OVERLAYS = ["none", "vxlan", "gre", "geneve", "vlan"]
 SWITCHES = ["linuxbridge", "ovs"]
@@ -108,11 +108,11 @@ def env():
     old = os.environ.get("VNETBENCH_STATE_DIR")
     os.environ["VNETBENCH_STATE_DIR"] = d
     from vnetbench.capabilities import detect
-    from vnetbench.ledger import Ledger
+    from vnetbench.system.ledger import Ledger
     try:
         yield {"dir": d, "caps": detect(), "ledger": Ledger.create()}
     finally:
-        from vnetbench import ledger as L
+        from vnetbench.system import ledger as L
         prefixes = [run.prefix for run in L.runs()]
         L.clean()
         for run in L.runs():
@@ -129,7 +129,7 @@ def env():
 
 @contextlib.contextmanager
 def built(env, **factors):
-    from vnetbench.topology import Topology
+    from vnetbench.build.topology import Topology
     sc = one_scenario(env["caps"], **factors)
     if sc.skip:
         pytest.skip(sc.skip)
@@ -346,10 +346,10 @@ def test_mtu_edges(env, switch, overlay, mtu):
 KILLED = """
 import sys, time
 from vnetbench.capabilities import detect
-from vnetbench.ledger import Ledger
-from vnetbench.matrix import expand
-from vnetbench.spec import Experiment
-from vnetbench.topology import Topology
+from vnetbench.system.ledger import Ledger
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import Experiment
+from vnetbench.build.topology import Topology
 exp = Experiment.model_validate({"name": "k", "factors": {"switch": "ovs", "overlay": "vxlan",
                                  "placement": "cross-host", "pairs": 2}, "workloads": [{"type": "ping"}]})
 (sc,) = expand(exp, detect())
@@ -362,7 +362,7 @@ time.sleep(600)
 
 @net
 def test_clean_after_kill_9():
-    from vnetbench import ledger as L
+    from vnetbench.system import ledger as L
     state = tempfile.mkdtemp(prefix="vbk", dir="/tmp")
     old = os.environ.get("VNETBENCH_STATE_DIR")
     os.environ["VNETBENCH_STATE_DIR"] = state
@@ -397,8 +397,8 @@ def test_the_underlay_rate_holds_when_ovs_takes_the_nic(tmp_path, state_dir):
     """With the underlay in the OVS bridge (flat, across hosts), ovs-vswitchd resets a port's qdisc unless the port has
     QoS: the 30 Mbit/s tbf was gone and TCP ran at 1.8 Gbit/s, an invalid trial. With a linux-noop QoS it holds."""
     from conftest import vnetbench
-    from vnetbench.dataset import load
-    from vnetbench.store import Store
+    from vnetbench.results.dataset import load
+    from vnetbench.results.store import Store
     spec = tmp_path / "cap.yaml"
     spec.write_text("name: cap\nrepetitions: 1\nunderlay: {rate: 30mbit}\nfactors: {switch: ovs}\n"
                     "workloads: [{type: iperf3, duration: 2}]\n")

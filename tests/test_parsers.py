@@ -342,7 +342,7 @@ def test_an_interrupted_sender_is_owed_at_most_one_uncounted_block(extra_blocks,
     bytes: the server then holds one block per stream more than the client counted (a 1-Mbit/s UDP load in the test
     suite: 97 datagrams received, 96 counted sent, and the trial was judged impossible). One block is that race;
     more (here 10 blocks of 64 B: 0.4 %) cannot be explained by it and stays for the consistency check."""
-    from vnetbench.guards import check_consistency
+    from vnetbench.results.guards import check_consistency
     from vnetbench.workloads.iperf3 import completed
     client = json.loads(text("iperf3_interrupted", "udp_client.json"))
     server = json.loads(text("iperf3_interrupted", "udp_server.json"))

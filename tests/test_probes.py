@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from vnetbench.executor import LocalExecutor, NetnsExecutor
+from vnetbench.system.executor import LocalExecutor, NetnsExecutor
 from vnetbench.probes import load_all
 from vnetbench.probes.interfaces import InterfaceProbe, parse_ip_link_json
 from vnetbench.probes.process import ProcessProbe, parse_pid_stat
-from vnetbench.probes.procstat import (CPU_FIELDS, Snapshot, SystemProbe, cpu_shares, parse_proc_stat,
-                                       interpolate, parse_softirqs, read_snapshot, series_samples, steal_ratio_now,
-                                       window_samples)
+from vnetbench.probes.procstat import (
+    CPU_FIELDS, Snapshot, SystemProbe, cpu_shares, parse_proc_stat, interpolate, parse_softirqs, read_snapshot,
+    series_samples, steal_ratio_now, window_samples)
 
 FIX = Path(__file__).parent / "fixtures" / "proc"
 SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass"

@@ -15,10 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import vnetbench
-from vnetbench import efficiency, mechanisms, profiles
+from vnetbench.results import efficiency, cpu_profiles as profiles
+from vnetbench.probes import mechanisms
 from vnetbench.probes import profile
 from vnetbench.probes.profile import compress, decompress, fold, parse_script
-from vnetbench.sample import Sample
+from vnetbench.core.sample import Sample
 
 # The profile samples the whole machine: another worker's VXLAN traffic showed up in the flat scenario's profile.
 pytestmark = pytest.mark.alone
@@ -138,7 +139,7 @@ HAVE = all(shutil.which(t) for t in ("perf", "iperf3", "ovs-vswitchd", "wireguar
 def campaign(tmp_path_factory):
     if os.geteuid() != 0 or not HAVE:
         pytest.skip("needs root, perf, iperf3, Open vSwitch and wireguard-go")
-    from vnetbench import ledger
+    from vnetbench.system import ledger
     d = tmp_path_factory.mktemp("profiled")
     (d / "p.yaml").write_text(SPEC)
     with pytest.MonkeyPatch.context() as mp:  # a private ledger directory, cleaned whatever happens
@@ -259,7 +260,7 @@ def test_folded_export_and_flame_graph_in_chromium(campaign, tmp_path):
 
 def test_compare_judges_efficiency_not_raw_cpu(tmp_path):
     """B carries twice the traffic with 1.5x the CPU: its raw CPU is not called worse, its CPU per Gbit better."""
-    from vnetbench.store import Store
+    from vnetbench.results.store import Store
     store = Store(tmp_path / "c.db")
     for name, tput, busy in (("a", 4e9, 0.4), ("b", 8e9, 0.6)):
         cid = store.new_campaign(name, "test", f"name: {name}\n", "0" * 64, {})
@@ -282,9 +283,10 @@ def test_compare_judges_efficiency_not_raw_cpu(tmp_path):
 
 def test_testbed_host_without_perf_is_named():
     """Preflight asks every host for perf like any tool: one without it is named, with the package to install."""
-    from vnetbench import testbed as tb
+    from vnetbench.hosts.lab import testbed as tb
+    from vnetbench.hosts.lab import preflight
     from vnetbench.capabilities import Capabilities
-    from vnetbench.executor import SshTarget
+    from vnetbench.system.executor import SshTarget
 
     class Said:  # a host's answer to the tool script: perf on node1 only
         def __init__(self, perf: bool):
@@ -292,15 +294,15 @@ def test_testbed_host_without_perf_is_named():
 
         def run_script(self, script, **kw):
             out = "@@iperf3\niperf 3.12\n" + ("@@perf\nperf version 6.1.187\n" if self.perf else
-                                              f"@@perf\n{tb.MISSING}\n")
+                                              f"@@perf\n{preflight.MISSING}\n")
             return SimpleNamespace(stdout=out)
     hosts = []
     for name, perf in (("node1", True), ("node2", False)):
         h = tb.Host(name, SshTarget(f"root@{name}"), "eth1", "192.0.2.1")
-        h.caps = Capabilities(tb.tools(Said(perf)), {})
+        h.caps = Capabilities(preflight.tools(Said(perf)), {})
         hosts.append(h)
     assert hosts[0].caps.tools["perf"].ok and hosts[0].caps.tools["perf"].detail == "6.1.187"
-    caps = tb.merge(hosts)
+    caps = preflight.merge(hosts)
     assert not caps.tool("perf") and caps.missing_tool("perf") == \
         "perf is missing on node2: not installed (Debian package linux-perf)"
 
@@ -328,7 +330,7 @@ def test_a_profile_that_missed_part_of_the_window_is_left_out_with_the_reason():
 
 
 def test_baseline_is_the_same_scenario_with_the_element_at_its_default():
-    from vnetbench.mechanism_report import baseline
+    from vnetbench.report.mechanism_report import baseline
     sc = {1: {"levels": {"overlay": "none", "switch": "linuxbridge", "placement": "cross-host"}, "status": "done"},
           2: {"levels": {"overlay": "vxlan", "switch": "linuxbridge", "placement": "cross-host"}, "status": "done"},
           3: {"levels": {"overlay": "vxlan", "switch": "linuxbridge", "placement": "same-host"}, "status": "done"},

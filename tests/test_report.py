@@ -10,11 +10,11 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-from vnetbench.analyses import REGISTRY
-from vnetbench.analyses.base import Analysis, AnalysisResult, FigureData, TableData
+from vnetbench.report.analyses import REGISTRY
+from vnetbench.report.analyses.base import Analysis, AnalysisResult, FigureData, TableData
 from vnetbench.cli import app
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 SPEC = """\
 name: reptest
@@ -302,7 +302,7 @@ def test_s1_smoke_report_shows_the_study_first(tmp_path, s1_smoke_db):
         study.index("<caption>Table I")
     assert study.index("<caption>Table I") < study.index("<caption>Table II") < study.index("<figure")
     assert "<details>" not in study
-    from vnetbench import document
+    from vnetbench.report import document
     for f in document.build(Store(db), 1).figures():
         assert not readable_axes(f.figure), (f.name, readable_axes(f.figure))
     screenshot(page, tmp_path / "first-screen.png", 1400, 900)  # kept for a person to look at
@@ -324,7 +324,7 @@ def test_s1_smoke_report_shows_the_study_first(tmp_path, s1_smoke_db):
 
 def test_series_never_pools_workloads_protocols_or_background(tmp_path):
     """Two iperf3 entries (UDP and TCP) and a background flood in one scenario: three lines, none averaged."""
-    from vnetbench import document
+    from vnetbench.report import document
     store = Store(tmp_path / "s.db")
     cid = store.new_campaign("series", "x.yaml", "name: series\n", "ef" * 32, {})
     store.put_scenario(cid, 1, "a", labels("none", 1), labels("none", 1), "done", None, {}, [])
@@ -343,7 +343,7 @@ def test_series_never_pools_workloads_protocols_or_background(tmp_path):
 
 
 def test_error_bars_stay_in_the_physical_range():
-    from vnetbench.figures import bounds, error_bars
+    from vnetbench.report.figures import bounds, error_bars
     assert bounds("rtt_s", "s") == (0.0, float("inf")) and bounds("udp_loss_ratio", "ratio") == (0.0, 1.0)
     assert bounds("process_cpu_ratio", "ratio")[1] == float("inf")  # 1.0 = one core: a process may use several
     below, above = error_bars([0.2, 0.9, 5.0], [-0.3, 0.7, float("nan")], [0.5, 1.4, 6.0], 0.0, 1.0)
@@ -352,7 +352,7 @@ def test_error_bars_stay_in_the_physical_range():
 
 def readable_axes(fig) -> list[str]:
     """What a person would find unreadable on a figure: an exponent or offset on an axis."""
-    from vnetbench.figures import encode
+    from vnetbench.report.figures import encode
     encode(fig, "png")  # draws it, as the report does
     bad = []
     for ax in fig.axes:
@@ -364,7 +364,7 @@ def readable_axes(fig) -> list[str]:
 
 
 def test_every_report_figure_reads_in_units(campaign_db):
-    from vnetbench import document
+    from vnetbench.report import document
     doc = document.build(Store(campaign_db), 1)
     assert doc.figures()
     for f in doc.figures():
@@ -373,7 +373,7 @@ def test_every_report_figure_reads_in_units(campaign_db):
 
 def test_s2_figures_in_gbit_and_clipped(tmp_path):
     """S2's per-metric figures: throughput in Gbit/s (not a 1e10 axis), UDP loss whiskers never below 0 %."""
-    from vnetbench.analyses import load_all
+    from vnetbench.report.analyses import load_all
     store = Store(tmp_path / "s2.db")
     cid = store.new_campaign("s2", "s2.yaml", "name: s2\nanalysis: s2\n", "12" * 32, {})
     idx = 0
@@ -402,7 +402,7 @@ def test_s2_figures_in_gbit_and_clipped(tmp_path):
 def test_every_profile_says_what_it_leaves_out(suite):
     """smoke and quick cut the study down; each says how (the report shows it), and the longer list of a shorter
     profile still names what even `full` leaves out."""
-    from vnetbench.spec import load, suite_path
+    from vnetbench.experiment.spec import load, suite_path
     omits = {p: load(suite_path(suite), p).experiment.omits for p in ("smoke", "quick", "full")}
     assert all(omits.values()), omits
     assert set(omits["full"]) <= set(omits["smoke"]) and set(omits["full"]) <= set(omits["quick"])
@@ -410,7 +410,7 @@ def test_every_profile_says_what_it_leaves_out(suite):
 
 
 def test_without_a_study_the_statistics_lead_unfolded(tmp_path):
-    from vnetbench import document
+    from vnetbench.report import document
     db = tmp_path / "plain.db"
     store = Store(db)
     cid = store.new_campaign("plain", "p.yaml", "name: plain\n", "ab" * 32, {"hostname": "h", "kernel": "Linux 6.1"})
@@ -427,7 +427,8 @@ def test_a_report_reads_the_campaign_and_parses_its_spec_once(campaign_db, monke
     """The demo's report took 18.5 s: the store was read 8 times per report (each section, each study's analysis
     loading the campaign again) and the spec parsed 3 times. Now once each, the study's analysis included."""
     import yaml
-    from vnetbench import dataset, document
+    from vnetbench.results import dataset
+    from vnetbench.report import document
 
     class LoadingStudy(TestOnlyStudy):  # as the real studies do: their own dataset.load and the spec
         def run(self, store, campaign):

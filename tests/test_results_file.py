@@ -11,9 +11,9 @@ import time
 import pytest
 
 from conftest import ROOT, netns_names, vnetbench
-from vnetbench.ledger import process_start_time
-from vnetbench.sample import Sample
-from vnetbench.store import SCHEMA_VERSION, Store, StoreError
+from vnetbench.system.ledger import process_start_time
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import SCHEMA_VERSION, Store, StoreError
 
 SKIPPED_ONLY = "name: s\nrepetitions: 1\nfactors: {overlay: vxlan, attach: host}\nworkloads: [{type: ping, count: 2}]\n"
 V1_SCHEMA = """
@@ -164,7 +164,8 @@ def test_run_where_nothing_can_run_exits_non_zero(tmp_path, state_dir):
 @pytest.mark.net
 def test_run_exits_non_zero_and_counts_failed_trials(tmp_path, state_dir, monkeypatch):
     from typer.testing import CliRunner
-    from vnetbench import cli, runner
+    from vnetbench import cli
+    from vnetbench.run import campaign as runner
 
     db = tmp_path / "r.db"
     small_db(db)
@@ -180,8 +181,8 @@ def test_run_exits_non_zero_and_counts_failed_trials(tmp_path, state_dir, monkey
 
 @pytest.mark.net
 def test_a_failed_final_status_write_still_removes_the_run(tmp_path, state_dir, monkeypatch):
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
 
     store = Store(tmp_path / "r.db")
     real = store.set_campaign
@@ -222,7 +223,8 @@ def test_a_signal_during_the_capability_probe_leaks_nothing(tmp_path, state_dir,
 @pytest.mark.net
 def test_a_full_disk_during_a_run_is_one_line_with_the_resume_hint(tmp_path, state_dir, monkeypatch):
     from typer.testing import CliRunner
-    from vnetbench import cli, runner
+    from vnetbench import cli
+    from vnetbench.run import campaign as runner
 
     db = tmp_path / "r.db"
     small_db(db)

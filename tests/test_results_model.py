@@ -9,9 +9,10 @@ import re
 import pytest
 
 from conftest import vnetbench
-from vnetbench import dataset, document, report
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.results import dataset
+from vnetbench.report import document, tables as report
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 W = [1e9, 1e9 + 10]  # a measurement window (absolute UNIX times)
 
@@ -122,8 +123,8 @@ def test_workloads_are_named_for_what_they_are(tmp_path):
 
 
 def test_the_spec_name_reaches_the_workload():
-    from vnetbench.matrix import expand
-    from vnetbench.spec import loads
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.experiment.spec import loads
     exp = loads("name: n\nworkloads:\n  - {type: iperf3, streams: 10}\n  - {type: ping, name: idle rtt}\n").experiment
     sc = expand(exp, None)[0]
     assert [wl.name for wl in sc.workloads] == ["iperf3 tcp x10", "idle rtt"]
@@ -286,7 +287,7 @@ def test_show_json(tmp_path):
 
 def test_a_log_axis_reads_without_exponents():
     """A throughput series from a stalled interval (kbit/s) to Gbit/s: a log axis in Gbit/s, ticks as plain numbers."""
-    from vnetbench import figures
+    from vnetbench.report import figures
     fig = figures.time_series("s", "t", "bit/s", {"a": {1.0: [2e3], 2.0: [9e9], 3.0: [5e9]}}, "", "").figure
     figures.encode(fig, "png")
     ticks = [t.get_text() for t in fig.axes[0].yaxis.get_ticklabels()]
@@ -295,7 +296,7 @@ def test_a_log_axis_reads_without_exponents():
 
 def test_interfaces_are_named_without_the_run_prefix():
     """Two campaigns' rows about the same interface match: the run's prefix (vb + 4 hex digits) is not a dimension."""
-    from vnetbench.sample import dimensions
+    from vnetbench.core.sample import dimensions
     a = dimensions({"interface": "vb12ab-u", "node": "vb12ab-h2"})
     b = dimensions({"interface": "vb9f00-u", "node": "vb9f00-h2"})
     assert a == b and a.scope == "interface" and a.which == "h2 u"
@@ -305,7 +306,7 @@ def test_a_load_not_offered_reaches_show_export_and_report(tmp_path):
     """A rate-bounded sender that fell short is flagged on its trial (guards.check_offered); the flag is counted on
     every row of that trial's numbers in `show`, named once with its reason, in each exported row, and listed in the
     report's warnings. The note that no ceiling was checked is said once, not counted as a flag."""
-    from vnetbench.guards import NO_CEILING
+    from vnetbench.results.guards import NO_CEILING
     db = tmp_path / "f.db"
     store, cid = new(db, "flags")
     for rep in range(1, 5):

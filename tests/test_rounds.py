@@ -1,4 +1,4 @@
-"""A card in rounds (vnetbench.rounds): trials go only to the claims still open, and the card's verdicts keep their
+"""A card in rounds (vnetbench.run.rounds): trials go only to the claims still open, and the card's verdicts keep their
 error rate under that data-dependent stopping.
 
 The simulation plays the runner's loop on in-memory campaigns: every cell gets the first round's trials; after each
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from simdata import draw, true_mean, true_median
-from vnetbench import scorecard
-from vnetbench.dataset import Dataset, Trial
+from vnetbench.results import scorecard
+from vnetbench.results.dataset import Dataset, Trial
 
 A, D, C = scorecard.AGREES, scorecard.DIFFERS, scorecard.CANNOT
 ROUNDS = [5, 10, 20]
@@ -134,7 +134,7 @@ def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_
     """'far' (a ratio 1000x off) is decided at the first look; 'later' needs 6 trials a cell, so its two cells, one
     of them shared with 'far', go on to the second round and the other scenario stops with its reason."""
     from conftest import vnetbench
-    from vnetbench.store import Store
+    from vnetbench.results.store import Store
     (tmp_path / "card.yaml").write_text(CARD_SPEC)
     ran = vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress").stdout
     assert "round 1: 3 of 3 scenarios to 4 trials a cell" in ran and "round 2: 2 of 3 scenarios to 6" in ran, ran
@@ -154,7 +154,7 @@ def test_a_warm_up_trial_runs_after_each_build_and_is_not_stored(state_dir, tmp_
     """`warmup: 1`: each build's first measurement is thrown away; the stored trials are those asked, and the run's
     progress log shows one warm-up per build (sequential: one build a scenario)."""
     from conftest import vnetbench
-    from vnetbench.store import Store
+    from vnetbench.results.store import Store
     (tmp_path / "w.yaml").write_text("name: w\nrepetitions: 2\nwarmup: 1\norder: sequential\n"
                                      "factors: {mtu: [1500, 9000]}\nworkloads: [{type: ping, count: 3, interval: 0.01}]\n")
     proc = vnetbench("run", tmp_path / "w.yaml", "--db", tmp_path / "w.db", "--no-progress")

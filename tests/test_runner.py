@@ -6,9 +6,10 @@ import sqlite3
 import pytest
 
 from conftest import vnetbench
-from vnetbench import adaptive, guards
-from vnetbench.sample import Sample
-from vnetbench.spec import Repetitions
+from vnetbench.run import adaptive
+from vnetbench.results import guards
+from vnetbench.core.sample import Sample
+from vnetbench.experiment.spec import Repetitions
 
 
 def tput(value, pair=1, direction="forward", **meta):
@@ -120,9 +121,9 @@ workloads:
 def test_a_background_flood_that_fails_fails_its_trials_with_the_reason(tmp_path, state_dir, monkeypatch):
     """The flood's tool exits at once (injected: its client gets an option iperf3 refuses): every trial it ran
     beside fails with iperf3's own words, and stores no sample."""
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     from vnetbench.workloads.iperf3 import Iperf3
     real = Iperf3._client
 
@@ -203,9 +204,9 @@ def test_random_order_is_seeded_and_interleaved(tmp_path, state_dir):
 def test_scenarios_that_share_a_topology_share_its_build(tmp_path, state_dir):
     """A split-plot order: in each shuffled block the scenarios of one topology (here differing only in ping's
     count) run one after another on one build, so a block builds each topology once."""
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     spec = loads("name: sp\nrepetitions: 3\nseed: 5\nfactors:\n  overlay: [none, vxlan]\n  count: [2, 3]\n"
                  "workloads:\n  - {type: ping, interval: 0.02}\n")
     store = Store(tmp_path / "r.db")
@@ -246,9 +247,9 @@ def test_s4_512_streams_on_a_10g_underlay_never_report_goodput_above_the_ceiling
 def test_a_parser_bug_fails_its_trial_not_the_campaign(tmp_path, state_dir, monkeypatch):
     """An exception that is not a tool failure (here a parser raising on its first call) fails that one trial,
     with the exception's last line as the reason, and the campaign goes on."""
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     from vnetbench.workloads import ping
 
     real, calls = ping.parse_ping, []
@@ -297,7 +298,7 @@ def test_adaptive_random_campaign_resumes_without_loss_or_repeats(tmp_path, stat
 
 
 def test_spec_repetitions_and_order_fields():
-    from vnetbench.spec import SpecError, loads
+    from vnetbench.experiment.spec import SpecError, loads
     exp = loads("name: a\nrepetitions: {min: 3, max: 30, target: 0.05}\norder: sequential\nseed: 5\n"
                 "workloads: [{type: ping}]\n").experiment
     assert (exp.repetitions.min, exp.max_repetitions, exp.order, exp.seed) == (3, 30, "sequential", 5)
@@ -328,9 +329,9 @@ def test_a_series_above_its_total_is_invalid_one_short_by_its_tail_is_not():
 def test_a_hung_tool_gets_one_more_try_and_the_trial_says_so(tmp_path, state_dir, monkeypatch):
     """A tool that overruns its bound (injected: the first ping is a `sleep`) says nothing about the datapath: the
     trial is tried once more, is ok, and keeps the first attempt's reason. A second hang fails the trial."""
-    from vnetbench.runner import Runner
-    from vnetbench.spec import loads
-    from vnetbench.store import Store
+    from vnetbench.run.campaign import Runner
+    from vnetbench.experiment.spec import loads
+    from vnetbench.results.store import Store
     from vnetbench.workloads import ping
 
     real, calls = ping.Ping._argv, []

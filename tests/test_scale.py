@@ -11,12 +11,12 @@ import time
 import pytest
 
 from conftest import ROOT, netns_names, vnetbench
-from vnetbench import netlink
+from vnetbench.system import netlink
 from vnetbench.capabilities import detect
-from vnetbench.ledger import Ledger, pids_in_namespaces
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
+from vnetbench.system.ledger import Ledger, pids_in_namespaces
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
 from vnetbench.workloads.ping import Ping, PingParams
 
 BIG = """\

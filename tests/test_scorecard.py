@@ -11,11 +11,11 @@ from test_suites_s3_s4 import s3_labels as _labels
 def s3_labels(enc, **kw):
     """S3's card reads the two-router experiment (its scorecard_where: hops 2), where the slides' netperf came from."""
     return _labels(enc, **{"hops": "2", **kw})
-from vnetbench import scorecard, stats
-from vnetbench.dataset import load
-from vnetbench.sample import Sample
+from vnetbench.results import scorecard, stats
+from vnetbench.results.dataset import load
+from vnetbench.core.sample import Sample
 
-S3 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s3.yaml").read_text()
+S3 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s3.yaml").read_text()
 BLOWFISH = {**ESP, "cipher": "blowfish-cbc"}
 OFFERED = {"flags": ["offered 12 Mbit/s of 1 Gbit/s (1 %)"]}
 
@@ -116,7 +116,7 @@ def test_three_trials_a_cell_are_too_few_for_an_interval_verdict(tmp_path):
 
 def test_report_show_and_export_carry_the_card(tmp_path):
     b = book(tmp_path)
-    from vnetbench import document
+    from vnetbench.report import document
     doc = document.build(b.store, b.cid)
     blocks = [blk for s in doc.sections if s.id == "analysis" for blk in s.blocks]
     assert any(getattr(blk, "title", "") == "Reproduction scorecard" for blk in blocks)
@@ -135,7 +135,7 @@ def test_s1_row_uses_each_trials_median_echo_and_names_its_stand_ins(tmp_path):
     """S1's 'Reference TR / CS TR' row: one value per trial, the median of its echoes (not their sum or mean); its
     Reference ran OVS's userspace datapath between namespace VMs, where the study had OVS's kernel datapath between
     OpenStack VMs (the card's `paper` entry)."""
-    s1 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s1.yaml").read_text()
+    s1 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s1.yaml").read_text()
     b = Book(tmp_path / "s1.db", spec_text=s1)
     ping = {"type": "ping", "ping_size": 56}
     impl = {"host": None, "switch": {"switch": "ovs-netdev", "overlay": "none", "encryption": "none", "attach": "veth"}}
@@ -158,7 +158,7 @@ def test_s1_row_uses_each_trials_median_echo_and_names_its_stand_ins(tmp_path):
     assert row.reads == f"cannot tell — stand-in: {row.stand_in}" and row.as_dict()["stand_in"] == row.stand_in
 
 
-S4 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s4.yaml").read_text()
+S4 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s4.yaml").read_text()
 
 
 WIREGUARD_GO = {"switch": "none", "overlay": "none", "encryption": "wireguard-go-0.0.20230223", "attach": "host"}
@@ -218,7 +218,7 @@ def test_s4_cpu_per_bit_row_divides_each_trials_machine_cpu_by_its_throughput(tm
     assert got["geneve-tput"].verdict == scorecard.CANNOT and got["geneve-tput"].why.startswith("not measured")
 
 
-S5 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s5.yaml").read_text()
+S5 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s5.yaml").read_text()
 
 
 def test_s5_conversion_row_is_the_ratio_of_the_hosts_counters_per_round(tmp_path):
@@ -259,7 +259,7 @@ def test_s5_conversion_row_is_the_ratio_of_the_hosts_counters_per_round(tmp_path
 def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
     """S1's 'OvS's unsaturated processing rate is 20.6 % of IPsec's': TP = 1 / t with t = diff / 2, so the ratio of the
     rates is (TR IPsec - TR Reference) / (TR Reference - TR CS); Reference is one sample in both differences."""
-    s1 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s1.yaml").read_text()
+    s1 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s1.yaml").read_text()
     b = Book(tmp_path / "s1.db", spec_text=s1)
     ping = {"type": "ping", "ping_size": 56}
     ipsec = {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}
@@ -285,7 +285,7 @@ def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
     assert r.study == "0.21x" and r.verdict == scorecard.AGREES
 
 
-S2 = (Path(__file__).parent.parent / "vnetbench" / "suites" / "s2.yaml").read_text()
+S2 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s2.yaml").read_text()
 S2_ENVS = {"OVS+GRE": ("ovs", "gre"), "OVS+VXLAN": ("ovs", "vxlan"), "LB+VXLAN": ("linuxbridge", "vxlan")}
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import yaml
 
 from vnetbench.datapaths.base import Builder
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
-from vnetbench.topology import Topology
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
+from vnetbench.build.topology import Topology
 
 PKG = Path(__file__).resolve().parent.parent / "vnetbench"
-SEAM = ("vnetbench.spec", "vnetbench.matrix", "vnetbench.scenario", "vnetbench.validate", "vnetbench.topology",
+SEAM = ("vnetbench.experiment.spec", "vnetbench.experiment.matrix", "vnetbench.core.scenario", "vnetbench.experiment.validate", "vnetbench.build.topology",
         "vnetbench.datapaths")
 # Modules of datapaths/ that a datapath may import: the interface, the registry, and the base of the encrypting
 # elements (which registers no element of its own).
@@ -127,7 +127,7 @@ def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
 # the circle is broken by moving the shared part down a layer instead.
 ALLOWED_LAZY: dict[tuple[str, str], str] = {}
 # What counts as a backend: where the hosts are (a testbed over SSH, guests), and the topology built on one.
-BACKENDS = ("vnetbench.testbed", "vnetbench.guests", "vnetbench.topology", "vnetbench.hosts")
+BACKENDS = ("vnetbench.hosts.lab.testbed", "vnetbench.guests", "vnetbench.build.topology", "vnetbench.hosts")
 # The host backend interface (hosts/base.py) and the package that registers the backends and chooses one.
 INTERFACE = {"vnetbench.hosts", "vnetbench.hosts.base"}
 
@@ -139,10 +139,10 @@ def test_no_import_circle_at_run_time():
     assert len(graph) > 60 and len([m for m in graph if m.startswith(SEAM)]) > 10, graph  # the walk found them
     cycles = {" -> ".join(c) for m in graph if (c := _cycle_through(graph, m))}
     assert not cycles, "import circles:\n" + "\n".join(sorted(cycles))
-    assert graph["vnetbench.scenario"] <= {"vnetbench.strict"} and not graph["vnetbench.strict"], \
+    assert graph["vnetbench.core.scenario"] <= {"vnetbench.core.strict"} and not graph["vnetbench.core.strict"], \
         "scenario.py is plain data: it imports nothing of vnetbench but strict's one-line messages"
     plugins = [m for m in graph if m.startswith(("vnetbench.datapaths", "vnetbench.workloads"))]
-    above = {"vnetbench.topology", "vnetbench.matrix", "vnetbench.spec", "vnetbench.validate"}
+    above = {"vnetbench.build.topology", "vnetbench.experiment.matrix", "vnetbench.experiment.spec", "vnetbench.experiment.validate"}
     assert not above & set().union(*(graph[m] for m in plugins)), "datapaths and workloads sit below the spec"
 
 
@@ -153,7 +153,7 @@ def test_function_level_imports_are_for_start_up_only():
 
 def test_the_lowest_layers_import_no_backend():
     graph = _graph()
-    for low in ("vnetbench.ledger", "vnetbench.executor", "vnetbench.capabilities"):
+    for low in ("vnetbench.system.ledger", "vnetbench.system.executor", "vnetbench.capabilities"):
         backends = {d for d in _reach(graph, low) if d.startswith(BACKENDS)}
         assert not backends, f"{low} imports (directly or not) {sorted(backends)}: a lower layer knows no backend"
 
@@ -162,18 +162,18 @@ def test_the_matrix_imports_no_guest_module():
     """The matrix asks the chosen host backend whether it runs a scenario (and with whose kernel's capabilities):
     it imports no guest module, directly or not."""
     graph = _graph()
-    guests = {d for d in _reach(graph, "vnetbench.matrix") if d.startswith(("vnetbench.guests", "vnetbench.testbed"))}
+    guests = {d for d in _reach(graph, "vnetbench.experiment.matrix") if d.startswith(("vnetbench.guests", "vnetbench.hosts.lab.testbed"))}
     assert not guests, f"the matrix imports {sorted(guests)}"
-    assert "vnetbench.hosts" in graph["vnetbench.matrix"]  # the walk sees the import it makes instead
+    assert "vnetbench.hosts" in graph["vnetbench.experiment.matrix"]  # the walk sees the import it makes instead
 
 
 def test_backends_never_import_the_topology():
     graph = _graph()
-    backends = [m for m in graph if m.startswith(("vnetbench.hosts", "vnetbench.guests", "vnetbench.testbed"))]
+    backends = [m for m in graph if m.startswith(("vnetbench.hosts", "vnetbench.guests", "vnetbench.hosts.lab.testbed"))]
     assert {"vnetbench.hosts.namespaces", "vnetbench.hosts.guest", "vnetbench.hosts.guest_per_host",
-            "vnetbench.hosts.testbed"} <= set(backends)
+            "vnetbench.hosts.lab.placement"} <= set(backends)
     for mod in backends:
-        assert "vnetbench.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
+        assert "vnetbench.build.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
     # nor reach into its private state (a testbed's VF leases and MAC serials live on its placement)
     for path in [*(PKG / "hosts").glob("*.py"), *(PKG / "guests").glob("*.py")]:
         private = {a for a in _topo_uses(_tree(path)) if a.startswith("_")}
@@ -182,7 +182,7 @@ def test_backends_never_import_the_topology():
 
 def test_the_topology_imports_only_the_backend_interface():
     graph = _graph()
-    backends = {d for d in _reach(graph, "vnetbench.topology") if d.startswith(BACKENDS)}
+    backends = {d for d in _reach(graph, "vnetbench.build.topology") if d.startswith(BACKENDS)}
     assert backends == INTERFACE, f"the topology imports {sorted(backends - INTERFACE)}: it knows the interface only"
     for mod in INTERFACE:  # and the interface knows no backend
         assert not {d for d in _reach(graph, mod) if d.startswith(BACKENDS)} - INTERFACE, mod
@@ -198,7 +198,7 @@ def test_every_host_backend_is_registered_and_chosen_by_one_function():
     assert hosts.choose({"kernel": "guest-per-host"}) is reg["guest-per-host"]
     assert hosts.choose({"kernel": "shared"}, testbed=object()) is reg["testbed"]
     # the commands, the campaign loop and the topology ask hosts.choose, never the level themselves
-    chooser = [name for name in ("cli.py", "runner.py", "topology.py")
+    chooser = [name for name in ("cli.py", "run/campaign.py", "build/topology.py")
                if re.search(r"""levels(\.get\(|\[)["'](kernel|vm_kernel)["']""", (PKG / name).read_text())]
     assert not chooser, f"modules that choose where the hosts are by themselves: {chooser}"
 
@@ -206,8 +206,9 @@ def test_every_host_backend_is_registered_and_chosen_by_one_function():
 def test_one_registry_implementation():
     """Datapaths, workloads, probes, analyses and guest backends register through registry.Registry; no other
     module keeps a registry of its own (a module-level REGISTRY that is not one)."""
-    from vnetbench import analyses, datapaths, guests, hosts, probes, workloads
-    from vnetbench.registry import Registry
+    from vnetbench.report import analyses
+    from vnetbench import datapaths, guests, hosts, probes, workloads
+    from vnetbench.core.registry import Registry
     for pkg in (analyses, datapaths, guests, hosts, probes, workloads):
         assert isinstance(pkg.REGISTRY, Registry) and pkg.load_all() is pkg.REGISTRY, pkg.__name__
     assert set(datapaths.REGISTRY) == {"switch", "overlay", "encryption", "attach"}

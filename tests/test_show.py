@@ -3,8 +3,8 @@ gives every statistic."""
 import re
 
 from conftest import vnetbench
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 LABELS = [{"switch": "linuxbridge", "overlay": "vxlan", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8},
           {"switch": "ovs", "overlay": "geneve", "encryption": "ipsec(aes-256-cbc,hmac-sha512)", "pairs": 8}]

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from vnetbench.spec import SpecError, loads
-from vnetbench.units import human, parse_rate
+from vnetbench.experiment.spec import SpecError, loads
+from vnetbench.core.units import human, parse_rate
 
 GOOD = """\
 name: demo

@@ -55,7 +55,7 @@ def test_servers_stay_up_between_the_trials_of_a_topology(tmp_path, state_dir, w
     """A campaign starts each pair's server once per standing topology, not once per trial (in a busy guest a
     server's start and the wait for its socket took 0.5-1.3 s of every trial); each later trial waits for the
     server's (next) listening socket and measures exactly as the first (its own 1-s window)."""
-    from vnetbench import rawlog
+    from vnetbench.system import rawlog
     spec, db = tmp_path / "k.yaml", tmp_path / "k.db"
     spec.write_text(ONE.replace("repetitions: 3", "repetitions: 4").replace("{type: iperf3, duration: 1}", workload))
     vnetbench("run", spec, "--db", db)
@@ -90,7 +90,7 @@ def test_a_kept_server_never_holds_the_port_of_the_next_scenarios_servers(tmp_pa
 
 def test_show_does_not_import_scipy(tmp_path, state_dir):
     """A table of medians needs the binomial's exact sums, not scipy (75 % of `show`'s time was its import)."""
-    from vnetbench.store import Store
+    from vnetbench.results.store import Store
     db = tmp_path / "s.db"
     store = Store(db)
     cid = store.new_campaign("x", "x.yaml", "name: x\nworkloads: [{type: ping}]\n", "0" * 64, {})
@@ -109,13 +109,13 @@ def test_show_does_not_import_scipy(tmp_path, state_dir):
 
 
 def _sample(v):
-    from vnetbench.sample import Sample
+    from vnetbench.core.sample import Sample
     return Sample.of("rtt_s", v, pair=1)
 
 
 def test_the_exact_median_interval_matches_the_binomial():
     from scipy import stats as sps
-    from vnetbench.stats import median_ci_rank
+    from vnetbench.results.stats import median_ci_rank
     for n in (2, 5, 6, 9, 20, 47, 200):
         k, coverage = median_ci_rank(n)
         want = [1 - 2 * sps.binom.cdf(j, n, 0.5) for j in range(n // 2)]
@@ -129,7 +129,7 @@ def test_the_median_interval_of_a_large_trial_takes_no_time_and_stays_exact():
     (n^2.7). Past EXACT_MEDIAN_CI_N it is summed in floats, and gives the same rank and coverage."""
     import time
     from scipy import stats as sps
-    from vnetbench import stats
+    from vnetbench.results import stats
     began = time.process_time()
     for n in (stats.EXACT_MEDIAN_CI_N + 1, 8000, 38400):
         stats.median_ci_rank.cache_clear()
@@ -176,10 +176,10 @@ def test_the_top_of_rack_ports_forward_at_once(state_dir):
     """With 3 hosts each port of the ToR bridge has an ifindex of its own, not its peer's (such a veth's carrier
     waited up to 1 s for the kernel's linkwatch, and the first ping of every build was lost to it)."""
     from vnetbench.capabilities import detect
-    from vnetbench.ledger import Ledger
-    from vnetbench.matrix import expand
-    from vnetbench.spec import loads
-    from vnetbench.topology import Topology
+    from vnetbench.system.ledger import Ledger
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.experiment.spec import loads
+    from vnetbench.build.topology import Topology
     (sc,) = expand(loads("name: t\nhosts: 3\nworkloads: [{type: ping, count: 1}]\n").experiment, detect())
     led = Ledger.create()
     topo = Topology(sc, led)
@@ -205,8 +205,8 @@ def test_a_namespace_counters_are_read_without_a_process_and_match_ip(state_dir)
     """The interface probe's readings at each end of a trial's window on the shared kernel: rtnetlink from a thread
     in the namespace (no `ip -s -j link` process), the same counters as ip prints, and a namespace gone is the
     CommandError the probe expects."""
-    from vnetbench.executor import CommandError, NetnsExecutor
-    from vnetbench.ledger import Ledger
+    from vnetbench.system.executor import CommandError, NetnsExecutor
+    from vnetbench.system.ledger import Ledger
     led = Ledger.create()
     ns = f"{led.prefix}-lc"
     led.record("netns", ns)
@@ -231,7 +231,7 @@ def test_a_kept_server_on_a_port_no_trial_needs_stays_up_through_other_scenarios
     """Control and attack rounds on one topology (as S5): the flood's servers (port 5301) start once, in its first
     round, and stay up idle through the control rounds between, which listen on no port of theirs (S5's ten servers
     in a one-CPU guest took 1.2-1.5 s to start again after each control round)."""
-    from vnetbench import rawlog
+    from vnetbench.system import rawlog
     spec, db = tmp_path / "a.yaml", tmp_path / "a.db"
     spec.write_text("name: rounds\nrepetitions: 3\norder: random\nseed: 3\nfactors: {attack: ['off', 'on']}\n"
                     "workloads:\n  - {type: iperf3, duration: 1}\n"

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from vnetbench.executor import CommandError, HostUnreachable, SshExecutor, SshTarget
+from vnetbench.system.executor import CommandError, HostUnreachable, SshExecutor, SshTarget
 
 
 def target(lab, host=0, **kw):

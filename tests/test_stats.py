@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from vnetbench import stats
-from vnetbench.stats import RATIO_OF_MEANS, best_of, bootstrap_ci, bootstrap_ci2, compare, holm, median, median_ci_rank, percentile, summarize
+from vnetbench.results import stats
+from vnetbench.results.stats import (
+    RATIO_OF_MEANS, best_of, bootstrap_ci, bootstrap_ci2, compare, holm, median, median_ci_rank, percentile,
+    summarize)
 
 RNG = np.random.default_rng(20240611)
 DATASETS = {

@@ -8,8 +8,8 @@ import pytest
 from conftest import netns_names
 from vnetbench.capabilities import STRONGSWAN_PLUGINS, detect, parse_list_algs, probe_strongswan
 from vnetbench.datapaths.ipsec import PLUGIN_DIR
-from vnetbench.matrix import expand
-from vnetbench.spec import loads
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import loads
 
 pytestmark = pytest.mark.net
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import netns_names, vnetbench
-from vnetbench import guards
-from vnetbench.analyses import load_all as analyses
-from vnetbench.executor import LocalExecutor
-from vnetbench.matrix import expand
+from vnetbench.results import guards
+from vnetbench.report.analyses import load_all as analyses
+from vnetbench.system.executor import LocalExecutor
+from vnetbench.experiment.matrix import expand
 from vnetbench.catalog import METRICS
-from vnetbench.sample import Sample
-from vnetbench.spec import SpecError, loads
-from vnetbench.store import Store
+from vnetbench.core.sample import Sample
+from vnetbench.experiment.spec import SpecError, loads
+from vnetbench.results.store import Store
 from vnetbench.workloads import load_all as workloads
 from vnetbench.workloads.base import Endpoint, Pair, WorkloadError
 from vnetbench.workloads.cpuload import parse_stress_ng
@@ -206,7 +206,7 @@ def test_http_client_starts_no_request_after_its_duration_when_it_oversleeps(mon
     a 0.5-s client started a request at 0.503 s): the request would start outside the window it is counted in.
     Every wait here oversleeps by 30 ms; the last slot (due at 0.25 s of 0.27 s) wakes after the window."""
     import http.server
-    from vnetbench import httpclient
+    from vnetbench.workloads import httpclient
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     real = time.sleep
@@ -303,7 +303,7 @@ def test_target_pair_beyond_the_pairs_or_across_tenants_skips_with_the_reason():
     assert "pair 4 does not exist: this experiment has at most 3 pairs" in exc.value.lines[0]
     sc, _ = expand(loads(SPEC.replace("pairs: 3}", "pairs: [3, 4]}") % "target_pair: 4").experiment, None)
     assert sc.skip is None  # caps=None: availability is not checked, structure neither
-    from vnetbench.matrix import _workload_fit
+    from vnetbench.experiment.matrix import _workload_fit
     assert _workload_fit(sc) == "workload ping targets pair 4 but the scenario has 3 pairs"
     (sc,) = expand(loads("tenants: 2\n" + SPEC % "pairs: [2, 3], target_pair: 1").experiment, None)
     assert _workload_fit(sc) == ("workload ping: pair 2 (tenant 2) cannot reach the server of pair 1 (tenant 1): "
@@ -441,10 +441,10 @@ def test_neighbour_without_web_clients_as_in_the_study(tmp_path):
 def test_a_guests_cpu_rows_are_not_labelled_the_whole_machines(tmp_path):
     """The generic statistics table of cpu_busy_ratio holds the machine's rows and each guest VM's own: its title says
     the VM rows are the guest kernel's account (a one-CPU guest's 100 % is its one CPU), not the machine's."""
-    from vnetbench import document
+    from vnetbench.report import document
     store = Store(tmp_path / "vm.db")
     cid = store.new_campaign("s5", "s5.yaml", SPEC_S5, "ab" * 32, {"cpu_count": 2})
-    from vnetbench.scenario import DEFAULT_LEVELS
+    from vnetbench.core.scenario import DEFAULT_LEVELS
     labels = {**{k: str(v) for k, v in DEFAULT_LEVELS.items()}, "attack": "off", "pairs": "3"}
     store.put_scenario(cid, 1, "attack=off", labels, labels, "done", None, {}, [])
     for rep in (1, 2):

@@ -2,9 +2,9 @@
 import pytest
 
 from conftest import vnetbench
-from vnetbench.analyses import load_all
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.report.analyses import load_all
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 
 def _campaign(tmp_path, analysis):

@@ -13,15 +13,15 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import netns_names, vnetbench
-from vnetbench.analyses import load_all as analyses
+from vnetbench.report.analyses import load_all as analyses
 from vnetbench.capabilities import detect
-from vnetbench.ledger import Ledger
-from vnetbench.matrix import expand
+from vnetbench.system.ledger import Ledger
+from vnetbench.experiment.matrix import expand
 from vnetbench.catalog import METRICS
-from vnetbench.sample import Sample
-from vnetbench.spec import SpecError, loads
-from vnetbench.store import Store
-from vnetbench.topology import Topology
+from vnetbench.core.sample import Sample
+from vnetbench.experiment.spec import SpecError, loads
+from vnetbench.results.store import Store
+from vnetbench.build.topology import Topology
 from vnetbench.workloads import load_all as workloads
 from vnetbench.workloads.base import WorkloadError
 from vnetbench.workloads.iperf3 import parse_iperf3, parse_iperf3_processes, server_intervals
@@ -199,7 +199,7 @@ def test_a_stopped_split_pairs_bytes_are_judged_as_exact_as_they_were_printed(sh
     writing when the signal came: more received than sent is impossible only beyond that. In the suite a split pair's
     servers printed 4.1 MB more than its clients counted sending (0.13 %), and the trial was judged invalid. Here each
     client counted 1 MiB less than its server printed (explained by the digits), or 5 MiB less (impossible)."""
-    from vnetbench.guards import check_consistency
+    from vnetbench.results.guards import check_consistency
     from vnetbench.workloads.iperf3 import server_total
     texts, servers = _stopped_fixture()
     docs = [json.loads(t) for t in texts]
@@ -862,7 +862,7 @@ def test_s3_rr_finding_explains_ipsec_above_none_by_the_fastest_round_trip(tmp_p
     """A request/response rate can put IPsec above no IPsec when the no-IPsec trials waited longer for the CPU (as
     measured in a guest on a busy machine); the finding says so and gives the fastest round trip, the lowest of the
     cell's trials: no IPsec 57 us, AH 65 us (+14 %) although AH's mean rate is 9000/s against 6000/s."""
-    from vnetbench.analyses.s3 import S3
+    from vnetbench.report.analyses.s3 import S3
     b = Book(tmp_path / "s3.db")
     rr = {"type": "netperf", "test": "UDP_RR", "message_size": 500}
     for enc, rates, floors in (("none", [5000, 6000, 7000], [57e-6, 146e-6, 60e-6]),

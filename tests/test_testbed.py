@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, netns_names, vnetbench
-from vnetbench import guards
-from vnetbench import testbed as tb
+from vnetbench.results import guards
+from vnetbench.hosts.lab import testbed as tb
+from vnetbench.hosts.lab import preflight
+from vnetbench.hosts.lab import clean as lab_clean
 from vnetbench.capabilities import local_installed
-from vnetbench.executor import close_master
+from vnetbench.system.executor import close_master
 
 QUICK = (ROOT / "examples" / "quick.yaml").read_text()
 # examples/quick.yaml with every factor and workload kept, only shorter (one repetition, 1-s loads)
@@ -536,11 +538,11 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
     finally:
         _unplant(lab, node1)
         for entry in lost:  # what only the lost ledger knew: the killed run's shared connections
-            close_master(tb.target_of(entry), entry["control"])
+            close_master(lab_clean.target_of(entry), entry["control"])
             subprocess.run(["rm", "-rf", entry["control"]])
     # the run's cgroup here, which only the lost ledger named: empty once those connections are gone, so clean removes
     # it (when older than a group a live run may be joining this moment)
-    from vnetbench import cgroup, ledger
+    from vnetbench.system import cgroup, ledger
     monkeypatch.setattr(cgroup, "ORPHAN_AGE_S", 0)
     ledger.clean()
     assert prefixes and not [p for p in prefixes if cgroup.path_for(p).exists()]
@@ -621,12 +623,12 @@ def test_kill9_during_preflight_leaves_no_ssh_directory_clean_does_not_know(lab,
 
 def test_a_feature_one_host_lacks_is_unavailable_with_that_hosts_reason():
     from vnetbench.capabilities import Capabilities, Feature
-    from vnetbench.executor import SshTarget
+    from vnetbench.system.executor import SshTarget
     hosts = [tb.Host(f"node{i}", SshTarget(f"root@node{i}"), "eth1", f"192.0.2.{i}") for i in (1, 2)]
     hosts[0].caps = Capabilities({"iperf3": Feature(True, "3.12")}, {"vxlan": Feature(True), "geneve": Feature(True)})
     hosts[1].caps = Capabilities({"iperf3": Feature(True, "3.9")}, {"vxlan": Feature(True),
                                                                     "geneve": Feature(False, "Unknown device type.")})
-    caps = tb.merge(hosts)
+    caps = preflight.merge(hosts)
     assert caps.has("vxlan") and caps.tool("iperf3")
     assert not caps.has("geneve") and caps.kernel["geneve"].detail == "on node2: Unknown device type."
 
@@ -647,7 +649,7 @@ def test_plan_shows_ssh_commands_that_only_create_the_runs_objects(lab, tmp_path
 
 
 def test_the_guard_refuses_anything_but_the_runs_own_objects_in_a_hosts_root_namespace():
-    from vnetbench.hosts.testbed import _foreign
+    from vnetbench.hosts.lab.site import _foreign
     ok = ["netns add vb12-h1", "link add vb12-vx1 netns vb12-h1 type vxlan id 101 local 192.0.2.1 dstport 4789",
           "link add vb12-e0 link eth1 netns vb12-h1v2 type macvlan mode bridge",
           "link add vb12-e0 netns vb12-h1v1 type veth peer name vb12-t1 netns vb12-h1",
@@ -665,18 +667,18 @@ def test_sriov_virtual_functions_are_taken_only_when_free():
          # VF0 up (in use), VF1 in a bridge, VF2 bound to vfio (no netdev: a VM has it), VF3 free, VF4 with an address
          "sriov_vfs": "0:ens1f0v0:1:0:0:1500 1:ens1f0v1:0:1:0:1500 2:-:0:0:0:0 3:ens1f0v3:0:0:0:9000 "
                       "4:ens1f0v4:0:0:1:1500 5:$(reboot):0:0:0:1500"}
-    vfs = tb.virtual_functions(f)
+    vfs = preflight.virtual_functions(f)
     assert [v.dev for v in vfs if v.free] == ["ens1f0v3"] and vfs[3].mtu == 9000
     assert vfs[5].dev is None  # a name that is no interface name is never used
-    feature = tb.sriov(f, "ens1f0")
+    feature = preflight.sriov(f, "ens1f0")
     assert feature.ok and feature.detail.startswith("1 free virtual functions of ens1f0")
-    assert not tb.sriov({"sriov_totalvfs": "", "sriov_numvfs": ""}, "eth1").ok
-    assert "none enabled" in tb.sriov({"sriov_totalvfs": "8", "sriov_numvfs": "0"}, "eth1").detail
-    assert "in use" in tb.sriov(f | {"sriov_vfs": "0:ens1f0v0:1:0:0:1500"}, "ens1f0").detail
+    assert not preflight.sriov({"sriov_totalvfs": "", "sriov_numvfs": ""}, "eth1").ok
+    assert "none enabled" in preflight.sriov({"sriov_totalvfs": "8", "sriov_numvfs": "0"}, "eth1").detail
+    assert "in use" in preflight.sriov(f | {"sriov_vfs": "0:ens1f0v0:1:0:0:1500"}, "ens1f0").detail
     # the direct attachment takes VFs when every host has enough free ones for its VMs, else a macvlan
     from vnetbench.capabilities import Capabilities, Feature
     from vnetbench.datapaths.attach import DirectAttach
-    from vnetbench.scenario import Scenario
+    from vnetbench.core.scenario import Scenario
 
     def scenario(placement):
         return Scenario(1, {"pairs": 1, "placement": placement}, {}, [], [], hosts=2, tenants=1, underlay_rate=None)
@@ -687,14 +689,14 @@ def test_sriov_virtual_functions_are_taken_only_when_free():
     assert DirectAttach().check(scenario("same-host"), with_vf).implementation == "macvlan"
     assert DirectAttach().check(sc, Capabilities({}, {"macvlan": Feature(True)})).implementation == "macvlan"
     # the only line in a host's root namespace touching a device not the run's: moving a VF the run took
-    from vnetbench.hosts.testbed import _foreign
+    from vnetbench.hosts.lab.site import _foreign
     assert _foreign("link set dev ens1f0v3 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"}) is None
     assert _foreign("link set dev ens1f0v3 netns other", "vb12", "ens1f0", {"ens1f0v3"})
     assert _foreign("link set dev ens1f0v1 netns vb12-h1v1", "vb12", "ens1f0", {"ens1f0v3"})
     # clean gives it back under its own name and MTU
-    objs = tb.parse_objects('{"op": "add", "kind": "vf", "name": "ens1f0v3", "ns": "vb12-h1v1", "dev": "vb12-e0", '
+    objs = lab_clean.parse_objects('{"op": "add", "kind": "vf", "name": "ens1f0v3", "ns": "vb12-h1v1", "dev": "vb12-e0", '
                             '"mtu": 9000}')
-    script = tb.clean_script("vb12", objs)
+    script = lab_clean.clean_script("vb12", objs)
     assert "ip -n vb12-h1v1 link set dev vb12-e0 netns $$ name ens1f0v3" in script and "mtu 9000" in script
 
 
@@ -704,11 +706,11 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     path. OVS's own tunnel ports stay skipped on a testbed; its kernel VXLAN devices (tunnel: kernel) do not."""
     from types import SimpleNamespace
 
-    from vnetbench import spec as specmod
+    from vnetbench.experiment import spec as specmod
     from vnetbench.capabilities import TOOLS, Capabilities, Feature, Strongswan, parse_features
-    from vnetbench.executor import SshTarget
-    from vnetbench.matrix import expand
-    from vnetbench.hosts.testbed import TestbedSite
+    from vnetbench.system.executor import SshTarget
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.hosts.lab.site import TestbedSite
     said = {"node1": "@@F charon ok /usr/libexec/strongswan/charon\n@@F strongswan-kernel-libipsec ok /usr/libexec/"
                      "strongswan/plugins\n@@F strongswan-blowfish ok gcrypt plugin\n@@F ovs-afxdp ok linked\n",
             "node2": "noise\n@@F charon ok /usr/lib/ipsec/charon\n@@F strongswan-kernel-libipsec ok /usr/lib/ipsec/plugins"
@@ -725,7 +727,7 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
                               Strongswan(("openssl",), algs), installed=parse_features(out))
         hosts.append(h)
     hosts[1].caps.tools["ovsdb-tool"] = Feature(False, "not installed (Debian package openvswitch-common)")
-    caps = tb.merge(hosts)
+    caps = preflight.merge(hosts)
     assert caps.offer("charon").ok and not caps.offer("ovs-afxdp").ok
     exp = specmod.Experiment(name="t", workloads=[{"type": "ping"}], factors={
         "switch": ["linuxbridge", {"type": "ovs", "port_type": "afxdp"}],
@@ -735,7 +737,7 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     assert skips["switch=ovs(afxdp), overlay=none, encryption=none"] == \
         "switch ovs(afxdp): ovsdb-tool is missing on node2: not installed (Debian package openvswitch-common)"
     hosts[1].caps.tools["ovsdb-tool"] = Feature(True, "3.1.0")
-    skips = {sc.key.split(", encryption_scope")[0]: sc.skip for sc in expand(exp, tb.merge(hosts))}
+    skips = {sc.key.split(", encryption_scope")[0]: sc.skip for sc in expand(exp, preflight.merge(hosts))}
     assert skips["switch=ovs(afxdp), overlay=none, encryption=none"].endswith(
         "on node2: this ovs-vswitchd is built without AF_XDP support")
     assert skips["switch=linuxbridge, overlay=none, encryption=ipsec(blowfish-cbc,hmac-sha256)"].endswith(
@@ -750,10 +752,10 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     exp = specmod.Experiment(name="t", workloads=[{"type": "ping"}], factors={
         "switch": ["ovs", {"type": "ovs", "tunnel": "kernel"}], "overlay": ["vxlan", "none"],
         "placement": "cross-host"})
-    why = {sc.key.split(", encryption")[0]: sc.skip or site.check(sc) for sc in expand(exp, tb.merge(hosts))}
+    why = {sc.key.split(", encryption")[0]: sc.skip or site.check(sc) for sc in expand(exp, preflight.merge(hosts))}
     assert why["switch=ovs(kernel), overlay=vxlan"] is None and why["switch=ovs, overlay=none"] is None
     assert why["switch=ovs, overlay=vxlan"].startswith("OVS's own vxlan tunnel ports would need the host's underlay")
     # ... unless the testbed file gives a subnet for endpoints of the run's own
     site.bed.run_subnet = "10.9.0.0/24"
-    assert all(site.check(sc) is None for sc in expand(exp, tb.merge(hosts)) if not sc.skip)
-    assert [site.run_underlay(sc) for sc in expand(exp, tb.merge(hosts)) if not sc.skip] == [True, False, False]
+    assert all(site.check(sc) is None for sc in expand(exp, preflight.merge(hosts)) if not sc.skip)
+    assert [site.run_underlay(sc) for sc in expand(exp, preflight.merge(hosts)) if not sc.skip] == [True, False, False]

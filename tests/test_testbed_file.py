@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from vnetbench import inventory
-from vnetbench import testbed as tb
+from vnetbench.hosts.lab import inventory
+from vnetbench.hosts.lab import testbed as tb
 
 HOSTS = "hosts:\n  node1: {ssh: root@node1, nic: eth1, address: 192.0.2.1}\n"
 # A "billion laughs" made of mappings: 10^9 copies of {x: 1, y: 1} if expanded (the reader before walked them all:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import vnetbench
-from vnetbench import trend
-from vnetbench.sample import Sample
-from vnetbench.store import Store
+from vnetbench.report import trend
+from vnetbench.core.sample import Sample
+from vnetbench.results.store import Store
 
 IMPL = {"switch": "linux-bridge", "overlay": "flat", "encryption": "none", "attach": "veth"}
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from simdata import DISTRIBUTIONS, draw, true_mean
-from vnetbench import adaptive, stats
-from vnetbench.spec import Repetitions
+from vnetbench.run import adaptive
+from vnetbench.results import stats
+from vnetbench.experiment.spec import Repetitions
 
 NS = (3, 5, 10)
 FWER = 0.06
@@ -60,7 +61,7 @@ YES = re.compile(r"\byes\b|(?<!not )significant|partly|\bno\b(?! (significant|di
 
 
 def _s5_rounds(rng, dist, n):
-    from vnetbench.analyses.s5 import GROUPS, Round
+    from vnetbench.report.analyses.s5 import GROUPS, Round
     by = {}
     for g in GROUPS:
         by[g] = []
@@ -81,7 +82,7 @@ def _s5_rounds(rng, dist, n):
 def test_s5_families_hold_their_error_on_null_campaigns(n):
     """S5 on campaigns where the attack does nothing: the findings list, the tenant table and the growth row each
     say 'yes' / 'significant' at most 6 % of the time (uncorrected: 44 % of reports at 4 + 4 rounds)."""
-    from vnetbench.analyses import s5
+    from vnetbench.report.analyses import s5
     rng = np.random.default_rng(5 + n)
     analysis = s5.S5()
     reps = 120
@@ -98,7 +99,7 @@ def test_s5_families_hold_their_error_on_null_campaigns(n):
 
 
 def _s1_measures(rng, dist, n):
-    from vnetbench.analyses.s1 import ROLES, _measure
+    from vnetbench.report.analyses.s1 import ROLES, _measure
     m = {}
     for role, *_ in ROLES:
         for key, scale in (("TR", 1e-5), ("TRS", 1e-4), ("TT", 1e3), ("TTS", 1e2)):
@@ -109,7 +110,7 @@ def _s1_measures(rng, dist, n):
 def test_s1_findings_hold_their_error_when_every_cost_is_equal():
     """S1 with five equal scenarios: every mechanism costs nothing, and no two costs differ. 'IPsec / the switch is
     the bottleneck' compared the estimates by eye and said yes in 46-49 % of such campaigns."""
-    from vnetbench.analyses.s1 import MECHANISMS, S1
+    from vnetbench.report.analyses.s1 import MECHANISMS, S1
     rng = np.random.default_rng(1)
     reps, hits = 240, 0
     for k in range(reps):
@@ -125,7 +126,7 @@ def test_s3_findings_hold_their_error_on_null_cells():
     """S3's findings list: each claim one test over its matched cells, Holm over the list. Null cells (IPsec
     changes nothing): 'confirmed' / 'not confirmed here' at most 6 % of the time; 'about equal' is never
     'confirmed' by a test that did not reject."""
-    from vnetbench.analyses.s3 import Claim, resolve
+    from vnetbench.report.analyses.s3 import Claim, resolve
     rng = np.random.default_rng(33)
     reps, hits = 300, 0
     for k in range(reps):
@@ -141,14 +142,14 @@ def test_s3_findings_hold_their_error_on_null_cells():
 
 
 def test_s3_findings_never_confirm_from_one_repetition():
-    from vnetbench.analyses.s3 import Claim, resolve
+    from vnetbench.report.analyses.s3 import Claim, resolve
     [text] = resolve([Claim("'IPsec lowers throughput'", [([100.0], [50.0]), ([90.0], [40.0])], "lower", "x")])
     assert "cannot tell" in text and "confirmed" not in text.replace("cannot tell", "")
 
 
 def test_family_corrects_what_a_findings_list_tests():
     """The two-pass Family (S1, S4, S5 build their lists with it): 10 null tests per list, Holm over them."""
-    from vnetbench.analyses._cells import Family
+    from vnetbench.report.analyses._cells import Family
     rng = np.random.default_rng(4)
     reps, hits = 300, 0
     for k in range(reps):

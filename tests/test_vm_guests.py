@@ -12,8 +12,8 @@ import pytest
 from conftest import clean_after_kill, uml_pids, netns_names, start_run, trial_rows
 from vnetbench.guests import backend, vms
 from vnetbench.hosts.namespaces import NamespacesPlacement
-from vnetbench.matrix import expand
-from vnetbench.spec import SpecError, loads
+from vnetbench.experiment.matrix import expand
+from vnetbench.experiment.spec import SpecError, loads
 
 SPEC = """\
 name: vmk
@@ -65,8 +65,8 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
 
 
 def test_a_background_load_that_ends_before_the_window_is_named():
-    from vnetbench.runner import Background, _uncovered
-    from vnetbench.sample import Sample
+    from vnetbench.run.campaign import Background, _uncovered
+    from vnetbench.core.sample import Sample
     b = Background.__new__(Background)
     b.workload, b.samples, b.ended = workloads_kind("cpuload"), [], 100.0
     assert _uncovered(b, (90.0, 99.9)) is None and _uncovered(b, None) is None
@@ -135,8 +135,8 @@ def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clea
     from test_encryption import MARKER, read_pcap
     from test_guest_kernel import protocols
     from vnetbench.capabilities import detect
-    from vnetbench.ledger import Ledger
-    from vnetbench.topology import Topology
+    from vnetbench.system.ledger import Ledger
+    from vnetbench.build.topology import Topology
     caps = detect()
     text = SPEC.format(level="guest", duration=1).replace("pairs: 2", "pairs: 1")
     text = text.replace("factors:\n", "factors:\n  encryption: [none, " + json.dumps(S1_ESP) + ", "

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from vnetbench import wakeup
+from vnetbench.system import wakeup
 
 
 def current() -> int:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vnetbench.executor import LocalExecutor
+from vnetbench.system.executor import LocalExecutor
 from vnetbench.workloads import load_all
 from vnetbench.workloads.base import Endpoint, Pair, WorkloadError, wait_listening
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnetbench.ledger import delete_namespaces, process_start_time
+from vnetbench.system.ledger import delete_namespaces, process_start_time
 
 SSHD = "/usr/sbin/sshd"
 MACHINE_DIR = "/run/lab"  # a lab machine's own files, as it sees them

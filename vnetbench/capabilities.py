@@ -11,9 +11,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
-from .executor import Executor, LocalExecutor, NetnsExecutor, SshExecutor
 from .catalog import workload_tools
-from .ledger import Ledger
+from .system.executor import Executor, LocalExecutor, NetnsExecutor, SshExecutor
+from .system.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -342,7 +342,7 @@ def probe_strongswan(load: str | None = None) -> Strongswan:
         (run_dir / "strongswan.conf").write_text(
             f"charon {{\n  load_modular = no\n  load = {load}\n"
             f"  plugins {{\n    vici {{\n      socket = {vici}\n    }}\n  }}\n}}\n")
-        priv = [sys.executable, "-m", "vnetbench.privrun", str(run_dir), "--"]
+        priv = [sys.executable, "-m", "vnetbench.system.privrun", str(run_dir), "--"]
         path = local_installed().get("charon", Feature(False)).detail or TOOLS["charon"][1][0]
         charon = node.spawn([*priv, "env", "STRONGSWAN_CONF=/run/strongswan.conf", path],
                             label="charon-probe", stdout=subprocess.DEVNULL)

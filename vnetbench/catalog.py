@@ -4,7 +4,7 @@ are one sample per event (distributions). A new workload or probe is one module:
 from __future__ import annotations
 
 from . import probes, workloads
-from .sample import METRICS, Metric  # noqa: F401 (METRICS: complete once the registries below have loaded)
+from .core.sample import METRICS, Metric  # noqa: F401 (METRICS: complete once the registries below have loaded)
 from .workloads.base import Tool
 
 WORKLOADS = workloads.load_all()

@@ -1,7 +1,6 @@
 """The `vnetbench` command."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shlex
@@ -9,32 +8,21 @@ import signal
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from .store import DEFAULT_DB, Store, StoreError
+from .results.store import DEFAULT_DB, Store, StoreError
 
-
-class _Lazy:
-    """A module imported on first use: `vnetbench --help` must not pay for pydantic, numpy and scipy."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __getattr__(self, attr: str):
-        return getattr(importlib.import_module(self._name, __package__), attr)
-
-
-datapaths, export, ledger, report, specmod = (_Lazy(f".{m}") for m in ("datapaths", "export", "ledger", "report",
-                                                                        "spec"))
+if TYPE_CHECKING:
+    from .experiment.spec import LoadedSpec
 
 
 def expand(*args, **kwargs):
-    from .matrix import expand as expand_
+    from .experiment.matrix import expand as expand_
     return expand_(*args, **kwargs)
 
 
@@ -116,16 +104,17 @@ def load_testbed(path: str | None, reach: bool = True, probe_kernel: bool = True
     line per host or field, exit 2, nothing built anywhere."""
     if path is None:
         return None, None
-    from . import testbed
+    from .hosts.lab import preflight, testbed
     try:
         bed = testbed.load(path)
-        return bed, (testbed.preflight(bed, probe_kernel=probe_kernel) if reach else None)
+        return bed, (preflight.preflight(bed, probe_kernel=probe_kernel) if reach else None)
     except testbed.TestbedError as exc:
         sys.stderr.write("".join(line + "\n" for line in exc.lines))
         raise typer.Exit(2)
 
 
-def load_spec(path: Path | str, profile: str | None = None) -> specmod.LoadedSpec:
+def load_spec(path: Path | str, profile: str | None = None) -> LoadedSpec:
+    from .experiment import spec as specmod
     if str(path).startswith("suite:") and profile is None:
         profile = "quick"  # a built-in suite without --profile runs its quick profile
     try:
@@ -210,6 +199,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
 
 def datapath_report(caps, extra: dict | None = None) -> list[dict]:
     """Every switch x overlay, attach and encryption level, checked through the same matrix logic a run uses."""
+    from . import datapaths
+    from .experiment import spec as specmod
     reg = datapaths.load_all()
     probes = [("switch+overlay", {"switch": s, "overlay": o}) for s in reg["switch"] for o in reg["overlay"]]
     probes += [("attach", {"attach": a}) for a in reg["attach"] if a != "switch"]
@@ -234,8 +225,8 @@ IPSEC_DEFAULT_CIPHER = "aes-128-gcm"  # the plain `ipsec` level above
 def _card_coverage(loaded, scenarios) -> str:
     """plan's lines on a card: its checkable claims, each cell no runnable scenario measures, each workload no claim
     names (what a card profile should not spend time on)."""
-    from .scorecard import coverage
-    from .topology import comment
+    from .build.topology import comment
+    from .results.scorecard import coverage
     exp = loaded.experiment
     if not exp.scorecard:
         return ""
@@ -251,9 +242,9 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
          testbed: Optional[str] = TESTBED) -> None:
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
+    from .build.topology import Topology, comment
     from .capabilities import detect
     from .hosts import Hosts
-    from .topology import Topology, comment
     loaded = load_spec(spec, profile)
     bed, caps = load_testbed(testbed)
     scenarios = expand(loaded.experiment, caps or detect())
@@ -300,8 +291,9 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         testbed: Optional[str] = TESTBED) -> None:
     """Build, measure, store and tear down every scenario of an experiment. Everything a run creates is recorded
     first under $VNETBENCH_STATE_DIR (default /run/vnetbench), so `vnetbench clean` can remove it after a crash."""
+    from .report import tables as report
     need_root()
-    from .runner import CampaignBusy, Runner
+    from .run.campaign import CampaignBusy, Runner
     if (spec is None) == (resume is None):
         fail("give an experiment file, or --resume CAMPAIGN (not both)")
     if order not in (None, "random", "sequential"):
@@ -317,7 +309,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
         fail(str(exc))
     except StoreError as exc:
         cid = getattr(exc, "campaign", None)
-        from .runner import resume_command, place_of
+        from .run.campaign import place_of, resume_command
         fail(f"{exc}" + (f"; finished trials are kept: continue with {resume_command(cid, db, place_of(bed)['testbed'])}"
                          if cid else ""))
     if outcome.status != "done":
@@ -340,7 +332,8 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
 def check_resume(db: str, resume: int, testbed: str | None) -> None:
     """Before anything is probed or built: the results file exists (a resume never creates an empty one), holds
     the campaign, its stored spec still validates, and the place is the campaign's own."""
-    from .runner import wrong_place
+    from .experiment import spec as specmod
+    from .run.campaign import wrong_place
     if not Path(db).is_file():
         fail(f"no results file {db}: --resume continues a campaign stored in one; give the --db it was run with")
     store = Store(db, readonly=True)
@@ -388,6 +381,7 @@ def known_metrics(names: list[str] | None) -> None:
     """A metric name that is not one: one line naming it and the nearest names, exit 2 (every one of the 47 names
     made a line of 1,200 characters in which to look for the typo)."""
     import difflib
+
     from .catalog import METRICS
     for name in names or ():
         if name not in METRICS:
@@ -406,6 +400,7 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
          as_json: bool = typer.Option(False, "--json", help="machine-readable: every row with its per-trial values")
          ) -> None:
     """Per metric and scenario: median [95% CI], n and what ran, one line each (--wide: every statistic)."""
+    from .report import tables as report
     known_metrics(metric)
     store, camp = open_campaign(db, campaign)
     chosen = tuple(metric) if metric else (None if all_metrics else report.DEFAULT_METRICS if wide
@@ -415,16 +410,17 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
                                     indent=1) + "\n")
         return
     tails = report.SHORT_TAILS if chosen in (report.DEFAULT_METRICS, report.SHORT_METRICS) else report.ALL_TAILS
-    from . import scorecard
+    from .results import scorecard
     if card := scorecard.for_campaign(store, camp.id):
         scorecard.print_card(card, out if wide else narrow())
     report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy, tails=tails)
-    from . import packet_rates
+    from .report import packet_rates
     packet_rates.show(store, camp.id, out if wide else narrow())
 
 
 def narrow() -> Console:
     """The console of the short summary: at most 100 columns, and no wider than the terminal (or $COLUMNS)."""
+    from .report import tables as report
     return Console(width=min(out.width, report.COMPACT_WIDTH))
 
 
@@ -446,7 +442,7 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
              fmt: str = typer.Option("table", "--format", help="table or json"),
              exclude_noisy: bool = EXCLUDE_NOISY) -> None:
     """B against A per scenario and metric: means, ratio with 95% CI, Welch p (Holm), better/worse/not significant."""
-    from . import compare as cmp
+    from .report import compare as cmp
     if fmt not in ("table", "json"):
         fail(f"--format {fmt}: use table or json")
     if not 0 < alpha < 1:
@@ -528,7 +524,8 @@ def trend_(db: Optional[list[str]] = typer.Option(None, "--db", help="results fi
                                                    help="exit 1 if the newest campaign starts a regression")) -> None:
     """Each scenario and metric over the campaigns, in the order they ran: change points (jumpavg), each with its
     size and 95% CI, and what changed beside it (kernel, tool versions, implementation)."""
-    from . import compare as cmp, trend
+    from .report import compare as cmp
+    from .report import trend
     if fmt not in ("text", "json"):
         fail(f"--format {fmt}: use text or json")
     paths = db or [DEFAULT_DB]
@@ -571,10 +568,11 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
                                                                 "JSON (a suite campaign)")) -> None:
     """One line per sample, values in SI base units, with what it measures and its trial's status and flags
     (--raw TRIAL: one trial's commands and raw tool output; --format folded: the profiled stacks)."""
+    from .results import export
     if raw is not None:
         return export_raw(db, raw, fmt or "json", output)
     if card:
-        from . import scorecard
+        from .results import scorecard
         store, camp = open_campaign(db, campaign)
         text = json.dumps([r.as_dict() for r in scorecard.for_campaign(store, camp.id)], indent=1) + "\n"
         with out_file(output) as fh:
@@ -585,7 +583,7 @@ def export_(campaign: str = typer.Argument("last"), db: str = DB,
         fail(f"--format {fmt}: use {', '.join(export.FORMATS + ('folded',))}")
     store, camp = open_campaign(db, campaign)
     if fmt == "folded":
-        from . import profiles
+        from .results import cpu_profiles as profiles
         try:
             folded = profiles.export(store, camp.id, trial, scenario)
         except ValueError as exc:
@@ -633,6 +631,7 @@ def make_parent(output: Path) -> None:
 
 
 def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
+    from .results import export
     if fmt not in ("json", "sh"):
         fail(f"--format {fmt}: with --raw use json or sh")
     record = export.raw_record(Store(db, readonly=True), tid)
@@ -658,7 +657,7 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
             figure_format: str = typer.Option("png", "--figure-format", help="png or svg, for --figures"),
             exclude_noisy: bool = EXCLUDE_NOISY) -> None:
     """One self-contained HTML (or Markdown) report: environment, scenarios, warnings, statistics, figures, study."""
-    from . import document, render
+    from .report import document, render
     fmt = fmt or ("md" if output and output.suffix.lower() in (".md", ".markdown") else "html")
     if fmt not in render.FORMATS:
         fail(f"--format {fmt}: use html or md")
@@ -684,9 +683,11 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
     """Remove every namespace, process and file of vnetbench runs that are no longer alive, and nothing else; on
     every testbed host a run touched (and, with --testbed, on every host of that testbed) too. The runs' records
     are read from $VNETBENCH_STATE_DIR (default /run/vnetbench)."""
+    from .system import ledger
     need_root()
-    from . import testbed as _  # noqa: F401 (registers how the ledger reaches a testbed host a run touched)
     import warnings
+
+    from .hosts.lab import clean as _  # noqa: F401 (registers how the ledger reaches a lab host a run touched)
     with warnings.catch_warnings(record=True) as caught:  # a malformed ledger line: said, once, and skipped
         warnings.simplefilter("always", ledger.LedgerWarning)
         removed, running, pending = _clean_run(run, testbed, dry_run) if run is not None else \
@@ -711,6 +712,7 @@ def clean(dry_run: bool = typer.Option(False, "--dry-run", help="only say what w
 
 def _clean_every_run(testbed: str | None, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
     """(removed, left alone, pending) of every run whose owner is gone, here and on the testbed's hosts."""
+    from .system import ledger
     removed, left, pending = ledger.clean_all(dry_run)
     running = [_how_to_remove(f"run {prefix}: {why}", None) for prefix, why in left]
     if testbed:
@@ -735,6 +737,7 @@ def _how_to_remove(line: str, testbed: str | None) -> str:
 def _clean_run(prefix: str, testbed: str | None, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
     """`clean --run PREFIX`: that run only, named on purpose: by this machine's ledger of it, else (--testbed) on
     the hosts its directory is on. A prefix no run has: one line, exit 2."""
+    from .system import ledger
     if not (prefix.startswith("vb") and prefix.isascii() and prefix[2:].isalnum()):
         fail(f"--run {prefix!r}: a run's prefix is vb and letters or digits, e.g. vb1a2b; `vnetbench clean --dry-run` "
              f"names the runs it leaves alone")
@@ -751,15 +754,16 @@ def _clean_run(prefix: str, testbed: str | None, dry_run: bool) -> tuple[list[st
 def _clean_run_on_hosts(bed, prefix: str, testbed: str, dry_run: bool) -> tuple[list[str], list[str], list[str]]:
     """A run whose ledger is only on testbed hosts (its controller rebooted: the owner cannot be checked): every
     host it is on must be reached and show no process of it alive before any is cleaned."""
-    from . import testbed as tb
+    from .hosts.lab import clean as lab_clean
+    from .system import ledger
     found, left, pending = [], [], []
     for h in bed.hosts:
         try:
-            owner = dict(tb.remote_runs(h)).get(prefix)
+            owner = dict(lab_clean.remote_runs(h)).get(prefix)
             if owner is None:
                 continue
             alive = _alive_on(h, prefix)
-        except tb.CommandError as exc:
+        except lab_clean.CommandError as exc:
             pending.append(f"{prefix}: host {h.name}: {exc}")
             continue
         found.append(h)
@@ -773,7 +777,7 @@ def _clean_run_on_hosts(bed, prefix: str, testbed: str, dry_run: bool) -> tuple[
         return [], left, pending
     removed = []
     for h in found:
-        got, why = tb.clean_host(tb.host_record(h, ""), prefix, dry_run)
+        got, why = lab_clean.clean_host(lab_clean.host_record(h, ""), prefix, dry_run)
         removed += [f"{prefix}: {line}" for line in got]
         pending += [f"{prefix}: host {h.name}: {why}"] if why else []
     return removed, [], pending
@@ -781,15 +785,16 @@ def _clean_run_on_hosts(bed, prefix: str, testbed: str, dry_run: bool) -> tuple[
 
 def _alive_on(host, prefix: str) -> list[str]:
     """The processes a run recorded on a testbed host that still run there (pid and kernel start time match)."""
-    from . import testbed as tb
+    from .hosts.lab import clean as lab_clean
+    from .hosts.lab import testbed as tb
     ex = tb.executor(host)
     try:
-        out = ex.run_script(tb.SURVEY.format(d=shlex.quote(f"{tb.REMOTE_STATE_DIR}/{prefix}")), timeout=30).stdout
+        out = ex.run_script(lab_clean.SURVEY.format(d=shlex.quote(f"{lab_clean.REMOTE_STATE_DIR}/{prefix}")), timeout=30).stdout
     finally:
         ex.close()
     text, _, rest = out.partition("@@netns\n")
     running = {tuple(map(int, ln.split())) for ln in rest.partition("@@pids\n")[2].splitlines() if len(ln.split()) == 2}
-    return [f"process {o.name} (pid {o.pid})" for o in tb.parse_objects(text)
+    return [f"process {o.name} (pid {o.pid})" for o in lab_clean.parse_objects(text)
             if o.kind == "process" and (o.pid, o.start) in running]
 
 
@@ -797,7 +802,9 @@ def _alive_on(host, prefix: str) -> list[str]:
 def suites(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """The built-in suites: the five studies, each runnable as `vnetbench run suite:NAME --profile smoke|quick|full`."""
     import yaml
+
     from .capabilities import detect
+    from .experiment import spec as specmod
     caps = detect()
     table = Table()
     for col in ("suite", "study", "profiles: trials, tool time (at least)", "analysis"):
@@ -821,8 +828,9 @@ def suites(as_json: bool = typer.Option(False, "--json", help="machine-readable 
 
 def _profile_size(suite: str, profile: str, caps) -> str:
     """A profile's trials and tool time from its expanded matrix: a card's first round .. its last."""
-    from .runner import TRIAL_OVERHEAD_S
-    from .spec import Repetitions, Rounds
+    from .experiment import spec as specmod
+    from .experiment.spec import Repetitions, Rounds
+    from .run.campaign import TRIAL_OVERHEAD_S
     exp = specmod.load(f"suite:{suite}", profile).experiment
     runnable = [sc for sc in expand(exp, caps) if not sc.skip]
     per = [(len([w for w in sc.workloads if not w.background]),
@@ -861,13 +869,14 @@ def metrics(as_json: bool = typer.Option(False, "--json", help="machine-readable
 @app.command()
 def schema() -> None:
     """The JSON Schema of the experiment file."""
+    from .experiment import spec as specmod
     out.print_json(json.dumps(specmod.schema()))
 
 
 def environment_problems(env=os.environ) -> list[str]:
     """The environment variables vnetbench reads, checked before any command: each wrong one is a line naming it
     and the fix (a state directory that is a file, or an unparsable timeout, was a traceback)."""
-    from .store import seconds_from_env
+    from .results.store import seconds_from_env
     problems = []
     raw = env.get("VNETBENCH_DB_TIMEOUT")
     if raw is not None and seconds_from_env(raw) is None:

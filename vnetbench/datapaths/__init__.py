@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..core.registry import plugins
 from .base import Element
-from ..registry import plugins
 
 REGISTRY, register, load_all = plugins(__name__, "name", group="kind",
                                        groups=("switch", "overlay", "encryption", "attach"))

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from ..capabilities import Capabilities
-    from ..scenario import Scenario
+    from ..core.scenario import Scenario
 
 
 class BuildError(RuntimeError):

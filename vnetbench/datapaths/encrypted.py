@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..executor import Executor, SshExecutor, socket_answers, write_private as _write_private
+from ..system.executor import Executor, SshExecutor, socket_answers
+from ..system.executor import write_private as _write_private
 from .base import BuildError, Encryption
 
 if TYPE_CHECKING:
-    from ..scenario import Scenario
+    from ..core.scenario import Scenario
     from .base import Builder as Topology  # the builder interface, whatever site the topology is on
 
 HOST_TUNNEL = ("10.251.0.", "fd00:251::")  # + host number: a host's address inside a host-to-host tunnel

@@ -8,7 +8,7 @@
 A combination the chosen implementation cannot do is skipped with the reason, never approximated.
 
 One charon per node (VM for vm-to-vm, host for host-to-host), started in the node's namespace with the node's
-directory as its /run (`vnetbench.privrun`): own strongswan.conf (STRONGSWAN_CONF), VICI socket, pid file and
+directory as its /run (`vnetbench.system.privrun`): own strongswan.conf (STRONGSWAN_CONF), VICI socket, pid file and
 log. Authentication: IKEv2 with a 256-bit pre-shared key per peering, generated at build time.
 """
 from __future__ import annotations

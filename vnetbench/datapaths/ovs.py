@@ -32,9 +32,9 @@ import json
 import time
 from typing import Literal
 
+from ..system.executor import CommandError
 from . import register
 from .base import Availability, Options, Switch
-from ..executor import CommandError
 
 TENANT_TAG_BASE = 100          # VLAN tag / tunnel key of tenant t = 100 + t, as the Linux-bridge overlays use
 PMD_MAXSLEEP_US = 10000        # afxdp: let idle PMD threads sleep up to 10 ms (the 3.1 maximum) instead of spinning

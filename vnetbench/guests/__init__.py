@@ -3,7 +3,7 @@ real /dev/kvm) boots a set of guests for one run and hands back, for each, an ex
 it, so the rest of vnetbench treats a guest as just another host. Backends register by name."""
 from __future__ import annotations
 
-from ..registry import plugins
+from ..core.registry import plugins
 
 REGISTRY, register, load_all = plugins(__name__, "name")
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from . import backend as backend_cls, ssh
-from ..ledger import Ledger, delete_namespaces
+from ..system.ledger import Ledger, delete_namespaces
+from . import backend as backend_cls
+from . import ssh
 
 # a kernel's stack dump and boot chatter say nothing about why a guest failed
 _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8}( [0-9a-f]{8})+$|"

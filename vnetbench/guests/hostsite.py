@@ -21,13 +21,14 @@ import shutil
 from dataclasses import replace
 from typing import Callable
 
-from .. import testbed as tb
-from ..executor import _COPIED
 from ..hosts.base import PLAN_PREFIX
-from ..hosts.testbed import HostProbe, TestbedSite
-from ..ledger import Ledger
+from ..hosts.lab import clean as lab_clean
+from ..hosts.lab import testbed as tb
+from ..hosts.lab.site import HostProbe, TestbedSite
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
+from ..system.executor import _COPIED
+from ..system.ledger import Ledger
 from . import ssh
 from .base import Fleet, GuestError
 
@@ -117,7 +118,7 @@ class GuestHostSite(TestbedSite):
         new = [lb for lb in dict.fromkeys(labels) if self.host(lb).name not in self._touched]
         if not new:
             return {}
-        scripts = {lb: tb.owner_script(self.ledger.prefix) for lb in new}
+        scripts = {lb: lab_clean.owner_script(self.ledger.prefix) for lb in new}
         self._touched |= {self.host(lb).name for lb in new}
         if run:
             self._parallel({lb: (self.executor(lb), script) for lb, script in scripts.items()})

@@ -17,16 +17,16 @@ import os
 import shlex
 import shutil
 import time
-from contextlib import contextmanager, suppress
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
 
-from .. import testbed
 from ..capabilities import Capabilities, Feature, probe_kernel
 from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
-from ..executor import CommandError
-from ..ledger import Ledger
+from ..hosts.lab import preflight
+from ..system.executor import CommandError
+from ..system.ledger import Ledger
 from . import backend, uml
 from .base import Fleet, GuestError
 
@@ -85,7 +85,7 @@ def probe(ex, prefix: str) -> Capabilities:
     with ThreadPoolExecutor(1) as pool:
         ovs = pool.submit(ovs_forwards, ex, prefix)
         found = probe_kernel(ex, f"{prefix}-probe", timeout=60)
-        tools = testbed.tools(ex)
+        tools = preflight.tools(ex)
         forwards = ovs.result()  # its namespaces are gone before the guest is used, whatever the kernel said
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?
         found["ovs-kernel-datapath"] = forwards
@@ -201,7 +201,7 @@ def _probe_key() -> str:
             parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     here = Path(__file__).resolve().parent
     for src in (here / "machine.py", here / "uml.py", here / "base.py", here / "nofpx.py",
-                here.parent / "capabilities.py", here.parent / "testbed.py"):
+                here.parent / "capabilities.py", here.parent / "hosts" / "lab" / "testbed.py"):
         with suppress(OSError):
             parts.append(hashlib.sha256(src.read_bytes()).hexdigest())
     with suppress(OSError):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..executor import SshExecutor, SshTarget
+from ..system.executor import SshExecutor, SshTarget
 
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
 

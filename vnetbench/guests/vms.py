@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from ..core.strict import Strict, pydantic_message
 from ..datapaths.base import Availability
-from ..ledger import Ledger
-from ..strict import Strict, pydantic_message
+from ..system.ledger import Ledger
 from . import backend, machine
 from .base import VM_NIC, Fleet, GuestError
 

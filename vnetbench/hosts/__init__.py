@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from ..registry import plugins
+from ..core.registry import plugins
 from .base import Backend, Placement, Unavailable
 
 REGISTRY, register, load_all = plugins(__name__, "name")

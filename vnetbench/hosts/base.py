@@ -19,12 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..executor import Executor, LocalExecutor, NetnsExecutor
-from ..ledger import Ledger, delete_namespaces, surviving
+from ..core.strict import one_line
 from ..probes.interfaces import InterfaceProbe
 from ..probes.process import ProcessProbe
 from ..probes.procstat import SystemProbe
-from ..strict import one_line
+from ..system.executor import Executor, LocalExecutor, NetnsExecutor
+from ..system.ledger import Ledger, delete_namespaces, surviving
 
 ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
 BATCH_TOOLS = ("ip", "tc", "bridge")

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import shlex
 
-from ..executor import CommandError, Executor
 from ..guests import machine as guest_machine
 from ..guests import ssh, vms
 from ..guests.base import Fleet, GuestError
-from ..ledger import Ledger
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import StreamedSystemProbe
+from ..system.executor import CommandError, Executor
+from ..system.ledger import Ledger
 from . import register
 from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, comment, in_guest_teardown
 

@@ -11,7 +11,7 @@ from ..guests.base import GuestError
 from ..guests.hostsite import MEM_MB, GuestHostSite
 from . import register
 from .base import Backend, Placement, Unavailable
-from .testbed import TestbedPlacement
+from .lab.placement import TestbedPlacement
 
 
 class HostGuestsPlacement(TestbedPlacement):

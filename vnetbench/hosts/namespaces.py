@@ -10,11 +10,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 
-from ..executor import CommandError, NetnsExecutor
 from ..guests import ssh, vms
 from ..guests.base import TAP_MTU, VM_NIC, Fleet, GuestError
-from ..ledger import Ledger
 from ..probes.procstat import GuestSystemProbe
+from ..system.executor import CommandError, NetnsExecutor
+from ..system.ledger import Ledger
 from . import register
 from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, at_once
 

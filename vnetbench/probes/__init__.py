@@ -2,9 +2,9 @@
 (`catalogue`), which registering adds to sample.METRICS."""
 from __future__ import annotations
 
+from ..core.registry import plugins
+from ..core.sample import declare
 from .base import Probe  # noqa: F401
-from ..registry import plugins
-from ..sample import declare
 
 REGISTRY, register, load_all = plugins(__name__, "kind", on_register=lambda cls: declare(cls.catalogue,
                                                                                         f"probe {cls.kind}"))

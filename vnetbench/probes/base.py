@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Sequence
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 
 log = logging.getLogger(__name__)
 Window = Sequence[float]  # [start, end], absolute UNIX times

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..executor import CommandError, Executor
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
+from ..system.executor import CommandError, Executor
 from . import register
 from .base import Probe, Sampler, span, value_at
 

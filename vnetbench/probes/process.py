@@ -5,8 +5,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..executor import CommandError, Executor
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
+from ..system.executor import CommandError, Executor
 from . import register
 from .base import Probe, Sampler, span, value_at
 

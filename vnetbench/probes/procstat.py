@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import cgroup
-from ..executor import Executor
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
+from ..system import cgroup
+from ..system.executor import Executor
 from . import register
 from .base import Probe, span, value_at
 

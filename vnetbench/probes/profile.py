@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -24,10 +24,9 @@ import time
 import zlib
 from collections import Counter
 
-from ..executor import Executor, LocalExecutor
-from ..sample import Sample
-from .. import mechanisms
-from . import register
+from ..core.sample import Sample
+from ..system.executor import Executor, LocalExecutor
+from . import mechanisms, register
 from .base import Probe
 from .process import parse_pid_stat
 

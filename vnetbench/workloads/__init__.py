@@ -3,9 +3,9 @@ declares what it needs (its tools) and what it gives (its metrics, its main metr
 the catalogues (sample.METRICS, capabilities.TOOLS, adaptive's main metric, the loader's distributions)."""
 from __future__ import annotations
 
+from ..core.registry import plugins
+from ..core.sample import declare
 from .base import Workload  # noqa: F401
-from ..registry import plugins
-from ..sample import declare
 
 
 def _declare(cls: type[Workload]) -> None:

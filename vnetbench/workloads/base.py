@@ -16,11 +16,11 @@ from typing import Any, ClassVar, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from .. import rawlog
-from ..agent import LISTEN_STEP_S, listener
-from ..executor import Executor, LocalExecutor, NetnsExecutor
-from ..sample import Metric, Sample
-from ..strict import not_a_bool
+from ..core.sample import Metric, Sample
+from ..core.strict import not_a_bool
+from ..system import rawlog
+from ..system.agent import LISTEN_STEP_S, listener
+from ..system.executor import Executor, LocalExecutor, NetnsExecutor
 
 
 class Tool(NamedTuple):

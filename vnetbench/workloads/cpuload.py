@@ -17,7 +17,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 from . import register
 from .base import Command, Endpoint, Pair, Params, Tool, Workload, WorkloadError, finish, stop
 

@@ -7,7 +7,7 @@ process vnetbench started is the master, stopped with SIGTERM (then its process 
 removed. Nothing is written under /etc/nginx, /var/log/nginx or /var/lib/nginx: the compiled-in error log is
 replaced with -e and every temporary path is set. Workers run as root because the work directory is root-only.
 
-The clients are `python -m vnetbench.httpclient` processes (standard library only, see that module): `clients` of
+The clients are `python -m vnetbench.workloads.httpclient` processes (standard library only, see that module): `clients` of
 them per pair, each making `rate` requests per second for `duration` seconds, a new connection per request
 (keepalive: false), staggered so the pair's requests are evenly spread. Every request's response time is kept.
 
@@ -29,7 +29,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 from . import register
 from .base import Command, Offer, Pair, Params, Tool, Workload, WorkloadError, finish, stop, wait_listening
 
@@ -156,7 +156,7 @@ class Http(Workload):
     def _client(self, pair: Pair, k: int) -> list[str]:
         p = self.params
         phase = k / (p.clients * p.rate)  # client k of n: the pair's requests evenly spread
-        argv = [*pair.client.node.python("httpclient"), "--host", pair.server.addr, "--port", str(self._port(pair)),
+        argv = [*pair.client.node.python("workloads.httpclient"), "--host", pair.server.addr, "--port", str(self._port(pair)),
                 "--path", PAGE, "--size", str(p.page_size), "--rate", f"{p.rate:g}", "--duration", f"{p.duration:g}",
                 "--timeout", f"{p.timeout:g}", "--phase", f"{phase:.6f}"]
         return argv + (["--keepalive"] if p.keepalive else [])

@@ -57,8 +57,8 @@ from typing import Any, Collection, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
-from ..sample import Metric, Sample
-from ..units import parse_rate
+from ..core.sample import Metric, Sample
+from ..core.units import parse_rate
 from . import register
 from .base import (KEPT, SENDER_THROUGHPUT, THROUGHPUT, Command, KeptServer, Offer, Pair, Params, Stamped, Tool,
                    Workload, WorkloadError, bounded, finish, said, stop, wait_listening)

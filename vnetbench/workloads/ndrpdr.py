@@ -15,12 +15,11 @@ from typing import Any, Literal, Sequence
 from MLRsearch import AbstractMeasurer, Config, GoalResult, MeasurementResult, MultipleLossRatioSearch, SearchGoal
 from pydantic import Field, field_validator, model_validator
 
-from .. import pktgen
-from ..executor import NetnsExecutor
-from ..guards import OFFERED_SHORT
-from ..sample import Metric, Sample
-from ..strict import Strict
-from . import register
+from ..core.sample import Metric, Sample
+from ..core.strict import Strict
+from ..results.guards import OFFERED_SHORT
+from ..system.executor import NetnsExecutor
+from . import pktgen, register
 from .base import Command, Pair, Params, Tool, Workload, WorkloadError
 from .iperf3 import Iperf3
 from .ping import PING_TOOLS, collect_ping, parse_rtts, ping_argv

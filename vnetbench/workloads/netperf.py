@@ -19,7 +19,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field, model_validator
 
-from ..sample import Sample
+from ..core.sample import Sample
 from . import register
 from .base import (KEPT, LATENCY_SUMMARY, SENDER_THROUGHPUT, THROUGHPUT, TRANSACTIONS, Command, KeptServer, Pair,
                    Params, Tool, Workload, WorkloadError, finish, stop, wait_listening)

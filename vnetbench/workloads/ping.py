@@ -13,7 +13,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 from . import register
 from .base import Command, Pair, Params, Tool, Workload, WorkloadError, bounded, stop
 

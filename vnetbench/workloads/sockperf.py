@@ -21,7 +21,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field, model_validator
 
-from ..sample import Metric, Sample
+from ..core.sample import Metric, Sample
 from . import register
 from .base import (LATENCY_SUMMARY, TRANSACTIONS, Command, Pair, Params, Tool, Workload, WorkloadError, bounded, stop,
                    wait_listening)

@@ -1,7 +1,0 @@
-"""Analysis registry: a study's analysis is one module here with a class decorated by @register."""
-from __future__ import annotations
-
-from .base import Analysis  # noqa: F401
-from ..registry import plugins
-
-REGISTRY, register, load_all = plugins(__name__, "name")

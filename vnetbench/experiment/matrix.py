@@ -1,0 +1,272 @@
+"""From an experiment's factors to the list of scenarios: the product of levels, minus `exclude`, plus
+`include`, each scenario either runnable (with the implementation of every element) or skipped with the reason.
+The scenarios are plain data (scenario.py); the elements checked here are made from their levels through the
+datapath registry and not kept (a topology makes its own from the same levels)."""
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from .. import hosts  # where the hosts are: each backend refuses what it cannot run, and says whose kernel checks
+from .. import datapaths, workloads
+from ..capabilities import Capabilities
+from ..core.scenario import DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label, placement_hosts
+from ..datapaths.base import Availability, Element
+from .model import Experiment
+
+__all__ = ["Scenario", "expand", "params_of", "PLACEMENT_KEYS"]
+
+
+# Keys of a workload entry that say where and when it runs, not how the tool runs.
+PLACEMENT_KEYS = ("when", "pairs", "background", "target_pair", "name")
+
+
+def params_of(wl: dict) -> dict:
+    return {k: v for k, v in wl.items() if k not in PLACEMENT_KEYS}
+
+
+def _matches(rule: dict[str, Any], labels: dict[str, str], levels: dict[str, Any]) -> bool:
+    for factor, want in rule.items():
+        options = want if isinstance(want, list) else [want]
+        if not any(levels.get(factor) == w or labels.get(factor) == label(w) for w in options):
+            return False
+    return True
+
+
+def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
+    """All scenarios in run order; with caps=None availability is not checked (used by unit tests)."""
+    factor_levels = _factor_levels(exp)
+    names = list(factor_levels)
+    combos = [dict(zip(names, values)) for values in itertools.product(*factor_levels.values())]
+    combos = [c for c in combos if not any(_matches(r, {k: label(v) for k, v in c.items()}, c) for r in exp.exclude)]
+    for rule in exp.include:
+        extra = {f: factor_levels[f][0] for f in names} | rule
+        combos.append(extra)
+    scenarios: list[Scenario] = []
+    seen: set[str] = set()
+    for levels in combos:
+        elements = datapaths.elements(levels)
+        sc = _scenario(exp, len(scenarios) + 1, levels, factor_levels, elements)
+        if sc.key in seen:
+            continue
+        seen.add(sc.key)
+        if caps is not None:
+            _decide(sc, elements, factor_levels, caps)
+        scenarios.append(sc)
+    _run_once(exp, scenarios)
+    return scenarios
+
+
+def _measured_as(exp: Experiment, sc: Scenario, k: int) -> str:
+    """What a foreground workload's result depends on in this scenario: the topology, its own resolved parameters
+    and placement, the levels of the factors its `when` names, and every background load beside it. Two scenarios
+    with the same value measure the same thing for that workload (they differ only in factors it does not read,
+    e.g. `protocol` for ping)."""
+    wid = sc.workload_ids[k]
+    when = exp.workloads[wid].get("when", {})
+    background = [(i, wl.params.model_dump(mode="json"), p) for i, wl, p in
+                  zip(sc.workload_ids, sc.workloads, sc.workload_params) if wl.background]
+    return json.dumps([sc.topology_key, {f: sc.labels.get(f) for f in sorted(when)}, wid,
+                       sc.workloads[k].params.model_dump(mode="json"), sc.workload_params[k], background],
+                      sort_keys=True, default=str)
+
+
+def _run_once(exp: Experiment, scenarios: list[Scenario]) -> None:
+    """A workload that nothing distinguishes between two runnable scenarios runs in the first of them only, with a
+    note in the others: factors it does not read do not multiply it (quick.yaml's ping ran under both `protocol`
+    rows). A scenario left without a foreground workload is skipped, naming where its workloads run."""
+    first: dict[str, Scenario] = {}
+    for sc in scenarios:
+        if sc.skip:
+            continue
+        kept, moved = [], []
+        for k, wl in enumerate(sc.workloads):
+            where = None if wl.background else first.setdefault(_measured_as(exp, sc, k), sc)
+            if where is None or where is sc:
+                kept.append(k)
+                continue
+            differ = [f for f in sc.labels if sc.labels[f] != where.labels[f]]
+            moved.append(f"workload {sc.workload_ids[k] + 1} ({wl.kind}) runs in scenario {where.index} only: "
+                         f"it does not read {', '.join(differ)}")
+        if not moved:
+            continue
+        sc.notes += moved
+        sc.workloads, sc.workload_params, sc.workload_ids = ([x[k] for k in kept] for x in
+                                                             (sc.workloads, sc.workload_params, sc.workload_ids))
+        if not any(not wl.background for wl in sc.workloads):
+            sc.skip = "; ".join(moved)
+
+
+def _factor_levels(exp: Experiment) -> dict[str, list]:
+    levels = {f: as_list(exp.factors.get(f, DEFAULT_LEVELS[f])) for f in TOPOLOGY_FACTORS}
+    return levels | {f: as_list(v) for f, v in exp.factors.items() if f not in TOPOLOGY_FACTORS}
+
+
+def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels: dict[str, list],
+              elements: dict[str, Element]) -> Scenario:
+    reg = workloads.load_all()
+    labels = {k: label(v) for k, v in levels.items()}
+    wls, entries, ids = [], [], []
+    for i, wl in enumerate(exp.workloads):
+        if not _matches(wl.get("when", {}), labels, levels):
+            continue
+        cls = reg[wl["type"]]
+        # A parameter the entry sets itself is pinned for that entry (a flood stays UDP whatever `protocol` says).
+        overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type" and k not in wl}
+        params = {**params_of(wl), **overrides}
+        wls.append(cls(cls.Params.model_validate(params), wl.get("pairs"), wl.get("background", False),
+                       wl.get("target_pair"), wl.get("name")))
+        entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
+        ids.append(i)
+    # as many hosts as the spec says, else as the most demanding placement of the experiment needs
+    hosts = exp.hosts or max(placement_hosts(p) for p in [levels["placement"], *factor_levels["placement"]])
+    sc = Scenario(index=index, levels=levels, labels=labels, workload_params=entries, workload_ids=ids,
+                  hosts=hosts, tenants=exp.tenants, underlay_rate=exp.underlay.rate,
+                  underlay_impairment=exp.underlay.impairment(), workloads=wls)
+    _overheads(sc, elements)
+    return sc
+
+
+def _overheads(sc: Scenario, elements: dict[str, Element]) -> None:
+    """The bytes each element takes from the MTU (the encryption's depends on the overlay's, and on the
+    implementation its check() chose: worked out again once it has)."""
+    sc.overheads["overlay"] = elements["overlay"].overhead
+    sc.overheads["encryption"] = elements["encryption"].overhead_for(sc)
+
+
+def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str, list], caps: Capabilities) -> None:
+    """Skip with a reason, or record what implementation each element will use."""
+    reason = _structural(sc, factor_levels) or _workload_fit(sc)
+    if reason:
+        sc.skip = reason
+        return
+    backend = hosts.choose(sc.levels)
+    if reason := backend.refuse(sc, caps):
+        sc.skip = reason
+        return
+    caps = backend.capabilities(sc, caps)  # a guest's kernel's, where the datapaths run in one
+    if sc.underlay_impairment and not caps.has("netem"):
+        hint = "; kernel: guest runs it in a guest's own kernel" if sc.levels.get("kernel") == "shared" else ""
+        sc.skip = (f"underlay {', '.join(k.split('_')[0] for k in sc.underlay_impairment)}: "
+                   f"{caps.missing_kernel('netem')}{hint}")
+        return
+    for wl in sc.workloads:
+        if not caps.tool(wl.tool):
+            sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"
+            return
+    switch = elements["switch"]
+    checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in elements.items()}
+    if (in_vms := backend.check_encryption(sc, elements["encryption"], caps)) is not None:
+        checks["encryption"] = in_vms  # vm-to-vm encryption in guest VMs: their own kernels' xfrm
+    _overheads(sc, elements)
+    if sc.levels["attach"] == "switch":
+        checks["overlay"] = switch.overlay_support(elements["overlay"], sc, caps)
+    unused = () if sc.levels["attach"] == "switch" else ("switch", "overlay")  # direct/host bypass the switch
+    for kind in ELEMENT_FACTORS:
+        if kind in unused:
+            sc.implementation[kind] = "none"
+            continue
+        avail = checks[kind]
+        if not avail.ok:
+            sc.skip = f"{kind} {sc.labels[kind]}: {avail.reason}"
+            return
+        sc.implementation[kind] = avail.implementation
+        sc.notes += list(avail.notes)
+    _leave_out_oversized(sc, elements["encryption"])
+
+
+IP_MAX = 65535  # IPv4's total length and IPv6's payload length are 16-bit fields
+
+
+def _leave_out_oversized(sc: Scenario, enc: Element) -> None:
+    """A datagram the sender's own kernel encrypts (xfrm end to end, or host to host without VMs) is transformed
+    whole and fragmented after: with ESP/AH added it must still fit in one IP packet, or the kernel refuses to send
+    it (S1's 65507-byte ping through ESP: 65400 bytes passed, 65450 did not, as computed here). Such a workload is
+    left out of the scenario, saying why in its notes; with no foreground workload left, the scenario is skipped."""
+    if "kernel-xfrm" not in sc.implementation.get("encryption", "") or \
+            (enc.host_to_host(sc) and sc.levels["attach"] != "host"):
+        return
+    six, tunnel = sc.levels["ip_version"] == 6, enc.options.mode == "tunnel"
+
+    def sent(size: int) -> int:  # IPv4 total length, or IPv6 payload length, after the transform
+        return enc.outer_size((40 if six and tunnel else 20) + size) - (20 if six and not tunnel else 0)
+    kept = []
+    for wl, params, wid in zip(sc.workloads, sc.workload_params, sc.workload_ids):
+        size = wl.largest_datagram()
+        if size and sent(size) > IP_MAX:
+            fit = next(s for s in range(size, 0, -1) if sent(s) <= IP_MAX)
+            why = (f"workload {wid + 1} ({wl.kind}, {size - 8}-byte payloads) left out: the sender's kernel encrypts "
+                   f"a datagram whole before fragmenting it, and with {sent(size) - size - (0 if six else 20)} bytes "
+                   f"of {sc.labels['encryption']} it exceeds IPv{6 if six else 4}'s {IP_MAX}-byte "
+                   f"{'payload' if six else 'packet'}; at most {fit - 8}-byte payloads fit")
+            sc.notes.append(why)
+        else:
+            kept.append((wl, params, wid))
+    if len(kept) < len(sc.workloads):
+        sc.workloads, sc.workload_params, sc.workload_ids = (list(x) for x in zip(*kept)) if kept else ([], [], [])
+        if not any(not wl.background for wl in sc.workloads):
+            sc.skip = sc.notes[-1]
+
+
+def _workload_fit(sc: Scenario) -> str | None:
+    if not any(not wl.background for wl in sc.workloads):
+        return "no foreground workload's `when` selects this scenario"
+    for wl in sc.workloads:
+        if wl.only_pairs and max(wl.only_pairs) > sc.levels["pairs"]:
+            return f"workload {wl.kind} runs on pair {max(wl.only_pairs)} but the scenario has {sc.levels['pairs']} pairs"
+        if wl.target_pair is not None:
+            if wl.target_pair > sc.levels["pairs"]:
+                return f"workload {wl.kind} targets pair {wl.target_pair} but the scenario has {sc.levels['pairs']} pairs"
+            # Pair k is in tenant (k - 1) % tenants + 1 (topology); tenants are separate networks unless attach=host.
+            tenant = lambda k: (k - 1) % sc.tenants + 1  # noqa: E731
+            others = [k for k in (wl.only_pairs or range(1, sc.levels["pairs"] + 1))
+                      if tenant(k) != tenant(wl.target_pair)]
+            if others and sc.levels["attach"] != "host":
+                return (f"workload {wl.kind}: pair {others[0]} (tenant {tenant(others[0])}) cannot reach the server of "
+                        f"pair {wl.target_pair} (tenant {tenant(wl.target_pair)}): tenants are separate networks")
+    return None
+
+
+def _hops_problem(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
+    """Routers split the hosts' L2 network: only traffic between the hosts' own addresses crosses them."""
+    hops = sc.levels.get("hops", 0)
+    if not hops:
+        return None
+    if not sc.crosses_hosts:
+        if hops != factor_levels["hops"][0]:
+            return f"same-host traffic crosses no router; it is measured once, under hops={factor_levels['hops'][0]}"
+        return None
+    if sc.hosts != 2:
+        return f"router hops are built between exactly two hosts, and this experiment has {sc.hosts}"
+    if sc.levels["attach"] == "direct":
+        return ("a direct (SR-IOV-like) attachment puts the VMs on the hosts' L2 network, which the routers split; "
+                "use attach switch with an overlay that tunnels over IP (e.g. vxlan), or attach host")
+    if sc.levels["attach"] == "switch" and sc.element("overlay") in ("none", "vlan"):
+        return (f"with overlay {sc.labels['overlay']} the VMs share the hosts' L2 network, which the routers split; "
+                f"use an overlay that tunnels over IP (e.g. vxlan), or attach host")
+    return None
+
+
+def _structural(sc: Scenario, factor_levels: dict[str, list]) -> str | None:
+    attach, placement = sc.levels["attach"], sc.levels["placement"]
+    if sc.hosts < placement_hosts(placement):
+        return f"{label(placement)} placement needs hosts >= {placement_hosts(placement)}"
+    if attach in ("host", "direct"):
+        what = "host-to-host traffic" if attach == "host" else "a direct (SR-IOV-like) attachment"
+        if sc.labels["overlay"] != "none":
+            return f"{what} bypasses the virtual switch and carries no overlay; it is measured under overlay=none"
+        if sc.labels["switch"] != label(factor_levels["switch"][0]):
+            return f"{what} does not use the switch; it is measured once, under switch={label(factor_levels['switch'][0])}"
+    first_scope = factor_levels["encryption_scope"][0]
+    if sc.labels["encryption"] == "none" and sc.levels["encryption_scope"] != first_scope:
+        return f"without encryption the scope does not matter; measured once, under encryption_scope={first_scope}"
+    if attach == "host" and not sc.crosses_hosts:
+        return "host-to-host needs two hosts; attach=host is measured with placement=cross-host"
+    if reason := _hops_problem(sc, factor_levels):
+        return reason
+    if sc.levels["ip_version"] == 6 and sc.vm_mtu < 1280:
+        return f"IPv6 needs an MTU of at least 1280 but the VM MTU would be {sc.vm_mtu}; raise mtu or use mtu_policy raise-underlay"
+    if sc.vm_mtu < 576:
+        return f"the VM MTU would be {sc.vm_mtu}; raise mtu"
+    return None

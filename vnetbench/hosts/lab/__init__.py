@@ -1,0 +1,1 @@
+"""A real lab reached over SSH: its file format and Ansible inventory, preflight, the site and placement, clean."""

@@ -1,0 +1,208 @@
+"""A lab's history (`vnetbench trend`): per scenario and metric, the campaigns of one or more results files in the
+order they ran, grouped where the level changes.
+
+The grouping is FD.io CSIT's change detection, the `jumpavg` library: the split of the series into groups whose
+description (each a normal population) is shortest (minimum description length). Each campaign enters as its trials
+(one value per trial), so a campaign of many trials weighs more than one of few. A change is the step between two
+neighbouring groups: its size is the later group's mean over the earlier's with Fieller's 95 % interval of that
+ratio over their trials; it is a regression when the metric moved the way that is worse (lower throughput, higher
+latency). Scenarios match across campaigns by their levels and workload, as in `compare`; a changed implementation
+(a datapath the machine ran differently) or a changed kernel or tool version between two campaigns is an annotation
+on the series, so a step that coincides with one says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..catalog import METRICS
+from ..results import stats
+from ..results.store import Campaign, Store
+from .compare import Side, trial_values
+
+VERSIONS = ("ovs-vswitchd", "charon", "wg", "wireguard-go", "iperf3", "netperf", "ip")
+
+
+@dataclass
+class Point:
+    store: str
+    campaign: Campaign
+    values: list[float]
+    implementation: dict
+
+
+@dataclass
+class Change:
+    at: int                 # index of the first point of the later group
+    before: float           # the earlier group's mean
+    after: float            # the later group's mean
+    ratio: float
+    ci: tuple[float, float]
+    worse: bool
+
+    @property
+    def kind(self) -> str:
+        return "regression" if self.worse else "progression"
+
+
+@dataclass
+class Series:
+    scenario: dict[str, str]
+    workload: str
+    metric: str
+    what: str                               # a process or direction the row measures, '' for the workload itself
+    points: list[Point] = field(default_factory=list)
+    groups: list[tuple[int, int]] = field(default_factory=list)   # [start, end) of each group's points
+    changes: list[Change] = field(default_factory=list)
+    notes: dict[int, list[str]] = field(default_factory=dict)     # point index -> what changed before it
+
+    @property
+    def better(self) -> str:
+        m = METRICS.get(self.metric)
+        return m.better if m else "higher"
+
+    @property
+    def newest_regression(self) -> Change | None:
+        """The last change when it starts at the newest campaign and is a regression: what a CI gate fails on."""
+        last = self.changes[-1] if self.changes else None
+        return last if last is not None and last.worse and last.at == len(self.points) - 1 else None
+
+
+def history(stores: list[Store], metrics: list[str] | None = None, where: dict[str, str] | None = None) -> list[Series]:
+    """Every scenario x workload x metric seen in two or more campaigns, its points in the order they ran, grouped."""
+    runs = sorted(((s, c) for s in stores for c in s.campaigns() if c.status in ("done", "interrupted")),
+                  key=lambda sc: sc[1].created)
+    found: dict[tuple, Series] = {}
+    previous_env: dict[tuple, dict] = {}
+    for store, camp in runs:
+        labels = {s["idx"]: s for s in store.scenarios(camp.id)}
+        (values,) = trial_values([Side(store, camp)])
+        for (idx, metric, workload, what), vals in values.items():
+            sc = labels.get(idx)
+            if sc is None or (metrics and metric not in metrics) or len(vals) < 1 \
+                    or any(str(sc["labels"].get(k)) != v for k, v in (where or {}).items()):
+                continue
+            key = (tuple(sorted(sc["labels"].items())), workload, metric, what)
+            series = found.setdefault(key, Series(dict(sc["labels"]), workload, metric, what))
+            series.points.append(Point(str(store.path), camp, list(vals), sc.get("implementation") or {}))
+            env = _facts(camp, sc.get("implementation") or {})
+            if key in previous_env and (changed := _changed(previous_env[key], env)):
+                series.notes[len(series.points) - 1] = changed
+            previous_env[key] = env
+    out = [s for s in found.values() if len(s.points) >= 2]
+    for s in out:
+        _classify(s)
+    return out
+
+
+def _facts(camp: Campaign, implementation: dict) -> dict[str, str]:
+    env = camp.environment or {}
+    tools = env.get("tools") or {}
+    facts = {f"implementation {k}": str(v) for k, v in implementation.items()}
+    facts["kernel"] = str(env.get("kernel", ""))
+    facts.update({k: str(tools[k]) for k in VERSIONS if k in tools})
+    return facts
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return [f"{k}: {before.get(k, '—')} -> {after.get(k, '—')}" for k in sorted(set(before) | set(after))
+            if before.get(k) != after.get(k)]
+
+
+def _classify(s: Series) -> None:
+    """jumpavg's groups over the campaigns (each its trials), and the step between each two neighbours."""
+    import jumpavg
+    values = [p.values for p in s.points]
+    groups = jumpavg.classify(values)
+    start = 0
+    for g in groups:
+        s.groups.append((start, start + len(g.run_list)))
+        start += len(g.run_list)
+    for (a0, a1), (b0, b1) in zip(s.groups, s.groups[1:]):
+        before = [v for p in s.points[a0:a1] for v in p.values]
+        after = [v for p in s.points[b0:b1] for v in p.values]
+        mb, ma = math.fsum(before) / len(before), math.fsum(after) / len(after)
+        ratio = ma / mb if mb else math.nan
+        ci = stats.ratio_ci(stats.summarize(before), stats.summarize(after)) if min(len(before), len(after)) >= 2 \
+            else (math.nan, math.nan)
+        worse = ma < mb if s.better == "higher" else ma > mb
+        s.changes.append(Change(b0, mb, ma, ratio, ci, worse))
+
+
+def _name(s: Series, varying: list[str]) -> str:
+    levels = "/".join(s.scenario.get(k, "") for k in varying) or "all"
+    return f"{levels} {s.workload}{' ' + s.what if s.what else ''} {s.metric}"
+
+
+def _varying(series: list[Series]) -> list[str]:
+    keys = dict.fromkeys(k for s in series for k in s.scenario)
+    return [k for k in keys if len({s.scenario.get(k) for s in series}) > 1]
+
+
+def _point(p: Point) -> str:
+    return f"campaign {p.campaign.id} ({p.campaign.name})"
+
+
+def text(series: list[Series], every: bool = False) -> list[str]:
+    """The changed series first (regressions of the newest campaign at the top), each change with its size and
+    interval and what changed beside it; then how many did not change."""
+    varying = _varying(series)
+    changed = sorted((s for s in series if s.changes), key=lambda s: (s.newest_regression is None, _name(s, varying)))
+    lines = [f"{len(series)} series over {len({(p.store, p.campaign.id) for s in series for p in s.points})} "
+             f"campaigns; {len(changed)} with a change (jumpavg groups; size: later / earlier mean, 95% CI)"]
+    for s in changed:
+        unit = METRICS[s.metric].unit if s.metric in METRICS else ""
+        head = "NEWEST CAMPAIGN REGRESSES: " if s.newest_regression else ""
+        lines.append(f"{head}{_name(s, varying)} ({len(s.points)} campaigns, {s.better} is better)")
+        for c in s.changes:
+            lo, hi = c.ci
+            ci = f" ({lo:.3f}x .. {hi:.3f}x)" if math.isfinite(lo) and math.isfinite(hi) else ""
+            lines.append(f"  {c.kind} at {_point(s.points[c.at])}: {c.before:.4g} -> {c.after:.4g} {unit}, "
+                         f"{c.ratio:.3f}x{ci}")
+            lines += [f"    beside: {n}" for n in s.notes.get(c.at, [])]
+    rest = [s for s in series if not s.changes]
+    if every:
+        lines += [f"{_name(s, varying)}: no change over {len(s.points)} campaigns" for s in rest]
+    elif rest:
+        lines.append(f"{len(rest)} series without a change (--all lists them)")
+    return lines
+
+
+def as_json(series: list[Series]) -> list[dict]:
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+    return [{"scenario": s.scenario, "workload": s.workload, "metric": s.metric, "what": s.what, "better": s.better,
+             "points": [{"store": p.store, "campaign": p.campaign.id, "name": p.campaign.name,
+                         "created": p.campaign.created, "n": len(p.values),
+                         "mean": math.fsum(p.values) / len(p.values), "notes": s.notes.get(i, [])}
+                        for i, p in enumerate(s.points)],
+             "groups": [list(g) for g in s.groups],
+             "changes": [{"at": c.at, "campaign": s.points[c.at].campaign.id, "kind": c.kind, "before": c.before,
+                          "after": c.after, "ratio": num(c.ratio), "ci": [num(c.ci[0]), num(c.ci[1])]}
+                         for c in s.changes],
+             "newest_regression": s.newest_regression is not None} for s in series]
+
+
+def draw(series: list[Series], path, most: int = 12) -> None:
+    """The series that changed (at most `most`): each campaign's trials and mean, each group's mean as a step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shown = [s for s in series if s.changes][:most] or series[:1]
+    varying = _varying(series)
+    fig, axes = plt.subplots(len(shown), 1, figsize=(8, 2.4 * len(shown)), squeeze=False)
+    for ax, s in zip(axes[:, 0], shown):
+        for i, p in enumerate(s.points):
+            ax.plot([i] * len(p.values), p.values, ".", color="0.6")
+            ax.plot(i, math.fsum(p.values) / len(p.values), "o", color="C0")
+        for a, b in s.groups:
+            vals = [v for p in s.points[a:b] for v in p.values]
+            ax.hlines(math.fsum(vals) / len(vals), a - 0.4, b - 0.6, color="C1")
+        for c in s.changes:
+            ax.axvline(c.at - 0.5, color="C3" if c.worse else "C2", linestyle="--")
+        ax.set_title(_name(s, varying), fontsize=9)
+        ax.set_xticks(range(len(s.points)), [str(p.campaign.id) for p in s.points], fontsize=7)
+    axes[-1, 0].set_xlabel("campaign, in the order they ran")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
