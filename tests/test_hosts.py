@@ -132,7 +132,7 @@ TOY = '''\
 """A toy host backend: namespaces on this machine, named with a prefix of its own."""
 from vnetbench.system.executor import NetnsExecutor
 from vnetbench.hosts import register
-from vnetbench.hosts.base import Node
+from vnetbench.hosts.steps import Node
 from vnetbench.hosts.namespaces import Namespaces, NamespacesPlacement
 
 MADE = []  # every namespace it gave a node

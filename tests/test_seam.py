@@ -1,6 +1,8 @@
-"""The seams, checked from the source: no import circle among vnetbench's modules at run time; the lowest layers know
-no backend; the matrix knows no guest module; one registry implementation; datapath elements that use only the
-builder interface (datapaths/base.py: Builder), never one another."""
+"""The seams, checked from the source: the package's layers, each importing only the ones before it; no import circle
+among vnetbench's modules, type-only imports included; the lowest layers know no backend; the matrix knows no guest
+module; one registry implementation; datapath elements that use only the builder interface (datapaths/base.py:
+Builder), placements only theirs (hosts/steps.py: PlacementHost); no import by name outside the registry, no test of
+a class's name, no level read by a computed name where the choice of hosts belongs to hosts.choose."""
 import ast
 import functools
 import json
@@ -9,14 +11,32 @@ from pathlib import Path
 
 import yaml
 
+from vnetbench.build.topology import Topology
 from vnetbench.datapaths.base import Builder
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import loads
-from vnetbench.build.topology import Topology
+from vnetbench.hosts.steps import PlacementHost
 
 PKG = Path(__file__).resolve().parent.parent / "vnetbench"
-SEAM = ("vnetbench.experiment.spec", "vnetbench.experiment.matrix", "vnetbench.core.scenario", "vnetbench.experiment.validate", "vnetbench.build.topology",
-        "vnetbench.datapaths")
+SEAM = ("vnetbench.experiment.spec", "vnetbench.experiment.matrix", "vnetbench.core.scenario",
+        "vnetbench.experiment.validate", "vnetbench.build.topology", "vnetbench.datapaths")
+# The layers, lowest first: a module imports only modules of its own layer or of those before it (experiment ->
+# build -> run -> results -> report is the pipeline; the store and statistics sit below the run that writes them).
+LAYERS = [
+    ("plain data", ("vnetbench.core",)),
+    ("the process boundary", ("vnetbench.system",)),
+    ("measuring plug-ins", ("vnetbench.workloads", "vnetbench.probes")),
+    ("what the plug-ins declare", ("vnetbench.catalog",)),
+    ("what a kernel offers", ("vnetbench.capabilities",)),
+    ("datapath plug-ins", ("vnetbench.datapaths",)),
+    ("guest and host plug-ins", ("vnetbench.guests", "vnetbench.hosts")),
+    ("experiment", ("vnetbench.experiment",)),
+    ("build", ("vnetbench.build",)),
+    ("results", ("vnetbench.results",)),
+    ("run", ("vnetbench.run",)),
+    ("report", ("vnetbench.report",)),
+    ("command", ("vnetbench.cli", "vnetbench.__main__")),
+]
 # Modules of datapaths/ that a datapath may import: the interface, the registry, and the base of the encrypting
 # elements (which registers no element of its own).
 SHARED = {"vnetbench.datapaths", "vnetbench.datapaths.base", "vnetbench.datapaths.encrypted"}
@@ -42,6 +62,7 @@ def _topo_uses(tree: ast.AST) -> set[str]:
     return used
 
 
+@functools.lru_cache(maxsize=None)
 def _modules() -> dict[str, Path]:
     out = {}
     for path in PKG.rglob("*.py"):
@@ -52,19 +73,20 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _type_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def _imports(tree: ast.AST, in_function: bool = False):
-    """(import statement, whether it sits in a function) for every import that runs (at module level or in a
-    function), not those under TYPE_CHECKING."""
+    """(import statement, whether it sits in a function) for every import: at module level, in a function, or
+    under TYPE_CHECKING (a type-only import is a dependency of the design all the same)."""
     for node in ast.iter_child_nodes(tree):
-        if _type_only(node):
-            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node, in_function
         yield from _imports(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_packages() -> frozenset[str]:
+    """Packages whose __init__ holds only a docstring: importing a module in one runs nothing of it."""
+    return frozenset(name for name, path in _modules().items() if path.name == "__init__.py" and all(
+        isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in _tree(path).body))
 
 
 def _graph(lazy: bool | None = None) -> dict[str, set[str]]:
@@ -87,12 +109,11 @@ def _graph(lazy: bool | None = None) -> dict[str, set[str]]:
                     base = ".".join(up + ([node.module] if node.module else []))
                 targets = [base] + [f"{base}.{a.name}" for a in node.names]
             for target in targets:
-                while target:  # importing a.b.c runs a and a.b first
-                    if target in mods and target != name:
+                while target:  # importing a.b.c runs a and a.b first (but a module's own packages ran before it)
+                    if target in mods and target != name and not name.startswith(target + "."):
                         deps.add(target)
                     target = target.rpartition(".")[0]
-        deps.discard("vnetbench")  # its __init__ is empty: running it is no dependency
-        graph[name] = deps
+        graph[name] = deps - _empty_packages()
     return graph
 
 
@@ -127,15 +148,16 @@ def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
 # the circle is broken by moving the shared part down a layer instead.
 ALLOWED_LAZY: dict[tuple[str, str], str] = {}
 # What counts as a backend: where the hosts are (a testbed over SSH, guests), and the topology built on one.
-BACKENDS = ("vnetbench.hosts.lab.testbed", "vnetbench.guests", "vnetbench.build.topology", "vnetbench.hosts")
-# The host backend interface (hosts/base.py) and the package that registers the backends and chooses one.
-INTERFACE = {"vnetbench.hosts", "vnetbench.hosts.base"}
+BACKENDS = ("vnetbench.guests", "vnetbench.build.topology", "vnetbench.hosts")
+# The host backend interface (hosts/base.py, hosts/steps.py, the emulated underlay that base's placement builds) and
+# the package that registers the backends and chooses one.
+INTERFACE = {"vnetbench.hosts", "vnetbench.hosts.base", "vnetbench.hosts.steps", "vnetbench.hosts.underlay"}
 
 
 def test_no_import_circle_at_run_time():
     """No module imports one that imports it back, counting imports inside functions (they run too)."""
     graph = _graph()
-    assert not (PKG / "__init__.py").read_text().strip()  # so _graph may leave the root package out
+    assert "vnetbench" in _empty_packages() and "vnetbench.core" in _empty_packages()
     assert len(graph) > 60 and len([m for m in graph if m.startswith(SEAM)]) > 10, graph  # the walk found them
     cycles = {" -> ".join(c) for m in graph if (c := _cycle_through(graph, m))}
     assert not cycles, "import circles:\n" + "\n".join(sorted(cycles))
@@ -162,20 +184,21 @@ def test_the_matrix_imports_no_guest_module():
     """The matrix asks the chosen host backend whether it runs a scenario (and with whose kernel's capabilities):
     it imports no guest module, directly or not."""
     graph = _graph()
-    guests = {d for d in _reach(graph, "vnetbench.experiment.matrix") if d.startswith(("vnetbench.guests", "vnetbench.hosts.lab.testbed"))}
+    guests = {d for d in _reach(graph, "vnetbench.experiment.matrix") if d.startswith(("vnetbench.guests",
+                                                                                           "vnetbench.hosts.lab"))}
     assert not guests, f"the matrix imports {sorted(guests)}"
     assert "vnetbench.hosts" in graph["vnetbench.experiment.matrix"]  # the walk sees the import it makes instead
 
 
 def test_backends_never_import_the_topology():
     graph = _graph()
-    backends = [m for m in graph if m.startswith(("vnetbench.hosts", "vnetbench.guests", "vnetbench.hosts.lab.testbed"))]
+    backends = [m for m in graph if m.startswith(("vnetbench.hosts", "vnetbench.guests"))]
     assert {"vnetbench.hosts.namespaces", "vnetbench.hosts.guest", "vnetbench.hosts.guest_per_host",
             "vnetbench.hosts.lab.placement"} <= set(backends)
     for mod in backends:
         assert "vnetbench.build.topology" not in _reach(graph, mod), f"{mod} imports the topology (directly or not)"
     # nor reach into its private state (a testbed's VF leases and MAC serials live on its placement)
-    for path in [*(PKG / "hosts").glob("*.py"), *(PKG / "guests").glob("*.py")]:
+    for path in [*(PKG / "hosts").rglob("*.py"), *(PKG / "guests").rglob("*.py")]:
         private = {a for a in _topo_uses(_tree(path)) if a.startswith("_")}
         assert not private, f"{path.name} uses the topology's private {sorted(private)}"
 
@@ -206,9 +229,9 @@ def test_every_host_backend_is_registered_and_chosen_by_one_function():
 def test_one_registry_implementation():
     """Datapaths, workloads, probes, analyses and guest backends register through registry.Registry; no other
     module keeps a registry of its own (a module-level REGISTRY that is not one)."""
-    from vnetbench.report import analyses
     from vnetbench import datapaths, guests, hosts, probes, workloads
     from vnetbench.core.registry import Registry
+    from vnetbench.report import analyses
     for pkg in (analyses, datapaths, guests, hosts, probes, workloads):
         assert isinstance(pkg.REGISTRY, Registry) and pkg.load_all() is pkg.REGISTRY, pkg.__name__
     assert set(datapaths.REGISTRY) == {"switch", "overlay", "encryption", "attach"}
@@ -252,3 +275,114 @@ def test_the_topology_use_check_sees_getattr_with_a_constant_name():
     """An evasion the check once let through: getattr(topo, "machine") is a use of the topology's `machine`."""
     tree = ast.parse("def f(topo, k):\n    getattr(topo, 'machine', None)\n    topo.ip('h1')\n    getattr(topo, k)\n")
     assert _topo_uses(tree) == {"machine", "ip", "<computed name>"}
+
+
+def _layer(module: str) -> int:
+    for k, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return k
+    raise AssertionError(f"{module} is in no layer of LAYERS: place it")
+
+
+def test_each_layer_imports_only_the_layers_before_it():
+    """Every module sits in one layer; none imports a module of a later layer (type-only and function-level imports
+    included: each is a dependency all the same)."""
+    graph = _graph()
+    upward = sorted(f"{m} ({LAYERS[_layer(m)][0]}) -> {d} ({LAYERS[_layer(d)][0]})"
+                    for m, deps in graph.items() if m != "vnetbench" for d in deps if _layer(d) > _layer(m))
+    assert not upward, "imports of a later layer:\n" + "\n".join(upward)
+    assert {_layer(m) for m in graph if m != "vnetbench"} == set(range(len(LAYERS)))  # no empty layer
+
+
+def test_the_layer_check_sees_an_upward_import():
+    """The check above would fail on a report module imported by the store (and a type-only one counts)."""
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..report import tables\n")
+    targets = [n for n, _ in _imports(tree)]
+    assert len(targets) == 2 and targets[1].module == "report"
+    assert _layer("vnetbench.report.tables") > _layer("vnetbench.results.store")
+
+
+def test_placements_use_only_the_placement_contract():
+    """hosts/ and guests/ use of the topology only what hosts/steps.py: PlacementHost declares, as datapaths use only
+    Builder: the contract is what a new backend may rely on."""
+    allowed = {n for n in dir(PlacementHost) if not n.startswith("_")} | set(PlacementHost.__annotations__)
+    for path in [*(PKG / "hosts").rglob("*.py"), *(PKG / "guests").rglob("*.py")]:
+        used = _topo_uses(_tree(path))
+        assert used <= allowed, f"{path.relative_to(PKG)} uses {sorted(used - allowed)} of the topology, " \
+                                f"outside hosts/steps.py: PlacementHost"
+    assert {"ip", "nodes", "run_wave"} <= allowed and not {"placement", "elements", "steps"} & allowed
+
+
+def _imports_by_name(tree: ast.AST) -> list[str]:
+    """A module loaded by a name the import graph cannot see: importlib's import_module or util (importlib.metadata
+    reads a distribution's version, which imports nothing), or __import__."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import) and any(a.name in ("importlib", "importlib.util") for a in n.names):
+            out.append("import importlib")
+        elif isinstance(n, ast.ImportFrom) and n.module in ("importlib", "importlib.util") and \
+                any(a.name in ("import_module", "util", "__import__", "spec_from_file_location") for a in n.names):
+            out.append(f"from {n.module} import {', '.join(a.name for a in n.names)}")
+        elif isinstance(n, ast.Name) and n.id == "__import__":
+            out.append("__import__")
+    return out
+
+
+def _class_name_tests(tree: ast.AST) -> list[str]:
+    """Comparisons that test what class an object is by its name (`type(x).__name__ == "Uml"`): a backend asked
+    which one it is, where its interface should answer."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare):
+            parts = [n.left, *n.comparators]
+            if any(isinstance(x, ast.Attribute) and x.attr in ("__name__", "__qualname__", "__class__")
+                   for p in parts for x in ast.walk(p)):
+                out.append(ast.unparse(n))
+    return out
+
+
+def _computed_levels(tree: ast.AST) -> list[str]:
+    """Reads of a scenario's levels by a computed key (`levels[k]`, `levels.get(k)`) or by the host choice's own
+    keys (kernel, vm_kernel): where hosts.choose should answer, a name in a variable hides the same choice."""
+    out = []
+
+    def levels(x) -> bool:
+        return (isinstance(x, ast.Name) and x.id == "levels") or (isinstance(x, ast.Attribute) and x.attr == "levels")
+
+    for n in ast.walk(tree):
+        key = None
+        if isinstance(n, ast.Subscript) and levels(n.value):
+            key = n.slice
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
+              and levels(n.func.value) and n.args):
+            key = n.args[0]
+        if key is not None and (not isinstance(key, ast.Constant) or key.value in ("kernel", "vm_kernel")):
+            out.append(ast.unparse(n))
+    return out
+
+
+def test_no_import_by_name_no_class_name_test_no_computed_level():
+    """The evasions the checks above once let through, each refused where it matters: importlib outside the
+    registry, a test of a class's name anywhere, the host choice's levels read by the commands, the campaign or the
+    topology."""
+    by_name = {m: found for m, path in _modules().items() if m != "vnetbench.core.registry"
+               and (found := _imports_by_name(_tree(path)))}
+    assert not by_name, f"imports by name outside core/registry.py: {by_name}"
+    named = {m: found for m, path in _modules().items() if (found := _class_name_tests(_tree(path)))}
+    assert not named, f"tests of a class's name: {named}"
+    chooser = {m: found for m in ("vnetbench.cli", "vnetbench.run.campaign", "vnetbench.build.topology")
+               if (found := _computed_levels(_tree(_modules()[m])))}
+    assert not chooser, f"the choice of hosts read from the levels by hand: {chooser}"
+
+
+def test_the_evasion_checks_see_each_evasion():
+    assert _imports_by_name(ast.parse("import importlib\nm = importlib.import_module('x')"))
+    assert _imports_by_name(ast.parse("m = __import__('vnetbench.guests.uml')"))
+    assert _imports_by_name(ast.parse("from importlib import import_module"))
+    assert not _imports_by_name(ast.parse("from importlib import metadata"))
+    assert _class_name_tests(ast.parse("if type(b).__name__ == 'Uml':\n    pass"))
+    assert _class_name_tests(ast.parse("ok = b.__class__ is Uml"))
+    assert not _class_name_tests(ast.parse("if __name__ == '__main__':\n    pass"))
+    assert _computed_levels(ast.parse("k = 'kernel'\nv = sc.levels[k]"))
+    assert _computed_levels(ast.parse("v = levels.get('vm_kernel', 'shared')"))
+    assert not _computed_levels(ast.parse("v = sc.levels.get('hops', 0)"))

@@ -25,13 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from .. import datapaths
-from ..system import netlink
 from ..capabilities import local_installed
-from ..datapaths.base import BuildError, Tunnel
-from ..system.executor import CommandError, Executor, NetnsExecutor
-from ..hosts.base import BATCH_TOOLS, PLAN_PREFIX, ROOT, Node, Placement, Step, comment, heredoc
-from ..system.ledger import Ledger
 from ..core.scenario import Scenario
+from ..datapaths.base import BuildError, Tunnel
+from ..hosts.base import Placement
+from ..hosts.steps import BATCH_TOOLS, PLAN_PREFIX, ROOT, Node, Step, comment, heredoc
+from ..system import netlink
+from ..system.executor import CommandError, Executor, NetnsExecutor
+from ..system.ledger import Ledger
 from ..workloads.base import Endpoint, Pair
 
 __all__ = ["BATCH_TOOLS", "PLAN_PREFIX", "ROOT", "Node", "Step", "Topology", "BuildError", "comment", "heredoc"]
@@ -279,75 +280,10 @@ class Topology:
         els["encryption"].build(self)
         return self
 
-    def emulated_underlay(self) -> None:
-        """The emulated underlay between the hosts' namespaces (a placement whose hosts are emulated asks for it)."""
-        mtu = self.sc.underlay_mtu
-        up = self.ifname("u")
-        ns = {label: node.netns for label, node in self.nodes.items()}
-        if len(self.hosts) == 2 and self.hops:
-            self._routers(mtu)
-        elif len(self.hosts) == 2:
-            self.ip(ROOT, f"link add {up} netns {ns['h1']} type veth peer name {up} netns {ns['h2']}")
-        elif len(self.hosts) == 1:  # a NIC with nothing behind it, so direct attachments have a parent
-            self.ip(ROOT, f"link add {up} netns {ns['h1']} type veth peer name {self.ifname('x')} netns {ns['h1']}")
-            self.ip("h1", f"link set {self.ifname('x')} mtu {mtu} up")
-        else:
-            # The bridge first, so its ports' ifindexes differ from their peers' (each `u`, index 2 in its host):
-            # a veth whose index equals its peer's gets its carrier through the kernel's linkwatch, which delays
-            # such an event by up to 1 s, and the bridge forwards through that port only after it (every build
-            # with 3 or more hosts lost its first ping to that second).
-            tor = self.ifname("tor")
-            self.ip(ROOT, f"link add {tor} netns {ns['tor']} type bridge")
-            self.ip("tor", f"link set {tor} mtu {mtu} up")
-            for h in self.hosts:
-                port = self.ifname(f"p{h.label[1:]}")
-                self.ip(ROOT, f"link add {up} netns {h.netns} type veth peer name {port} netns {ns['tor']}")
-                self.ip("tor", f"link set {port} mtu {mtu} master {tor} up")
-        for h in self.hosts:
-            self.ip(h.label, f"link set {up} mtu {mtu} up")
-            if qdiscs := self.sc.underlay_qdiscs(up):
-                self.batch("tc", h.label, *qdiscs)
-
-    def _routers(self, mtu: int) -> None:
-        """h1 - r1 - ... - rN - h2: link k (0..N) is the subnet 10.250.k.0/24 (fd00:250:k::/64), its west end .1
-        and its east end .2. Each router forwards and has a route to every subnet beyond its neighbours; the hosts
-        get a default route (underlay_address). The hosts' NICs keep their name (u); a router's are w and e."""
-        n, up = self.hops, self.ifname("u")
-        for k in range(n + 1):
-            west, wdev = ("h1", up) if k == 0 else (f"r{k}", self.ifname("e"))
-            east, edev = ("h2", up) if k == n else (f"r{k + 1}", self.ifname("w"))
-            a, b = self.nodes[west].netns, self.nodes[east].netns
-            self.ip(ROOT, f"link add {wdev} netns {a} type veth peer name {edev} netns {b}")
-        for k in range(1, n + 1):
-            w, e = self.ifname("w"), self.ifname("e")
-            lines = [f"link set {w} mtu {mtu} up", f"link set {e} mtu {mtu} up",
-                     f"addr add 10.250.{k - 1}.2/24 dev {w}", f"addr add fd00:250:{k - 1}::2/64 dev {w} nodad",
-                     f"addr add 10.250.{k}.1/24 dev {e}", f"addr add fd00:250:{k}::1/64 dev {e} nodad"]
-            for j in range(n + 1):
-                if j < k - 1:
-                    lines += [f"route add 10.250.{j}.0/24 via 10.250.{k - 1}.1 dev {w} onlink",
-                              f"route add fd00:250:{j}::/64 via fd00:250:{k - 1}::1 dev {w} onlink"]
-                elif j > k:
-                    lines += [f"route add 10.250.{j}.0/24 via 10.250.{k}.2 dev {e} onlink",
-                              f"route add fd00:250:{j}::/64 via fd00:250:{k}::2 dev {e} onlink"]
-            self.ip(f"r{k}", *lines)
-        for k in range(1, n + 1):
-            self.run(f"r{k}", ["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])
-
     def underlay_address(self, host: str, dev: str) -> None:
         """Put a host's underlay address on dev (the NIC itself, or a bridge that owns it), where the placement
         gives the host one (a real host has its address already: nothing is changed there)."""
         self.placement.underlay_address(self, host, dev)
-
-    def emulated_underlay_address(self, host: str, dev: str) -> None:
-        """An emulated host's address; across routers (hops), also a default route to its neighbouring router."""
-        self.ip(host, f"addr add {self.host_ip(host)}/24 dev {dev}",
-                f"addr add {self.nodes[host].v6}/64 dev {dev} nodad")
-        if self.hops and host in ("h1", "h2"):
-            k = 0 if host == "h1" else self.hops
-            end = 2 if host == "h1" else 1  # the router's end of the host's link
-            self.ip(host, f"link set {dev} up", f"route add default via 10.250.{k}.{end} dev {dev} onlink",
-                    f"route add default via fd00:250:{k}::{end} dev {dev} onlink")
 
     def vm_address(self, vm: Node, dev: str) -> None:
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",

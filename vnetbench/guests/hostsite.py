@@ -21,10 +21,10 @@ import shutil
 from dataclasses import replace
 from typing import Callable
 
-from ..hosts.base import PLAN_PREFIX
 from ..hosts.lab import clean as lab_clean
 from ..hosts.lab import testbed as tb
 from ..hosts.lab.site import HostProbe, TestbedSite
+from ..hosts.steps import PLAN_PREFIX
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
 from ..system.executor import _COPIED
@@ -96,13 +96,13 @@ class GuestHostSite(TestbedSite):
     def _move(self, netns: str) -> str:
         return f"link set dev {self.nic_name} netns {netns}"
 
-    def guard(self, topo, waves) -> None:
+    def guard(self, topo, place, waves) -> None:
         """A real host's guard, but for the one line that lends the guest's NIC to the host's namespace."""
         mine = {self._move(h.netns) for h in topo.hosts}
-        super().guard(topo, [[replace(st, lines=[ln for ln in st.lines if ln not in mine]) for st in wave]
-                             for wave in waves])
+        super().guard(topo, place, [[replace(st, lines=[ln for ln in st.lines if ln not in mine]) for st in wave]
+                                    for wave in waves])
 
-    def teardown(self, topo) -> None:
+    def teardown(self, topo, place) -> None:
         """The NIC back in the guest's root namespace first (a deleted namespace gives a device back only later,
         asynchronously), without the scenario's shaping (the next one may not ask for it), then the real host's
         teardown."""
@@ -110,7 +110,7 @@ class GuestHostSite(TestbedSite):
         self._parallel({h.label: (self.executor(h.label), f"tc -n {q(h.netns)} qdisc del dev {nic} root 2>/dev/null; "
                                                           f"ip -n {q(h.netns)} link set dev {nic} netns 1 2>/dev/null; "
                                                           f"true") for h in topo.hosts})
-        super().teardown(topo)
+        super().teardown(topo, place)
 
     def touch(self, labels: list[str], run: bool = True) -> dict[str, str]:
         """The run's directory in each guest; no testbed-host record in the local ledger: the guests themselves

@@ -16,45 +16,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Callable
 
-from ..core.strict import one_line
 from ..probes.interfaces import InterfaceProbe
 from ..probes.process import ProcessProbe
 from ..probes.procstat import SystemProbe
 from ..system.executor import Executor, LocalExecutor, NetnsExecutor
 from ..system.ledger import Ledger, delete_namespaces, surviving
-
-ROOT = ""  # node label of the machine's root namespace (only namespaces are added there)
-BATCH_TOOLS = ("ip", "tc", "bridge")
-UNDERLAY_NET = "10.250.0"
-PLAN_PREFIX = "vb0000"
-
-
-@dataclass
-class Node:
-    label: str            # h1, h1v3, tor
-    role: str             # host | vm | switch | router | machine | guest | guestnet
-    host: str | None      # the host a VM lives on
-    exec: Executor
-    tenant: int | None = None
-    netns: str | None = None  # its network namespace (None: a real host's own root namespace)
-    v4: str | None = None  # the address workloads target
-    v6: str | None = None
-    guest: str | None = None  # a VM with a kernel of its own: the node of its guest's root namespace (vm_kernel)
-
-
-@dataclass
-class Step:
-    node: str
-    tool: str                              # ip | tc | bridge | run | daemon | call
-    lines: list[str] = field(default_factory=list)
-    argv: list[str] = field(default_factory=list)
-    name: str = ""                         # daemon label
-    ready: Callable[[], None] | None = None  # waits until a daemon answers
-    env: dict | None = None
-    fn: Callable[[], None] | None = None   # a call step's action
+from . import underlay
+from .steps import PLAN_PREFIX, ROOT, UNDERLAY_NET, Node, Step, comment, heredoc
 
 
 class Unavailable(RuntimeError):
@@ -147,10 +117,10 @@ class Placement:
         return False
 
     def underlay(self, topo) -> None:
-        topo.emulated_underlay()
+        underlay.build(topo)
 
     def underlay_address(self, topo, host: str, dev: str) -> None:
-        topo.emulated_underlay_address(host, dev)
+        underlay.address(topo, host, dev)
 
     def underlay_mac(self, topo, host: str) -> str | None:
         return None
@@ -307,18 +277,3 @@ def at_once(fn: Callable, items: list) -> list:
         return []
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
         return list(pool.map(fn, items))
-
-
-def comment(text: str) -> str:
-    """A shell comment that stays one line whatever the text holds (a newline in it would start a command)."""
-    return "# " + one_line(text)
-
-
-def heredoc(command: str, lines: list[str]) -> str:
-    """command <<'MARK' ... MARK, quoted so nothing in it expands, with a marker that is none of its lines."""
-    body = "\n".join(lines).split("\n")  # lines as the shell reads them
-    mark, n = "EOF", 0
-    while mark in body:
-        n += 1
-        mark = f"EOF{n}"
-    return "\n".join([f"{command} <<'{mark}'", *body, mark])

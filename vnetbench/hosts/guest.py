@@ -15,7 +15,8 @@ from ..probes.procstat import StreamedSystemProbe
 from ..system.executor import CommandError, Executor
 from ..system.ledger import Ledger
 from . import register
-from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, comment, in_guest_teardown
+from .base import Backend, Placement, Unavailable, in_guest_teardown
+from .steps import PLAN_PREFIX, ROOT, Node, comment
 
 
 class GuestPlacement(Placement):

@@ -16,7 +16,8 @@ from ..probes.procstat import GuestSystemProbe
 from ..system.executor import CommandError, NetnsExecutor
 from ..system.ledger import Ledger
 from . import register
-from .base import PLAN_PREFIX, ROOT, Backend, Node, Placement, Unavailable, at_once
+from .base import Backend, Placement, Unavailable, at_once
+from .steps import PLAN_PREFIX, ROOT, Node
 
 
 class NamespacesPlacement(Placement):

@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 
 from ..core.sample import Sample
 from ..core.scenario import BURST_MIN, tbf_burst  # noqa: F401 (the bucket the ceiling counts)
+from ..workloads.base import OFFERED_SHORT  # noqa: F401 (the workloads' own bound, named here too)
 
 TOLERANCE = 0.03           # measurement-window jitter allowed above a ceiling
 BYTES_TOLERANCE = 0.001   # bytes received vs sent: counters of one connection (iperf3's UDP header bytes aside)
@@ -30,7 +31,6 @@ STUB_S = 0.05              # ... and what arrives after the last interval closed
 STEAL_NOISY = 0.05         # share of CPU time stolen by the hypervisor
 FOREIGN_NOISY = 0.25       # share of the machine busy before the trial started with work the run did not start
 ETH_HEADER = 14            # tbf counts each frame from the Ethernet header on (no preamble, no FCS)
-OFFERED_SHORT = 0.95       # a rate-bounded sender below this share of its rate did not offer the load asked
 CPU_SHARES = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq_ratio", "cpu_steal_ratio",
               "cpu_nice_ratio", "cpu_iowait_ratio")
 PERCENTILES = ("latency_min_s", "latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_max_s")

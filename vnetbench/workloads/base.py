@@ -31,6 +31,7 @@ class Tool(NamedTuple):
 
 
 # Metrics more than one workload gives (one definition each: sample.declare refuses two different ones).
+OFFERED_SHORT = 0.95  # a rate-bounded sender below this share of its rate did not offer the load asked
 THROUGHPUT = Metric("throughput_bps", "bit/s", "higher", "goodput counted at the receiver over the whole test",
                     additive=True)
 SENDER_THROUGHPUT = Metric("sender_throughput_bps", "bit/s", "higher",

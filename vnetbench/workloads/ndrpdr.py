@@ -17,10 +17,9 @@ from pydantic import Field, field_validator, model_validator
 
 from ..core.sample import Metric, Sample
 from ..core.strict import Strict
-from ..results.guards import OFFERED_SHORT
 from ..system.executor import NetnsExecutor
 from . import pktgen, register
-from .base import Command, Pair, Params, Tool, Workload, WorkloadError
+from .base import OFFERED_SHORT, Command, Pair, Params, Tool, Workload, WorkloadError
 from .iperf3 import Iperf3
 from .ping import PING_TOOLS, collect_ping, parse_rtts, ping_argv
 
@@ -175,7 +174,7 @@ class Ndrpdr(Workload):
 
 class Measurer(AbstractMeasurer):
     """MLRsearch's measurer: one generator trial per call. A generator that fell short of the load asked by more
-    than guards.OFFERED_SHORT has its unsent frames counted against the load in the search (RFC 9971: a severe
+    than OFFERED_SHORT has its unsent frames counted against the load in the search (RFC 9971: a severe
     deviation of the offered load becomes a higher trial loss ratio); the stored loss ratio stays the receiver's."""
 
     def __init__(self, gen: pktgen.Generator):

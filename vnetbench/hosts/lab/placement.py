@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...guests import vms
 from ...system.executor import REMOTE_STATE_DIR
-from .. import register
-from ..base import Backend, Node, Placement, comment
+from .. import register, underlay
+from ..base import Backend, Placement
+from ..steps import Node, comment
 from . import clean as lab_clean
 from .site import TestbedSite
 
@@ -134,7 +135,7 @@ class TestbedPlacement(Placement):
     def direct_nic(self, topo, vm, dev: str) -> None:
         """A macvlan of the NIC, or where the implementation says so, a free SR-IOV virtual function."""
         if topo.sc.implementation.get("attach") == "sriov-vf":
-            self.site.attach_vf(topo, vm, dev)
+            self.site.attach_vf(topo, self, vm, dev)
             return
         super().direct_nic(topo, vm, dev)
 
@@ -157,7 +158,7 @@ class TestbedPlacement(Placement):
 
     def underlay_address(self, topo, host: str, dev: str) -> None:
         if self.owned:
-            topo.emulated_underlay_address(host, dev)
+            underlay.address(topo, host, dev)
             return
         if not self.run_underlay(topo):
             return  # a real host has its address already: nothing is changed there
@@ -199,7 +200,7 @@ class TestbedPlacement(Placement):
         self.site.flush(topo, records)
 
     def execute(self, topo, waves) -> bool:
-        self.site.execute(topo, waves)  # each host's batches as one script, all hosts at once, pings at the end
+        self.site.execute(topo, self, waves)  # each host's batches as one script, all hosts at once, pings at the end
         return True
 
     def pings(self, topo, pairs, wait_s):
@@ -211,7 +212,7 @@ class TestbedPlacement(Placement):
             return [p for p, good in zip(pairs, pool.map(ok, pairs)) if not good]
 
     def teardown(self, topo, namespaces) -> None:
-        self.site.teardown(topo)
+        self.site.teardown(topo, self)
 
     def forget(self, topo, namespaces) -> None:
         if self.ledger:

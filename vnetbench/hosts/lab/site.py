@@ -14,7 +14,7 @@ from ...probes.interfaces import InterfaceProbe
 from ...probes.procstat import SystemProbe
 from ...system.executor import REMOTE_STATE_DIR, CommandError, SshExecutor, _batch_error
 from ...system.ledger import Ledger, Obj
-from ..base import BATCH_TOOLS
+from ..steps import BATCH_TOOLS
 from . import clean as lab_clean
 from . import preflight
 from . import testbed as tb
@@ -185,29 +185,29 @@ class TestbedSite:
             return {}
         return scripts
 
-    def execute(self, topo, waves) -> None:
+    def execute(self, topo, place, waves) -> None:
         """Build on the hosts: the batches between two commands or daemons go to each host as ONE script (the
         records of what they create appended to its ledger first), all hosts at once. A host's batches keep their
         order; hosts do not wait for each other, since no batch on one host needs an object of another."""
-        self.guard(topo, waves)
+        self.guard(topo, place, waves)
         self._set_mtu(topo)
         pending: list = []
         for wave in waves:
             if wave and wave[0].tool in BATCH_TOOLS:
                 pending += wave
                 continue
-            self._batches(topo, pending)
+            self._batches(topo, pending, place)
             pending = []
             topo.flush_records()
             for step in wave:
                 topo.run_step(step)
-        self._batches(topo, pending, check=True)
+        self._batches(topo, pending, place, check=True)
 
-    def attach_vf(self, topo, vm, dev: str) -> None:
+    def attach_vf(self, topo, place, vm, dev: str) -> None:
         """Move a free SR-IOV virtual function of the host's NIC into the VM, as its NIC `dev`. Its name and MTU go
         into the host's ledger first: teardown and `clean` give it back to the host as it was."""
         h = self.host(vm.host)
-        used = topo.placement.vfs  # VM label -> VirtualFunction, for the topology's life
+        used = place.vfs  # VM label -> VirtualFunction, for the topology's life
         taken = {v.dev for label, v in used.items() if topo.nodes[label].host == vm.host}
         vf = next((v for v in preflight.virtual_functions(h.facts) if v.free and v.dev not in taken), None)
         if vf is None:
@@ -254,8 +254,8 @@ class TestbedSite:
             out.setdefault(self.machine(topo, node.label), []).append(f"{argv} >/dev/null || {why}")
         return out
 
-    def _batches(self, topo, steps, check: bool = False) -> None:
-        early = self._early_pings(topo) if check else {}
+    def _batches(self, topo, steps, place, check: bool = False) -> None:
+        early = self._early_pings(topo, place) if check else {}
         self._build_scripts(topo, steps, early)
         if check:
             # Once every host's script is done: a host that pinged while its peer was still building would lose
@@ -264,7 +264,7 @@ class TestbedSite:
             if late:
                 self._run_scripts({lb: ("set -e\n" + "\n".join(lines), []) for lb, lines in late.items()})
 
-    def _early_pings(self, topo) -> dict[str, list[tuple[int, str]]]:
+    def _early_pings(self, topo, place) -> dict[str, list[tuple[int, str]]]:
         """The ping check of a pair between two VMs whose MACs are known beforehand, at the end of the client host's
         build script (one round trip less per scenario). Client and server know each other's MAC (permanent
         neighbour entries, kept for the topology's life): no ARP request is lost to a peer still building, and no
@@ -273,7 +273,7 @@ class TestbedSite:
         out: dict[str, list[tuple[int, str]]] = {}
         for p in topo.pairs:
             client, server = p.meta["client"], p.meta["server"]
-            known = topo.placement.known_macs
+            known = place.known_macs
             dev = known.get(client)
             if dev is None or server not in known:
                 continue
@@ -336,7 +336,7 @@ class TestbedSite:
         node = topo.nodes[label]
         return node.host if node.role == "vm" else "h" + label[1:]
 
-    def guard(self, topo, waves) -> None:
+    def guard(self, topo, place, waves) -> None:
         """In a machine's root namespace a line may only add a namespace of the run, or create a device of the run
         straight into one (naming the NIC as a macvlan's parent): refuse anything else before building."""
         for wave in waves:
@@ -346,7 +346,7 @@ class TestbedSite:
                 if topo.nodes[step.node].netns is None:
                     for line in step.lines:
                         bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)),
-                                       {v.dev for v in topo.placement.vfs.values()})
+                                       {v.dev for v in place.vfs.values()})
                         if bad:
                             raise SiteError(f"refusing to run `{line}` on {self.name(self.machine(topo, step.node))}: {bad}")
 
@@ -374,7 +374,7 @@ class TestbedSite:
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
             list(pool.map(one, jobs.values()))
 
-    def teardown(self, topo) -> None:
+    def teardown(self, topo, place) -> None:
         """Per host, one round trip: kill what runs in the scenario's namespaces, delete them and the scenario's
         links, and mark them removed in the host's ledger."""
         by_host: dict[str, list] = {}
@@ -383,7 +383,7 @@ class TestbedSite:
                 by_host.setdefault(self.machine(topo, node.label), []).append(Obj("netns", node.netns))
         for label, (nic, old, _) in self.mtu_changes(topo).items():
             by_host.setdefault(label, []).insert(0, Obj("mtu", nic, extra={"mtu": old}))
-        for label, vf in topo.placement.vfs.items():
+        for label, vf in place.vfs.items():
             by_host.setdefault(topo.nodes[label].host, []).append(Obj("vf", vf.dev, extra=self._extra[("vf", vf.dev)]))
         jobs = {}
         for label, objs in by_host.items():
