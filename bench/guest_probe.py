@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What asking a guest what it offers costs on a machine that has not asked yet (run as root from the repo): the
-guest probe of guests/machine.py (`capabilities()`) with an empty probe cache, --rounds times, each in a process of
+guest probe of guests/probe.py (`capabilities()`) with an empty probe cache, --rounds times, each in a process of
 its own, with the seconds of each of its parts (boot, kernel features, tools, the OVS check that waits for the guest
 kernel's 10.5th second) from the probe's start:
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ONE = r"""
 import functools, os, sys, time
 from vnetbench import testbed
-from vnetbench.guests import base, machine
+from vnetbench.guests import base, probe as guest_probe
 T0 = time.monotonic()
 parts = {}
 def timed(owner, name, label):
@@ -39,7 +39,7 @@ timed(base.Fleet, "boot", "boot")
 timed(machine, "probe_kernel", "kernel")
 timed(testbed, "tools", "tools")
 timed(machine, "ovs_forwards", "ovs")
-caps = machine.capabilities()
+caps = guest_probe.capabilities()
 total = time.monotonic() - T0
 assert caps is not None and caps.kernel["ovs-kernel-datapath"].ok, caps
 print(total, *(f"{k}={a:.2f}-{b:.2f}" for k, (a, b) in parts.items()))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the emulated SSH lab is a test fixture
 
 from vnetbench.hosts.lab import testbed as tb  # noqa: E402
-from vnetbench.guests.machine import GuestMachine  # noqa: E402
+from vnetbench.guests.probe import SharedGuest  # noqa: E402
 from vnetbench.system.ledger import Ledger  # noqa: E402
 from testlab import Lab  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> None:
         shared, guest, rtt_g, rtt_h, ping, show = [], [], [], [], [], []
         lab = Lab(tmp / "lab", 1).create()
         ledger = Ledger.create()
-        machine = GuestMachine(ledger)
+        machine = SharedGuest(ledger)
         try:
             bed = tb.load(lab.dir / "testbed.yaml")
             host = tb.executor(bed.hosts[0], ledger)

@@ -14,14 +14,14 @@ import pytest
 
 from test_encryption import MARKER, read_pcap
 from vnetbench.capabilities import detect
-from vnetbench.guests import machine
+from vnetbench.guests import probe as guest_probe
 from vnetbench.hosts.guest import GuestPlacement
 from vnetbench.system.ledger import Ledger
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import loads
 from vnetbench.build.topology import Topology
 
-pytestmark = [pytest.mark.net, pytest.mark.skipif(not machine.support().ok, reason="User-Mode Linux not installed")]
+pytestmark = [pytest.mark.net, pytest.mark.skipif(not guest_probe.support().ok, reason="User-Mode Linux not installed")]
 
 SHA1 = {"type": "ipsec", "mode": "transport", "keying": "manual", "integrity": "hmac-sha1"}
 IPSEC = [("none", set()),
@@ -65,7 +65,7 @@ def capture(topo: Topology, pcap) -> object:
 
 def test_kernel_ipsec_in_a_guest_is_ah_and_esp_on_the_wire_never_clear_text(state_dir):
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         ex = guest.executor()
         for enc, want in IPSEC:
@@ -162,7 +162,7 @@ def test_overlays_in_a_guest_have_their_overhead_and_keep_tenants_apart(state_di
     2's subnet reaches none of tenant 2's VMs; OVS forwards in the kernel (flows there, no upcall lost)."""
     import re
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         ex = guest.executor()
         for switch, overlay, impl in SWITCHED:
@@ -214,7 +214,7 @@ def test_ike_kernel_esp_between_vms_in_a_guest(state_dir):
     """S1's IPsec: IKEv2 by strongSwan's charon with the guest kernel's ESP (AES-256-CBC + HMAC-SHA2-512) between
     two VMs, where this machine's kernel would need strongSwan's userspace ESP."""
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         sc = scenario({"encryption": {"type": "ipsec", "cipher": "aes-256-cbc", "integrity": "hmac-sha512"}})
         assert sc.implementation["encryption"].startswith("kernel-xfrm + strongswan")
@@ -241,7 +241,7 @@ def test_esp_tunnel_carries_ipv6_and_the_largest_datagram_is_as_computed(state_d
     enc = {"type": "ipsec", "mode": "tunnel", "keying": "manual", "protocol": "esp", "cipher": "aes-256-cbc",
            "integrity": "hmac-sha512"}
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         for v in (6, 4):
             text = (f"name: g\nrepetitions: 1\nfactors: {json.dumps({'kernel': 'guest', 'encryption': enc, 'ip_version': v})}\n"
@@ -274,7 +274,7 @@ def test_underlay_delay_and_loss_run_in_a_guests_kernel(state_dir):
     (sc,) = expand(loads(text).experiment, detect())
     assert sc.skip is None, sc.skip
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         topo = Topology(sc, ledger, placement=GuestPlacement(ledger, guest.executor()))
         try:
@@ -302,7 +302,7 @@ def test_a_young_guests_ovs_build_waits_only_for_ovs_vswitchd(state_dir):
     if not any(n.startswith(YOUNG_KERNEL_WAIT) for n in sc.notes):
         pytest.skip("this Open vSwitch counts its CPUs at any age of the kernel: nothing waits")
     ledger = Ledger.create()
-    guest = machine.GuestMachine(ledger)
+    guest = guest_probe.SharedGuest(ledger)
     try:
         topo = Topology(sc, ledger, placement=GuestPlacement(ledger, guest.executor()))
         try:

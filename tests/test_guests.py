@@ -96,21 +96,21 @@ def test_a_guest_network_that_fails_half_built_is_removed(state_dir, monkeypatch
 
 def test_guest_probe_is_kept_only_for_the_same_key_and_a_day(tmp_path, monkeypatch):
     from vnetbench.capabilities import Capabilities, Feature
-    from vnetbench.guests import machine
-    monkeypatch.setattr(machine, "PROBE_CACHE", tmp_path / "probe.json")
+    from vnetbench.guests import probe as guest_probe
+    monkeypatch.setattr(guest_probe, "PROBE_CACHE", tmp_path / "probe.json")
     caps = Capabilities(tools={"iperf3": Feature(True, "3.12")}, kernel={"gre": Feature(False, "no module")})
-    machine._keep_probe("k1", caps)
-    back = machine._cached_probe("k1")
+    guest_probe._keep_probe("k1", caps)
+    back = guest_probe._cached_probe("k1")
     assert back.tools == caps.tools and back.kernel == caps.kernel
-    assert machine._cached_probe("k2") is None  # another kernel, package set or probing code: probed again
+    assert guest_probe._cached_probe("k2") is None  # another kernel, package set or probing code: probed again
     data = json.loads((tmp_path / "probe.json").read_text())
-    data["probes"]["k1"]["time"] -= machine.PROBE_MAX_AGE_S + 1
+    data["probes"]["k1"]["time"] -= guest_probe.PROBE_MAX_AGE_S + 1
     (tmp_path / "probe.json").write_text(json.dumps(data))
-    assert machine._cached_probe("k1") is None
+    assert guest_probe._cached_probe("k1") is None
     (tmp_path / "probe.json").unlink()
-    machine._keep_probe("k1", Capabilities(kernel={"ovs-kernel-datapath": Feature(False, "probe timed out")}))
+    guest_probe._keep_probe("k1", Capabilities(kernel={"ovs-kernel-datapath": Feature(False, "probe timed out")}))
     assert not (tmp_path / "probe.json").exists()  # an unsettled answer is asked again next time
-    assert machine._probe_key() == machine._probe_key()
+    assert guest_probe._probe_key() == guest_probe._probe_key()
 
 
 def test_guest_probe_cache_keeps_several_keys_drops_the_oldest_and_survives_a_bad_file(tmp_path, monkeypatch,
@@ -119,39 +119,39 @@ def test_guest_probe_cache_keeps_several_keys_drops_the_oldest_and_survives_a_ba
     other: each re-probed, ~25 s a suite); past PROBE_KEYS the oldest goes; a damaged file is probed again, then
     replaced by a good one."""
     from vnetbench.capabilities import Capabilities, Feature
-    from vnetbench.guests import machine
+    from vnetbench.guests import probe as guest_probe
     from vnetbench.guests.base import Support
     cache = tmp_path / "probe.json"
-    monkeypatch.setattr(machine, "PROBE_CACHE", cache)
-    monkeypatch.setattr(machine, "PROBE_KEYS", 2, raising=False)
+    monkeypatch.setattr(guest_probe, "PROBE_CACHE", cache)
+    monkeypatch.setattr(guest_probe, "PROBE_KEYS", 2, raising=False)
     caps = {k: Capabilities(tools={"iperf3": Feature(True, k)}, kernel={"gre": Feature(True)}) for k in "abc"}
-    machine._keep_probe("a", caps["a"])
-    machine._keep_probe("b", caps["b"])
-    assert machine._cached_probe("a").tools == caps["a"].tools  # both kept
-    assert machine._cached_probe("b").tools == caps["b"].tools
-    machine._keep_probe("c", caps["c"])
-    assert machine._cached_probe("a") is None  # the oldest went
-    assert [machine._cached_probe(k).tools for k in "bc"] == [caps["b"].tools, caps["c"].tools]
-    machine._keep_probe("b", caps["b"])  # asked again: b is now the newest, c the oldest
-    machine._keep_probe("a", caps["a"])
-    assert machine._cached_probe("c") is None and machine._cached_probe("b") is not None
+    guest_probe._keep_probe("a", caps["a"])
+    guest_probe._keep_probe("b", caps["b"])
+    assert guest_probe._cached_probe("a").tools == caps["a"].tools  # both kept
+    assert guest_probe._cached_probe("b").tools == caps["b"].tools
+    guest_probe._keep_probe("c", caps["c"])
+    assert guest_probe._cached_probe("a") is None  # the oldest went
+    assert [guest_probe._cached_probe(k).tools for k in "bc"] == [caps["b"].tools, caps["c"].tools]
+    guest_probe._keep_probe("b", caps["b"])  # asked again: b is now the newest, c the oldest
+    guest_probe._keep_probe("a", caps["a"])
+    assert guest_probe._cached_probe("c") is None and guest_probe._cached_probe("b") is not None
 
     # a damaged file: the probe runs (here a stand-in for the guest's) and its answer replaces the file
     probed = []
-    monkeypatch.setattr(machine, "support", lambda: Support(True, kernel="uml-test"))
-    monkeypatch.setattr(machine, "_probe_key", lambda: "d")
-    monkeypatch.setattr(machine, "GuestMachine", _NoGuest)
-    monkeypatch.setattr(machine, "probe", lambda ex, prefix: probed.append(prefix) or
+    monkeypatch.setattr(guest_probe, "support", lambda: Support(True, kernel="uml-test"))
+    monkeypatch.setattr(guest_probe, "_probe_key", lambda: "d")
+    monkeypatch.setattr(guest_probe, "SharedGuest", _NoGuest)
+    monkeypatch.setattr(guest_probe, "probe", lambda ex, prefix: probed.append(prefix) or
                         Capabilities(tools={"iperf3": Feature(True, "d")}, kernel={"gre": Feature(True)}))
     for damage in ('{"probes": {"d": {"time": "yesterday"', "[1, 2]", '{"probes": {"d": {"time": 1e18}}}'):
         cache.write_text(damage)
-        machine.capabilities.cache_clear()
-        assert machine.capabilities().tools["iperf3"] == Feature(True, "d")
-        assert machine._cached_probe("d").tools["iperf3"] == Feature(True, "d")
-        machine.capabilities.cache_clear()
-        machine.capabilities()  # kept: not probed again
+        guest_probe.capabilities.cache_clear()
+        assert guest_probe.capabilities().tools["iperf3"] == Feature(True, "d")
+        assert guest_probe._cached_probe("d").tools["iperf3"] == Feature(True, "d")
+        guest_probe.capabilities.cache_clear()
+        guest_probe.capabilities()  # kept: not probed again
     assert len(probed) == 3
-    machine.capabilities.cache_clear()
+    guest_probe.capabilities.cache_clear()
 
 
 def test_guest_probe_cache_keeps_every_answer_of_runs_that_finish_together(tmp_path, monkeypatch):
@@ -160,14 +160,14 @@ def test_guest_probe_cache_keeps_every_answer_of_runs_that_finish_together(tmp_p
     cache = tmp_path / "probe.json"
     code = ("import sys; from pathlib import Path; from vnetbench.guests import machine\n"
             "from vnetbench.capabilities import Capabilities, Feature\n"
-            f"machine.PROBE_CACHE = Path({str(cache)!r})\n"
+            f"guest_probe.PROBE_CACHE = Path({str(cache)!r})\n"
             "caps = Capabilities(tools={'iperf3': Feature(True, sys.argv[1])}, kernel={})\n"
-            "for _ in range(10):\n    machine._keep_probe(sys.argv[1], caps)\n")
+            "for _ in range(10):\n    guest_probe._keep_probe(sys.argv[1], caps)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, f"k{i}"]) for i in range(8)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    from vnetbench.guests import machine
-    monkeypatch.setattr(machine, "PROBE_CACHE", cache)
-    assert [machine._cached_probe(f"k{i}").tools["iperf3"].detail if machine._cached_probe(f"k{i}") else None
+    from vnetbench.guests import probe as guest_probe
+    monkeypatch.setattr(guest_probe, "PROBE_CACHE", cache)
+    assert [guest_probe._cached_probe(f"k{i}").tools["iperf3"].detail if guest_probe._cached_probe(f"k{i}") else None
             for i in range(8)] == [f"k{i}" for i in range(8)]
 
 

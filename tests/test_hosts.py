@@ -207,3 +207,98 @@ def test_a_testbed_refuses_guests_of_this_machine_with_the_reason():
     assert "own kernels" in refuse(scenario("kernel: guest-per-host"))
     assert "namespaces on its hosts" in refuse(scenario("vm_kernel: guest"))
     assert refuse(scenario()) is None
+
+
+TOY_KIND = '''\
+"""A toy guest kind: User-Mode Linux under a name of its own, which counts the VM ports it wires."""
+from vnetbench.guests import register
+from vnetbench.guests.uml import Uml
+
+PORTS = []
+
+
+@register
+class ToyKind(Uml):
+    name = "toykind"
+
+    def port(self, topo, vm, a, a_if, b, b_if):
+        PORTS.append(a.label)
+        super().port(topo, vm, a, a_if, b, b_if)
+'''
+
+TOY_SWITCH = '''\
+"""A toy switch: one flat bridge per host, named its own way, holding the uplink and the VMs' ports."""
+from vnetbench.datapaths import register
+from vnetbench.datapaths.base import Availability, Switch
+
+
+@register
+class ToySwitch(Switch):
+    name = "toyswitch"
+    summary = "a flat bridge of its own"
+
+    def check(self, scenario, caps):
+        return Availability(True, "toy-bridge") if caps.has("bridge") else Availability.no("no bridge")
+
+    def overlay_support(self, overlay, scenario, caps):
+        return Availability(True, "flat") if overlay.name == "none" else Availability.no("flat only")
+
+    def build(self, topo):
+        for host in topo.hosts:
+            topo.ip(host.label, f"link add {topo.ifname('toy')} type bridge forward_delay 0",
+                    f"link set {topo.ifname('toy')} up", f"link set {topo.uplink(host.label)} master {topo.ifname('toy')}")
+            topo.underlay_address(host.label, topo.ifname("toy"))
+
+    def plug(self, topo, host, ifname, tenant):
+        topo.ip(host, f"link set {ifname} mtu {topo.sc.vm_mtu} master {topo.ifname('toy')} up")
+
+    def tunnel_port(self, topo, host, tenant, dev):
+        raise NotImplementedError("flat only")
+'''
+
+
+def _plugin(monkeypatch, tmp_path, package, name: str, text: str):
+    """One new module in a plugin directory of a registry package: no file of vnetbench touched."""
+    where = tmp_path / f"plugins-{package.__name__.rsplit('.', 1)[-1]}"
+    where.mkdir()
+    (where / f"{name}.py").write_text(text)
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(where)])
+    return where
+
+
+@UML
+def test_a_new_guest_kind_is_one_module_and_plan_is_run(tmp_path, state_dir, monkeypatch):
+    """A guest kind written as one new module, chosen by the level (`vm_kernel: {type: guest, kind: toykind}`),
+    wires the VM's port itself, and `plan` shows exactly the steps `run` executes with it."""
+    import sys
+
+    from vnetbench import guests
+    _plugin(monkeypatch, tmp_path, guests, "toykind", TOY_KIND)
+    try:
+        sc = scenario("vm_kernel: {type: guest, kind: toykind, pairs: [1], side: server}")
+        planned, executed, _ = plan_and_run(sc)
+        assert planned == executed and executed[0][1] == "call" and "toykind guest VMs" in executed[0][4]
+        assert sys.modules["vnetbench.guests.toykind"].PORTS == ["h2v2", "h2v2"]  # plan's, then run's
+        assert any(s[0] == "gn" for s in executed)  # the vif's end on the guest's tap bridge
+    finally:
+        guests.REGISTRY.pop("toykind", None)
+        sys.modules.pop("vnetbench.guests.toykind", None)
+
+
+def test_a_new_datapath_is_one_module_and_plan_is_run(tmp_path, state_dir, monkeypatch):
+    """A switch written as one new module is chosen by its name, and `plan` shows exactly the steps `run` executes
+    with it (the pairs ping across it)."""
+    import sys
+
+    from vnetbench import datapaths
+    _plugin(monkeypatch, tmp_path, datapaths, "toyswitch", TOY_SWITCH)
+    try:
+        sc = expand(loads(SPEC.format(extra="switch: toyswitch").replace("overlay: vxlan", "overlay: none"))
+                    .experiment, detect())[0]
+        assert sc.skip is None and sc.implementation["switch"] == "toy-bridge", sc.skip
+        planned, executed, _ = plan_and_run(sc)
+        assert planned == executed
+        assert any("type bridge" in ln and "-toy" in ln for s in executed for ln in s[2])
+    finally:
+        datapaths.REGISTRY.get("switch", {}).pop("toyswitch", None)
+        sys.modules.pop("vnetbench.datapaths.toyswitch", None)

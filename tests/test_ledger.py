@@ -189,7 +189,7 @@ def test_only_the_ledger_deletes_local_namespaces():
                  "testbed.py": "on a testbed host, in its clean script",
                  "hosts/base.py": "plan's printed teardown, and the teardown inside a guest (kernel: guest)",
                  "hosts/namespaces.py": "a guest VM's namespace, inside its guest",
-                 "guests/machine.py": "the OVS probe's scratch namespaces, inside the guest",
+                 "guests/probe.py": "the OVS probe's scratch namespaces, inside the guest",
                  "capabilities.py": "the kernel probe script removes its scratch namespace where it runs",
                  "agent.py": "drop_netns: the agent deletes namespaces where it runs, in a guest",
                  "executor.py": "names the agent's drop as the command of its error",

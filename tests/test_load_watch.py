@@ -121,12 +121,12 @@ def test_a_detached_process_the_run_started_is_its_own_and_busy_loops_beside_it_
 def test_a_guest_kernel_the_run_booted_is_its_own_work(run_group):
     """Every host process of a User-Mode Linux guest the run booted is in the run's cgroup, and a busy loop inside
     the guest is counted as the run's own work, not as other load; busy loops beside it on every CPU still are."""
-    from vnetbench.guests.machine import GuestMachine
+    from vnetbench.guests.probe import SharedGuest
     ledger, group, watch = run_group
     loops = busy_loops(SPAN_S + 40)
     for p in loops:
         (group.parent / "cgroup.procs").write_text(str(p.pid))
-    guest = GuestMachine(ledger)
+    guest = SharedGuest(ledger)
     try:
         ex = guest.executor()
         fleet = guest.fleet

@@ -464,8 +464,8 @@ def run_smoke(suite: str, tmp_path, state_dir, budget: float = SMOKE_BUDGET_S):
 def test_s3_smoke(tmp_path, state_dir):
     plan = vnetbench("plan", "suite:s3", "--profile", "smoke").stdout
     caps = detect()
-    from vnetbench.guests import machine
-    guest = machine.capabilities()  # S3 runs in a guest kernel (kernel: guest) where one can boot
+    from vnetbench.guests import probe as guest_probe
+    guest = guest_probe.capabilities()  # S3 runs in a guest kernel (kernel: guest) where one can boot
     if guest is not None:
         caps = guest
     # in a guest both hosts and the CPU load share the guest's one CPU: every trial is slower there
@@ -502,8 +502,8 @@ def test_s3_smoke(tmp_path, state_dir):
 @pytest.mark.net
 @pytest.mark.timeout(GUEST_SMOKE_BUDGET_S + 300)  # Linux Geneve and kernel IPsec run in a guest kernel
 def test_s4_smoke(tmp_path, state_dir):
-    from vnetbench.guests import machine
-    guest = machine.capabilities()
+    from vnetbench.guests import probe as guest_probe
+    guest = guest_probe.capabilities()
     db, out = run_smoke("s4", tmp_path, state_dir, SMOKE_BUDGET_S if guest is None else GUEST_SMOKE_BUDGET_S)
     result = analyses()["s4"]().run(Store(db), 1)
     table = {t.title.split(":")[0].split(" (")[0]: t for t in result.tables}

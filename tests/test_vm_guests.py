@@ -33,10 +33,11 @@ def spec(level: str, duration: int = 1):
 
 
 @pytest.mark.parametrize("level, message", [
-    ("vm", "factors.vm_kernel: 'vm' is not allowed; use shared or guest"),
+    ("vm", "factors.vm_kernel: 'vm' is not allowed; use shared, guest or a guest kind (uml)"),
+    ("{type: guest, kind: vm}", "factors.vm_kernel: vm_kernel kind 'vm' is no guest kind; known: uml"),
     ("{type: guest, side: left}", "factors.vm_kernel: vm_kernel option 'side': Input should be 'client', 'server' or 'both'"),
-    ("{type: guest, pair: [1]}", "factors.vm_kernel: vm_kernel has no option 'pair'; its options: type, pairs, side"),
-    ("{type: shared, pairs: [1]}", "factors.vm_kernel: vm_kernel: pairs and side choose guest VMs; they need type: guest"),
+    ("{type: guest, pair: [1]}", "factors.vm_kernel: vm_kernel has no option 'pair'; its options: type, kind, pairs, side"),
+    ("{type: shared, pairs: [1]}", "factors.vm_kernel: vm_kernel: kind, pairs and side choose guest VMs; they need type: guest"),
     ("{type: guest, pairs: [0]}", "factors.vm_kernel: vm_kernel option 'pairs': pair numbers start at 1"),
 ])
 def test_bad_levels_are_one_line_each(level, message):
@@ -53,7 +54,10 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
     [sc] = scenarios("{type: guest, pairs: [2], side: server}")
     assert vms.wanted(sc) == ["h2v4"] and vms.decide(sc) is None and "h2v4" in sc.implementation["vm_kernel"]
     [sc] = scenarios("shared")
-    assert vms.wanted(sc) == [] and vms.decide(sc) is None
+    assert vms.wanted(sc) == [] and vms.decide(sc) is None and vms.kind(sc) is None
+    # the kind: one choice, by its name or by `guest` (the default kind)
+    assert [vms.kind(s) for level in ("guest", "uml", "{type: guest, kind: uml}") for s in scenarios(level)] == \
+        ["uml"] * 3 and vms.wanted(scenarios("uml")[0]) == ["h1v1", "h2v2", "h1v3", "h2v4"]
     sc = scenarios("guest")[0]
     sc.levels["attach"] = "direct"
     assert "attach direct has no switch port" in vms.decide(sc) and vms.wanted(sc) == []

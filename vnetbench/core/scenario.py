@@ -42,8 +42,8 @@ TOPOLOGY_FACTORS = {
               "kernel, User-Mode Linux here, which has the datapaths this kernel may lack), or guest-per-host (each "
               "emulated host is a guest of its own, its VMs namespaces inside it)",
     "vm_kernel": "shared (VMs are namespaces of the hosts' kernel) or guest (each VM a guest with its own kernel, "
-                 "CPU counters and xfrm, on a tap into its host's switch); {type: guest, pairs: [..], side: "
-                 "client|server|both} makes only those VMs guests",
+                 "CPU counters and xfrm, on a tap into its host's switch), or a guest kind's name (uml); {type: "
+                 "guest, kind: uml, pairs: [..], side: client|server|both} makes only those VMs guests",
 }
 NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")

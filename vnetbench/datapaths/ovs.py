@@ -13,7 +13,7 @@ Layout per host (userspace datapath, `datapath_type=netdev`):
   tunnel: kernel   (vxlan only) per tenant a kernel VXLAN device added to `bi` as an ordinary port; the kernel
                    encapsulates and routes, the host address stays on the underlay veth
 With the kernel datapath (`system`) tunnels are kernel vports, so `bp` is not needed and the address stays on the NIC
-(this machine's kernel has no openvswitch module; a guest's has: `kernel: guest`, see guests/machine.py's probe).
+(this machine's kernel has no openvswitch module; a guest's has: `kernel: guest`, see guests/probe.py's probe).
 Tunnel ports are `protected` (no forwarding among them: split horizon for more than two hosts).
 
 port_type afxdp: the VM ports and the underlay veth are AF_XDP ports polled by a PMD thread (an XDP program on each

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from ..hosts.steps import ROOT
 from ..system.ledger import Ledger, delete_namespaces
 from . import backend as backend_cls
 from . import ssh
@@ -83,9 +84,35 @@ class Guest:
 
 
 class Backend(ABC):
-    """Boots guests for one run. Subclasses: a kernel kind (uml, later qemu-kvm)."""
+    """A guest kind: boots guests for one run. One module per kind (uml here; qemu), registered by name; a spec's
+    level names the kind (guests/vms.py: kind), and this class answers everything that differs between kinds: how a
+    guest starts and stops, and how a VM's NIC meets its host's switch (`port`)."""
 
     name: ClassVar[str]
+    saves_vector_registers: ClassVar[bool] = True  # a Go program (wireguard-go) is safe in its guests
+
+    @classmethod
+    def binaries(cls) -> list[str]:
+        """Files whose change changes what a guest of this kind offers (its kernel): the guest probe's key."""
+        return []
+
+    def port(self, topo, vm, a, a_if: str, b, b_if: str) -> None:
+        """Wire guest VM `vm` (guests/vms.py: GuestVm; its node `a`) to its host's node `b`, whose end is `b_if`, the
+        port the host's switch enslaves; `a_if` is the NIC's name in the VM. A Xen vif: a veth from the bridge of the
+        guest's tap (in the run's guest namespace) into the host's namespace; the guest's NIC is moved into the VM's
+        namespace. `port_end` names the veth's end on that bridge, for teardown."""
+        gn_end = self.port_end(topo, a.label)
+        topo.ip(ROOT, f"link add {gn_end} netns {vm.netns} type veth peer name {b_if} netns {b.netns}")
+        topo.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {vm.bridge} up")
+        if topo.sc.implementation.get("switch", "").startswith("ovs-netdev"):
+            # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
+            # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
+            topo.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
+        topo.ip(a.guest, f"link set {vm.nic} netns {a.netns}")
+        topo.ip(a.label, f"link set {vm.nic} name {a_if}")
+
+    def port_end(self, topo, label: str) -> str:
+        return topo.ifname(f"g{label.split('v')[1]}")
 
     @classmethod
     @abstractmethod

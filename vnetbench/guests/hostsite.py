@@ -12,7 +12,7 @@ batches with keys) are written into each guest's own /run over SSH, like a testb
 
 What stays in the single-guest mode (`kernel: guest`), and why: routers between the hosts (`hops`; a router would be
 one more guest, or a namespace on the segment, neither built yet). WireGuard runs in neither: the guest's kernel has
-no wireguard device, and wireguard-go is refused by the guest probe (guests/machine.py).
+no wireguard device, and wireguard-go is refused by the guest probe (guests/probe.py).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class GuestHostSite(TestbedSite):
     def __init__(self, ledger: Ledger | None, hosts: int, backend: str = "uml", boot_timeout: float = 60,
                  why_not: Callable[[object], str | None] = lambda sc: None, plan: bool = False):
         """plan: nothing booted; the executors are those `plan` shows (ledger None)."""
-        self.why_not = why_not  # what the guests' kernel refuses (guests.machine knows it: it probes the guest)
+        self.why_not = why_not  # what the guests' kernel refuses (guests.probe knows it: it probes the guest)
         self.fleet = Fleet(Ledger(PLAN_PREFIX) if plan else ledger, backend, boot_timeout=boot_timeout)
         self.nic_name = f"{self.fleet.prefix}-u"
         for i in range(1, hosts + 1):

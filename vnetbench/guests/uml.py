@@ -45,6 +45,11 @@ def kernel_version() -> str | None:
 @register
 class Uml(Backend):
     name = "uml"
+    saves_vector_registers = False  # only the FXSAVE registers of its processes, on this CPU (nofpx.py)
+
+    @classmethod
+    def binaries(cls) -> list[str]:
+        return [shutil.which(LINUX_UML) or ""]
 
     @classmethod
     def support(cls) -> Support:

@@ -9,7 +9,9 @@ guest's NIC (moved in at build, moved back at teardown), so a teardown inside th
 as everywhere else, and the guest is reused by the next topology: booted once per run for the VMs a scenario wants,
 rebooted only when a scenario wants other VMs.
 
-A level is `shared`, `guest`, or `{type: guest, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side).
+A level is `shared`, `guest` (the default kind, guests.DEFAULT_KIND), a guest kind's name (`uml`, `qemu`), or
+`{type: guest, kind: uml, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side). The kind is chosen
+here only (`kind`), and the VM's port on its host's switch is the kind's (`GuestVm.port`).
 
 VM-to-VM encryption between guest VMs runs in their own kernels (their xfrm; a charon in each guest for IKE): it is
 checked against the guest kernel's capabilities (`check_encryption`), and a tunnel with one end in a namespace VM
@@ -25,17 +27,17 @@ from pydantic import Field, ValidationError
 from ..core.strict import Strict, pydantic_message
 from ..datapaths.base import Availability
 from ..system.ledger import Ledger
-from . import backend, machine
+from . import DEFAULT_KIND, backend, kinds, probe
 from .base import VM_NIC, Fleet, GuestError
 
-BACKEND = "uml"
 MEM_MB = 256
 NIC = VM_NIC
 BOOT_TIMEOUT_S = 60.0
 
 
 class VmKernel(Strict):
-    type: Literal["shared", "guest"] = "shared"
+    type: str = "shared"   # shared | guest | a guest kind's name
+    kind: str | None = Field(None, description="the guest kind (default: guests.DEFAULT_KIND)")
     pairs: list[int] | None = Field(None, min_length=1, description="only the VMs of these pairs (default: every pair)")
     side: Literal["client", "server", "both"] = Field("both", description="only the pairs' client or server VMs")
 
@@ -49,15 +51,25 @@ def parse(level) -> VmKernel:
         e = exc.errors()[0]
         where = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            raise ValueError(f"vm_kernel has no option '{where}'; its options: type, pairs, side") from None
-        if where == "type":
-            raise ValueError(f"'{opts.get('type')}' is not allowed; use shared or guest") from None
+            raise ValueError(f"vm_kernel has no option '{where}'; its options: type, kind, pairs, side") from None
         raise ValueError(f"vm_kernel option '{where}': {pydantic_message(e)}") from None
+    if vk.type in kinds():
+        vk = vk.model_copy(update={"type": "guest", "kind": vk.kind or vk.type})
+    if vk.type not in ("shared", "guest"):
+        raise ValueError(f"'{vk.type}' is not allowed; use shared, guest or a guest kind ({', '.join(kinds())})")
+    if vk.kind is not None and vk.kind not in kinds():
+        raise ValueError(f"vm_kernel kind '{vk.kind}' is no guest kind; known: {', '.join(kinds())}")
     if vk.pairs and any(isinstance(p, bool) or p < 1 for p in vk.pairs):
         raise ValueError("vm_kernel option 'pairs': pair numbers start at 1")
-    if vk.type == "shared" and (vk.pairs or vk.side != "both"):
-        raise ValueError("vm_kernel: pairs and side choose guest VMs; they need type: guest")
+    if vk.type == "shared" and (vk.pairs or vk.side != "both" or vk.kind):
+        raise ValueError("vm_kernel: kind, pairs and side choose guest VMs; they need type: guest")
     return vk
+
+
+def kind(sc) -> str | None:
+    """The one choice of a VM's kind: the guest kind of the scenario's guest VMs, None when its VMs are namespaces."""
+    vk = parse(sc.levels.get("vm_kernel", "shared"))
+    return None if vk.type == "shared" else vk.kind or DEFAULT_KIND
 
 
 def problem(level) -> str | None:
@@ -95,7 +107,7 @@ def decide(sc) -> str | None:
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
-    sup = backend(BACKEND).support()
+    sup = backend(kind(sc)).support()
     if not sup.ok:
         return f"vm_kernel guest: {sup.reason}"
     sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
@@ -118,10 +130,10 @@ def check_encryption(sc, element, caps):
     ends = encrypting_vms(sc) if guests else []
     if not guests.intersection(ends):
         return None
-    caps_g = machine.capabilities()
+    caps_g = probe.capabilities(kind(sc))
     if caps_g is None:
         return Availability.no(f"its ends are guest VMs whose kernel could not be probed: "
-                               f"{machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+                               f"{probe.support(kind(sc)).reason or 'a guest did not boot (see vnetbench doctor)'}")
     kernel = caps_g.tools["kernel"].detail
     shared = [vm for vm in ends if vm not in guests]
     if shared:
@@ -153,25 +165,25 @@ class VmGuests:
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
         self.fleet: Fleet | None = None
-        self.labels: tuple[str, ...] = ()
+        self.labels: tuple[str, ...] = ()   # the guest kind first, then the VMs' labels
 
     def for_scenario(self, sc) -> dict[str, "GuestVm"]:
         """label -> the guest standing for that VM (booting them if needed); GuestError with a console's tail."""
         labels = tuple(wanted(sc))
         if not labels:
             return {}
-        if labels != self.labels:
+        if (kind(sc), *labels) != self.labels:
             self.close()
-            fleet = Fleet(self.ledger, BACKEND, boot_timeout=BOOT_TIMEOUT_S)
+            fleet = Fleet(self.ledger, kind(sc), boot_timeout=BOOT_TIMEOUT_S)
             for label in labels:
                 fleet.add(label, nics=[(NIC, segment(label))], mem_mb=MEM_MB, share_run=True)
-            self.fleet, self.labels = fleet, labels
+            self.fleet, self.labels = fleet, (kind(sc), *labels)
             try:
                 fleet.boot()
             except GuestError:
                 self.close()
                 raise
-        return {label: GuestVm(self.fleet, label) for label in labels}
+        return {label: GuestVm(self.fleet, label) for label in self.labels[1:]}
 
     def close(self) -> None:
         if self.fleet is not None:
@@ -191,3 +203,11 @@ class GuestVm:
         self.netns = fleet.netns
         self.bridge = fleet.bridge(segment(label))
         self.kernel = fleet.backend.support().kernel
+
+    def port(self, topo, a, a_if: str, b, b_if: str) -> None:
+        """This VM's port on its host (node b, end b_if), as its kind wires it: the switch's port and the VM's NIC
+        are made in one place, so they cannot disagree."""
+        self.fleet.backend.port(topo, self, a, a_if, b, b_if)
+
+    def port_end(self, topo) -> str:
+        return self.fleet.backend.port_end(topo, self.label)

@@ -1,5 +1,5 @@
 """`kernel: guest`: the scenario's emulated hosts, VMs and routers are namespaces inside one guest with its own kernel
-(guests/machine.py: booted at the first such scenario of a run, reused by the next), reached over SSH. The topology's
+(guests/probe.py: booted at the first such scenario of a run, reused by the next), reached over SSH. The topology's
 steps are those of namespaces here, each run by the guest's executor; `plan` shows them with the executor of a guest
 not booted, after the guest's boot as a step.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shlex
 
-from ..guests import machine as guest_machine
+from ..guests import DEFAULT_KIND
+from ..guests import probe as guest_probe
 from ..guests import ssh, vms
 from ..guests.base import Fleet, GuestError
 from ..probes.interfaces import InterfaceProbe
@@ -72,26 +73,26 @@ class Guest(Backend):
 
     def __init__(self, ledger=None, testbed=None):
         super().__init__(ledger, testbed)
-        self.guest = guest_machine.GuestMachine(ledger) if ledger is not None else None
+        self.guest = guest_probe.SharedGuest(ledger) if ledger is not None else None
 
     @classmethod
     def refuse(cls, sc, caps) -> str | None:
         if why := vms.decide(sc):
             return why
-        guest = guest_machine.capabilities()  # checked against what a guest's kernel offers
+        guest = guest_probe.capabilities()  # checked against what a guest's kernel offers
         if guest is None:
             return (f"kernel {sc.levels['kernel']}: "
-                    f"{guest_machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+                    f"{guest_probe.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
         sc.implementation["kernel"] = guest.tools["kernel"].detail
         return None
 
     @classmethod
     def capabilities(cls, sc, caps):
-        return guest_machine.capabilities()
+        return guest_probe.capabilities()
 
     @classmethod
     def info(cls) -> dict:
-        return guest_machine.info()
+        return guest_probe.info()
 
     def wants_guests(self, sc) -> bool:
         return True
@@ -101,7 +102,7 @@ class Guest(Backend):
 
     @staticmethod
     def boot_text() -> str:
-        return (f"boot (or reuse) the run's {guest_machine.BACKEND} guest m1 ({guest_machine.MEM_MB} MB, the run's "
+        return (f"boot (or reuse) the run's {DEFAULT_KIND} guest m1 ({guest_probe.MEM_MB} MB, the run's "
                 f"directory mounted at the same path)")
 
     def open(self, sc) -> Placement:
@@ -111,8 +112,8 @@ class Guest(Backend):
             raise Unavailable(f"guest did not come up: {exc}") from None
 
     def plan(self, sc) -> Placement:
-        fleet = Fleet(Ledger(PLAN_PREFIX), guest_machine.BACKEND)
-        g = fleet.add("m1", mem_mb=guest_machine.MEM_MB, share_run=True)
+        fleet = Fleet(Ledger(PLAN_PREFIX), DEFAULT_KIND)
+        g = fleet.add("m1", mem_mb=guest_probe.MEM_MB, share_run=True)
         return GuestPlacement(None, ssh.plan_executor(fleet, g), self.boot_text())
 
     def close(self) -> None:

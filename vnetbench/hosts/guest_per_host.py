@@ -5,7 +5,8 @@ their executors without booting them.
 """
 from __future__ import annotations
 
-from ..guests import machine as guest_machine
+from ..guests import DEFAULT_KIND
+from ..guests import probe as guest_probe
 from ..guests import vms
 from ..guests.base import GuestError
 from ..guests.hostsite import MEM_MB, GuestHostSite
@@ -53,18 +54,18 @@ class GuestPerHost(Backend):
     def refuse(cls, sc, caps) -> str | None:
         if why := vms.decide(sc):
             return why
-        guest = guest_machine.capabilities()
+        guest = guest_probe.capabilities()
         if guest is None:
             return (f"kernel {sc.levels['kernel']}: "
-                    f"{guest_machine.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
-        if why := guest_machine.why_not_per_host(sc):
+                    f"{guest_probe.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
+        if why := guest_probe.why_not_per_host(sc):
             return f"kernel guest-per-host: {why}"
         sc.implementation["kernel"] = guest.tools["kernel"].detail + " per host"
         return None
 
     @classmethod
     def capabilities(cls, sc, caps):
-        return guest_machine.capabilities()
+        return guest_probe.capabilities()
 
     def wants_guests(self, sc) -> bool:
         return True
@@ -74,7 +75,7 @@ class GuestPerHost(Backend):
 
     @staticmethod
     def boot_text(n: int) -> str:
-        return (f"boot (or reuse) {n} {guest_machine.BACKEND} host guests h1..h{n} ({MEM_MB} MB each) on one "
+        return (f"boot (or reuse) {n} {DEFAULT_KIND} host guests h1..h{n} ({MEM_MB} MB each) on one "
                 f"underlay segment")
 
     def open(self, sc) -> Placement:
@@ -82,14 +83,14 @@ class GuestPerHost(Backend):
             self.close()
         if self.site is None:
             try:
-                self.site = GuestHostSite(self.ledger, sc.hosts, guest_machine.BACKEND,
-                                          why_not=guest_machine.why_not_per_host)
+                self.site = GuestHostSite(self.ledger, sc.hosts, DEFAULT_KIND,
+                                          why_not=guest_probe.why_not_per_host)
             except GuestError as exc:
                 raise Unavailable(f"guest did not come up: {exc}") from None
         return HostGuestsPlacement(self.site, self.boot_text(self.site.hosts))
 
     def plan(self, sc) -> Placement:
-        site = GuestHostSite(None, sc.hosts, guest_machine.BACKEND, plan=True)
+        site = GuestHostSite(None, sc.hosts, DEFAULT_KIND, plan=True)
         return HostGuestsPlacement(site, self.boot_text(sc.hosts))
 
     def close(self) -> None:

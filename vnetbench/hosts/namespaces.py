@@ -11,7 +11,7 @@ import shlex
 import subprocess
 
 from ..guests import ssh, vms
-from ..guests.base import TAP_MTU, VM_NIC, Fleet, GuestError
+from ..guests.base import VM_NIC, Fleet, GuestError
 from ..probes.procstat import GuestSystemProbe
 from ..system.executor import CommandError, NetnsExecutor
 from ..system.ledger import Ledger
@@ -46,18 +46,7 @@ class NamespacesPlacement(Placement):
     def link(self, topo, a, a_if, b, b_if) -> None:
         if not a.guest:
             return super().link(topo, a, a_if, b, b_if)
-        # A guest VM's port on its host, as a Xen vif: a veth from the bridge of the guest's tap (in the run's
-        # guest namespace) into the host's namespace; inside the guest, its NIC moves into the VM's namespace.
-        g = self.vm_guests[a.label]
-        gn_end = topo.ifname(f"g{a.label.split('v')[1]}")
-        topo.ip(ROOT, f"link add {gn_end} netns {g.netns} type veth peer name {b_if} netns {b.netns}")
-        topo.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {g.bridge} up")
-        if topo.sc.implementation.get("switch", "").startswith("ovs-netdev"):
-            # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
-            # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
-            topo.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
-        topo.ip(a.guest, f"link set {g.nic} netns {a.netns}")
-        topo.ip(a.label, f"link set {g.nic} name {a_if}")
+        self.vm_guests[a.label].port(topo, a, a_if, b, b_if)  # as its kind wires it (guests/base.py: port)
         self.nics[a.label] = a_if
 
     def teardown(self, topo, namespaces) -> None:
@@ -85,7 +74,7 @@ class NamespacesPlacement(Placement):
         # the ports' veths now, not when the host's namespace is gone (asynchronously, after the next topology may
         # have asked for the same names)
         subprocess.run(["ip", "-n", topo.nodes["gn"].exec.netns, "-force", "-batch", "-"], capture_output=True,
-                       text=True, input="".join(f"link del {topo.ifname('g' + vm.label.split('v')[1])}\n"
+                       text=True, input="".join(f"link del {self.vm_guests[vm.label].port_end(topo)}\n"
                                                 for vm in guests))
         at_once(release, guests)
 
@@ -134,7 +123,8 @@ class Namespaces(Backend):
         return self._placement(self.ledger, guests)
 
     def _placement(self, ledger, guests: dict) -> NamespacesPlacement:
-        boot = (f"boot (or reuse) {len(guests)} {vms.BACKEND} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
+        kind = next(iter(guests.values())).fleet.backend.name if guests else ""
+        boot = (f"boot (or reuse) {len(guests)} {kind} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
                 f"on the run's guest network {guests[next(iter(guests))].netns}") if guests else ""
         return NamespacesPlacement(ledger, guests, boot)
 
@@ -142,7 +132,7 @@ class Namespaces(Backend):
         labels = vms.wanted(sc)
         if not labels:
             return NamespacesPlacement(None)
-        fleet = Fleet(Ledger(PLAN_PREFIX), vms.BACKEND)
+        fleet = Fleet(Ledger(PLAN_PREFIX), vms.kind(sc))
         for label in labels:
             fleet.add(label, nics=[(vms.NIC, vms.segment(label))], mem_mb=vms.MEM_MB, share_run=True)
         guests = {label: vms.GuestVm(fleet, label, ssh.plan_executor(fleet, fleet.guests[label])) for label in labels}

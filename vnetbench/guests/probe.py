@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -27,16 +28,15 @@ from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
 from ..hosts.lab import preflight
 from ..system.executor import CommandError
 from ..system.ledger import Ledger
-from . import backend, uml
+from . import DEFAULT_KIND, backend
 from .base import Fleet, GuestError
 
 LEVELS = ("shared", "guest")
-BACKEND = "uml"
 MEM_MB = 1024  # the whole topology (daemons, iperf3, netperf) lives in it
 
 
-def support():
-    return backend(BACKEND).support()
+def support(kind: str = DEFAULT_KIND):
+    return backend(kind).support()
 
 
 def why_not_per_host(sc) -> str | None:
@@ -52,16 +52,16 @@ def why_not_per_host(sc) -> str | None:
     return None
 
 
-class GuestMachine:
+class SharedGuest:
     """One guest for a run, booted on first use."""
 
-    def __init__(self, ledger: Ledger):
-        self.ledger = ledger
+    def __init__(self, ledger: Ledger, kind: str = DEFAULT_KIND):
+        self.ledger, self.kind = ledger, kind
         self.fleet: Fleet | None = None
 
     def executor(self):
         if self.fleet is None:
-            self.fleet = Fleet(self.ledger, BACKEND, boot_timeout=60)
+            self.fleet = Fleet(self.ledger, self.kind, boot_timeout=60)
             self.fleet.add("m1", mem_mb=MEM_MB, share_run=True)
             try:
                 self.fleet.boot()
@@ -77,7 +77,7 @@ class GuestMachine:
             self.fleet = None
 
 
-def probe(ex, prefix: str) -> Capabilities:
+def probe(ex, prefix: str, kind: str = DEFAULT_KIND) -> Capabilities:
     """Tools and kernel features as the guest sees them (the same probe script as on the machine and on a host)."""
     # The OVS probe goes first: it waits for the young guest's clock (ovs_forwards), and the kernel features and the
     # tools are asked meanwhile (they took 2.6 s and 7.3 s after the wait in a guest just booted, each binary read
@@ -89,7 +89,7 @@ def probe(ex, prefix: str) -> Capabilities:
         forwards = ovs.result()  # its namespaces are gone before the guest is used, whatever the kernel said
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?
         found["ovs-kernel-datapath"] = forwards
-    if tools.get("wireguard-go", Feature(False)).ok:
+    if tools.get("wireguard-go", Feature(False)).ok and not backend(kind).saves_vector_registers:
         # Go picks AVX from the CPU whatever glibc's tunables say, and a guest here keeps only the FXSAVE registers
         # of its processes (guests/nofpx.py): a Go program's vector registers are not safe across its switches
         tools["wireguard-go"] = Feature(False, "a Go program uses AVX, which a UML guest on this CPU does not save "
@@ -144,11 +144,11 @@ printf 'netns del %s\\n' {sw} {a} {b} | ip -batch -; rm -rf $d
 BOOT: dict[str, float] = {}  # the probing guest's boot time and memory, for doctor
 
 
-def info() -> dict:
+def info(kind: str = DEFAULT_KIND) -> dict:
     """The guest backend as doctor shows it: kernel, measured boot time and memory, features inside the guest."""
-    sup = support()
-    out = {"backend": BACKEND, "available": sup.ok, "kernel": sup.kernel, "reason": sup.reason}
-    caps = capabilities() if sup.ok else None
+    sup = support(kind)
+    out = {"backend": kind, "available": sup.ok, "kernel": sup.kernel, "reason": sup.reason}
+    caps = capabilities(kind) if sup.ok else None
     if sup.ok and caps is None:
         out |= {"available": False, "reason": "a guest did not come up (run the tests in tests/test_guests.py)"}
     if caps is not None:
@@ -159,21 +159,21 @@ def info() -> dict:
     return out
 
 
-@lru_cache(maxsize=1)
-def capabilities() -> Capabilities | None:
+@lru_cache(maxsize=None)
+def capabilities(kind: str = DEFAULT_KIND) -> Capabilities | None:
     """What a guest offers (booting one for ~12 s: OVS's kernel datapath is tried with real traffic); None if guests
     cannot run here. A probe's result is kept on disk (PROBE_CACHE) for the same guest kernel, tools and vnetbench
     code, for a day: every `vnetbench run` with guest scenarios would otherwise pay for it again."""
-    if not support().ok:
+    if not support(kind).ok:
         return None
-    key = _probe_key()
+    key = _probe_key(kind)
     if (cached := _cached_probe(key)) is not None:
         return cached
     ledger = Ledger.create()
-    machine = GuestMachine(ledger)
+    machine = SharedGuest(ledger, kind)
     try:
-        caps = probe(machine.executor(), ledger.prefix)
-        caps.tools["kernel"] = Feature(True, support().kernel)
+        caps = probe(machine.executor(), ledger.prefix, kind)
+        caps.tools["kernel"] = Feature(True, support(kind).kernel)
         g = machine.fleet.guests["m1"]
         BOOT["boot_s"], BOOT["memory_mb"] = g.boot_s, machine.fleet.memory_mb(g)
         _keep_probe(key, caps)
@@ -190,17 +190,18 @@ PROBE_MAX_AGE_S = 86400
 PROBE_KEYS = 8  # answers kept: one per checkout (or kernel, package set) that runs guests here
 
 
-def _probe_key() -> str:
+def _probe_key(kind: str = DEFAULT_KIND) -> str:
     """What a guest probe's answer depends on: the guest kernel binary, every installed package (dpkg's status
     changes with each install or removal: the tools the guest runs come from the machine's own root), the machine's
     kernel and CPU flags (the AVX workaround), and vnetbench's own probing code."""
-    parts = [support().kernel, os.uname().release]
-    for path in (shutil.which(uml.LINUX_UML) or "", "/var/lib/dpkg/status"):
+    parts = [kind, support(kind).kernel, os.uname().release]
+    for path in (*backend(kind).binaries(), "/var/lib/dpkg/status"):
         with suppress(OSError):
             st = os.stat(path)
             parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     here = Path(__file__).resolve().parent
-    for src in (here / "machine.py", here / "uml.py", here / "base.py", here / "nofpx.py",
+    for src in (here / "probe.py", Path(sys.modules[backend(kind).__module__].__file__), here / "base.py",
+                here / "nofpx.py",
                 here.parent / "capabilities.py", here.parent / "hosts" / "lab" / "testbed.py"):
         with suppress(OSError):
             parts.append(hashlib.sha256(src.read_bytes()).hexdigest())
