@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # one probe, in a fresh process (nothing cached in memory either), with an empty cache directory
 ONE = r"""
 import functools, os, sys, time
-from vnetbench import testbed
 from vnetbench.guests import base, probe as guest_probe
+from vnetbench.hosts.lab import preflight
 T0 = time.monotonic()
 parts = {}
 def timed(owner, name, label):
@@ -36,9 +36,9 @@ def timed(owner, name, label):
             parts[label] = (began, time.monotonic() - T0)
     setattr(owner, name, run)
 timed(base.Fleet, "boot", "boot")
-timed(machine, "probe_kernel", "kernel")
-timed(testbed, "tools", "tools")
-timed(machine, "ovs_forwards", "ovs")
+timed(guest_probe, "probe_kernel", "kernel")
+timed(preflight, "tools", "tools")
+timed(guest_probe, "ovs_forwards", "ovs")
 caps = guest_probe.capabilities()
 total = time.monotonic() - T0
 assert caps is not None and caps.kernel["ovs-kernel-datapath"].ok, caps

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench.guests import backend  # noqa: E402
+from vnetbench.guests import kind_class  # noqa: E402
 from vnetbench.guests.base import Fleet  # noqa: E402
 from vnetbench.system.ledger import Ledger  # noqa: E402
 
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=int, default=5)
     args = ap.parse_args()
-    print(f"backend uml, kernel {backend('uml').support().kernel}")
+    print(f"backend uml, kernel {kind_class('uml').support().kernel}")
     singles, mems = [], []
     for _ in range(args.rounds):
         t, m = boot(1)

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from vnetbench.system import ledger
-from vnetbench.guests import backend
+from vnetbench.guests import kind_class
 from vnetbench.guests.base import Fleet, GuestError
 from conftest import clean_after_kill, uml_pids, netns_names
 
 pytestmark = [pytest.mark.net,
-              pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")]
+              pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")]
 
 
 
@@ -29,7 +29,7 @@ def test_two_guests_boot_talk_and_leave_nothing(state_dir):
         fleet.boot()
         h1, h2 = fleet.guests["h1"].executor, fleet.guests["h2"].executor
         kernel = h1.run(["uname", "-r"]).stdout.strip()
-        assert kernel == backend("uml").support().kernel.removeprefix("uml-") != os.uname().release
+        assert kernel == kind_class("uml").support().kernel.removeprefix("uml-") != os.uname().release
         h1.run(["ip", "addr", "add", "10.9.0.1/24", "dev", "eth1"])
         h2.run(["ip", "addr", "add", "10.9.0.2/24", "dev", "eth1"])
         assert h1.run(["ping", "-c", "2", "-i", "0.2", "-W", "3", "10.9.0.2"], check=False).returncode == 0
@@ -46,7 +46,7 @@ def test_two_guests_boot_talk_and_leave_nothing(state_dir):
 
 
 def test_a_guest_that_does_not_come_up_fails_with_its_console(state_dir, monkeypatch):
-    uml = backend("uml")
+    uml = kind_class("uml")
     monkeypatch.setattr(uml, "init_script", lambda self, g: "#!/bin/sh\necho BROKEN-INIT-MARK\nexit 1\n")
     led = ledger.Ledger.create()
     fleet = Fleet(led, boot_timeout=20)
@@ -138,10 +138,10 @@ def test_guest_probe_cache_keeps_several_keys_drops_the_oldest_and_survives_a_ba
 
     # a damaged file: the probe runs (here a stand-in for the guest's) and its answer replaces the file
     probed = []
-    monkeypatch.setattr(guest_probe, "support", lambda: Support(True, kernel="uml-test"))
-    monkeypatch.setattr(guest_probe, "_probe_key", lambda: "d")
+    monkeypatch.setattr(guest_probe, "support", lambda kind="uml": Support(True, kernel="uml-test"))
+    monkeypatch.setattr(guest_probe, "_probe_key", lambda kind="uml": "d")
     monkeypatch.setattr(guest_probe, "SharedGuest", _NoGuest)
-    monkeypatch.setattr(guest_probe, "probe", lambda ex, prefix: probed.append(prefix) or
+    monkeypatch.setattr(guest_probe, "probe", lambda ex, prefix, kind="uml": probed.append(prefix) or
                         Capabilities(tools={"iperf3": Feature(True, "d")}, kernel={"gre": Feature(True)}))
     for damage in ('{"probes": {"d": {"time": "yesterday"', "[1, 2]", '{"probes": {"d": {"time": 1e18}}}'):
         cache.write_text(damage)
@@ -158,7 +158,7 @@ def test_guest_probe_cache_keeps_every_answer_of_runs_that_finish_together(tmp_p
     """Runs that keep their answers at the same moment (here 8 processes) each keep theirs, and the file stays
     readable: the read, add and replace are done under a lock."""
     cache = tmp_path / "probe.json"
-    code = ("import sys; from pathlib import Path; from vnetbench.guests import machine\n"
+    code = ("import sys; from pathlib import Path; from vnetbench.guests import probe as guest_probe\n"
             "from vnetbench.capabilities import Capabilities, Feature\n"
             f"guest_probe.PROBE_CACHE = Path({str(cache)!r})\n"
             "caps = Capabilities(tools={'iperf3': Feature(True, sys.argv[1])}, kernel={})\n"
@@ -174,7 +174,7 @@ def test_guest_probe_cache_keeps_every_answer_of_runs_that_finish_together(tmp_p
 class _NoGuest:
     """A guest machine that boots nothing (the probe itself is replaced)."""
 
-    def __init__(self, ledger):
+    def __init__(self, ledger, kind="uml"):
         self.ledger = ledger
         self.fleet = SimpleNamespace(guests={"m1": SimpleNamespace(boot_s=0.0)}, memory_mb=lambda g: 0.0)
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import clean_after_kill, uml_pids, netns_names
 from vnetbench.system import ledger
 from vnetbench.capabilities import detect
-from vnetbench.guests import backend
+from vnetbench.guests import kind_class
 from vnetbench.guests.hostsite import GuestHostSite
 from vnetbench.hosts.guest_per_host import HostGuestsPlacement
 from vnetbench.experiment.matrix import expand
@@ -24,7 +24,7 @@ from vnetbench.experiment.spec import loads
 from vnetbench.build.topology import Topology
 
 pytestmark = [pytest.mark.net,
-              pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")]
+              pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")]
 
 SPEC = """name: per-host
 repetitions: 1
@@ -99,7 +99,7 @@ def test_ipsec_and_ovs_run_in_per_host_guests(state_dir):
     hosts encrypt)."""
     scenarios = expand(loads(DATAPATHS).experiment, detect())
     assert [sc.skip for sc in scenarios] == [None, None], [sc.skip for sc in scenarios]
-    kernel = backend("uml").support().kernel
+    kernel = kind_class("uml").support().kernel
     led = ledger.Ledger.create()
     site = GuestHostSite(led, 2)
     try:

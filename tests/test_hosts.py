@@ -12,13 +12,13 @@ from vnetbench import hosts
 from vnetbench.hosts.lab import testbed as tb
 from vnetbench.hosts.lab import preflight
 from vnetbench.capabilities import detect
-from vnetbench.guests import backend
+from vnetbench.guests import kind_class
 from vnetbench.system.ledger import Ledger
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import loads
 from vnetbench.build.topology import PLAN_PREFIX, Topology
 
-UML = pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+UML = pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")
 PLAN_WORK = f"/run/vnetbench/{PLAN_PREFIX}/work"
 
 SPEC = """\

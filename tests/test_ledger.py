@@ -66,7 +66,7 @@ def test_clean_removes_a_killed_runs_cgroup_and_moves_what_is_left_out(state_dir
     the group: none is left however the run ended."""
     from vnetbench.system import cgroup
     child = subprocess.Popen([sys.executable, "-c",
-                              "import subprocess, time; from vnetbench import cgroup; from vnetbench.system.ledger import Ledger;"
+                              "import subprocess, time; from vnetbench.system import cgroup; from vnetbench.system.ledger import Ledger;"
                               "l = Ledger.create(); cgroup.join(l); p = subprocess.Popen(['sleep', '30']);"
                               "print(l.prefix, p.pid, flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())

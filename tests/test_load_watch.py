@@ -17,7 +17,7 @@ import pytest
 
 from vnetbench.system import cgroup
 from vnetbench.results import guards
-from vnetbench.guests import backend
+from vnetbench.guests import kind_class
 from vnetbench.system.ledger import Ledger
 from vnetbench.probes.procstat import OWN_CGROUP, LoadWatch
 
@@ -26,7 +26,7 @@ CPUS = os.cpu_count() or 1
 SPAN_S = 1.0
 TICKS = 0.05  # share: /proc counts in ticks, the watch reads every 0.05 s; either end of a span may be off by that
 BURN = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
-UML = pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+UML = pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")
 
 
 def cpu_s(pids: list[int]) -> dict[int, float]:
@@ -130,7 +130,7 @@ def test_a_guest_kernel_the_run_booted_is_its_own_work(run_group):
     try:
         ex = guest.executor()
         fleet = guest.fleet
-        pids = lambda: fleet.backend.pids(fleet, fleet.guests["m1"])  # noqa: E731
+        pids = lambda: fleet.kind.pids(fleet, fleet.guests["m1"])  # noqa: E731
         assert pids() and all(in_group(pid, group) for pid in pids())
         ex.spawn(["timeout", "5", "sh", "-c", "while :; do :; done"], label="busy loop")
         time.sleep(0.3)

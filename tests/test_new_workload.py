@@ -90,7 +90,9 @@ def test_a_new_workload_module_is_collected_by_every_catalogue(copy):
     got = json.loads(_run(copy, "-c", """if 1:
         import json
         import vnetbench
-        from vnetbench import adaptive, capabilities, dataset
+        from vnetbench import capabilities
+        from vnetbench.results import dataset
+        from vnetbench.run import adaptive
         from vnetbench.catalog import METRICS
         from types import SimpleNamespace
         from vnetbench.experiment.spec import loads

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import clean_after_kill, uml_pids, netns_names, start_run, trial_rows
-from vnetbench.guests import backend, vms
+from vnetbench.guests import kind_class, vms
 from vnetbench.hosts.namespaces import NamespacesPlacement
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import SpecError, loads
@@ -95,7 +95,7 @@ def _prefix(db) -> str | None:
 
 
 @pytest.mark.net
-@pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+@pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")
 def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_path, state_dir):
     path = tmp_path / "vmk.yaml"
     path.write_text(textwrap.dedent(SPEC.format(level="{type: guest, pairs: [1], side: server}", duration=30)))
@@ -131,7 +131,7 @@ def _throughput(sc, topo) -> float:
 
 
 @pytest.mark.net
-@pytest.mark.skipif(not backend("uml").support().ok, reason="User-Mode Linux not installed")
+@pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")
 def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clear_text(state_dir, tmp_path):
     """Both VMs of a cross-host pair are guests: the IPsec between them is their own kernels' ESP (this machine's
     kernel has none), keyed by a charon inside each guest. On the underlay between the hosts (this machine's veth)
@@ -148,7 +148,7 @@ def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clea
     runs = expand(loads(text, "vmk.yaml").experiment, caps)
     for sc in runs:
         assert sc.skip is None, sc.skip
-    kernel = backend("uml").support().kernel  # e.g. uml-6.1.176: the results name the kernel the ESP ran in
+    kernel = kind_class("uml").support().kernel  # e.g. uml-6.1.176: the results name the kernel the ESP ran in
     assert [sc.implementation["encryption"] for sc in runs[1:]] == [
         f"{kernel} + kernel-xfrm + strongswan-{caps.tools['charon'].detail} IKEv2", f"{kernel} + kernel-xfrm manual keys"]
     # a namespace VM at one end: that end's xfrm would be this machine's kernel's

@@ -157,11 +157,11 @@ class EncryptedTunnel(Encryption):
                     err = proc.stderr.read() if proc.stderr else ""
                     raise BuildError(f"{name} exited {proc.returncode} at start: {err.strip()[-500:]}"
                                      f"{_tail(ex, log)}")
-                machine = _guest(ex)
-                if machine is not None:  # a guest's socket, reached from inside the guest (kernel or vm_kernel guest)
-                    there = machine.answers_there(path)  # by its agent: no python3 started per look
-                    if there if there is not None else machine.run(["python3", "-c", _ANSWERS_PY, path],
-                                                                   check=False).returncode == 0:
+                guest = _guest(ex)
+                if guest is not None:  # a guest's socket, reached from inside the guest (kernel or vm_kernel guest)
+                    there = guest.answers_there(path)  # by its agent: no python3 started per look
+                    if there if there is not None else guest.run(["python3", "-c", _ANSWERS_PY, path],
+                                                                 check=False).returncode == 0:
                         return
                 elif ex.answers(path) if ex else _answers(path):
                     return

@@ -10,7 +10,7 @@ REGISTRY, register, load_all = plugins(__name__, "name")
 DEFAULT_KIND = "uml"  # the guest kind a level that says only `guest` gets
 
 
-def backend(name: str):
+def kind_class(name: str):
     """The guest kind registered under name (KeyError names the known ones)."""
     load_all()
     if name not in REGISTRY:

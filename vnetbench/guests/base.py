@@ -21,8 +21,7 @@ from typing import ClassVar
 
 from ..hosts.steps import ROOT
 from ..system.ledger import Ledger, delete_namespaces
-from . import backend as backend_cls
-from . import ssh
+from . import DEFAULT_KIND, kind_class, ssh
 
 # a kernel's stack dump and boot chatter say nothing about why a guest failed
 _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8}( [0-9a-f]{8})+$|"
@@ -83,7 +82,7 @@ class Guest:
         return "\n".join(keep[-lines:]) or "(no console output)"
 
 
-class Backend(ABC):
+class GuestKind(ABC):
     """A guest kind: boots guests for one run. One module per kind (uml here; qemu), registered by name; a spec's
     level names the kind (guests/vms.py: kind), and this class answers everything that differs between kinds: how a
     guest starts and stops, and how a VM's NIC meets its host's switch (`port`)."""
@@ -139,10 +138,10 @@ class Backend(ABC):
 class Fleet:
     """The guests of one run: records, network, keys, parallel boot, executors, teardown."""
 
-    def __init__(self, ledger: Ledger, backend: str = "uml", boot_timeout: float = 30.0):
+    def __init__(self, ledger: Ledger, kind: str = DEFAULT_KIND, boot_timeout: float = 30.0):
         self.ledger = ledger
         self.prefix = ledger.prefix
-        self.backend: Backend = backend_cls(backend)()
+        self.kind: GuestKind = kind_class(kind)()
         self.boot_timeout = boot_timeout
         self.guests: dict[str, Guest] = {}
         self.segments: list[str] = []
@@ -239,7 +238,7 @@ class Fleet:
         self._network()
         t0 = time.monotonic()
         for g in self.guests.values():
-            self.backend.start(self, g)
+            self.kind.start(self, g)
         deadline = t0 + self.boot_timeout
         with ThreadPoolExecutor(max_workers=min(16, len(self.guests) or 1)) as pool:
             errors = [e for e in pool.map(lambda g: self._wait(g, t0, deadline), self.guests.values()) if e]
@@ -251,13 +250,13 @@ class Fleet:
         ex = ssh.executor(self, g)
         while True:
             if g.proc is not None and g.proc.poll() is not None:
-                return (f"guest {g.label} ({self.backend.name}) exited with {g.proc.returncode} while booting; "
+                return (f"guest {g.label} ({self.kind.name}) exited with {g.proc.returncode} while booting; "
                         f"console:\n{g.console_tail()}")
             if time.monotonic() > deadline:
-                return (f"guest {g.label} ({self.backend.name}) did not answer over SSH within "
+                return (f"guest {g.label} ({self.kind.name}) did not answer over SSH within "
                         f"{self.boot_timeout:.0f} s; console:\n{g.console_tail()}")
             # the console mark is cheap (a file read) and spares the CPU that early SSH attempts would take
-            if self.backend.booted(g) and ssh.connect(ex, self.dir / f"ssh-{g.label}.log",
+            if self.kind.booted(g) and ssh.connect(ex, self.dir / f"ssh-{g.label}.log",
                                                       timeout=max(1.0, min(3.0, deadline - time.monotonic()))):
                 g.boot_s = time.monotonic() - t0
                 g.executor = ex
@@ -269,7 +268,7 @@ class Fleet:
         """Proportional set size of the guest's host address spaces (its memory file's touched pages included).
         Several of a UML guest's processes share one address space: each is counted once."""
         spaces: list[int] = []
-        for pid in self.backend.pids(self, g):
+        for pid in self.kind.pids(self, g):
             if not any(_same_vm(pid, other) for other in spaces):
                 spaces.append(pid)
         return sum(_pss_kb(pid) for pid in spaces) / 1024
@@ -278,7 +277,7 @@ class Fleet:
         for g in self.guests.values():
             if g.executor is not None:
                 g.executor.close()
-            self.backend.stop(self, g)
+            self.kind.stop(self, g)
         if self._net_up:
             delete_namespaces([self.netns])
         import shutil

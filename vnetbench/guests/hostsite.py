@@ -29,7 +29,7 @@ from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
 from ..system.executor import _COPIED
 from ..system.ledger import Ledger
-from . import ssh
+from . import DEFAULT_KIND, ssh
 from .base import Fleet, GuestError
 
 SEGMENT = "underlay"
@@ -42,11 +42,11 @@ class GuestHostSite(TestbedSite):
 
     owns_hosts = True
 
-    def __init__(self, ledger: Ledger | None, hosts: int, backend: str = "uml", boot_timeout: float = 60,
+    def __init__(self, ledger: Ledger | None, hosts: int, kind: str = DEFAULT_KIND, boot_timeout: float = 60,
                  why_not: Callable[[object], str | None] = lambda sc: None, plan: bool = False):
         """plan: nothing booted; the executors are those `plan` shows (ledger None)."""
         self.why_not = why_not  # what the guests' kernel refuses (guests.probe knows it: it probes the guest)
-        self.fleet = Fleet(Ledger(PLAN_PREFIX) if plan else ledger, backend, boot_timeout=boot_timeout)
+        self.fleet = Fleet(Ledger(PLAN_PREFIX) if plan else ledger, kind, boot_timeout=boot_timeout)
         self.nic_name = f"{self.fleet.prefix}-u"
         for i in range(1, hosts + 1):
             self.fleet.add(f"h{i}", nics=[(self.nic_name, SEGMENT)], mem_mb=MEM_MB, share_run=True)
@@ -59,7 +59,7 @@ class GuestHostSite(TestbedSite):
                 raise
         execs = [ssh.plan_executor(self.fleet, g) if plan else g.executor for g in self.fleet.guests.values()]
         bed = tb.Testbed("guests", [tb.Host(f"guest-h{i}", ex.target, self.nic_name, f"{DATA_NET}.{i}",
-                                            facts={"kernel": self.fleet.backend.support().kernel})
+                                            facts={"kernel": self.fleet.kind.support().kernel})
                                     for i, ex in enumerate(execs, 1)])
         super().__init__(bed, None if plan else ledger)
         self._exec = {h.name: ex for h, ex in zip(bed.hosts, execs)}

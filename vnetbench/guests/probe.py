@@ -28,7 +28,7 @@ from ..datapaths.ovs import YOUNG_KERNEL_BUG, wait_for_cpu_count
 from ..hosts.lab import preflight
 from ..system.executor import CommandError
 from ..system.ledger import Ledger
-from . import DEFAULT_KIND, backend
+from . import DEFAULT_KIND, kind_class
 from .base import Fleet, GuestError
 
 LEVELS = ("shared", "guest")
@@ -36,7 +36,7 @@ MEM_MB = 1024  # the whole topology (daemons, iperf3, netperf) lives in it
 
 
 def support(kind: str = DEFAULT_KIND):
-    return backend(kind).support()
+    return kind_class(kind).support()
 
 
 def why_not_per_host(sc) -> str | None:
@@ -89,7 +89,7 @@ def probe(ex, prefix: str, kind: str = DEFAULT_KIND) -> Capabilities:
         forwards = ovs.result()  # its namespaces are gone before the guest is used, whatever the kernel said
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?
         found["ovs-kernel-datapath"] = forwards
-    if tools.get("wireguard-go", Feature(False)).ok and not backend(kind).saves_vector_registers:
+    if tools.get("wireguard-go", Feature(False)).ok and not kind_class(kind).saves_vector_registers:
         # Go picks AVX from the CPU whatever glibc's tunables say, and a guest here keeps only the FXSAVE registers
         # of its processes (guests/nofpx.py): a Go program's vector registers are not safe across its switches
         tools["wireguard-go"] = Feature(False, "a Go program uses AVX, which a UML guest on this CPU does not save "
@@ -195,12 +195,12 @@ def _probe_key(kind: str = DEFAULT_KIND) -> str:
     changes with each install or removal: the tools the guest runs come from the machine's own root), the machine's
     kernel and CPU flags (the AVX workaround), and vnetbench's own probing code."""
     parts = [kind, support(kind).kernel, os.uname().release]
-    for path in (*backend(kind).binaries(), "/var/lib/dpkg/status"):
+    for path in (*kind_class(kind).binaries(), "/var/lib/dpkg/status"):
         with suppress(OSError):
             st = os.stat(path)
             parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
     here = Path(__file__).resolve().parent
-    for src in (here / "probe.py", Path(sys.modules[backend(kind).__module__].__file__), here / "base.py",
+    for src in (here / "probe.py", Path(sys.modules[kind_class(kind).__module__].__file__), here / "base.py",
                 here / "nofpx.py",
                 here.parent / "capabilities.py", here.parent / "hosts" / "lab" / "testbed.py"):
         with suppress(OSError):

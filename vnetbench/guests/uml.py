@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import register
-from .base import Backend, Fleet, Guest, Support
+from .base import Fleet, Guest, GuestKind, Support
 
 LINUX_UML = "linux.uml"
 MODULES = Path("/usr/lib/uml/modules")
@@ -43,7 +43,7 @@ def kernel_version() -> str | None:
 
 
 @register
-class Uml(Backend):
+class Uml(GuestKind):
     name = "uml"
     saves_vector_registers = False  # only the FXSAVE registers of its processes, on this CPU (nofpx.py)
 

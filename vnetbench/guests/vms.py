@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError
 from ..core.strict import Strict, pydantic_message
 from ..datapaths.base import Availability
 from ..system.ledger import Ledger
-from . import DEFAULT_KIND, backend, kinds, probe
+from . import DEFAULT_KIND, kind_class, kinds, probe
 from .base import VM_NIC, Fleet, GuestError
 
 MEM_MB = 256
@@ -107,7 +107,7 @@ def decide(sc) -> str | None:
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
-    sup = backend(kind(sc)).support()
+    sup = kind_class(kind(sc)).support()
     if not sup.ok:
         return f"vm_kernel guest: {sup.reason}"
     sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
@@ -202,12 +202,12 @@ class GuestVm:
         self.nic = NIC
         self.netns = fleet.netns
         self.bridge = fleet.bridge(segment(label))
-        self.kernel = fleet.backend.support().kernel
+        self.kernel = fleet.kind.support().kernel
 
     def port(self, topo, a, a_if: str, b, b_if: str) -> None:
         """This VM's port on its host (node b, end b_if), as its kind wires it: the switch's port and the VM's NIC
         are made in one place, so they cannot disagree."""
-        self.fleet.backend.port(topo, self, a, a_if, b, b_if)
+        self.fleet.kind.port(topo, self, a, a_if, b, b_if)
 
     def port_end(self, topo) -> str:
-        return self.fleet.backend.port_end(topo, self.label)
+        return self.fleet.kind.port_end(topo, self.label)

@@ -25,15 +25,15 @@ class GuestPlacement(Placement):
 
     netlink = False
 
-    def __init__(self, ledger: Ledger | None, machine: Executor, boot: str = ""):
+    def __init__(self, ledger: Ledger | None, guest: Executor, boot: str = ""):
         super().__init__(ledger)
-        self.machine, self.boot = machine, boot
+        self.guest, self.boot = guest, boot  # the executor of the guest whose kernel the hosts share
 
     def node(self, topo, label, role, host, tenant) -> Node:
-        return Node(label, role, host, self.machine.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label))
+        return Node(label, role, host, self.guest.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label))
 
     def root_executor(self, topo) -> Executor:
-        return self.machine
+        return self.guest
 
     def prelude(self, topo) -> None:
         if self.boot:
@@ -41,8 +41,8 @@ class GuestPlacement(Placement):
 
     def teardown(self, topo, namespaces) -> None:
         try:  # by its agent, with no process started per namespace (3-7 s of a teardown in a busy guest)
-            if not self.machine.drop_namespaces(namespaces):
-                self.machine.run_script(in_guest_teardown(namespaces), timeout=60, check=False)
+            if not self.guest.drop_namespaces(namespaces):
+                self.guest.run_script(in_guest_teardown(namespaces), timeout=60, check=False)
         except CommandError:
             pass  # the guest is gone: nothing of it is left either
 
@@ -52,7 +52,7 @@ class GuestPlacement(Placement):
         return [InterfaceProbe(h.exec, interval=None) for h in topo.hosts]
 
     def guest_probes(self, topo) -> list:
-        return [StreamedSystemProbe(self.machine)]  # the guest kernel's own /proc/stat, streamed by one reader in it
+        return [StreamedSystemProbe(self.guest)]  # the guest kernel's own /proc/stat, streamed by one reader in it
 
     def describe(self, topo) -> list[str]:
         return [f"kernel: guest: every command below runs inside a {topo.sc.implementation.get('kernel', 'guest')} "
@@ -61,7 +61,7 @@ class GuestPlacement(Placement):
     def shown_teardown(self, topo) -> list[str]:
         names = [n.netns for n in topo.nodes.values() if n.netns]
         return [comment("teardown, inside the guest"),
-                shlex.join(self.machine.wrap(["sh", "-c", in_guest_teardown(names)]))]
+                shlex.join(self.guest.wrap(["sh", "-c", in_guest_teardown(names)]))]
 
 
 @register

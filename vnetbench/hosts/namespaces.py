@@ -123,7 +123,7 @@ class Namespaces(Backend):
         return self._placement(self.ledger, guests)
 
     def _placement(self, ledger, guests: dict) -> NamespacesPlacement:
-        kind = next(iter(guests.values())).fleet.backend.name if guests else ""
+        kind = next(iter(guests.values())).fleet.kind.name if guests else ""
         boot = (f"boot (or reuse) {len(guests)} {kind} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
                 f"on the run's guest network {guests[next(iter(guests))].netns}") if guests else ""
         return NamespacesPlacement(ledger, guests, boot)

@@ -62,7 +62,7 @@ class TestbedSite:
 
     def tool_path(self, topo, label: str, tool: str):
         """The Feature of the host running a node that says where a tool is (its path may differ per host)."""
-        h = self.host(self.machine(topo, label))
+        h = self.host(self.host_of(topo, label))
         return h.caps.offer(tool) if h.caps is not None and h.caps.installed is not None else None
 
     def executor(self, label: str) -> SshExecutor:
@@ -251,7 +251,7 @@ class TestbedSite:
             node = topo.nodes[p.meta["client"]]
             inside = node.role == "vm" or self.owns_hosts or (node.netns and self.run_underlay(topo.sc))
             argv, why = _ping_check(p, node.netns if inside else None)
-            out.setdefault(self.machine(topo, node.label), []).append(f"{argv} >/dev/null || {why}")
+            out.setdefault(self.host_of(topo, node.label), []).append(f"{argv} >/dev/null || {why}")
         return out
 
     def _batches(self, topo, steps, place, check: bool = False) -> None:
@@ -280,10 +280,10 @@ class TestbedSite:
             ns, addr = shlex.quote(topo.nodes[client].netns), shlex.quote(p.server.addr)
             neigh = f"ip -n {ns} neigh replace {addr} lladdr {topo.mac(server)} dev {shlex.quote(dev)} nud permanent"
             ping, why = _ping_check(p, topo.nodes[client].netns)
-            out.setdefault(self.machine(topo, client), []).append((p.index, (
+            out.setdefault(self.host_of(topo, client), []).append((p.index, (
                 f"echo @@ping >&2\n{neigh}\nr=0; {ping} >/dev/null || r=$?\n[ $r = 0 ] || {why}")))
             sns, sdev = shlex.quote(topo.nodes[server].netns), shlex.quote(known[server])
-            out.setdefault(self.machine(topo, server), []).append((p.index, (
+            out.setdefault(self.host_of(topo, server), []).append((p.index, (
                 f"ip -n {sns} neigh replace {shlex.quote(p.client.addr)} lladdr {topo.mac(client)} dev {sdev} "
                 f"nud permanent")))
         return out
@@ -296,9 +296,9 @@ class TestbedSite:
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
         for kind, name, node in records:
-            by_host.setdefault(self.machine(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
+            by_host.setdefault(self.host_of(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         for step in steps:
-            parts.setdefault(self.machine(topo, step.node), []).append(step)
+            parts.setdefault(self.host_of(topo, step.node), []).append(step)
         topo.ran(list(steps))
         labels = list(dict.fromkeys([*by_host, *parts]))
         owners = self.touch(labels, run=False)
@@ -331,7 +331,7 @@ class TestbedSite:
         if errors:
             raise SiteError("; ".join(errors))
 
-    def machine(self, topo, label: str) -> str:
+    def host_of(self, topo, label: str) -> str:
         """The scenario host a node label lives on."""
         node = topo.nodes[label]
         return node.host if node.role == "vm" else "h" + label[1:]
@@ -345,16 +345,16 @@ class TestbedSite:
                     raise SiteError(f"a step for this machine's root namespace in a testbed topology: {step.lines}")
                 if topo.nodes[step.node].netns is None:
                     for line in step.lines:
-                        bad = _foreign(line, topo.prefix, topo.nic(self.machine(topo, step.node)),
+                        bad = _foreign(line, topo.prefix, topo.nic(self.host_of(topo, step.node)),
                                        {v.dev for v in place.vfs.values()})
                         if bad:
-                            raise SiteError(f"refusing to run `{line}` on {self.name(self.machine(topo, step.node))}: {bad}")
+                            raise SiteError(f"refusing to run `{line}` on {self.name(self.host_of(topo, step.node))}: {bad}")
 
     def flush(self, topo, records) -> None:
         """Append records to each host's own ledger, before the objects are created (one round trip per host)."""
         by_host: dict[str, list[str]] = {}
         for kind, name, node in records:
-            label = self.machine(topo, node) if node else None
+            label = self.host_of(topo, node) if node else None
             if label is None:
                 raise SiteError(f"record of {kind} {name} with no host in a testbed topology")
             by_host.setdefault(label, []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
@@ -380,7 +380,7 @@ class TestbedSite:
         by_host: dict[str, list] = {}
         for node in topo.nodes.values():
             if node.netns:
-                by_host.setdefault(self.machine(topo, node.label), []).append(Obj("netns", node.netns))
+                by_host.setdefault(self.host_of(topo, node.label), []).append(Obj("netns", node.netns))
         for label, (nic, old, _) in self.mtu_changes(topo).items():
             by_host.setdefault(label, []).insert(0, Obj("mtu", nic, extra={"mtu": old}))
         for label, vf in place.vfs.items():
