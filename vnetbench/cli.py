@@ -247,9 +247,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     from .hosts import Hosts
     loaded = load_spec(spec, profile)
     bed, caps = load_testbed(testbed)
-    scenarios = expand(loaded.experiment, caps or detect())
     hosts = Hosts(None, bed)  # the backends `run` would choose, opened for showing only
-    hosts.refuse(scenarios)
+    scenarios = expand(loaded.experiment, caps or detect(), hosts)
     runnable = [s for s in scenarios if not s.skip]
     # Plain text, never wrapped: a wrapped comment would put the rest of the comment on a line of its own.
     sys.stdout.write("#!/bin/sh\n" + comment(

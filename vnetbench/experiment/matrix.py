@@ -34,8 +34,11 @@ def _matches(rule: dict[str, Any], labels: dict[str, str], levels: dict[str, Any
     return True
 
 
-def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
-    """All scenarios in run order; with caps=None availability is not checked (used by unit tests)."""
+def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None = None) -> list[Scenario]:
+    """All scenarios in run order; with caps=None availability is not checked (used by unit tests). `site`: the
+    place the run has (a lab's `hosts.Hosts`; this machine by default): each scenario is asked of the backend that
+    will run it there, once."""
+    site = site or hosts.Hosts()
     factor_levels = _factor_levels(exp)
     names = list(factor_levels)
     combos = [dict(zip(names, values)) for values in itertools.product(*factor_levels.values())]
@@ -52,7 +55,10 @@ def expand(exp: Experiment, caps: Capabilities | None) -> list[Scenario]:
             continue
         seen.add(sc.key)
         if caps is not None:
-            _decide(sc, elements, factor_levels, caps)
+            backend = site.backend(sc)
+            _decide(sc, elements, factor_levels, caps, backend)
+            sc.skip = sc.skip or backend.check(sc)  # what the opened place lacks (a lab's hosts, NICs, VFs)
+            sc.notes = sc.notes + backend.notes(sc)
         scenarios.append(sc)
     _run_once(exp, scenarios)
     return scenarios
@@ -135,13 +141,13 @@ def _overheads(sc: Scenario, elements: dict[str, Element]) -> None:
     sc.overheads["encryption"] = elements["encryption"].overhead_for(sc)
 
 
-def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str, list], caps: Capabilities) -> None:
+def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str, list], caps: Capabilities,
+            backend: hosts.Backend) -> None:
     """Skip with a reason, or record what implementation each element will use."""
     reason = _structural(sc, factor_levels) or _workload_fit(sc)
     if reason:
         sc.skip = reason
         return
-    backend = hosts.choose(sc.levels)
     if reason := backend.refuse(sc, caps):
         sc.skip = reason
         return

@@ -44,14 +44,6 @@ class Hosts:
             self.opened[cls.name] = cls(self.ledger, self.testbed)
         return self.opened[cls.name]
 
-    def refuse(self, scenarios: list) -> None:
-        """Skip (with the reason) what the chosen backends cannot run; add their notes."""
-        for sc in scenarios:
-            b = self.backend(sc)
-            why = None if sc.skip else b.check(sc)
-            sc.skip = why or sc.skip
-            sc.notes = sc.notes + b.notes(sc)
-
     def environment(self) -> dict:
         """What the campaign records of where it ran (a testbed's hosts)."""
         if self.testbed is None:

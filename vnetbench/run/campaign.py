@@ -266,8 +266,7 @@ class Runner:
         # the matrix (which may probe the guest for a while) before the campaign exists: an interrupt before this
         # point leaves no campaign, and after it the campaign has its scenarios; and before the environment: it
         # asks strongSwan only if a scenario needs charon
-        scenarios = expand(spec.experiment, caps)
-        Hosts(None, self.testbed).refuse(scenarios)  # what the chosen host backends cannot run is skipped
+        scenarios = expand(spec.experiment, caps, Hosts(None, self.testbed))  # each asked of the backend running it
         if resume is not None:
             cid = camp.id
             stored = {s["idx"] for s in self.store.scenarios(cid)}
