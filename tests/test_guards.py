@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 
 from vnetbench.results import guards
-from vnetbench.run import campaign as runner
+from vnetbench.run import trial as runner
 from vnetbench.core.sample import Sample
 
 

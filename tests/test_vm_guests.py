@@ -69,7 +69,7 @@ def test_which_vms_are_guests_and_why_a_scenario_cannot_have_them():
 
 
 def test_a_background_load_that_ends_before_the_window_is_named():
-    from vnetbench.run.campaign import Background, _uncovered
+    from vnetbench.run.trial import Background, _uncovered
     from vnetbench.core.sample import Sample
     b = Background.__new__(Background)
     b.workload, b.samples, b.ended = workloads_kind("cpuload"), [], 100.0
