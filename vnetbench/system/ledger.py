@@ -26,10 +26,11 @@ DEFAULT_STATE_DIR = "/run/vnetbench"
 PREFIX_LEN = 6  # "vb" + 4 hex digits: leaves 9 characters of a 15-character interface name
 
 # What visits another machine a run touched, by the kind of ledger object ("host": (entry, prefix, dry_run) ->
-# (removed, why pending or None)). The testbed backend registers its own when it loads: the ledger, the lowest
-# layer, knows no backend.
+# (removed, why pending or None)); a backend registers one per kind of record it writes (a lab's "host", a cloud's
+# server) when it loads: the ledger, the lowest layer, knows no backend.
 RemoteCleaner = Callable[[dict, str, bool], tuple[list[str], "str | None"]]
 REMOTE_CLEANERS: dict[str, RemoteCleaner] = {}
+REMOTE_KINDS = {"host"}  # kept pending, not dropped, while no backend that reaches them is loaded
 
 
 def state_dir() -> Path:
@@ -249,14 +250,14 @@ class Ledger:
                 done.append(f"process {obj.name} (pid {obj.pid})")
                 if not dry_run:
                     _kill(obj.pid)
-        hosts = [o for o in objs if o.kind == "host"]
-        for obj in hosts:
+        remote = [o for o in objs if o.kind in REMOTE_KINDS or o.kind in REMOTE_CLEANERS]
+        for obj in remote:  # another machine the run touched: a lab's host, or whatever a backend registered for
             removed, why = self._visit(obj, dry_run)
             done += removed
             if why is not None:
-                self.pending.append(f"host {obj.name}: {why}")
+                self.pending.append(f"{obj.kind} {obj.name}: {why}")
             elif not dry_run:
-                self.forget("host", obj.name)
+                self.forget(obj.kind, obj.name)
         namespaces = [o.name for o in reversed(objs) if o.kind == "netns"]
         inside = pids_in_namespaces(namespaces)
         done += [f"process pid {pid} in a namespace of the run" for pid in inside]
