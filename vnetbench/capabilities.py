@@ -2,11 +2,14 @@
 in a scratch namespace (the surest test: a user's kernel will differ from ours)."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -236,9 +239,15 @@ def _in_own_group(script: str, timeout: float) -> str:
     """A local probe script's output. Interrupted (a signal, a timeout), its whole process group is killed and
     waited for before the caller cleans up: killing the shell alone left its `ip netns add` running, and the
     namespace it made after the ledger's clean-up was left behind."""
-    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    held = _Held()  # a signal inside Popen would leave a started script that no one can find to kill
     try:
+        proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+    except BaseException:
+        held.release()
+        raise
+    try:
+        held.release()  # here, a signal held meanwhile (or arriving now) kills the group below
         return proc.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:  # a hung probe: what it said so far (the rest reads "not probed")
         _kill_group(proc)
@@ -248,14 +257,42 @@ def _in_own_group(script: str, timeout: float) -> str:
         raise
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    import os
-    import signal
+class _Held:
+    """SIGINT and SIGTERM noted, not acted on, until release(), which restores the handlers and sends again what
+    came meanwhile (in the main thread only: elsewhere the handlers cannot be swapped, and signals go as they come)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.got: list[int] = []
+        main = threading.current_thread() is threading.main_thread()
+        self.old = {s: signal.signal(s, lambda signum, frame: self.got.append(signum)) for s in self.SIGNALS} \
+            if main else {}
+
+    def release(self) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+        self.old = {}
+        for s in self.got:
+            os.kill(os.getpid(), s)
+        self.got = []
+
+
+def _kill_group(proc: subprocess.Popen, settle_s: float = 5.0) -> None:
+    """Kill the group and wait until none of it is left: a killed `ip netns add` still finishes the syscall it is in
+    (the namespace's mount), after its shell is reaped, and a namespace made then outlived the clean-up."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
 
 
 def kernel_script(ns: str) -> str:
