@@ -73,3 +73,30 @@ def test_help_imports_nothing_heavy_and_answers_quickly():
     assert "run" in proc.stdout and "show" in proc.stdout
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert cpu < 0.6, f"--help used {cpu:.2f} s of CPU (about 0.15 s expected)"
+
+
+def test_run_ends_with_one_screen_main_metric_flags_and_commands(tmp_path):
+    """`run`'s end: at most 40 lines however many scenarios (60 here), each row the workload's main metric, rows
+    past the screen counted with the command that shows them, and the commands to type next never cut."""
+    from rich.console import Console
+
+    from vnetbench.report import tables
+    db = tmp_path / "a-rather-long-directory-name-for-the-results" / "r.db"
+    db.parent.mkdir()
+    store = Store(db)
+    cid = store.new_campaign("many", "m.yaml", "name: m\nworkloads: [{type: iperf3}]\n", "sha", {})
+    for idx in range(1, 61):
+        labels = {"switch": "linuxbridge", "mtu": str(1000 + idx)}
+        store.put_scenario(cid, idx, str(labels), labels, labels, "done", None, {"switch": "linux-bridge"}, [])
+        for rep in (1, 2, 3):
+            store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0,
+                             [Sample("throughput_bps", 1e9 + 1e6 * rep, "bit/s"), Sample("interrupts_per_s", 3e4, "1/s")])
+    console = Console(width=80, record=True)
+    tables.summary(store, cid, console, str(db))
+    lines = console.export_text().splitlines()
+    assert 10 < len(lines) <= 40, len(lines)
+    assert max(map(len, lines)) <= 80
+    assert any("throughput_bps" in ln for ln in lines) and not any("interrupts_per_s" in ln for ln in lines)
+    assert any(re.search(r"\.\.\. \d+ more rows: vnetbench show 1 --db", ln) for ln in lines), lines
+    said = "".join("".join(lines).split())
+    assert "".join(f"vnetbench report 1 --db {db} -o report.html".split()) in said  # folded, never cut

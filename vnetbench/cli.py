@@ -313,7 +313,7 @@ def run(spec: Optional[str] = typer.Argument(None, help="experiment file, or sui
                          if cid else ""))
     if outcome.status != "done":
         raise typer.Exit(128 + (outcome.signal or signal.SIGINT))
-    report.show(store, outcome.campaign, narrow(), report.SHORT_METRICS)
+    report.summary(store, outcome.campaign, narrow(), db)
     out.print(last_line(outcome, db, resume is not None), highlight=False)
     problems = []
     if outcome.trials_failed:

@@ -15,6 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..catalog import METRICS, WORKLOADS
 from ..core.scenario import NOT_APPLICABLE
@@ -252,6 +253,55 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         console.print(line, style="dim")  # wrapped to the terminal
 
 
+
+
+SUMMARY_LINES = 40  # what `run` ends with fits one screen
+
+
+def summary(store: Store, cid: int, console: Console, db: str, budget: int = SUMMARY_LINES - 3) -> None:
+    """The end of `run`, one screen: each scenario's main metric (its workloads' own, as adaptive repetitions judge
+    them) with its interval, what was flagged, what did not run, and the commands that show the rest. Rows past
+    the budget are counted, not shown (`show` has them all)."""
+    camp = store.campaign(cid)
+    data = dataset.load(store, cid)
+    scenarios = list(data.scenarios.values())
+    more = f"vnetbench show {cid} --db {db}"
+    head = [f"[bold]Campaign {camp.id}[/] {escape(camp.name)} ({camp.status}); "
+            f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
+            f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
+            f"{sum(s['status'] == 'failed' for s in scenarios)} failed"]
+    noisy = [t for t in data.ok if t.noisy]
+    tail = [f"[yellow]{len(noisy)} of {len(data.ok)} trials flagged noisy (steal or other load)[/]"] if noisy else []
+    tail += [f"[yellow]{escape(line)}[/]" for line in flag_lines(data)[:2]]
+    not_run = not_run_lines(scenarios)
+    tail += not_run if len(not_run) <= 2 else [f"[yellow]{len(not_run)} groups of scenarios skipped or failed[/] "
+                                               f"(why: {escape(more)})"]
+    failed = [t for t in data.trials.values() if t["status"] != "ok"]
+    tail += [f"[red]{len(failed)} trials failed or invalid[/], first: scenario {failed[0]['scenario']} rep "
+             f"{failed[0]['repetition']}: {escape(str(failed[0]['error']))[:200]}"] if failed else []
+    commands = [f"every metric and statistic: {escape(more)} --all --wide",
+                f"the report: vnetbench report {cid} --db {escape(db)} -o report.html"]
+    main = tuple(dict.fromkeys(WORKLOADS[t.kind].main_metric for t in data.ok if t.kind in WORKLOADS))
+    by_metric = _by_name(carried(rows(store, cid, main, data=data)), main, SHORT_TAILS)
+    shown = [s for s in scenarios if s["status"] != "skipped"]
+    common, differs = split_implementation([s["implementation"] for s in shown])
+    cols, labels = label_columns(shown), {sc["idx"]: sc["labels"] for sc in scenarios}
+    if common:
+        head.append(escape(f"implementation{' of every scenario' if len(shown) > 1 else ''}: {common}"))
+    if by_metric:
+        head.append("[dim]median [95% CI] over one value per trial; n = trials; *: too few trials, min .. max shown[/]")
+    wrapped = sum(len(console.render_lines(Text.from_markup(c), console.options.update(overflow="fold")))
+                  for c in commands)
+    left = budget - len(head) - len(tail) - wrapped - 2 * len(by_metric)
+    for name, rs in by_metric.items():
+        keep = rs[:max(left // max(len(by_metric), 1), 1)]
+        head.append(_compact_table(name, keep, differs, cols, labels, console.width))
+        if len(keep) < len(rs):
+            head.append(f"[dim]... {len(rs) - len(keep)} more rows: {escape(more)}[/]")
+    for part in head + tail:
+        console.print(part, highlight=False, soft_wrap=False, overflow="ellipsis", no_wrap=isinstance(part, str))
+    for line in commands:  # never cut: they are what to type next (a long path folds onto the next line)
+        console.print(line, highlight=False, overflow="fold")
 
 
 def _print_notes(console: Console, rows_: list[Row], tails: dict[str, tuple[str, ...]] | None) -> None:
