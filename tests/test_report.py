@@ -409,7 +409,7 @@ def test_every_profile_says_what_it_leaves_out(suite):
     assert len(omits["smoke"]) > len(omits["full"]) and len(omits["quick"]) > len(omits["full"])
 
 
-def test_without_a_study_the_statistics_lead_unfolded(tmp_path):
+def test_without_a_study_the_answer_leads_and_the_statistics_fold(tmp_path):
     from vnetbench.report import document
     db = tmp_path / "plain.db"
     store = Store(db)
@@ -418,9 +418,9 @@ def test_without_a_study_the_statistics_lead_unfolded(tmp_path):
     store.save_trial(cid, 1, 1, 0, "ping", {}, "ok", None, 0.0, 1.0, ping_samples(40e-6))
     store.set_campaign(cid, status="done", finished=store.campaign(cid).created + 5)
     doc = document.build(store, cid)
-    assert [s.id for s in doc.sections] == ["campaign", "scenarios", "statistics", "figures", "environment"]
+    assert [s.id for s in doc.sections] == ["campaign", "answer", "scenarios", "statistics", "figures", "environment"]
     stats = next(s for s in doc.sections if s.id == "statistics")
-    assert not any(isinstance(b, document.Fold) for b in stats.blocks[:2])  # the tables are the content here
+    assert isinstance(stats.blocks[0], document.Fold)  # every metric's table, one click away under the answer
 
 
 def test_a_report_reads_the_campaign_and_parses_its_spec_once(campaign_db, monkeypatch):

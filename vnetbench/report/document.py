@@ -2,6 +2,7 @@
 output format (render.py writes it as HTML or Markdown). Statistics come from report.rows, like `show`."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -15,7 +16,7 @@ from ..core.units import human, human_interval
 from ..results import dataset, scorecard
 from ..results.guards import reader_flags
 from ..results.store import Campaign, Store
-from . import analyses, figures, mechanism_report, packet_rates
+from . import analyses, answer, figures, mechanism_report, packet_rates
 from . import tables as report
 from .analyses.base import FigureData, TableData
 
@@ -121,10 +122,29 @@ def build(store: Store, cid: int, exclude_noisy: bool = False) -> Document:
     with dataset.cached():  # the sections and the study's analysis share one read of the campaign
         d = load(store, cid, exclude_noisy)
         lead = bool(d.spec.get("analysis"))
-        sections = [header(d), *([study(store, d)] if lead else []), problems(d), warnings(d), latency_under_load(d),
-                    packet_rates_section(d), scenario_table(d), statistics(d, fold=lead), where_cpu(store, d), figures_section(d, fold=lead),
-                    environment(d)]
+        opening = [] if lead else [answer_section(d)]  # a study leads with its own tables and scorecard
+        shown = lead or bool(opening[0].blocks)
+        sections = [header(d), *opening, *([study(store, d)] if lead else []), folded(problems(d), shown),
+                    folded(warnings(d), shown), latency_under_load(d), packet_rates_section(d), scenario_table(d),
+                    statistics(d, fold=shown), where_cpu(store, d), figures_section(d, fold=lead), environment(d)]
     return Document(f"vnetbench report — campaign {d.camp.id} {d.camp.name}", [s for s in sections if s.blocks])
+
+
+def answer_section(d: Data) -> Section:
+    """The answer first: the main metric of each scenario against its baseline, as a figure and a table."""
+    metric = answer.main_metric(d.rows, d.trials)
+    if metric is None:
+        return Section("answer", "Answer", [])
+    rows = [r for r in _by_metric(d).get(metric, []) if not r.tag]
+    return Section("answer", "Answer", [Para(answer.headline(d.rows, d.trials)), overview_figure(d, metric, rows),
+                                        answer.table(d.rows, d.scenarios, d.cols, metric)])
+
+
+def folded(section: Section, fold: bool) -> Section:
+    """A section's blocks behind one line, when the answer comes first."""
+    if not fold or not section.blocks:
+        return section
+    return dataclasses.replace(section, blocks=[Fold(f"{section.title}: show", section.blocks)])
 
 
 def packet_rates_section(d: Data) -> Section:
