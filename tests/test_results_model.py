@@ -214,6 +214,17 @@ def test_export_parquet_loads_in_pandas_with_numeric_dtypes(tmp_path):
     assert df.loc[df["trial_status"] == "invalid", "value"].tolist() == [11.9e9]
     assert df.loc[df["noisy"], "noisy_reasons"].str.contains("CPU steal").all()
     assert df["noisy"].sum() == len(df[df["repetition"] == 2])
+    # for notebooks: no column a DataFrame attribute hides (df.flags), a real timestamp, what the file holds
+    assert "flags" not in df.columns and "trial_flags" in df.columns
+    assert str(schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
+    assert pd.api.types.is_datetime64_any_dtype(df["timestamp"])
+    about = {k.decode(): v.decode() for k, v in schema.metadata.items()}
+    assert json.loads(about["vnetbench.campaign"])["id"] == 1 and about["vnetbench.spec_sha256"]
+    assert "vnetbench.spec" in about and about["vnetbench.version"]
+    # factor levels typed alike in `show --json` and the file: a numeric factor is a number in both
+    js = json.loads(vnetbench("show", "--db", db, "--json").stdout)
+    assert {s["levels"].get("pairs") for s in js["scenarios"]} - {None} == {4}  # "4" in the store
+    assert all(isinstance(s["levels"]["overlay"], str) for s in js["scenarios"])
 
 
 def test_loaded_latency_tail_in_show_and_report(tmp_path):
@@ -324,7 +335,7 @@ def test_a_load_not_offered_reaches_show_export_and_report(tmp_path):
     js = json.loads(vnetbench("show", "--db", db, "-m", "throughput_bps", "--json").stdout)
     assert js["rows"][0]["flagged"] == 2
     rows = list(csv.DictReader(io.StringIO(vnetbench("export", "1", "--db", db, "--format", "csv").stdout)))
-    assert {r["repetition"]: "offered 14.6" in r["flags"] for r in rows} == {"1": True, "2": False, "3": True,
+    assert {r["repetition"]: "offered 14.6" in r["trial_flags"] for r in rows} == {"1": True, "2": False, "3": True,
                                                                               "4": False}
     html = tmp_path / "r.html"
     vnetbench("report", "1", "--db", db, "-o", html)

@@ -20,7 +20,7 @@ from rich.text import Text
 from ..catalog import METRICS, WORKLOADS
 from ..core.scenario import NOT_APPLICABLE
 from ..core.units import human, human_interval
-from ..results import dataset, stats
+from ..results import dataset, export, stats
 from ..results.guards import NO_CEILING
 from ..results.stats import Summary, summarize
 from ..results.store import Store
@@ -359,10 +359,11 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
     def num(x):
         return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
+    levels = dict(zip(data.scenarios, export.typed_levels([s["labels"] for s in data.scenarios.values()])))
     out_rows = []
     for r in carried(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy)):
         s = r.summary
-        out_rows.append({"scenario": r.scenario, "levels": data.scenarios[r.scenario]["labels"],
+        out_rows.append({"scenario": r.scenario, "levels": levels[r.scenario],
                          "workload": r.workload, "metric": r.metric, "stat": r.key.stat or None, "unit": r.unit,
                          **r.key.dims.as_dict(), "n": s.n, "noisy": r.noisy, "flagged": r.flagged,
                          "median": num(s.median), "ci_median": [num(v) for v in s.ci_median],
@@ -373,8 +374,8 @@ def as_json(store: Store, cid: int, metrics: tuple[str, ...] | None = None, excl
                          "instead_of": r.instead_of or None})
     return {"campaign": camp.id, "name": camp.name, "status": camp.status, "n_counts": "trials",
             "exclude_noisy": exclude_noisy,
-            "scenarios": [{"idx": s["idx"], "levels": s["labels"], "status": s["status"], "reason": s["reason"],
-                           "implementation": s["implementation"]} for s in data.scenarios.values()],
+            "scenarios": [{"idx": s["idx"], "levels": levels[i], "status": s["status"], "reason": s["reason"],
+                           "implementation": s["implementation"]} for i, s in data.scenarios.items()],
             "trials_noisy": sum(bool(t.noisy) for t in data.ok),
             "trials_not_ok": [{"trial": t["id"], "scenario": t["scenario"], "repetition": t["repetition"],
                                "status": t["status"], "error": t["error"]}

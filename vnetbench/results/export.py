@@ -29,8 +29,8 @@ FORMATS = ("jsonl", "csv", "parquet")
 COLUMNS: dict[str, str] = {
     "campaign": "int", "scenario": "int", "trial": "int", "repetition": "int", "workload_index": "int",
     "workload": "str", "workload_kind": "str", "trial_status": "str", "trial_error": "str", "noisy": "bool",
-    "noisy_reasons": "str", "flags": "str", "retried_after": "str", "metric": "str", "value": "float", "unit": "str",
-    "t": "float", "timestamp": "str", "scope": "str", "which": "str", "direction": "str", "pair": "int",
+    "noisy_reasons": "str", "trial_flags": "str", "retried_after": "str", "metric": "str", "value": "float",
+    "unit": "str", "t": "float", "timestamp": "time", "scope": "str", "which": "str", "direction": "str", "pair": "int",
     "all_pairs": "bool", "role": "str", "series": "bool", "cpu": "int", "window_start": "float",
     "window_end": "float",
 }
@@ -77,7 +77,7 @@ def flat_records(store: Store, cid: int) -> Iterator[dict[str, Any]]:
                "workload": names.get((s["scenario"], s["workload_index"]), s["workload"]), "workload_kind": s["workload"],
                "trial_status": t["status"], "trial_error": t["error"], "noisy": bool(tmeta.get("noisy")),
                "noisy_reasons": "; ".join(map(str, tmeta.get("noisy") or [])) or None,
-               "flags": "; ".join(map(str, tmeta.get("flags") or [])) or None,
+               "trial_flags": "; ".join(map(str, tmeta.get("flags") or [])) or None,
                "retried_after": tmeta.get("retried_after"), "metric": s["metric"], "value": s["value"],
                "unit": s["unit"], "t": s["t"], "timestamp": _iso(absolute(s["t"], s["started"]) or s["started"]),
                "scope": d.scope, "which": d.which or None, "direction": d.direction or None,
@@ -135,7 +135,16 @@ def _cast(v: Any, kind: str) -> Any:
         return float(v) if not isinstance(v, str) else float(_number(v))
     if kind == "bool":
         return bool(v)
+    if kind == "time":
+        return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
     return str(v)
+
+
+def typed_levels(labels: list[dict]) -> list[dict]:
+    """Each scenario's factor levels with the flat table's types: a factor whose every level is a number is numbers
+    (`show --json` and the Parquet file say mtu 1500 alike), the rest text."""
+    kinds = {k: _kind([lv.get(k) for lv in labels]) for k in dict.fromkeys(k for lv in labels for k in lv)}
+    return [{k: _cast(v, kinds[k]) for k, v in lv.items()} for lv in labels]
 
 
 def table(store: Store, cid: int) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
@@ -159,21 +168,28 @@ def write(store: Store, cid: int, fmt: str, out: IO[str]) -> int:
     writer = csv.DictWriter(out, fieldnames=names)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerow({k: ("" if v is None else v.isoformat() if isinstance(v, dt.datetime) else v)
+                         for k, v in row.items()})
         n += 1
     return n
 
 
-ARROW = {"int": "int64", "float": "float64", "bool": "bool_", "str": "string"}
+ARROW = {"int": "int64", "float": "float64", "bool": "bool_", "str": "string"}  # and "time": UTC microseconds
 
 
 def write_parquet(store: Store, cid: int, path: Path) -> int:
     """The flat table as Parquet with an explicit schema (pyarrow): the fixed columns keep their types whatever the
-    campaign holds."""
+    campaign holds; the timestamp is a UTC timestamp; the file says which campaign, spec and vnetbench it holds."""
     import pyarrow as pa  # lazily: only Parquet needs it, and it takes a while to load
     import pyarrow.parquet as pq
     names, kinds, rows = table(store, cid)
-    schema = pa.schema([pa.field(k, getattr(pa, ARROW[kinds[k]])()) for k in names])
+    camp = store.campaign(cid)
+    about = {"vnetbench.campaign": json.dumps({"id": camp.id, "name": camp.name, "status": camp.status,
+                                               "created": _iso(camp.created), "finished": _iso(camp.finished)}),
+             "vnetbench.spec": camp.spec_text, "vnetbench.spec_sha256": camp.spec_sha256,
+             "vnetbench.version": _version()}
+    schema = pa.schema([pa.field(k, pa.timestamp("us", tz="UTC") if kinds[k] == "time"
+                                 else getattr(pa, ARROW[kinds[k]])()) for k in names], metadata=about)
     arrays = [pa.array([r[k] for r in rows], type=schema.field(k).type) for k in names]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
     return len(rows)
@@ -208,3 +224,11 @@ def raw_script(record: dict) -> str:
         lines.append(f"# {c.get('label') or c['argv'][0]} (in {c['where']})")
         lines.append(shlex.join(c["command_line"]) + " &")
     return "\n".join(lines + ["wait", ""])
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("vnetbench")
+    except PackageNotFoundError:
+        return "unknown"
