@@ -302,3 +302,15 @@ def test_a_new_datapath_is_one_module_and_plan_is_run(tmp_path, state_dir, monke
     finally:
         datapaths.REGISTRY.get("switch", {}).pop("toyswitch", None)
         sys.modules.pop("vnetbench.datapaths.toyswitch", None)
+
+
+def test_plan_json_gives_the_steps_run_executes(tmp_path, state_dir):
+    """`plan --json`: each scenario as data, its build's steps (node, tool, lines) those `run` executes, in order."""
+    import json
+    planned, executed, _ = plan_and_run(scenario())
+    (tmp_path / "spec.yaml").write_text(spec())
+    got = json.loads(vnetbench("plan", tmp_path / "spec.yaml", "--json").stdout)
+    [sc] = got["scenarios"]
+    assert sc["skip"] is None and sc["implementation"]["overlay"].startswith("kernel-vxlan")
+    assert [(s["node"], s["tool"], s["lines"]) for s in sc["steps"]] == [(s[0], s[1], s[2]) for s in executed]
+    assert sc["workloads"][0]["kind"] == "ping" and sc["workloads"][0]["commands"][0][:3] == ["ip", "netns", "exec"]

@@ -239,7 +239,9 @@ def _card_coverage(loaded, scenarios) -> str:
 
 @app.command()
 def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"), profile: Optional[str] = PROFILE,
-         testbed: Optional[str] = TESTBED) -> None:
+         testbed: Optional[str] = TESTBED,
+         as_json: bool = typer.Option(False, "--json", help="machine-readable: each scenario, its steps and commands")
+         ) -> None:
     """Print the matrix and the exact commands each host would run, as a shell script. Runs nothing."""
     need_root()
     from .build.topology import Topology, comment
@@ -249,6 +251,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
     bed, caps = load_testbed(testbed)
     hosts = Hosts(None, bed)  # the backends `run` would choose, opened for showing only
     scenarios = expand(loaded.experiment, caps or detect(), hosts)
+    if as_json:
+        return _plan_json(spec, scenarios, hosts)
     runnable = [s for s in scenarios if not s.skip]
     # Plain text, never wrapped: a wrapped comment would put the rest of the comment on a line of its own.
     sys.stdout.write("#!/bin/sh\n" + comment(
@@ -278,6 +282,28 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         lines += topo.placement.shown_teardown(topo)
         sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
+
+
+def _plan_json(spec: str, scenarios: list, hosts) -> None:
+    """plan as data: each scenario (levels, skip, implementation, notes), the steps its build runs in order (node,
+    tool, batch lines or argv) and each workload's commands, as `run` executes them."""
+    from .build.topology import Topology
+    out = []
+    for sc in scenarios:
+        item = sc.to_dict() | {"key": sc.key}
+        if not sc.skip:
+            topo = Topology(sc, None, placement=hosts.plan(sc))
+            topo.emit()
+            places = {n.exec.name: n.exec for n in topo.nodes.values()}
+            item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines,
+                              "argv": topo.executor(st.node).wrap(st.argv) if st.argv else [], "name": st.name}
+                             for wave in topo.placement.arrange(topo, topo.waves()) for st in wave]
+            item["workloads"] = [{"kind": wl.kind, "background": wl.background,
+                                  "commands": [places[c.where].wrap(c.argv) if c.where in places else c.argv
+                                               for c in wl.commands(wl.select(topo.pairs))]}
+                                 for wl in sorted(sc.workloads, key=lambda w: not w.background)]
+        out.append(item)
+    sys.stdout.write(json.dumps({"spec": spec, "prefix": "vb0000", "scenarios": out}, default=str) + "\n")
 
 
 @app.command()
