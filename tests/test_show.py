@@ -1,5 +1,6 @@
 """`show`: by default one line per scenario and metric (median [95% CI], n, what ran) within 100 columns; `--wide`
 gives every statistic."""
+import os
 import re
 
 from conftest import vnetbench
@@ -100,3 +101,31 @@ def test_run_ends_with_one_screen_main_metric_flags_and_commands(tmp_path):
     assert any(re.search(r"\.\.\. \d+ more rows: vnetbench show 1 --db", ln) for ln in lines), lines
     said = "".join("".join(lines).split())
     assert "".join(f"vnetbench report 1 --db {db} -o report.html".split()) in said  # folded, never cut
+
+
+def test_labels_cut_to_fit_never_make_two_rows_alike(tmp_path):
+    """At 80 and 100 columns S4's rows read `n/a/wireguard/host/1500/shar…` twice (tcp1 and gen4 cut off the end).
+    Each level is shortened instead, and a level every row of the table shares moves to its title."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    cid = store.new_campaign("s4", "s.yaml", "name: s\nworkloads: [{type: iperf3}]\n", "sha", {})
+    combos = [("n/a", "wireguard", "host", "1500", "shared", m) for m in ("tcp-single-stream-1", "tcp-single-stream-4")] + \
+             [("vxlan", "none", "switch", mtu, k, "tcp-single-stream-1") for mtu in ("1500", "9000")
+              for k in ("shared", "guest-per-host")]
+    for idx, (ov, enc, att, mtu, kernel, measure) in enumerate(combos, 1):
+        labels = {"overlay": ov, "encryption": enc, "attach": att, "mtu": mtu, "kernel": kernel,
+                  "measure": measure, "tenants": "1"}
+        impl = {"encryption": "wireguard-go-0.0.20220316 (userspace, over TUN)" if enc == "wireguard" else "none",
+                "switch": "linux-bridge + kernel-vxlan with a long note" if ov == "vxlan" else "host"}
+        store.put_scenario(cid, idx, str(labels), labels, labels, "done", None, impl, [])
+        for rep in (1, 2, 3):
+            store.save_trial(cid, idx, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0,
+                             [Sample("throughput_bps", 1e9 * idx + 1e6 * rep, "bit/s")])
+    store.close()
+    for width in ("80", "100"):
+        out = vnetbench("show", "--db", db, "-m", "throughput_bps", env=os.environ | {"COLUMNS": width}).stdout
+        rows = [line for line in out.splitlines() if "Gbit/s" in line]
+        assert len(rows) == len(combos), out
+        labels = [line.split("  ")[0].strip() for line in rows]
+        assert len(set(labels)) == len(labels), (width, labels)
+        assert max(map(len, out.splitlines())) <= int(width)

@@ -440,7 +440,13 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     header), median [95% CI], n, the trials flagged noisy (when any) and the part of the implementation that
     differs between scenarios."""
     unit = rows_[0].unit
-    table = Table(title=f"{escape(name)} ({unit})", title_justify="left", title_style="bold", box=None,
+    parts = [[str(labels[r.scenario][k]) for k in cols] for r in rows_]
+    same = [i for i in range(len(cols)) if len(rows_) > 1 and len({p[i] for p in parts}) == 1]
+    title = f"{escape(name)} ({unit})" + (f" — {escape(', '.join(f'{cols[i]} {parts[0][i]}' for i in same))}"
+                                          if same else "")
+    cols_shown = [c for i, c in enumerate(cols) if i not in same]  # a level every row shares goes to the title
+    parts = [[x for i, x in enumerate(p) if i not in same] for p in parts]
+    table = Table(title=title, title_justify="left", title_style="bold", box=None,
                   header_style="dim", pad_edge=False, padding=(0, 2, 0, 0))
     several = several_workloads(rows_)
     noisy = any(r.noisy for r in rows_)
@@ -448,16 +454,16 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     sums = all(r.of_sums for r in rows_)
     estimate = "ratio of sums [95% CI]" if sums else "median [95% CI]"
     lines = []
-    for r in rows_:
+    for r, part in zip(rows_, parts):
         s = r.summary
-        label = "/".join(str(labels[r.scenario][k]) for k in cols) + (f" [{r.tag}]" if r.tag else "")
+        label = "/".join(part) + (f" [{r.tag}]" if r.tag else "")
         lines.append([label, *((r.workload,) if several else ()),
                       human_interval(s.mean, *s.ci_mean, unit) if sums else
                       human_interval(s.median, *s.ci_median, unit) + ("" if s.ci_median_exact else "*"), str(s.n),
                       *((str(r.noisy),) if noisy else ()), *((str(r.flagged),) if flagged else ()),
                       *((implementation({k: v for k, v in r.impl_parts.items() if k in differs}),) if differs else ())])
     # The numbers are never cut; the scenario and the implementation share what is left of the line.
-    names = ["/".join(cols), *(("workload",) if several else ()), estimate, "n",
+    names = ["/".join(cols_shown), *(("workload",) if several else ()), estimate, "n",
              *(("noisy",) if noisy else ()), *(("flagged",) if flagged else ()),
              *(("implementation",) if differs else ())]
     widths = [max(len(n), *(len(line[i]) for line in lines)) for i, n in enumerate(names)]
@@ -467,12 +473,43 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
     if differs:
         widths[-1] = max(rest - widths[0], 8)
+    if max(len(line[0]) for line in lines) > widths[0]:  # cut each level, not the label's end: rows stay apart
+        short = _abbreviated(parts, widths[0] - max((len(r.tag) + 3 if r.tag else 0) for r in rows_))
+        for line, r, part in zip(lines, rows_, short):
+            line[0] = "/".join(part) + (f" [{r.tag}]" if r.tag else "")
     for n, w in zip(names, widths):
         table.add_column(n, no_wrap=True, overflow="ellipsis", width=w,
                          justify="right" if n in (estimate, "n", "noisy", "flagged") else "left")
     for line in lines:
         table.add_row(*map(escape, line))
     return table
+
+
+def _abbreviated(parts: list[list[str]], width: int) -> list[list[str]]:
+    """Each row's levels, the longest level first cut in its middle (`tcp…m-4`) to the fewest characters that still
+    tell its distinct values apart, until the labels fit `width` or no level can be cut further."""
+    parts = [list(p) for p in parts]
+    todo = set(range(len(parts[0]))) if parts else set()
+    while todo and max(len("/".join(p)) for p in parts) > width:
+        i = max(todo, key=lambda c: max(len(p[c]) for p in parts))
+        todo.discard(i)
+        values = sorted({p[i] for p in parts})
+        over = max(len("/".join(p)) for p in parts) - width  # cut no more than the labels need
+        for k in range(max(3, max(map(len, values)) - over - 1), max(map(len, values))):
+            short = {v: _middle(v, k) for v in values}
+            if len(set(short.values())) == len(values):
+                for p in parts:
+                    p[i] = short[p[i]]
+                break
+    return parts
+
+
+def _middle(text: str, keep: int) -> str:
+    """text with its middle cut to `keep` characters around an ellipsis (unchanged when that is no shorter)."""
+    if len(text) <= keep + 1:
+        return text
+    head = (keep + 1) // 2
+    return text[:head] + "…" + text[len(text) - (keep - head):]
 
 
 def _wide_tables(name: str, rows_: list[Row], width: int) -> list[Table]:
