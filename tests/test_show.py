@@ -129,3 +129,22 @@ def test_labels_cut_to_fit_never_make_two_rows_alike(tmp_path):
         labels = [line.split("  ")[0].strip() for line in rows]
         assert len(set(labels)) == len(labels), (width, labels)
         assert max(map(len, out.splitlines())) <= int(width)
+
+
+def test_noisy_trials_say_why_a_ceiling_is_not_called_load(tmp_path):
+    """A trial made noisy by intervals above the ceiling was counted under "noisy (steal or other load)"."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    cid = store.new_campaign("n", "n.yaml", "name: n\nworkloads: [{type: iperf3}]\n", "sha", {})
+    labels = {"switch": "linuxbridge", "overlay": "none", "mtu": "1500"}
+    store.put_scenario(cid, 1, "a", labels, labels, "done", None, {}, [])
+    why = {1: ["CPU steal 9.0% of the window (> 5%)"],
+           2: ["3 throughput intervals above the payload ceiling 0.950 Gbit/s (highest 1.020): the receiver read data "
+               "buffered before the interval"], 3: []}
+    for rep, noisy in why.items():
+        store.save_trial(cid, 1, rep, 0, "iperf3", {}, "ok", None, 0.0, 1.0, [Sample("throughput_bps", 9e8, "bit/s")],
+                         {"noisy": noisy} if noisy else {})
+    store.close()
+    out = " ".join(vnetbench("show", "--db", db).stdout.split())
+    assert "2 of 3 trials were flagged noisy (CPU steal 1, intervals above the ceiling 1)" in out, out
+    assert "steal or other load" not in out

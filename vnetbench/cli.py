@@ -260,7 +260,8 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         f"{len(scenarios) - len(runnable)} skipped; repetitions: {loaded.experiment.repetitions}.") +
         "\n" + comment("A run uses its own prefix instead of vb0000.") + "\n" + _card_coverage(loaded, scenarios))
     for sc in scenarios:
-        lines = ["", comment(f"---- scenario {sc.index}: {sc.key}")]
+        shown = ", ".join(f"{k}={v}" for k, v in sc.shown_labels.items())  # as show and the report name it
+        lines = ["", comment(f"---- scenario {sc.index}: {shown}")]
         if sc.skip:
             sys.stdout.write("\n".join(lines + [comment(f"SKIPPED: {sc.skip}")]) + "\n")
             continue
@@ -503,7 +504,8 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
                                                                          if k in m["scenario"])
                            + f" ({m['why']})", highlight=False, markup=False)
         if noisy["a"] or noisy["b"]:
-            out.print(f"trials flagged noisy while they ran (steal or other load): A {noisy['a']}, B {noisy['b']}; "
+            out.print(f"trials flagged noisy while they ran (steal, other load, intervals above the ceiling): "
+                      f"A {noisy['a']}, B {noisy['b']}; "
                       + ("left out (--exclude-noisy)" if exclude_noisy else "counted; --exclude-noisy leaves them out"),
                       style="yellow")
     if any(r.regression for r in rows):
@@ -522,7 +524,7 @@ def last_line(outcome, db: str, resumed: bool) -> str:
     return (f"campaign {outcome.campaign}: {outcome.status}, " + ("this run: " if resumed else "")
             + f"{outcome.trials_ok} trials ok, {outcome.trials_failed} failed"
             + (f", {outcome.trials_invalid} invalid" if outcome.trials_invalid else "")
-            + (f", {outcome.trials_noisy} noisy (steal or other load; see each trial's metadata)"
+            + (f", {outcome.trials_noisy} noisy (why: above, and in each trial's metadata)"
                if outcome.trials_noisy else "")
             + (f", {outcome.trials_retried} tried twice (a tool hung; metadata retried_after)"
                if outcome.trials_retried else "")

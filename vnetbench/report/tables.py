@@ -213,7 +213,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     by_metric = _by_name(carried(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy)), metrics, tails)
     noisy = [t for t in data.ok if t.noisy]
     if noisy:
-        console.print(f"{len(noisy)} of {len(data.ok)} trials were flagged noisy (steal or other load) and are "
+        console.print(f"{len(noisy)} of {len(data.ok)} trials were flagged noisy ({noisy_why(data)}) and are "
                       + ("left out (--exclude-noisy)" if exclude_noisy else
                          "counted in the 'noisy' column; --exclude-noisy leaves them out"), style="yellow")
     for line in flag_lines(data):
@@ -271,7 +271,8 @@ def summary(store: Store, cid: int, console: Console, db: str, budget: int = SUM
             f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
             f"{sum(s['status'] == 'failed' for s in scenarios)} failed"]
     noisy = [t for t in data.ok if t.noisy]
-    tail = [f"[yellow]{len(noisy)} of {len(data.ok)} trials flagged noisy (steal or other load)[/]"] if noisy else []
+    tail = [f"[yellow]{len(noisy)} of {len(data.ok)} trials flagged noisy ({escape(noisy_why(data))})[/]"] \
+        if noisy else []
     tail += [f"[yellow]{escape(line)}[/]" for line in flag_lines(data)[:2]]
     not_run = not_run_lines(scenarios)
     tail += not_run if len(not_run) <= 2 else [f"[yellow]{len(not_run)} groups of scenarios skipped or failed[/] "
@@ -405,6 +406,22 @@ def split_implementation(impls: list[dict | None]) -> tuple[str, list[str]]:
 
 
 OFFERED = "\0offered\0"  # where the offered amount goes in a folded flag
+
+
+def noisy_why(data: dataset.Dataset) -> str:
+    """Why trials were flagged noisy, each kind counted: CPU steal, other load, intervals above the ceiling, a
+    background load that ended early (a ceiling flag is not load, and was counted as such)."""
+    kinds: dict[str, int] = defaultdict(int)
+    for t in data.ok:
+        mine = set()
+        for why in t.noisy or []:
+            text = str(why)
+            mine.add("CPU steal" if text.startswith("CPU steal") else "other load" if text.startswith("other work")
+                     else "intervals above the ceiling" if "above the payload ceiling" in text
+                     else "a background load ended early" if text.startswith("background") else text.split(":")[0])
+        for kind in mine:
+            kinds[kind] += 1
+    return ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
 def flag_lines(data: dataset.Dataset) -> list[str]:
