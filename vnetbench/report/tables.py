@@ -458,7 +458,8 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     differs between scenarios."""
     unit = rows_[0].unit
     parts = [[str(labels[r.scenario][k]) for k in cols] for r in rows_]
-    same = [i for i in range(len(cols)) if len(rows_) > 1 and len({p[i] for p in parts}) == 1]
+    several_scenarios = len({r.scenario for r in rows_}) > 1  # one scenario's rows keep its levels as they were
+    same = [i for i in range(len(cols)) if several_scenarios and len({p[i] for p in parts}) == 1]
     title = f"{escape(name)} ({unit})" + (f" — {escape(', '.join(f'{cols[i]} {parts[0][i]}' for i in same))}"
                                           if same else "")
     cols_shown = [c for i, c in enumerate(cols) if i not in same]  # a level every row shares goes to the title
