@@ -15,10 +15,12 @@ LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
 SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
 # About how long each group takes on one worker of the 2-core machine (seconds, measured with --durations=0; a group
 # not named here counts as short): the longest start first, so that the two workers end together.
-GROUP_SECONDS = {"s1-smoke": 300, "test_verdicts": 270, "test_testbed": 230, "test_suites_s3_s4": 210,
-                 "test_docs": 130, "test_guest_kernel": 110, "test_compare": 75, "test_bad_input": 70,
-                 "test_trend": 60, "loopback": 80, "test_noisy_verdicts": 70, "test_results_model": 65,
-                 "test_ndrpdr": 55, "test_runner": 50, "test_scale": 55, "test_vm_guests": 45, "test_e2e": 40}
+GROUP_SECONDS = {"test_testbed": 340, "s1-smoke": 235, "test_suites_s3_s4": 235, "test_bad_input": 220,
+                 "test_compare": 170, "test_verdicts": 150, "test_docs": 145, "test_guest_kernel": 130,
+                 "test_runner": 105, "test_ovs": 90, "test_scale": 80, "test_noisy_verdicts": 80,
+                 "test_results_model": 65, "loopback": 65, "test_ndrpdr": 60, "test_trend": 55, "test_e2e": 55,
+                 "test_encryption": 40, "test_speed": 35, "test_testbed_file": 35, "test_host_guests": 30,
+                 "test_hosts": 30, "test_results_file": 30, "test_rounds": 30, "test_vm_guests": 25, "test_cli": 20}
 
 
 def group_of(nodeid: str) -> str:
