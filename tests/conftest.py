@@ -11,19 +11,56 @@ import vnetbench.catalog  # noqa: F401 (every workload and probe registered: the
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose tools run in the machine's own network namespace (loopback) and count them there: one worker.
 LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
-
-
 # modules that share a session fixture run on one worker, so it is made once: S1's smoke campaign (1-2 minutes)
 SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
+# About how long each group takes on one worker of the 2-core machine (seconds, measured with --durations=0; a group
+# not named here counts as short): the longest start first, so that the two workers end together.
+GROUP_SECONDS = {"test_testbed": 340, "s1-smoke": 235, "test_suites_s3_s4": 235, "test_bad_input": 220,
+                 "test_compare": 170, "test_verdicts": 150, "test_docs": 145, "test_guest_kernel": 130,
+                 "test_runner": 105, "test_ovs": 90, "test_scale": 80, "test_noisy_verdicts": 80,
+                 "test_results_model": 65, "loopback": 65, "test_ndrpdr": 60, "test_trend": 55, "test_e2e": 55,
+                 "test_encryption": 40, "test_speed": 35, "test_testbed_file": 35, "test_host_guests": 30,
+                 "test_hosts": 30, "test_results_file": 30, "test_rounds": 30, "test_vm_guests": 25, "test_cli": 20}
 
 
-def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (`-n 2 --dist loadgroup`, what install.sh test runs), a module runs whole on one worker, like
-    --dist loadfile: its module-scoped fixtures (the SSH lab) are made once; the loopback modules share a worker."""
-    for item in items:
-        name = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("loopback" if name in LOOPBACK_MODULES else
-                                                SHARED_FIXTURE.get(name, name)))
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its module, or the group its module shares (above)."""
+    name = Path(nodeid.split("::")[0]).stem
+    return "loopback" if name in LOOPBACK_MODULES else SHARED_FIXTURE.get(name, name)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist's `--dist loadgroup` (what install.sh test runs, `-n 2`), a group runs whole on one worker,
+    like --dist loadfile: module-scoped fixtures (the SSH lab) and the S1 smoke campaign are made once; the loopback
+    modules share a worker. Not with xdist_group marks: xdist 3.8 appends a marked test's group to its node id through
+    `item._nodeid`, which pytest 9.2 no longer reads (a node's id is `_id`), so the marks grouped nothing and every
+    test was scheduled on its own. The groups are handed out longest first (GROUP_SECONDS), the next one only when a
+    worker is about to run the last test it has: neither waits with work queued behind a long test of the other."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            longest = max(self.workqueue, key=lambda g: (GROUP_SECONDS.get(g, 0), len(self.workqueue[g])))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node) -> None:
+            # as xdist's, with 1 for its 2: a worker holds back the last test it has until it knows the next one
+            # (its teardown depends on it), so 1 pending test is a worker about to go idle
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture

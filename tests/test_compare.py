@@ -101,7 +101,7 @@ repetitions: 4
   placement: cross-host
 workloads:
   - type: iperf3
-    duration: 2
+    duration: 1
 """
 
 

@@ -41,8 +41,13 @@ def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None 
     site = site or hosts.Hosts()
     factor_levels = _factor_levels(exp)
     names = list(factor_levels)
-    combos = [dict(zip(names, values)) for values in itertools.product(*factor_levels.values())]
-    combos = [c for c in combos if not any(_matches(r, {k: label(v) for k, v in c.items()}, c) for r in exp.exclude)]
+    level_labels = [[label(v) for v in values] for values in factor_levels.values()]  # each level's once
+    combos = []
+    for picks in itertools.product(*(range(len(values)) for values in factor_levels.values())):
+        combo = {f: factor_levels[f][i] for f, i in zip(names, picks)}
+        labels = {f: level_labels[j][i] for j, (f, i) in enumerate(zip(names, picks))}
+        if not any(_matches(r, labels, combo) for r in exp.exclude):
+            combos.append(combo)
     for rule in exp.include:
         extra = {f: factor_levels[f][0] for f in names} | rule
         combos.append(extra)

@@ -344,7 +344,7 @@ def _permuted(na: int, nb: int) -> bool:
     return na >= 2 and nb >= 2 and na + nb <= RANDOM_MAX
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)  # (a mask of 30 trials is 0.3 MB; a card's or a simulation's dozens of sizes thrashed 8)
 def _random_splits(na: int, nb: int) -> np.ndarray:
     """RANDOM_SPLITS random choices of na of the na + nb trials, seeded and drawn without looking at any data (so
     each test's p is valid), the observed split first."""

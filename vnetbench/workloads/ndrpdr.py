@@ -8,11 +8,11 @@ docs/packet-rates.md for what a report states and how the search deviates from R
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from MLRsearch import AbstractMeasurer, Config, GoalResult, MeasurementResult, MultipleLossRatioSearch, SearchGoal
 from pydantic import Field, field_validator, model_validator
 
 from ..core.sample import Metric, Sample
@@ -22,6 +22,11 @@ from . import pktgen, register
 from .base import OFFERED_SHORT, Command, Pair, Params, Tool, Workload, WorkloadError
 from .iperf3 import Iperf3
 from .ping import PING_TOOLS, collect_ping, parse_rtts, ping_argv
+
+# MLRsearch is imported where it is used: importing it inspects the call stack (0.15 s of CPU in every `vnetbench`
+# process, which loads every workload, whether it runs a search or not).
+if TYPE_CHECKING:
+    from MLRsearch import GoalResult, SearchGoal
 
 GOALS = ("ndr", "pdr")
 GENERATOR_BOUND = 0.9   # a rate within 10 % of the generator's ceiling may be the generator's, not the path's
@@ -53,6 +58,7 @@ class Goal(Strict):
         return self
 
     def search_goal(self) -> SearchGoal:
+        from MLRsearch import SearchGoal
         return SearchGoal(loss_ratio=self.loss_ratio, exceed_ratio=self.exceed_ratio, relative_width=self.width,
                           initial_trial_duration=self.initial_trial_duration,
                           final_trial_duration=self.final_trial_duration, duration_sum=self.duration_sum,
@@ -172,23 +178,36 @@ class Ndrpdr(Workload):
         return out
 
 
-class Measurer(AbstractMeasurer):
-    """MLRsearch's measurer: one generator trial per call. A generator that fell short of the load asked by more
-    than OFFERED_SHORT has its unsent frames counted against the load in the search (RFC 9971: a severe
-    deviation of the offered load becomes a higher trial loss ratio); the stored loss ratio stays the receiver's."""
+def __getattr__(name: str):
+    if name == "Measurer":
+        return _measurer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __init__(self, gen: pktgen.Generator):
-        self.gen = gen
-        self.trials: list[pktgen.Counts] = []
 
-    def measure(self, intended_duration: float, intended_load: float) -> MeasurementResult:
-        c = self.gen.trial(intended_load, intended_duration)
-        self.trials.append(c)
-        short = c.offered_pps < OFFERED_SHORT * c.load
-        offered = c.intended - c.shortfall if short else c.sent
-        return MeasurementResult(intended_duration=intended_duration, intended_load=intended_load,
-                                 offered_count=offered, loss_count=round(c.loss_ratio * offered),
-                                 offered_duration=c.seconds, intended_count=c.intended if short else offered)
+@functools.cache
+def _measurer() -> type:
+    """The Measurer class, made on first use (MLRsearch's AbstractMeasurer is its base)."""
+    from MLRsearch import AbstractMeasurer, MeasurementResult
+
+    class Measurer(AbstractMeasurer):
+        """MLRsearch's measurer: one generator trial per call. A generator that fell short of the load asked by more
+        than OFFERED_SHORT has its unsent frames counted against the load in the search (RFC 9971: a severe
+        deviation of the offered load becomes a higher trial loss ratio); the stored loss ratio stays the receiver's."""
+
+        def __init__(self, gen: pktgen.Generator):
+            self.gen = gen
+            self.trials: list[pktgen.Counts] = []
+
+        def measure(self, intended_duration: float, intended_load: float) -> MeasurementResult:
+            c = self.gen.trial(intended_load, intended_duration)
+            self.trials.append(c)
+            short = c.offered_pps < OFFERED_SHORT * c.load
+            offered = c.intended - c.shortfall if short else c.sent
+            return MeasurementResult(intended_duration=intended_duration, intended_load=intended_load,
+                                     offered_count=offered, loss_count=round(c.loss_ratio * offered),
+                                     offered_duration=c.seconds, intended_count=c.intended if short else offered)
+
+    return Measurer
 
 
 class FrameSearch:
@@ -239,6 +258,7 @@ class FrameSearch:
                                  flat_out_sent_pps=round(flat.sent_pps), **self.meta)]
 
     def _paced(self, gen: pktgen.Generator, flat: float) -> float:
+        from MLRsearch import SearchGoal
         goal = SearchGoal(loss_ratio=self.p.goals.pdr.loss_ratio, relative_width=CEILING_WIDTH, duration_sum=1.0,
                           fail_fast=False)
         results, _, _ = search([goal], gen, self.p.min_rate, max(flat * CEILING_MARGIN, 2 * self.p.min_rate),
@@ -307,13 +327,14 @@ def search(goals: list[SearchGoal], gen: pktgen.Generator, min_load: float, max_
     """MLRsearch over `gen`: per goal (conditional throughput, relevant lower bound, relevant upper bound), every
     trial, and why the search stopped early ('' when it reached every goal). Out of time, the bounds found so far
     are kept."""
+    from MLRsearch import Config, GoalResult, MultipleLossRatioSearch
     config = Config()
     config.goals = goals
     config.max_load = max_load
     config.min_load = min(min_load, max_load / 2)
     config.search_duration_max = seconds
     config.warmup_duration = None
-    measurer, mlr, note = Measurer(gen), MultipleLossRatioSearch(config), ""
+    measurer, mlr, note = _measurer()(gen), MultipleLossRatioSearch(config), ""
     try:
         result = mlr.search(measurer)
     except RuntimeError as exc:
