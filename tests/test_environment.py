@@ -114,6 +114,7 @@ def test_a_namespaces_sysctls_are_read_by_one_process_and_are_its_own(tmp_path):
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+@pytest.mark.net
 def test_a_namespace_is_described_in_a_few_processes_with_its_own_sysctls(state_dir):
     """Describing a namespace starts a handful of processes, not one per sysctl (`$(cat f)`: in a busy one-CPU guest
     a topology's 6 namespaces took 10-13 s to describe, ~2 s now); the sysctls read are the namespace's own."""

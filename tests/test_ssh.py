@@ -6,6 +6,8 @@ import pytest
 
 from vnetbench.system.executor import CommandError, HostUnreachable, SshExecutor, SshTarget
 
+pytestmark = pytest.mark.net  # every test here reaches the lab's machines (network namespaces with their own sshd)
+
 
 def target(lab, host=0, **kw):
     return SshTarget(f"root@{lab.hosts[host].fqdn}", config=str(lab.dir / "ssh_config"), **kw)
