@@ -14,7 +14,10 @@ PACKAGES=(iproute2 iputils-ping procps iperf3 sockperf netperf sysstat ethtool t
           openvswitch-switch strongswan-charon strongswan-swanctl libcharon-extra-plugins
           libstrongswan-standard-plugins libstrongswan-extra-plugins wireguard-go wireguard-tools nginx stress-ng
           python3 python3-venv openssh-client openssh-server user-mode-linux ansible-core linux-perf
-          netsniff-ng)
+          netsniff-ng
+          qemu-system-x86 busybox-static lz4)
+# (qemu guests: qemu with its virtiofsd and qboot; busybox-static is their initramfs's one program; lz4 unpacks the
+# guest kernel for a faster boot.)
 # Only for `./install.sh test`: the report test renders the HTML report in headless Chromium.
 TEST_PACKAGES=(chromium fonts-dejavu-core)
 if [ "$what" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
@@ -51,6 +54,13 @@ if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdis
   "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
+
+# The qemu guests' kernel, Debian's cloud kernel: `apt-get download` and `dpkg-deb -x` into /var/cache/vnetbench/qemu
+# (VNETBENCH_CACHE_DIR), never installed as this machine's kernel; nothing more when one is there. Without it
+# `vm_kernel: qemu` scenarios are skipped, saying why.
+qemu_kernel() { .venv/bin/python -m vnetbench.guests.qemu_image -q --cached-ok; }
+qemu_kernel || { apt-get update -qq && qemu_kernel; } ||
+  echo "install.sh: no guest kernel for qemu guests (see above): they will be skipped" >&2
 
 case "$what" in
   demo)

@@ -40,8 +40,9 @@ class GuestError(RuntimeError):
 @dataclass(frozen=True)
 class Support:
     ok: bool
-    kernel: str = ""     # e.g. "uml-6.1.176"
+    kernel: str = ""     # what its rows name: "uml-6.1.176", "qemu-tcg-6.1.0-56-cloud-amd64 + virtio-net (userspace)"
     reason: str = ""
+    notes: tuple[str, ...] = ()  # what a reader of its rows must know (e.g. an emulated CPU's timing)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class GuestKind(ABC):
 
     name: ClassVar[str]
     saves_vector_registers: ClassVar[bool] = True  # a Go program (wireguard-go) is safe in its guests
+    port_summary: ClassVar[str] = "a vif (a veth from its tap's bridge)"  # what `port` makes, as plan says it
 
     @classmethod
     def binaries(cls) -> list[str]:
@@ -99,7 +101,8 @@ class GuestKind(ABC):
         """Wire guest VM `vm` (guests/vms.py: GuestVm; its node `a`) to its host's node `b`, whose end is `b_if`, the
         port the host's switch enslaves; `a_if` is the NIC's name in the VM. A Xen vif: a veth from the bridge of the
         guest's tap (in the run's guest namespace) into the host's namespace; the guest's NIC is moved into the VM's
-        namespace. `port_end` names the veth's end on that bridge, for teardown."""
+        namespace. `port_end` names the veth's end on that bridge, which `unport` deletes at teardown. (A qemu
+        guest's port is its tap itself: guests/qemu.py.)"""
         gn_end = self.port_end(topo, a.label)
         topo.ip(ROOT, f"link add {gn_end} netns {vm.netns} type veth peer name {b_if} netns {b.netns}")
         topo.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {vm.bridge} up")
@@ -112,6 +115,12 @@ class GuestKind(ABC):
 
     def port_end(self, topo, label: str) -> str:
         return topo.ifname(f"g{label.split('v')[1]}")
+
+    def unport(self, topo, vm, b, b_if: str) -> list[tuple[str, str]]:
+        """What takes the port apart at teardown, before the hosts' namespaces go, while the guest runs on for the
+        next topology: (namespace, `ip` line)s, run in order per namespace. A vif: its end on the tap's bridge is
+        deleted (its peer, the host's port, with it)."""
+        return [(vm.netns, f"link del {self.port_end(topo, vm.label)}")]
 
     @classmethod
     @abstractmethod

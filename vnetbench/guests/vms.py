@@ -1,13 +1,14 @@
-"""The `vm_kernel` factor: VMs with a kernel of their own. A VM that is a guest (User-Mode Linux here) has its own
+"""The `vm_kernel` factor: VMs with a kernel of their own. A VM that is a guest (User-Mode Linux, or qemu) has its own
 /proc/stat (its CPU, interrupts and context switches, probed apart from the host's), its own xfrm and its own
 scheduler; the rest of the topology (hosts, switches, other VMs) stays as it is.
 
-How a guest VM meets its host, as a Xen vif: the guest's data NIC is a tap on a bridge of its own (a data segment in
-the run's guest namespace `<prefix>-gn`); a veth from that bridge into the host's namespace is the VM's port, which
-the host's switch enslaves like any VM's veth. Inside the guest the VM lives in a namespace of the run that holds the
-guest's NIC (moved in at build, moved back at teardown), so a teardown inside the guest is the namespace's deletion,
-as everywhere else, and the guest is reused by the next topology: booted once per run for the VMs a scenario wants,
-rebooted only when a scenario wants other VMs.
+How a guest VM meets its host is its kind's (`GuestKind.port`, undone by `unport`). A UML guest's, as a Xen vif: the
+guest's data NIC is a tap on a bridge of its own (a data segment in the run's guest namespace `<prefix>-gn`); a veth
+from that bridge into the host's namespace is the VM's port, which the host's switch enslaves like any VM's veth. A
+qemu guest's, as a cloud compute node's: its data tap itself, moved into the host's namespace as the port (qemu.py).
+Inside the guest the VM lives in a namespace of the run that holds the guest's NIC (moved in at build, moved back at
+teardown), so a teardown inside the guest is the namespace's deletion, as everywhere else, and the guest is reused by
+the next topology: booted once per run for the VMs a scenario wants, rebooted only when a scenario wants other VMs.
 
 A level is `shared`, `guest` (the default kind, guests.DEFAULT_KIND), a guest kind's name (`uml`, `qemu`), or
 `{type: guest, kind: uml, pairs: [1, 2], side: server}` (only those pairs' VMs, on that side). The kind is chosen
@@ -114,6 +115,11 @@ def decide(sc) -> str | None:
     return None
 
 
+def notes(sc) -> list[str]:
+    """What a reader of the scenario's rows must know of its guest VMs' kind (a TCG guest's emulated CPU)."""
+    return list(kind_class(kind(sc)).support().notes) if wanted(sc) else []
+
+
 def encrypting_vms(sc) -> list[str]:
     """The VMs whose kernels hold a vm-to-vm tunnel's ends (both VMs of every pair), [] without one."""
     if sc.labels.get("encryption", "none") == "none" or sc.levels.get("encryption_scope") != "vm-to-vm":
@@ -209,5 +215,6 @@ class GuestVm:
         are made in one place, so they cannot disagree."""
         self.fleet.kind.port(topo, self, a, a_if, b, b_if)
 
-    def port_end(self, topo) -> str:
-        return self.fleet.kind.port_end(topo, self.label)
+    def unport(self, topo, b, b_if: str) -> list[tuple[str, str]]:
+        """What takes this VM's port apart at teardown: (namespace, `ip` line)s, as its kind says."""
+        return self.fleet.kind.unport(topo, self, b, b_if)

@@ -1,9 +1,10 @@
 """`kernel: shared`: the emulated hosts, VMs and routers are network namespaces of the run on this machine's kernel.
 
 VMs with a kernel of their own (`vm_kernel: guest`, guests/vms.py) are guests of the run; such a VM's port on its host
-is a vif (a veth from the bridge of the guest's tap into the host's namespace), not a veth into a VM namespace here,
-and inside the guest the VM is a namespace of the run holding the guest's NIC. Both `run` and `plan` make the same
-steps for it: `plan` shows the guests' boot and their executors without booting them.
+is its kind's (a UML guest's vif: a veth from the bridge of the guest's tap into the host's namespace; a qemu guest's
+tap itself), not a veth into a VM namespace here, and inside the guest the VM is a namespace of the run holding the
+guest's NIC. Both `run` and `plan` make the same steps for it: `plan` shows the guests' boot and their executors
+without booting them.
 """
 from __future__ import annotations
 
@@ -28,13 +29,16 @@ class NamespacesPlacement(Placement):
         self.vm_guests = vm_guests or {}
         self.boot = boot           # what booting the guests was (shown as the first step)
         self.nics: dict[str, str] = {}  # guest VM label -> its NIC's name in its namespace
+        self.ports: dict[str, tuple[Node, str]] = {}  # guest VM label -> its host's node and its port's name there
 
     def node(self, topo, label, role, host, tenant) -> Node:
         if label not in self.vm_guests:
             return super().node(topo, label, role, host, tenant)
         g = self.vm_guests[label]  # a VM with its own kernel: a namespace of the run inside its guest
         if "gn" not in topo.nodes:
-            topo.nodes["gn"] = Node("gn", "guestnet", None, NetnsExecutor(g.netns, topo.ledger))
+            # the guests' network namespace hands devices to the hosts (a qemu VM's tap): like a machine's root
+            # namespace, its batches go ahead of the hosts' in each wave (build/topology.py: _merge)
+            topo.nodes["gn"] = Node("gn", "machine", None, NetnsExecutor(g.netns, topo.ledger))
         root = topo.nodes[f"g{label}"] = Node(f"g{label}", "guest", None, g.executor)
         return Node(label, role, host, g.executor.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label),
                     guest=root.label)
@@ -48,6 +52,7 @@ class NamespacesPlacement(Placement):
             return super().link(topo, a, a_if, b, b_if)
         self.vm_guests[a.label].port(topo, a, a_if, b, b_if)  # as its kind wires it (guests/base.py: port)
         self.nics[a.label] = a_if
+        self.ports[a.label] = (b, b_if)
 
     def teardown(self, topo, namespaces) -> None:
         self._release(topo)
@@ -71,11 +76,17 @@ class NamespacesPlacement(Placement):
                     timeout=30, check=False)
             except CommandError:
                 pass
-        # the ports' veths now, not when the host's namespace is gone (asynchronously, after the next topology may
-        # have asked for the same names)
-        subprocess.run(["ip", "-n", topo.nodes["gn"].exec.netns, "-force", "-batch", "-"], capture_output=True,
-                       text=True, input="".join(f"link del {self.vm_guests[vm.label].port_end(topo)}\n"
-                                                for vm in guests))
+        # the ports taken apart now, as their kind says (a vif's veth deleted, a qemu tap moved back to its guest),
+        # not when the host's namespace is gone (asynchronously, after the next topology may have asked for the same
+        # names; and with a qemu VM's tap in it)
+        lines: dict[str, list[str]] = {}
+        for vm in guests:
+            if vm.label in self.ports:
+                for ns, line in self.vm_guests[vm.label].unport(topo, *self.ports[vm.label]):
+                    lines.setdefault(ns, []).append(line)
+        for ns, batch in lines.items():
+            subprocess.run(["ip", "-n", ns, "-force", "-batch", "-"], capture_output=True, text=True,
+                           input="".join(f"{line}\n" for line in batch))
         at_once(release, guests)
 
     def guest_probes(self, topo) -> list:
@@ -85,8 +96,9 @@ class NamespacesPlacement(Placement):
     def describe(self, topo) -> list[str]:
         if not self.vm_guests:
             return []
-        return [f"vm_kernel guest: {', '.join(self.vm_guests)} run in guests with their own kernel, reached over "
-                f"SSH; each one's port on its host is a vif (a veth from its tap's bridge)"]
+        kind = next(iter(self.vm_guests.values())).fleet.kind
+        return [f"vm_kernel guest: {', '.join(self.vm_guests)} run in {kind.name} guests with their own kernel, "
+                f"reached over SSH; each one's port on its host is {kind.port_summary}"]
 
 
 @register
@@ -108,6 +120,9 @@ class Namespaces(Backend):
     @classmethod
     def check_encryption(cls, sc, element, caps):
         return vms.check_encryption(sc, element, caps)
+
+    def notes(self, sc) -> list[str]:
+        return vms.notes(sc)
 
     def wants_guests(self, sc) -> bool:
         return bool(vms.wanted(sc))

@@ -18,7 +18,7 @@ PLAN_PREFIX = "vb0000"
 @dataclass
 class Node:
     label: str            # h1, h1v3, tor
-    role: str             # host | vm | switch | router | machine | guest | guestnet
+    role: str             # host | vm | switch | router | machine | guest
     host: str | None      # the host a VM lives on
     exec: Executor
     tenant: int | None = None

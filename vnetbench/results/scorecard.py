@@ -623,11 +623,13 @@ def _stand_in(paper: dict, cells: _Cells, data: Dataset) -> str:
 
 
 def _vm(impl: dict) -> str:
-    """What a VM was here ('' without VMs: host to host): a User-Mode Linux guest, or a namespace."""
+    """What a VM was here ('' without VMs: host to host): a User-Mode Linux or qemu guest, or a namespace."""
     if str(impl.get("attach", "host")) in ("host", "none"):
         return ""
     if str(impl.get("vm_kernel", "")).startswith("uml"):
         return "UML guest VMs"
+    if str(impl.get("vm_kernel", "")).startswith("qemu-"):  # qemu-tcg-<kernel> + virtio-net (...) (VMs)
+        return f"qemu guest VMs ({impl['vm_kernel'].rsplit(' (', 1)[0]})"
     return "namespace VMs" + (" in a UML guest" if str(impl.get("kernel", "")).startswith("uml") else "")
 
 
