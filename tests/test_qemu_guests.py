@@ -248,7 +248,8 @@ def test_the_qemu_guest_has_its_own_kernel_modules_and_agent(booted):
     kernel = ex.run(["uname", "-r"]).stdout.strip()
     assert kernel != os.uname().release and kernel in SUPPORT.kernel
     assert ex.run(["cat", f"/sys/class/net/{vms.NIC}/address"]).stdout.strip() == g.nics[0].mac
-    ex.run(["sh", "-c", "ip link add vbwg type wireguard && ip link del vbwg"])  # the cloud kernel's, autoloaded
+    # the cloud kernel's modules, autoloaded (WireGuard, xfrm's netlink), and the TUN device loaded at boot
+    ex.run(["sh", "-c", "ip link add vbwg type wireguard && ip link del vbwg && ip xfrm state list && test -c /dev/net/tun"])
     ch = qemu.agent_channel(g)
     try:
         assert ch.run(["hostname"])["out"].strip() == "h2v2"

@@ -141,8 +141,9 @@ class Qemu(GuestKind):
 
     @classmethod
     def binaries(cls) -> list[str]:
+        """qemu, the guest kernel and the initramfs (made again when what it loads at boot changes)."""
         tree = qemu_image.cached_kernel(cls.kernel_package)
-        return [shutil.which(QEMU) or "", str(tree.vmlinuz) if tree else "", str(qemu_image.BUSYBOX)]
+        return [shutil.which(QEMU) or "", *((str(tree.vmlinuz), str(tree.root / qemu_image.INITRD)) if tree else ())]
 
     @classmethod
     def support(cls) -> Support:
@@ -211,6 +212,9 @@ d=$R{q(str(g.dir))}
 # read before any tmpfs hides them (the guest's files may live under /run or /tmp on the machine)
 hostkey=$(cat $d/ssh_host_ed25519_key); authorized=$(cat $d/authorized_keys); sshdconf=$(cat $d/sshd_config)
 agent=$(cat $d/agent.py); stage2=$(cat $d/init)
+# and the guest kernel's module tree, held by a mount of its own (the cache may be under /tmp or /run too; its path
+# with no symbolic link in it: one would be resolved here, in the initramfs)
+mkdir -p /m && mount --bind $R{q(str(tree.modules.resolve()))} /m || fail "no module tree {q(str(tree.modules))}"
 mount -t tmpfs -o mode=1777 tmpfs $R/tmp
 mount -t tmpfs -o mode=755 tmpfs $R/run
 mkdir -p $R/run/vb $R/run/sshd $R/run/netns
@@ -224,11 +228,12 @@ printf '%s\\n' "$stage2" > $R/run/vb/init && chmod 755 $R/run/vb/init && init=/r
 # the guest kernel's modules are in the cache on this machine's root: the kernel's autoload finds them through a
 # modprobe wrapper (-d /run/m); where this machine has a /lib/modules, a plain modprobe finds them there too (a
 # tmpfs over it, hiding this machine's own, with the guest's tree bound in)
-mkdir -p $R/run/m/lib/modules && ln -s {q(str(tree.modules))} $R/run/m/lib/modules/$(uname -r)
+mods=$R/run/m/lib/modules/$(uname -r)
+mkdir -p $mods && mount --move /m $mods || fail "module tree not moved to /run/m"
 printf '#!/bin/sh\\nexec /sbin/modprobe -d /run/m "$@"\\n' > $R/run/modprobe && chmod 755 $R/run/modprobe
 echo /run/modprobe > /proc/sys/kernel/modprobe
 [ ! -d $R/lib/modules ] || {{ mount -t tmpfs -o mode=755 tmpfs $R/lib/modules && mkdir $R/lib/modules/$(uname -r) &&
-  mount --bind $R{q(str(tree.modules))} $R/lib/modules/$(uname -r); }}
+  mount --bind $mods $R/lib/modules/$(uname -r); }}
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 # root's home writable over the machine's own, without its login scripts
 mkdir -p $R/run/home/upper $R/run/home/work
@@ -391,7 +396,7 @@ def _planned_image() -> qemu_image.Image:
         qemu_image.META_PACKAGE, "<version>", qemu_image.cache_dir() / "<package>/boot/vmlinuz-<version>",
         qemu_image.cache_dir() / "<package>")
     pvh = tree.root / "boot" / f"vmlinux-{tree.version}"
-    return qemu_image.Image(tree, tree.root / "vnetbench-initrd.cpio", pvh if pvh.exists() else None)
+    return qemu_image.Image(tree, tree.root / qemu_image.INITRD, pvh if pvh.exists() else None)
 
 
 # ---- the agent over virtio-serial -----------------------------------------------------------------------------------

@@ -48,10 +48,12 @@ from pathlib import Path
 META_PACKAGE = "linux-image-cloud-amd64"
 BUSYBOX = Path("/bin/busybox")  # Debian package busybox-static: no libraries to carry
 ROOT_TAG = "vbroot"
+INITRD = "vnetbench-initrd.cpio"  # beside the kernel in the cache
 FAIL_MARK = "VNETBENCH-GUEST-FAILED"
 # needed before the root is mounted (their dependencies come along): the PCI transport, the NICs (named at stage 1),
-# the agent's serial port, the root file system, the overlay that makes root's home writable
-EARLY_MODULES = ("virtio_pci", "virtio_net", "virtio_console", "virtiofs", "overlay")
+# the agent's serial port, the root file system, the overlay that makes root's home writable; and tun, whose
+# /dev/net/tun nothing would autoload (wireguard-go, strongSwan's kernel-libipsec open it)
+EARLY_MODULES = ("virtio_pci", "virtio_net", "virtio_console", "virtiofs", "overlay", "tun")
 # taken too where the kernel has them (Debian's generic kernel; the cloud kernel has no 9p): a root over 9p
 OPTIONAL_EARLY = ("9pnet_virtio", "9p")
 
@@ -388,7 +390,7 @@ def _initrd_stamp() -> str:
 
 def image_of(tree: KernelTree) -> Image:
     """A kernel's initramfs (made once, beside it, and again when what it is made of changes) and PVH vmlinux."""
-    initrd = tree.root / "vnetbench-initrd.cpio"
+    initrd = tree.root / INITRD
     stamp, stamp_file = _initrd_stamp(), tree.root / ".initrd-stamp"
     if not initrd.exists() or not stamp_file.exists() or stamp_file.read_text() != stamp:
         build_initramfs(tree, initrd)
