@@ -145,8 +145,11 @@ def check_series(samples: Sequence[Sample]) -> list[str]:
         if not total or seconds <= 0:
             continue
         mean = bits / seconds
-        short = SERIES_TOLERANCE + STUB_S / seconds  # a series may fall short of its total by the tail it leaves out
-        if mean / total - 1 > SERIES_TOLERANCE or 1 - mean / total > short:
+        # The total's window is the series' plus the tail after its last interval: a tail slower than the rest (a
+        # sender's last writes on a busy machine) puts the series' mean above the total, a faster one below, by up
+        # to the tail's share either way (S1's smoke saw +5.2 % over a 1.4 Mbit/s, 2-s transfer in a guest).
+        tail = SERIES_TOLERANCE + STUB_S / seconds
+        if abs(mean / total - 1) > tail:
             problems.append(f"throughput_interval_bps (pair {key[0]}, {key[1]}): its mean {mean / 1e6:.1f} Mbit/s "
                             f"disagrees with throughput_bps {total / 1e6:.1f} Mbit/s by {mean / total - 1:+.1%}")
     return problems
