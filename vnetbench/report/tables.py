@@ -491,7 +491,9 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     widths[0] = max(min(widths[0], rest - impl_need), min(widths[0], rest * 3 // 5), 12)
     if differs:
         widths[-1] = max(rest - widths[0], 8)
-    if max(len(line[0]) for line in lines) > widths[0]:  # cut each level, not the label's end: rows stay apart
+    w = widths[0]
+    if len({ln[0] if len(ln[0]) <= w else ln[0][:w - 1] for ln in lines}) < len({ln[0] for ln in lines}):
+        # cutting the labels' ends would make rows alike: cut each level in its middle instead
         short = _abbreviated(parts, widths[0] - max((len(r.tag) + 3 if r.tag else 0) for r in rows_))
         for line, r, part in zip(lines, rows_, short):
             line[0] = "/".join(part) + (f" [{r.tag}]" if r.tag else "")
