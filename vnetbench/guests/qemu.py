@@ -25,17 +25,15 @@ an emulated CPU's timing (its scenarios' notes say so), never to be compared wit
 
 Command channels: (1) sshd on the management NIC, exactly as in a UML guest, so `guests.ssh.executor` (and its agent)
 drives a qemu guest unchanged; (2) the agent (system/agent.py) on a virtio-serial port, no network or sshd in the
-way: `agent_channel()` gives an `agent.Channel` over it (`python -m vnetbench.guests.qemu relay SOCKET` joins it to
+way: `agent_channel()` gives an `agent.Channel` over it (`python -m vnetbench.guests.relay --unix SOCKET` joins it to
 stdio). vsock is not an option here: vhost-vsock needs /dev/vhost-vsock.
 """
 from __future__ import annotations
 
 import os
-import selectors
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -403,36 +401,8 @@ def _planned_image() -> qemu_image.Image:
 def agent_channel(g: Guest, ready_timeout: float = 30.0) -> agent_mod.Channel:
     """The guest's agent over its virtio-serial port (no SSH): a relay process joins the port's socket to a pipe
     pair, which is what agent.Channel reads and writes."""
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench.guests.qemu", "relay", str(g.dir / "agent.sock")],
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench.guests.relay", "--unix", str(g.dir / "agent.sock")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True,
                             env={**os.environ, "PYTHONPATH": PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
     return agent_mod.Channel(proc, f"{g.label}:serial", ready_timeout=ready_timeout)
-
-
-def relay(path: str) -> None:
-    """stdin/stdout <-> a unix socket (qemu's end of the agent's port)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    sel = selectors.DefaultSelector()
-    sel.register(0, selectors.EVENT_READ)
-    sel.register(sock, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            if key.fileobj == 0:
-                data = os.read(0, 65536)
-                if not data:
-                    return  # the channel closed: letting go of the port ends the agent there
-                sock.sendall(data)
-            else:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                os.write(1, data)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["relay"] and len(sys.argv) == 3:
-        relay(sys.argv[2])
-    else:
-        sys.exit("usage: python -m vnetbench.guests.qemu relay SOCKET")
