@@ -284,8 +284,28 @@ def sim_s5(rng, mix: Mix, n: int) -> dict[str, bool]:
 
 
 # ---- the simulation ------------------------------------------------------------------------------------------------
+# ---- the report's answer ---------------------------------------------------------------------------------------------
+def sim_answer(rng, mix: Mix, n: int, vxlan: float = 1.0) -> dict[str, bool]:
+    """The report's opening table (report/answer.py) on a null campaign: overlay none / vxlan / geneve x four MTUs,
+    each vxlan and geneve row against the none row of its MTU (two rows share each baseline), one Holm family of 8."""
+    from types import SimpleNamespace
+
+    from vnetbench.report import answer
+    from vnetbench.report.tables import Row
+    scenarios, rows = {}, []
+    for i, (overlay, mtu) in enumerate(((o, m) for m in ("1500", "4000", "9000", "1400")
+                                        for o in ("none", "vxlan", "geneve")), 1):
+        scenarios[i] = {"labels": {"overlay": overlay, "mtu": mtu}, "status": "done"}
+        values = dict(enumerate(mix(rng, n, 100.0 * (vxlan if overlay == "vxlan" else 1.0)), 100 * i))
+        rows.append(Row(i, "iperf3", "", "", "throughput_bps", "bit/s", stats.summarize(list(values.values())),
+                        key=SimpleNamespace(stat=""), values=values))
+    table = answer.table(rows, scenarios, ["overlay", "mtu"], "throughput_bps")
+    return {"answer table (8 rows, shared baselines)": any(r[-1].startswith(("better", "worse", "different"))
+                                                           for r in table.rows)}
+
+
 SIMULATIONS: dict[str, Callable] = {"compare": sim_compare, "S1": sim_s1, "S3 findings": sim_s3_findings,
-                                    "S3 tables": sim_s3_tables, "S4": sim_s4, "S5": sim_s5}
+                                    "S3 tables": sim_s3_tables, "S4": sim_s4, "S5": sim_s5, "answer": sim_answer}
 
 
 def rates(sim: Callable, n: int, reps: int, seed: int, mix: Mix = NOISY) -> dict[str, float]:
@@ -307,11 +327,13 @@ REPS = {"compare": {3: 30, 4: 30, 5: 30, 8: 40, 10: 120},
         "S3 findings": {3: 250, 4: 250, 5: 250, 8: 80, 10: 60},
         "S3 tables": {3: 15, 4: 15, 5: 15, 8: 40, 10: 60},
         "S4": {3: 15, 4: 15, 5: 15, 8: 60, 10: 60},
-        "S5": {3: 30, 4: 30, 5: 100, 8: 20, 10: 40}}
+        "S5": {3: 30, 4: 30, 5: 100, 8: 20, 10: 40},
+        "answer": {3: 20, 4: 20, 5: 20, 8: 150, 10: 150}}
 SEED = 27
 FAMILIES = {"compare": [f"compare, {m} rows" for m in TABLES], "S1": ["S1 Tables II-IV", "S1 findings"],
             "S3 findings": ["S3 findings"], "S3 tables": [f"S3 {t} table" for t in S3_TESTS] + ["S3 AH vs ESP table"],
-            "S4": ["S4 card (direction rows)"], "S5": ["S5 findings", "S5 tenant table", "S5 growth row"]}
+            "S4": ["S4 card (direction rows)"], "S5": ["S5 findings", "S5 tenant table", "S5 growth row"],
+            "answer": ["answer table (8 rows, shared baselines)"]}
 # Families the exact test cannot make mark at these n, whatever the data: at 3 + 3 trials there is no test (smallest
 # p 0.1), at 4 + 4 the smallest p (0.029) is above alpha / 2, at 5 + 5 (0.0079) above alpha / 7 (S1's findings test
 # contrasts only from 5 trials a group; S5 needs 4 rounds a side). S3's findings draw random splits of many cells:
@@ -319,7 +341,8 @@ FAMILIES = {"compare": [f"compare, {m} rows" for m in TABLES], "S1": ["S1 Tables
 _ALL = {f for fs in FAMILIES.values() for f in fs}
 CANNOT_MARK = {3: _ALL - {"S3 findings"}, 4: _ALL - {"S3 findings"},
                5: {"compare, 8 rows", "compare, 13 rows", "compare, 48 rows", "S1 Tables II-IV", "S3 TCP_STREAM table",
-                   "S3 TCP_RR table", "S3 AH vs ESP table", "S4 card (direction rows)", "S5 tenant table"}}
+                   "S3 TCP_RR table", "S3 AH vs ESP table", "S4 card (direction rows)", "S5 tenant table",
+                   "answer table (8 rows, shared baselines)"}}
 LEVEL = 0.001  # a rate is above alpha when a family holding alpha would make that many false marks less often
 
 
@@ -350,7 +373,7 @@ def test_every_family_holds_its_error_on_the_noisy_machine(name, n):
     check(name, n, NOISY, REPS[name][n], SEED + 1000 * list(SIMULATIONS).index(name) + n)
 
 
-MIX_CHECKS = (("S3 findings", 3, 80), ("S3 findings", 5, 80), ("S1", 5, 40), ("S5", 5, 30))
+MIX_CHECKS = (("S3 findings", 3, 80), ("S3 findings", 5, 80), ("S1", 5, 40), ("S5", 5, 30), ("answer", 8, 60))
 
 
 @pytest.mark.parametrize("mix", MIXES, ids=str)
@@ -431,6 +454,8 @@ def test_the_marks_are_seen_when_something_differs():
     got = card.rows(rng, NOISY, 8, scale=lambda labels: 1.5 if labels["measure"] == "streams8"
                     and labels["attach"] == "host" and labels["encryption"] == "none" else 1.0)
     assert {r.id for r in got if r.verdict == "agrees"} == {"native-streams", "native-streams512-drop"}
+    # the report's answer: vxlan 30 % lower than none at every MTU -> marked
+    assert sim_answer(rng, NOISY, 8, vxlan=0.7)["answer table (8 rows, shared baselines)"]
     # S5: context switches 50 % up under attack -> 'yes', in the findings and the growth row
     from vnetbench.report.analyses import s5
     by = s5_rounds(rng, NOISY, 8)
