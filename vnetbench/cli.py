@@ -270,19 +270,24 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
         topo = Topology(sc, None, placement=hosts.plan(sc))
         lines += [comment(text) for text in topo.placement.describe(topo)]
         lines.append(topo.script())
-        places = {n.exec.name: n.exec for n in topo.nodes.values()}
         for wl in sorted(sc.workloads, key=lambda w: not w.background):  # as a run: the loads first, then each trial
             where = [f"pairs {','.join(map(str, wl.only_pairs))}"] if wl.only_pairs else []
             where += [f"to the server of pair {wl.target_pair}"] if wl.target_pair else []
             where += ["background, alongside every trial"] if wl.background else []
             where += ["profiled: perf record -a -g -e cpu-clock over the tool's window"] if wl.params.profile else []
             lines.append(comment(f"workload {wl.kind}" + (f" ({'; '.join(where)})" if where else "")))
-            for cmd in wl.commands(wl.select(topo.pairs)):
-                line = shlex.join(places[cmd.where].wrap(cmd.argv) if cmd.where in places else cmd.argv)
-                lines.append(line + (" &" if cmd.background else ""))
+            for cmd, argv in _commands(topo, wl):
+                lines.append(shlex.join(argv) + (" &" if cmd.background else ""))
         lines += topo.placement.shown_teardown(topo)
         sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
+
+
+def _commands(topo, wl) -> list[tuple]:
+    """(command, the argv as its node runs it) of a workload on a topology, as `plan` shows them."""
+    places = {n.exec.name: n.exec for n in topo.nodes.values()}
+    return [(c, places[c.where].wrap(c.argv) if c.where in places else c.argv)
+            for c in wl.commands(wl.select(topo.pairs))]
 
 
 def _plan_json(spec: str, scenarios: list, hosts) -> None:
@@ -295,13 +300,11 @@ def _plan_json(spec: str, scenarios: list, hosts) -> None:
         if not sc.skip:
             topo = Topology(sc, None, placement=hosts.plan(sc))
             topo.emit()
-            places = {n.exec.name: n.exec for n in topo.nodes.values()}
             item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines,
                               "argv": topo.executor(st.node).wrap(st.argv) if st.argv else [], "name": st.name}
                              for wave in topo.placement.arrange(topo, topo.waves()) for st in wave]
             item["workloads"] = [{"kind": wl.kind, "background": wl.background,
-                                  "commands": [places[c.where].wrap(c.argv) if c.where in places else c.argv
-                                               for c in wl.commands(wl.select(topo.pairs))]}
+                                  "commands": [argv for _, argv in _commands(topo, wl)]}
                                  for wl in sorted(sc.workloads, key=lambda w: not w.background)]
         out.append(item)
     sys.stdout.write(json.dumps({"spec": spec, "prefix": "vb0000", "scenarios": out}, default=str) + "\n")

@@ -199,6 +199,14 @@ def implementation(impl: dict | None) -> str:
     return " + ".join(v for v in (impl or {}).values() if v and v != "none")
 
 
+def campaign_line(camp, scenarios: list[dict]) -> str:
+    """The first line of `show` and of `run`'s summary: the campaign, how it ended, its scenarios by status."""
+    return (f"[bold]Campaign {camp.id}[/] {escape(camp.name)} ({camp.status}); "
+            f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
+            f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
+            f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+
+
 def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | None = DEFAULT_METRICS,
          wide: bool = False, exclude_noisy: bool = False, tails: dict[str, tuple[str, ...]] | None = SHORT_TAILS) -> None:
     """The campaign's summary: one table per metric (and per-trial tail statistic in `tails`), one line per
@@ -206,10 +214,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
     camp = store.campaign(cid)
     data = dataset.load(store, cid)
     scenarios = list(data.scenarios.values())
-    console.print(f"[bold]Campaign {camp.id}[/] {escape(camp.name)} ({camp.status}); "
-                  f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
-                  f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
-                  f"{sum(s['status'] == 'failed' for s in scenarios)} failed")
+    console.print(campaign_line(camp, scenarios))
     by_metric = _by_name(carried(rows(store, cid, metrics, data=data, exclude_noisy=exclude_noisy)), metrics, tails)
     noisy = [t for t in data.ok if t.noisy]
     if noisy:
@@ -266,10 +271,7 @@ def summary(store: Store, cid: int, console: Console, db: str, budget: int = SUM
     data = dataset.load(store, cid)
     scenarios = list(data.scenarios.values())
     more = f"vnetbench show {cid} --db {db}"
-    head = [f"[bold]Campaign {camp.id}[/] {escape(camp.name)} ({camp.status}); "
-            f"{sum(s['status'] == 'done' for s in scenarios)} scenarios run, "
-            f"{sum(s['status'] == 'skipped' for s in scenarios)} skipped, "
-            f"{sum(s['status'] == 'failed' for s in scenarios)} failed"]
+    head = [campaign_line(camp, scenarios)]
     noisy = [t for t in data.ok if t.noisy]
     tail = [f"[yellow]{len(noisy)} of {len(data.ok)} trials flagged noisy ({escape(noisy_why(data))})[/]"] \
         if noisy else []
