@@ -277,19 +277,25 @@ def test_no_key_material_in_a_campaign_db(tmp_path, state_dir):
     ps_snapshots: list[str] = []
     done = threading.Event()
 
-    def watch():
-        while not done.is_set():
+    def keys():  # its own thread, no process started per look: a `ps` each time let a busy machine's scenario
+        while not done.is_set():  # build, run and go between two looks (CI: the watcher saw no key file)
             for run in state_dir.glob("vb*/work") if state_dir.exists() else []:
                 seen.update(harvest(run))
+            time.sleep(0.002)
+
+    def commands():
+        while not done.is_set():
             ps_snapshots.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
             time.sleep(0.005)
-    t = threading.Thread(target=watch)
-    t.start()
+    watchers = [threading.Thread(target=keys), threading.Thread(target=commands)]
+    for w in watchers:
+        w.start()
     try:
         run = vnetbench("run", path, "--db", db, "--no-progress")
     finally:
         done.set()
-        t.join()
+        for w in watchers:
+            w.join()
     assert "2 trials ok" in run.stdout, run.stdout + run.stderr
     kinds = {"wg" if k.endswith("wg.key") else "psk" for k in seen}
     assert kinds == {"wg", "psk"}, f"the watcher saw no key files: {seen.keys()}"
