@@ -264,3 +264,44 @@ def test_a_fully_idle_cpu_is_zero_busy_not_a_rounding_below_zero():
     # these shares sum to 1 only to rounding: 1 - 0.08 - 0.92 is -4.2e-17 in floating point
     assert busy({"idle": 0.08, "iowait": 0.92, "steal": 0.0}) == 0.0
     assert busy({"idle": 0.5, "iowait": 0.0, "steal": 0.0}) == 0.5
+
+
+VCPU = """import threading, time
+def spin():
+    open(f"/proc/self/task/{threading.get_native_id()}/comm", "w").write("CPU 0/TCG")
+    end = time.monotonic() + {s}
+    while time.monotonic() < end: pass
+t = threading.Thread(target=spin); t.start(); t.join()
+"""
+
+
+def test_the_hypervisor_probe_splits_a_guests_cpu_by_thread_and_keeps_its_own_scope():
+    """A stand-in for a qemu process: one thread named as qemu names a vCPU thread spins, the main thread waits.
+    The qemu kind's reading puts the spin in `vcpu`, its parts add up to `all`, and the probe's ratio is the same
+    counter read by hand around its window; its samples are the hypervisor's scope, per VM and part."""
+    from vnetbench.core.sample import dimensions
+    from vnetbench.guests.base import Guest, cpu_seconds
+    from vnetbench.guests.qemu import Qemu
+    from vnetbench.probes.hypervisor import HypervisorProbe
+    proc = subprocess.Popen([sys.executable, "-c", VCPU.replace("{s}", "1.6")])
+    kind = Qemu.__new__(Qemu)  # nothing of qemu is needed to read a process's threads
+    kind.vhost, kind.helpers = False, {}
+    g = Guest("h2v2", 1, pid=proc.pid)
+    try:
+        time.sleep(0.3)
+        probe = HypervisorProbe({"h2v2": lambda: kind.host_cpu(None, g), "gone": lambda: cpu_seconds(2 ** 22 + 1)})
+        before, t0 = cpu_seconds(proc.pid), time.time()
+        probe.start()
+        time.sleep(0.8)
+        samples = probe.stop()
+        by_hand = (cpu_seconds(proc.pid) - before) / (time.time() - t0)
+        parts = kind.host_cpu(None, g)
+    finally:
+        proc.wait()
+    assert parts["all"] == pytest.approx(parts["vcpu"] + parts["io"]) and parts["vcpu"] > 0.8 * parts["all"] > 0
+    got = {s.metadata["part"]: s.value for s in samples}
+    assert list(got) == ["all", "vcpu", "io"] and {s.metadata["vm"] for s in samples} == {"h2v2"}
+    assert 0.02 < got["all"] <= 1.1 and got["all"] == pytest.approx(by_hand, abs=0.15)
+    assert got["vcpu"] <= got["all"] + 1e-9 and got["io"] < 0.2
+    dims = dimensions(samples[1].metadata)
+    assert (dims.scope, dims.which, dims.label()) == ("hypervisor", "h2v2 vcpu", "hypervisor h2v2 vcpu")

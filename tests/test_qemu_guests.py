@@ -6,6 +6,7 @@ modules, the agent over virtio-serial; and nothing of it is left afterwards."""
 import io
 import json
 import os
+import shlex
 import stat
 import subprocess
 import time
@@ -199,6 +200,12 @@ def test_plan_shows_what_run_executes_with_a_qemu_vm(booted, tmp_path):
     (tmp_path / "spec.yaml").write_text(SPEC.format(extra=LEVEL))
     printed = vnetbench("plan", tmp_path / "spec.yaml").stdout
     assert f"-n {PLAN_PREFIX}-gn -batch" in printed and move[0][1] in printed and SUPPORT.kernel in printed
+    # the exact command lines the boot ran (its file servers, then qemu), as plan prints them
+    ran = [shlex.join(argv).replace(ledger.prefix, PLAN_PREFIX) + " &"
+           for argv in fleet.kind.commands(fleet, fleet.guests["h2v2"])]
+    assert ran[-1].startswith(f"ip netns exec {PLAN_PREFIX}-gn qemu-system-x86_64 ") and "-kernel " in ran[-1]
+    lines = printed.splitlines()
+    assert all(line in lines for line in ran), [line for line in ran if line not in lines]
 
 
 @pytest.mark.net
@@ -231,6 +238,11 @@ def test_a_ping_crosses_the_qemu_tap_that_is_the_vms_port(booted):
             assert packets() - before >= 6  # 3 echoes in, 3 replies out, through the tap
             own = [s for s in samples if s.metadata.get("scope") == "vm" and s.metadata.get("vm") == "h2v2"]
             assert any(s.metric == "interrupts_per_s" for s in own)  # the qemu VM's own kernel, its own scope
+            # ... and what running it cost this machine, the hypervisor's side, a scope of its own per VM and part
+            hyp = {s.metadata["part"]: s.value for s in samples if s.metric == "hypervisor_cpu_ratio"
+                   and s.metadata["scope"] == "hypervisor" and s.metadata["vm"] == "h2v2"}
+            assert {"all", "vcpu", "io"} <= set(hyp) and 0 < hyp["vcpu"] <= hyp["all"] <= os.cpu_count() * 1.1, hyp
+            assert sum(v for k, v in hyp.items() if k != "all") == pytest.approx(hyp["all"], rel=0.05, abs=0.01)
         finally:
             topo.teardown()
         gn = subprocess.run(["ip", "-n", fleet.netns, "-d", "link", "show", g.nics[0].tap], capture_output=True,

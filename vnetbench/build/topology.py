@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Sequence
 
 from .. import datapaths
 from ..capabilities import local_installed
@@ -142,10 +142,11 @@ class Topology:
         self.record("process", name, node)
         self.steps.append(Step(node, "daemon", argv=argv, name=name, ready=ready, env=env))
 
-    def call(self, node: str, what: str, fn: Callable[[], None]) -> None:
+    def call(self, node: str, what: str, fn: Callable[[], None], shown: Sequence[str] = ()) -> None:
         """A Python action at build time, shown by `plan` as a comment: e.g. writing a config or a key generated
-        for this run (a secret must never be in an argv or a batch line: `plan` prints those)."""
-        self.steps.append(Step(node, "call", name=what, fn=fn))
+        for this run (a secret must never be in an argv or a batch line: `plan` prints those). `shown`: the command
+        lines the action starts (a guest's emulator), which `plan` prints after the comment."""
+        self.steps.append(Step(node, "call", lines=list(shown), name=what, fn=fn))
 
     def executor(self, label: str) -> Executor:
         if label == ROOT:
@@ -499,7 +500,7 @@ class Topology:
             if step.tool in BATCH_TOOLS:
                 out.append(heredoc(shlex.join(where.batch_argv(step.tool)), step.lines))
             elif step.tool == "call":
-                out.append(comment(step.name))
+                out += [comment(step.name), *step.lines]
             else:
                 out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)

@@ -48,7 +48,7 @@ class Dims:
     Dims differ (a host's CPU with a VM's, one direction with the other, pair 1 with pair 2, a flood with the
     measured traffic)."""
     scope: str = "traffic"   # traffic (a workload's own numbers) | machine (this one) | host (a testbed host) | vm
-                             # | process | interface
+                             # | hypervisor (this machine's CPU for a guest VM) | process | interface
     which: str = ""          # the host, VM, process or interface; the side of a pair for a load in VMs; '' else
     direction: str = ""      # forward | reverse | both (the sum of the two); '' when a test has no direction
     pair: str = ""           # "1", "2"...; "all": summed over the pairs; '' when not about one pair
@@ -100,6 +100,8 @@ def dimensions(meta: dict) -> Dims:
     elif "process" in meta:
         name = str(meta["process"])
         scope, which = "process", name if not host or host in name else f"{name}@{host}"
+    elif meta.get("scope") == "hypervisor":  # this machine's CPU for one guest VM, by part
+        scope, which = "hypervisor", " ".join(str(x) for x in (meta.get("vm"), meta.get("part")) if x)
     elif meta.get("scope") == "vm":
         scope, which = "vm", " ".join(_unprefixed(x) for x in (meta.get("vm"), meta.get("interface")) if x)
     elif meta.get("scope") == "machine":

@@ -9,7 +9,9 @@ of them through the namespace even after a kill -9 of vnetbench.
 """
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..hosts.steps import ROOT
+from ..probes.process import parse_pid_stat
 from ..system.ledger import Ledger, delete_namespaces
 from . import DEFAULT_KIND, kind_class, ssh
 
@@ -29,6 +32,7 @@ _CONSOLE_NOISE = re.compile(r"^\s*(\[<[0-9a-f]+>\]|Stack:|Call Trace:|[0-9a-f]{8
 MGMT_NET = "10.251.0"
 MGMT_HOST = f"{MGMT_NET}.254"
 MAX_GUESTS = 200
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 VM_NIC = "vmnic"  # a guest VM's data NIC, in the guest's root namespace while no topology uses it
 TAP_MTU = 9216  # the largest underlay MTU a spec may ask for (9000) plus room for tags
 
@@ -131,6 +135,10 @@ class GuestKind(ABC):
     def start(self, fleet: "Fleet", guest: Guest) -> None:
         """Start one guest's process (recorded in the ledger first); must not wait for it to be up."""
 
+    def commands(self, fleet: "Fleet", guest: Guest) -> list[list[str]]:
+        """The command lines `start` runs for one guest, in order (`plan` prints them; nothing is started)."""
+        return []
+
     def booted(self, guest: Guest) -> bool:
         """A cheap sign that the guest's init has started its sshd (True: just try SSH)."""
         return True
@@ -138,6 +146,11 @@ class GuestKind(ABC):
     def pids(self, fleet: "Fleet", guest: Guest) -> list[int]:
         """The guest's host processes."""
         return [guest.pid] if guest.pid else []
+
+    def host_cpu(self, fleet: "Fleet", guest: Guest) -> dict[str, float]:
+        """CPU seconds this machine has spent running the guest so far, by part (probes/hypervisor.py: PARTS); here
+        all of its processes together. OSError when they are gone."""
+        return {"all": sum(cpu_seconds(pid) for pid in self.pids(fleet, guest))}
 
     @abstractmethod
     def stop(self, fleet: "Fleet", guest: Guest) -> None:
@@ -157,6 +170,10 @@ class Fleet:
         self.netns = f"{self.prefix}-gn"
         self.dir = ledger.work / "guests"
         self._net_up = False
+
+    def shown_boot(self) -> list[str]:
+        """The command lines booting the fleet starts, as `plan` prints them (each left running)."""
+        return [shlex.join(argv) + " &" for g in self.guests.values() for argv in self.kind.commands(self, g)]
 
     # ---- names -------------------------------------------------------------------------------------------
     def bridge(self, segment: str) -> str:
@@ -295,6 +312,13 @@ class Fleet:
         self.ledger.forget_many([("process", f"guest:{g.label}") for g in self.guests.values()] +
                                 [("netns", self.netns), ("dir", str(self.control_dir))])
         self._net_up = False
+
+
+def cpu_seconds(pid: int, task: int | None = None) -> float:
+    """utime + stime of a process (all its threads, exited ones included) or of one of its threads."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    with open(path) as fh:
+        return parse_pid_stat(fh.read()).cpu_ticks / CLK_TCK
 
 
 def _keygen(path: Path, comment: str) -> None:

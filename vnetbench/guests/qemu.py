@@ -42,7 +42,7 @@ from pathlib import Path
 
 from ..system import agent as agent_mod
 from . import qemu_image, register
-from .base import TAP_MTU, Fleet, Guest, GuestError, GuestKind, Support
+from .base import TAP_MTU, Fleet, Guest, GuestError, GuestKind, Support, cpu_seconds
 
 QEMU = "qemu-system-x86_64"
 VIRTIOFSD = Path("/usr/lib/qemu/virtiofsd")  # Debian 12: in qemu-system-common
@@ -308,6 +308,19 @@ while :; do sleep 3600 & wait $!; done
         return [str(VIRTIOFSD), f"--socket-path={sock}", "-o", f"source={source},sandbox=chroot,cache={cache}",
                 "-o", "no_posix_lock", "-o", "announce_submounts"]
 
+    def _shares(self, g: Guest) -> list[tuple[Path, Path, bool]]:
+        """(source, socket, writable) of each virtiofsd the guest needs: none over 9p (qemu serves it)."""
+        if self.rootfs == "9p":
+            return []
+        return [(Path("/"), g.dir / "fs0.sock", False)] + [(p, g.dir / f"fs{k + 1}.sock", True)
+                                                           for k, p in enumerate(g.shares)]
+
+    def commands(self, fleet: Fleet, g: Guest) -> list[list[str]]:
+        """Each file server, then qemu, all in the run's guest namespace."""
+        netns = ["ip", "netns", "exec", fleet.netns]
+        return [*([*netns, *self.virtiofsd_argv(src, sock, rw)] for src, sock, rw in self._shares(g)),
+                [*netns, *self.argv(fleet, g)]]
+
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     def start(self, fleet: Fleet, g: Guest) -> None:
         if self.image is None:  # the kernel in the cache (a run downloads nothing), its initramfs made if needed
@@ -327,16 +340,13 @@ while :; do sleep 3600 & wait $!; done
         if queues_for(self.vcpus_of(g)) > 1:
             self._multiqueue_taps(fleet, g)
         g.console.unlink(missing_ok=True)
-        netns = ["ip", "netns", "exec", fleet.netns]
+        *servers, vm = self.commands(fleet, g)
+        socks = self._shares(g)
         helpers = []
-        socks = [(Path("/"), g.dir / "fs0.sock", False)] + [(p, g.dir / f"fs{k + 1}.sock", True)
-                                                             for k, p in enumerate(g.shares)]
-        if self.rootfs == "9p":
-            socks = []
         with open(g.dir / "virtiofsd.log", "ab") as log:
-            for k, (source, sock, rw) in enumerate(socks):
+            for k, ((_, sock, _), argv) in enumerate(zip(socks, servers)):
                 sock.unlink(missing_ok=True)
-                p = subprocess.Popen([*netns, *self.virtiofsd_argv(source, sock, rw)], stdin=subprocess.DEVNULL,
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
                 fleet.ledger.record_process(p.pid, f"guest:{g.label}:virtiofsd{k}")
                 helpers.append(p)
@@ -348,7 +358,7 @@ while :; do sleep 3600 & wait $!; done
                                  f"{(g.dir / 'virtiofsd.log').read_text(errors='replace')[-500:]}")
             time.sleep(0.01)
         with open(g.console, "ab") as console:
-            g.proc = subprocess.Popen([*netns, *self.argv(fleet, g)], stdin=subprocess.DEVNULL, stdout=console,
+            g.proc = subprocess.Popen(vm, stdin=subprocess.DEVNULL, stdout=console,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         g.pid = g.proc.pid
         fleet.ledger.record_process(g.pid, f"guest:{g.label}")
@@ -373,6 +383,28 @@ while :; do sleep 3600 & wait $!; done
     def pids(self, fleet: Fleet, g: Guest) -> list[int]:
         return ([g.pid] if g.pid else []) + [p.pid for p in self.helpers.get(g.label, []) if p.poll() is None]
 
+    def host_cpu(self, fleet: Fleet, g: Guest) -> dict[str, float]:
+        """qemu's CPU split by thread name (`debug-threads=on`): "CPU n/TCG|KVM" threads run the vCPUs, vhost's
+        workers are "vhost-<pid>" (qemu's own threads since Linux 6.4, kernel threads before), the rest is the
+        emulator's main loop and I/O; virtiofsd apart. `io` is the process's total (exited threads included) less
+        the others, so the parts add up to `all`."""
+        if not g.pid:
+            raise OSError(f"guest {g.label} is not running")
+        total, parts = cpu_seconds(g.pid), {"vcpu": 0.0, "vhost": 0.0}
+        for task in os.listdir(f"/proc/{g.pid}/task"):
+            name = _comm(f"/proc/{g.pid}/task/{task}/comm")
+            part = "vcpu" if name.startswith("CPU ") else "vhost" if name.startswith("vhost-") else None
+            if part:
+                parts[part] += _quiet(lambda: cpu_seconds(g.pid, int(task)))
+        outside = sum(_quiet(lambda: cpu_seconds(pid)) for pid in _vhost_kthreads(g.pid)) if self.vhost else 0.0
+        fs = sum(_quiet(lambda: cpu_seconds(p.pid)) for p in self.helpers.get(g.label, []))
+        out = {"all": total + outside + fs, "vcpu": parts["vcpu"], "io": total - parts["vcpu"] - parts["vhost"]}
+        if self.vhost:
+            out["vhost"] = parts["vhost"] + outside
+        if self.helpers.get(g.label):
+            out["fs"] = fs
+        return out
+
     def stop(self, fleet: Fleet, g: Guest) -> None:
         procs = ([g.proc] if g.proc is not None else []) + self.helpers.pop(g.label, [])
         for p in procs:
@@ -386,6 +418,27 @@ while :; do sleep 3600 & wait $!; done
             except subprocess.TimeoutExpired:
                 pass
         fleet.ledger.forget_many([("process", f"guest:{g.label}:virtiofsd{k}") for k in range(len(g.shares) + 1)])
+
+
+def _comm(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:  # the thread has exited
+        return ""
+
+
+def _quiet(read) -> float:
+    try:
+        return read()
+    except (OSError, ValueError, IndexError):  # a thread or helper gone between listing and reading
+        return 0.0
+
+
+def _vhost_kthreads(pid: int) -> list[int]:
+    """vhost's kernel threads of qemu process `pid` (before Linux 6.4 they are not in its thread group)."""
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
+            and _comm(f"/proc/{e.name}/comm") == f"vhost-{pid}" and int(e.name) != pid]
 
 
 def _planned_image() -> qemu_image.Image:

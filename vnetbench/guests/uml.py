@@ -125,6 +125,9 @@ while :; do sleep 3600 & wait $!; done
                 f"init={g.dir / 'init'}", f"umid={fleet.prefix}-{g.label}", f"uml_dir={fleet.dir / 'uml'}",
                 "con=none", "con0=null,fd:1", "quiet", *nics, *env]
 
+    def commands(self, fleet: Fleet, g: Guest) -> list[list[str]]:
+        return [self.argv(fleet, g)]
+
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def start(self, fleet: Fleet, g: Guest) -> None:
         (g.dir / "sshd_config").write_text(self.sshd_config(g))

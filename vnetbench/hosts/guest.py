@@ -25,9 +25,10 @@ class GuestPlacement(Placement):
 
     netlink = False
 
-    def __init__(self, ledger: Ledger | None, guest: Executor, boot: str = ""):
+    def __init__(self, ledger: Ledger | None, guest: Executor, boot: str = "", shown: list[str] | None = None):
         super().__init__(ledger)
         self.guest, self.boot = guest, boot  # the executor of the guest whose kernel the hosts share
+        self.shown = shown or []  # the boot's command lines
 
     def node(self, topo, label, role, host, tenant) -> Node:
         return Node(label, role, host, self.guest.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label))
@@ -37,7 +38,7 @@ class GuestPlacement(Placement):
 
     def prelude(self, topo) -> None:
         if self.boot:
-            topo.call(ROOT, self.boot, lambda: None)
+            topo.call(ROOT, self.boot, lambda: None, self.shown)
 
     def teardown(self, topo, namespaces) -> None:
         try:  # by its agent, with no process started per namespace (3-7 s of a teardown in a busy guest)
@@ -107,14 +108,15 @@ class Guest(Backend):
 
     def open(self, sc) -> Placement:
         try:
-            return GuestPlacement(self.ledger, self.guest.executor(), self.boot_text())
+            guest = self.guest.executor()
+            return GuestPlacement(self.ledger, guest, self.boot_text(), self.guest.fleet.shown_boot())
         except GuestError as exc:
             raise Unavailable(f"guest did not come up: {exc}") from None
 
     def plan(self, sc) -> Placement:
         fleet = Fleet(Ledger(PLAN_PREFIX), DEFAULT_KIND)
         g = fleet.add("m1", mem_mb=guest_probe.MEM_MB, share_run=True)
-        return GuestPlacement(None, ssh.plan_executor(fleet, g), self.boot_text())
+        return GuestPlacement(None, ssh.plan_executor(fleet, g), self.boot_text(), fleet.shown_boot())
 
     def close(self) -> None:
         if self.guest is not None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from functools import partial
 
 from ..guests import ssh, vms
 from ..guests.base import VM_NIC, Fleet, GuestError
+from ..probes.hypervisor import HypervisorProbe
 from ..probes.procstat import GuestSystemProbe
 from ..system.executor import CommandError, NetnsExecutor
 from ..system.ledger import Ledger
@@ -24,10 +26,11 @@ from .steps import PLAN_PREFIX, ROOT, Node
 class NamespacesPlacement(Placement):
     """Namespaces here; the VMs that are guests (label -> guests.vms.GuestVm) reached over SSH."""
 
-    def __init__(self, ledger: Ledger | None, vm_guests: dict | None = None, boot: str = ""):
+    def __init__(self, ledger: Ledger | None, vm_guests: dict | None = None, boot: str = "",
+                 shown: list[str] | None = None):
         super().__init__(ledger)
         self.vm_guests = vm_guests or {}
-        self.boot = boot           # what booting the guests was (shown as the first step)
+        self.boot, self.shown = boot, shown or []  # what booting the guests was, and its command lines (the first step)
         self.nics: dict[str, str] = {}  # guest VM label -> its NIC's name in its namespace
         self.ports: dict[str, tuple[Node, str]] = {}  # guest VM label -> its host's node and its port's name there
 
@@ -45,7 +48,7 @@ class NamespacesPlacement(Placement):
 
     def prelude(self, topo) -> None:
         if self.vm_guests:
-            topo.call(ROOT, self.boot, lambda: None)
+            topo.call(ROOT, self.boot, lambda: None, self.shown)
 
     def link(self, topo, a, a_if, b, b_if) -> None:
         if not a.guest:
@@ -88,6 +91,11 @@ class NamespacesPlacement(Placement):
             subprocess.run(["ip", "-n", ns, "-force", "-batch", "-"], capture_output=True, text=True,
                            input="".join(f"{line}\n" for line in batch))
         at_once(release, guests)
+
+    def probes(self, topo) -> list:
+        # a VM with its own kernel also costs this machine its emulator's CPU: the hypervisor's side, per VM
+        readers = {label: partial(vm.fleet.kind.host_cpu, vm.fleet, vm.guest) for label, vm in self.vm_guests.items()}
+        return super().probes(topo) + ([HypervisorProbe(readers)] if readers else [])
 
     def guest_probes(self, topo) -> list:
         # a VM with its own kernel: its own CPU shares, interrupts and context switches, beside the host's
@@ -141,7 +149,8 @@ class Namespaces(Backend):
         kind = next(iter(guests.values())).fleet.kind.name if guests else ""
         boot = (f"boot (or reuse) {len(guests)} {kind} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
                 f"on the run's guest network {guests[next(iter(guests))].netns}") if guests else ""
-        return NamespacesPlacement(ledger, guests, boot)
+        shown = next(iter(guests.values())).fleet.shown_boot() if guests else []
+        return NamespacesPlacement(ledger, guests, boot, shown)
 
     def plan(self, sc) -> Placement:
         labels = vms.wanted(sc)

@@ -29,7 +29,8 @@ COMPACT_WIDTH = 100
 
 HEADLINE_METRICS = ("throughput_bps", "aggregate_throughput_bps", "tcp_retransmits", "udp_loss_ratio", "jitter_s",
                     "rtt_s", "rtt_loaded_s", "latency_p50_s", "latency_p99_s", "cpu_busy_ratio", "interrupts_per_s",
-                    "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio")
+                    "context_switches_per_s", "cpu_s_per_gbit", "process_cpu_ratio",
+                    "hypervisor_cpu_ratio")
 # ... and every workload's main metric, so that a new workload's numbers are shown without naming them here
 DEFAULT_METRICS = HEADLINE_METRICS + tuple(m for m in dict.fromkeys(cls.main_metric for cls in WORKLOADS.values())
                                            if m not in HEADLINE_METRICS)
@@ -38,7 +39,8 @@ COMPARE_METRICS = tuple(m for m in HEADLINE_METRICS if m != "tcp_retransmits") +
 # The tail `show` gives beside a per-echo metric's median unless asked for more (--all, -m): latency under load.
 SHORT_TAILS: dict[str, tuple[str, ...]] | None = {"rtt_loaded_s": ("p99",)}
 ALL_TAILS = None  # every tail statistic of every per-echo metric
-SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m != "process_cpu_ratio")  # each daemon: --wide, --all, -m
+# each daemon, each part of a VM's emulator: --wide, --all, -m
+SHORT_METRICS = tuple(m for m in DEFAULT_METRICS if m not in ("process_cpu_ratio", "hypervisor_cpu_ratio"))
 
 
 @dataclass

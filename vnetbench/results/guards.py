@@ -39,7 +39,7 @@ CORES_TOLERANCE = 0.02     # a process's CPU time read at the window's edges, in
 # Entering and leaving an interrupt handler alone takes hundreds of CPU cycles (~100 ns and more at any clock
 # rate), so no CPU takes 1e8 interrupts a second (10 ns, ~30 cycles each); real rates stay below ~1e6 per CPU.
 MAX_INTERRUPTS_PER_CPU = 1e8
-UNBOUNDED_RATIOS = {"process_cpu_ratio", "sender_cpu_ratio", "receiver_cpu_ratio", "cpuload_cpu_ratio"}
+UNBOUNDED_RATIOS = {"process_cpu_ratio", "hypervisor_cpu_ratio", "sender_cpu_ratio", "receiver_cpu_ratio", "cpuload_cpu_ratio"}
 
 
 @dataclass
@@ -238,12 +238,17 @@ def check_machine_bounds(samples: Sequence[Sample]) -> list[str]:
     MAX_INTERRUPTS_PER_CPU a second per CPU."""
     counts, problems = cpu_counts(samples), []
     for s in samples:
-        cpus = 1 if "cpu" in s.metadata else cpus_of(s.metadata, counts)
+        meta = {k: v for k, v in s.metadata.items() if k != "vm"} if s.metadata.get("scope") == "hypervisor" \
+            else s.metadata  # a VM's emulator runs on the machine's CPUs, not the VM's
+        cpus = 1 if "cpu" in meta else cpus_of(meta, counts)
         if not cpus or s.metadata.get("series"):  # a series point is checked through its window's total
             continue
         if s.metric == "process_cpu_ratio" and s.value > cpus * (1 + CORES_TOLERANCE):
             problems.append(f"process_cpu_ratio ({s.metadata.get('process', '?')}) = {s.value:.3g} cores: one process "
                             f"cannot use more than the {cpus} CPUs of the machine it ran on")
+        elif s.metric == "hypervisor_cpu_ratio" and s.value > cpus * (1 + CORES_TOLERANCE):
+            problems.append(f"hypervisor_cpu_ratio (VM {s.metadata.get('vm', '?')}, {s.metadata.get('part', '?')}) = "
+                            f"{s.value:.3g} cores: more than the {cpus} CPUs of the machine running it")
         elif s.metric == "interrupts_per_s" and s.value > MAX_INTERRUPTS_PER_CPU * cpus:
             problems.append(f"interrupts_per_s{_where(s)} = {s.value:.3g}: more than {MAX_INTERRUPTS_PER_CPU:.0e} a "
                             f"second for each of {cpus} CPUs, more than a CPU can take")
