@@ -86,9 +86,10 @@ def netns_names() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
-def uml_pids(prefix: str) -> list[int]:
-    """The host processes of the run's User-Mode Linux guests."""
-    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-"], capture_output=True, text=True).stdout
+def guest_pids(prefix: str) -> list[int]:
+    """The host processes of the run's guests: User-Mode Linux kernels, qemu and its file servers."""
+    out = subprocess.run(["pgrep", "-f", f"umid={prefix}-|qemu-system-x86_64 -name {prefix}-|virtiofsd "
+                                        f"--socket-path=[^ ]*/{prefix}/"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
@@ -99,7 +100,7 @@ def clean_after_kill(prefix: str, state_dir: Path) -> None:
     removed, running = ledger.clean()
     assert prefix not in running and any(prefix in r for r in removed)
     time.sleep(0.5)
-    assert not uml_pids(prefix)
+    assert not guest_pids(prefix)
     assert not [n for n in netns_names() if n.startswith(prefix)]
     assert not (state_dir / prefix).exists()
     assert not [p for p in os.listdir("/dev/shm") + os.listdir("/tmp") if prefix in p]

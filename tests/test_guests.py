@@ -13,7 +13,7 @@ import pytest
 from vnetbench.system import ledger
 from vnetbench.guests import kind_class
 from vnetbench.guests.base import Fleet, GuestError
-from conftest import clean_after_kill, uml_pids, netns_names
+from conftest import clean_after_kill, guest_pids, netns_names
 
 pytestmark = [pytest.mark.net,
               pytest.mark.skipif(not kind_class("uml").support().ok, reason="User-Mode Linux not installed")]
@@ -40,7 +40,7 @@ def test_two_guests_boot_talk_and_leave_nothing(state_dir):
             assert 10 < fleet.memory_mb(g) < 200  # a bound, not the benchmark figure (bench/guests.py)
     finally:
         fleet.teardown()
-    assert not uml_pids(led.prefix)
+    assert not guest_pids(led.prefix)
     assert fleet.netns not in netns_names()
     led.remove_all()
 
@@ -56,7 +56,7 @@ def test_a_guest_that_does_not_come_up_fails_with_its_console(state_dir, monkeyp
             fleet.boot()
     finally:
         fleet.teardown()
-    assert not uml_pids(led.prefix)
+    assert not guest_pids(led.prefix)
     led.remove_all()
 
 
@@ -72,9 +72,9 @@ def test_kill_9_then_clean_removes_every_guest_process_tap_and_file(state_dir, w
         assert child.stdout.readline().strip() == "up"
     else:
         deadline = time.monotonic() + 20
-        while len(uml_pids(prefix)) < 2 and time.monotonic() < deadline:
+        while len(guest_pids(prefix)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert uml_pids(prefix)
+    assert guest_pids(prefix)
     child.send_signal(signal.SIGKILL)
     child.wait()
     clean_after_kill(prefix, state_dir)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import clean_after_kill, uml_pids, netns_names
+from conftest import clean_after_kill, guest_pids, netns_names
 from vnetbench.system import ledger
 from vnetbench.capabilities import detect
 from vnetbench.guests import kind_class
@@ -137,7 +137,7 @@ def test_ipsec_and_ovs_run_in_per_host_guests(state_dir):
                 topo.teardown()
     finally:
         site.close()
-    assert not uml_pids(led.prefix)
+    assert not guest_pids(led.prefix)
     assert not [n for n in netns_names() if n.startswith(led.prefix)]
     led.remove_all()
 

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shlex
+import signal
 import stat
 import subprocess
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import netns_names, vnetbench
+from conftest import clean_after_kill, guest_pids, netns_names, start_run, vnetbench
 from test_hosts import SPEC, shown
 from vnetbench import hosts
 from vnetbench.build.topology import PLAN_PREFIX, Topology
@@ -270,3 +271,42 @@ def test_the_qemu_guest_has_its_own_kernel_modules_and_agent(booted):
     assert 50 < fleet.memory_mb(g) < 600
     # `ip netns exec` became qemu itself, with exactly the command line argv() gives (what plan can show)
     assert Path(f"/proc/{g.pid}/cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in fleet.kind.argv(fleet, g)]
+
+
+@pytest.mark.net
+@QEMU
+def test_kill_9_of_a_run_while_its_qemu_guest_boots_then_clean_leaves_nothing(tmp_path, state_dir):
+    """`vnetbench run` killed while its qemu VM boots (qemu started, the guest not up yet), then `clean`: no qemu or
+    virtiofsd process, tap, namespace, file or cgroup of the run is left."""
+    path = tmp_path / "boot.yaml"
+    path.write_text(SPEC.format(extra=LEVEL))
+    db = tmp_path / "boot.db"
+    run = start_run(path, db)
+    prefix = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            prefix = prefix or _run_prefix(state_dir)
+            if prefix and subprocess.run(["pgrep", "-f", f"qemu-system-x86_64 -name {prefix}-"],
+                                         capture_output=True).returncode == 0:
+                break
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.05)
+        else:
+            pytest.fail("the run's qemu guest did not start within 60 s")
+        up = [c for c in (state_dir / prefix).rglob("console.log") if qemu.UP_MARK.encode() in c.read_bytes()]
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.communicate()
+    assert not up, "the guest came up before the kill: not a kill during boot"
+    assert guest_pids(prefix)  # qemu (and virtiofsd) outlived their run: clean is what removes them
+    clean_after_kill(prefix, state_dir)
+    assert not guest_pids(prefix)
+
+
+def _run_prefix(state_dir: Path) -> str | None:
+    """The prefix of the run whose ledger holds a guest (the capability probe's scratch ledgers have none)."""
+    for d in state_dir.glob("vb*"):
+        if (d / "objects.jsonl").exists() and '"guest:' in (d / "objects.jsonl").read_text(errors="replace"):
+            return d.name
+    return None

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import clean_after_kill, uml_pids, netns_names, start_run, trial_rows
+from conftest import clean_after_kill, guest_pids, netns_names, start_run, trial_rows
 from vnetbench.guests import kind_class, vms
 from vnetbench.hosts.namespaces import NamespacesPlacement
 from vnetbench.experiment.matrix import expand
@@ -105,7 +105,7 @@ def test_kill_9_while_a_guest_vm_carries_traffic_then_clean_leaves_nothing(tmp_p
         deadline, prefix = time.monotonic() + 90, None
         while time.monotonic() < deadline:  # the guest is up and iperf3 runs into it: its server listens there
             prefix = prefix or _prefix(db)  # the run's (the capability probe's scratch ledger comes first)
-            if prefix and uml_pids(prefix) and f"{prefix}-h2" in netns_names():
+            if prefix and guest_pids(prefix) and f"{prefix}-h2" in netns_names():
                 guest_iperf = subprocess.run(["pgrep", "-f", "iperf3 -c 10.101.0.2"], capture_output=True).returncode
                 if guest_iperf == 0:
                     break
@@ -192,4 +192,4 @@ def test_vm_to_vm_ipsec_runs_in_the_guest_vms_kernels_esp_on_the_wire_never_clea
     finally:
         guests.close()
         ledger.remove_all()
-    assert not uml_pids(ledger.prefix) and not [n for n in netns_names() if n.startswith(ledger.prefix)]
+    assert not guest_pids(ledger.prefix) and not [n for n in netns_names() if n.startswith(ledger.prefix)]
