@@ -26,7 +26,23 @@ class Document:
     lines: dict[tuple, int]    # key path -> line number (paths through an alias stop at the alias)
 
 
-class _Loader(yaml.SafeLoader):
+try:  # libyaml's parser, with PyYAML's composer (whose compose_node records where each node was written)
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.cyaml import CParser
+    from yaml.resolver import Resolver
+
+    class _Base(Composer, CParser, SafeConstructor, Resolver):
+        def __init__(self, text: str):
+            CParser.__init__(self, text)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+except ImportError:  # PyYAML built without libyaml: the same in pure Python, about 3x slower
+    _Base = yaml.SafeLoader  # type: ignore[misc,assignment]
+
+
+class _Loader(_Base):
     def __init__(self, text: str, kind: str = "a spec"):
         super().__init__(text)
         self.kind = kind                     # what the file is, for the messages: "a spec", "a testbed file"

@@ -498,7 +498,7 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     w = widths[0]
     if len({ln[0] if len(ln[0]) <= w else ln[0][:w - 1] for ln in lines}) < len({ln[0] for ln in lines}):
         # cutting the labels' ends would make rows alike: cut each level in its middle instead
-        short = _abbreviated(parts, widths[0] - max((len(r.tag) + 3 if r.tag else 0) for r in rows_))
+        short = _abbreviated(parts, widths[0], [len(r.tag) + 3 if r.tag else 0 for r in rows_])
         for line, r, part in zip(lines, rows_, short):
             line[0] = "/".join(part) + (f" [{r.tag}]" if r.tag else "")
     for n, w in zip(names, widths):
@@ -509,21 +509,29 @@ def _compact_table(name: str, rows_: list[Row], differs: list[str], cols: list[s
     return table
 
 
-def _abbreviated(parts: list[list[str]], width: int) -> list[list[str]]:
-    """Each row's levels, the longest level first cut in its middle (`tcp…m-4`) to the fewest characters that still
-    tell its distinct values apart, until the labels fit `width` or no level can be cut further."""
+def _abbreviated(parts: list[list[str]], width: int, tags: list[int] | None = None) -> list[list[str]]:
+    """Each row's levels, cut in their middle (`tcp…m-4`) to the fewest characters that still tell a level's distinct
+    values apart, until every label (with its row's tag, `tags` characters) fits `width`. The level cut first is the
+    longest in a row that does not fit, and a cut that shortens no such row is not made: a row that fits keeps its
+    levels whole."""
     parts = [list(p) for p in parts]
+    tags = tags or [0] * len(parts)
     todo = set(range(len(parts[0]))) if parts else set()
-    while todo and max(len("/".join(p)) for p in parts) > width:
-        i = max(todo, key=lambda c: max(len(p[c]) for p in parts))
+
+    def length(k: int) -> int:
+        return len("/".join(parts[k])) + tags[k]
+    while todo and (over := [k for k in range(len(parts)) if length(k) > width]):
+        i = max(todo, key=lambda c: max(len(parts[k][c]) for k in over))
         todo.discard(i)
         values = sorted({p[i] for p in parts})
-        over = max(len("/".join(p)) for p in parts) - width  # cut no more than the labels need
-        for k in range(max(3, max(map(len, values)) - over - 1), max(map(len, values))):
-            short = {v: _middle(v, k) for v in values}
+        need = max(length(k) for k in over) - width  # cut no more than the labels need
+        longest = max(len(parts[k][i]) for k in over)
+        for keep in range(max(3, longest - need - 1), longest):
+            short = {v: _middle(v, keep) for v in values}
             if len(set(short.values())) == len(values):
-                for p in parts:
-                    p[i] = short[p[i]]
+                if any(len(short[parts[k][i]]) < len(parts[k][i]) for k in over):
+                    for p in parts:
+                        p[i] = short[p[i]]
                 break
     return parts
 
