@@ -29,6 +29,7 @@ def group_of(nodeid: str) -> str:
     return "loopback" if name in LOOPBACK_MODULES else SHARED_FIXTURE.get(name, name)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (-p no:xdist) it is not called
 def pytest_xdist_make_scheduler(config, log):
     """With pytest-xdist's `--dist loadgroup` (what install.sh test runs, `-n 2`), a group runs whole on one worker,
     like --dist loadfile: module-scoped fixtures (the SSH lab) and the S1 smoke campaign are made once; the loopback
