@@ -196,7 +196,7 @@ def test_an_unknown_host_backend_is_one_line_and_exit_2():
                      check=False)
     assert proc.returncode == 2 and not proc.stdout
     assert proc.stderr.strip().splitlines() == [
-        "error: VNETBENCH_HOSTS: no host backend 'nope'; known: guest, guest-per-host, namespaces, testbed"]
+        "error: VNETBENCH_HOSTS: no host backend 'nope'; known: guest, guest-per-host, namespaces, qemu, testbed"]
 
 
 @UML

@@ -40,7 +40,8 @@ TOPOLOGY_FACTORS = {
     "hops": "routers between the two hosts: 0 = one link; N = N router namespaces, hosts in different subnets",
     "kernel": "shared (every host and VM on this machine's kernel) or guest (they run in a guest with its own "
               "kernel, User-Mode Linux here, which has the datapaths this kernel may lack), or guest-per-host (each "
-              "emulated host is a guest of its own, its VMs namespaces inside it)",
+              "emulated host is a guest of its own, its VMs namespaces inside it), or qemu (each emulated host a "
+              "qemu guest with Debian's cloud kernel, whose WireGuard, OVS kernel datapath and tunnels run in it)",
     "vm_kernel": "shared (VMs are namespaces of the hosts' kernel) or guest (each VM a guest with its own kernel, "
                  "CPU counters and xfrm, on a tap into its host's switch), or a guest kind's name (uml); {type: "
                  "guest, kind: uml, pairs: [..], side: client|server|both} makes only those VMs guests",
@@ -57,7 +58,7 @@ CHOICES = {
     "ip_version": (4, 6),
     "encryption_scope": ("vm-to-vm", "host-to-host"),
     "mtu_policy": ("lower-vm", "raise-underlay"),
-    "kernel": ("shared", "guest", "guest-per-host"),
+    "kernel": ("shared", "guest", "guest-per-host", "qemu"),
 }
 
 

@@ -11,8 +11,9 @@ host's namespace protects its tunnels), host-to-host IPv6. Daemons' files (OVS d
 batches with keys) are written into each guest's own /run over SSH, like a testbed host's.
 
 What stays in the single-guest mode (`kernel: guest`), and why: routers between the hosts (`hops`; a router would be
-one more guest, or a namespace on the segment, neither built yet). WireGuard runs in neither: the guest's kernel has
-no wireguard device, and wireguard-go is refused by the guest probe (guests/probe.py).
+one more guest, or a namespace on the segment, neither built yet). WireGuard runs in neither with UML guests: their
+kernel has no wireguard device, and wireguard-go is refused by the guest probe (guests/probe.py); qemu host guests
+(`kernel: qemu`, hosts/qemu_per_host.py) have it in their cloud kernel.
 """
 from __future__ import annotations
 

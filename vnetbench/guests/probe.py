@@ -39,12 +39,13 @@ def support(kind: str = DEFAULT_KIND):
     return kind_class(kind).support()
 
 
-def why_not_per_host(sc) -> str | None:
-    """Why a scenario cannot run with one guest per host (None: it can)."""
+def why_not_per_host(sc, kind: str = DEFAULT_KIND) -> str | None:
+    """Why a scenario cannot run with one guest of this kind per host (None: it can), from what that kind's kernel
+    offers (a qemu guest's cloud kernel has WireGuard, a UML guest's has not)."""
     if sc.levels.get("hops", 0):
         return "routers between host guests are not built yet (kernel: guest runs them)"
     if sc.labels.get("encryption", "").split("(")[0] == "wireguard":
-        caps = capabilities()
+        caps = capabilities(kind)
         kernel, go = (caps.kernel.get("wireguard"), caps.tools.get("wireguard-go")) if caps else (None, None)
         if not (kernel and kernel.ok) and not (go and go.ok):
             return (f"WireGuard: the guest's kernel has no wireguard device ({kernel.detail if kernel else 'not probed'})"

@@ -107,8 +107,9 @@ def notes(accel: Accel, vhost: bool) -> tuple[str, ...]:
     """What a reader of a qemu guest's rows must know."""
     out = []
     if accel.name == "tcg":
-        out.append(f"qemu-tcg: the guest VMs' CPU is emulated by TCG ({accel.reason}): their figures are an emulated "
-                   f"CPU's timing, never to be compared as like for like with a KVM row or a VM of another kind")
+        # the kind's guests may be VMs (vm_kernel) or the hosts (kernel: qemu): the note names neither
+        out.append(f"qemu-tcg: the qemu guests' CPU is emulated by TCG ({accel.reason}): their figures are an emulated "
+                   f"CPU's timing, never to be compared as like for like with a KVM row or a guest of another kind")
     if not vhost:
         out.append("qemu: no /dev/vhost-net here: virtio-net's data path is qemu's own userspace loop")
     return tuple(out)

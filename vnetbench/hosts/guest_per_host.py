@@ -1,9 +1,12 @@
 """`kernel: guest-per-host`: each emulated host is a guest with its own kernel (guests/hostsite.py), reached over SSH
-like a testbed host; its VMs are namespaces inside it. The placement is the testbed's, on hosts that are the run's
+like a testbed host; its VMs are namespaces inside it. The guests are of one kind (`kind`: UML here; a subclass
+serving another level names another, e.g. hosts/qemu_per_host.py), whose probed kernel checks the scenario. The placement is the testbed's, on hosts that are the run's
 own (their NIC moves into the host's namespace, as with emulated hosts); `plan` shows the guests' boot as a step and
 their executors without booting them.
 """
 from __future__ import annotations
+
+from functools import partial
 
 from ..guests import DEFAULT_KIND
 from ..guests import probe as guest_probe
@@ -16,9 +19,9 @@ from .lab.placement import TestbedPlacement
 
 
 class HostGuestsPlacement(TestbedPlacement):
-    def __init__(self, site: GuestHostSite, boot: str = ""):
+    def __init__(self, site: GuestHostSite, boot: str = "", level: str = "guest-per-host"):
         super().__init__(site)
-        self.boot = boot
+        self.boot, self.level = boot, level  # level: the `kernel` level it serves, as describe names it
 
     def arrange(self, topo, waves):
         """A machine's batches (its namespaces, the veths into them) ahead of its host's in each wave: the host's
@@ -33,7 +36,7 @@ class HostGuestsPlacement(TestbedPlacement):
             topo.call("h1", self.boot, lambda: None)
 
     def describe(self, topo) -> list[str]:
-        return [f"kernel: guest-per-host: each host is a guest of the run "
+        return [f"kernel: {self.level}: each host is a guest of the run "
                 f"({topo.sc.implementation.get('kernel', 'guest')}), reached over SSH; it runs its batches below as one script (then pings its pairs' servers), "
                 f"all hosts at once"]
 
@@ -45,6 +48,7 @@ class GuestPerHost(Backend):
 
     name = "guest-per-host"
     kernel = "guest-per-host"
+    kind = DEFAULT_KIND  # the guest kind of every host guest (guests.kind_class)
 
     def __init__(self, ledger=None, testbed=None):
         super().__init__(ledger, testbed)
@@ -54,18 +58,24 @@ class GuestPerHost(Backend):
     def refuse(cls, sc, caps) -> str | None:
         if why := vms.decide(sc):
             return why
-        guest = guest_probe.capabilities()
+        # the kind's support first: the probe's answer is kept for the process, what is installed may change
+        if not (sup := guest_probe.support(cls.kind)).ok:
+            return f"kernel {cls.kernel}: {sup.reason}"
+        guest = guest_probe.capabilities(cls.kind)
         if guest is None:
-            return (f"kernel {sc.levels['kernel']}: "
-                    f"{guest_probe.support().reason or 'a guest did not boot (see vnetbench doctor)'}")
-        if why := guest_probe.why_not_per_host(sc):
-            return f"kernel guest-per-host: {why}"
+            return f"kernel {cls.kernel}: a guest did not boot (see vnetbench doctor)"
+        if why := guest_probe.why_not_per_host(sc, cls.kind):
+            return f"kernel {cls.kernel}: {why}"
         sc.implementation["kernel"] = guest.tools["kernel"].detail + " per host"
         return None
 
     @classmethod
     def capabilities(cls, sc, caps):
-        return guest_probe.capabilities()
+        return guest_probe.capabilities(cls.kind)
+
+    def notes(self, sc) -> list[str]:
+        """What a reader of its rows must know of the guests' kind (a TCG guest's emulated CPU)."""
+        return list(guest_probe.support(self.kind).notes)
 
     def wants_guests(self, sc) -> bool:
         return True
@@ -73,9 +83,9 @@ class GuestPerHost(Backend):
     def has_guests(self) -> bool:
         return self.site is not None
 
-    @staticmethod
-    def boot_text(n: int) -> str:
-        return (f"boot (or reuse) {n} {DEFAULT_KIND} host guests h1..h{n} ({MEM_MB} MB each) on one "
+    @classmethod
+    def boot_text(cls, n: int) -> str:
+        return (f"boot (or reuse) {n} {cls.kind} host guests h1..h{n} ({MEM_MB} MB each) on one "
                 f"underlay segment")
 
     def open(self, sc) -> Placement:
@@ -83,15 +93,15 @@ class GuestPerHost(Backend):
             self.close()
         if self.site is None:
             try:
-                self.site = GuestHostSite(self.ledger, sc.hosts, DEFAULT_KIND,
-                                          why_not=guest_probe.why_not_per_host)
+                self.site = GuestHostSite(self.ledger, sc.hosts, self.kind,
+                                          why_not=partial(guest_probe.why_not_per_host, kind=self.kind))
             except GuestError as exc:
                 raise Unavailable(f"guest did not come up: {exc}") from None
-        return HostGuestsPlacement(self.site, self.boot_text(self.site.hosts))
+        return HostGuestsPlacement(self.site, self.boot_text(self.site.hosts), self.kernel)
 
     def plan(self, sc) -> Placement:
-        site = GuestHostSite(None, sc.hosts, DEFAULT_KIND, plan=True)
-        return HostGuestsPlacement(site, self.boot_text(sc.hosts))
+        site = GuestHostSite(None, sc.hosts, self.kind, plan=True)
+        return HostGuestsPlacement(site, self.boot_text(sc.hosts), self.kernel)
 
     def close(self) -> None:
         if self.site is not None:

@@ -248,6 +248,9 @@ def for_trial(sc, topo, wl, site=None) -> tuple[ProfileProbe | None, str | None]
     if sc.levels.get("kernel") in ("guest", "guest-per-host"):
         return None, ("the hosts run inside a User-Mode Linux guest, whose kernel is one stripped process of this "
                       "machine: its CPU cannot be attributed to mechanisms")
+    if sc.levels.get("kernel") == "qemu":
+        return None, ("the hosts run inside qemu guests, whose kernels this machine's profiler does not see (it sees "
+                      "qemu's own threads): their CPU cannot be attributed to mechanisms")
     if site is not None:
         return None, "the profiler runs on this machine only; a testbed's hosts are not profiled"
     if why := unavailable():
