@@ -45,9 +45,11 @@ def scenario(extra: str = "", caps=None):
     return sc
 
 
-def shown(steps, prefix: str = PLAN_PREFIX, work: str = PLAN_WORK) -> list[tuple]:
-    """Steps as plain data, with the run's prefix, work directory and MACs' prefix digits as plan shows them."""
+def shown(steps, prefix: str = PLAN_PREFIX, work: str | None = None) -> list[tuple]:
+    """Steps as plain data, with the run's prefix, work directory and MACs' prefix digits as plan shows them (a
+    plan's own work directory is under the state directory a test may have set)."""
     p, q = prefix[2:6], PLAN_PREFIX[2:6]
+    work = work or str(Ledger(PLAN_PREFIX).work)
 
     def norm(text: str) -> str:
         return text.replace(work, PLAN_WORK).replace(prefix, PLAN_PREFIX).replace(f"{p[:2]}:{p[2:]}:", f"{q[:2]}:{q[2:]}:")

@@ -106,6 +106,8 @@ def _measure(sc, topo) -> dict[str, list[float]]:
             if s.metric in ("rtt_s", "ping_loss_ratio") or (s.metric == "throughput_bps"
                                                              and s.metadata.get("direction") == "forward"):
                 out.setdefault(s.metric, []).append(s.value)
+            elif s.metric == "hypervisor_cpu_ratio":  # this machine's CPU for each host guest, its own scope
+                out.setdefault(f"hypervisor {s.metadata['vm']} {s.metadata['part']}", []).append(s.value)
     return out
 
 
@@ -151,6 +153,9 @@ def test_a_vxlan_pair_across_two_qemu_host_guests(booted):
     print(f"\nVXLAN pair: TCP {got['throughput_bps'][0] / 1e6:.0f} Mbit/s, RTT median "
           f"{sorted(got['rtt_s'])[len(got['rtt_s']) // 2] * 1e3:.2f} ms")
     assert got["throughput_bps"][0] > 1e6 and got["ping_loss_ratio"] == [0.0] and len(got["rtt_s"]) == 5
+    for h in ("h1", "h2"):  # each host guest's emulator worked while the pair's traffic crossed it
+        assert all(0 < v <= os.cpu_count() * 1.1 for v in got[f"hypervisor {h} vcpu"]), got
+        assert all(v <= a + 1e-6 for v, a in zip(got[f"hypervisor {h} vcpu"], got[f"hypervisor {h} all"]))
 
 
 @pytest.mark.net

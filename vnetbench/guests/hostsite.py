@@ -20,12 +20,14 @@ from __future__ import annotations
 import shlex
 import shutil
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 from ..hosts.lab import clean as lab_clean
 from ..hosts.lab import testbed as tb
 from ..hosts.lab.site import HostProbe, TestbedSite
 from ..hosts.steps import PLAN_PREFIX
+from ..probes.hypervisor import HypervisorProbe
 from ..probes.interfaces import InterfaceProbe
 from ..probes.procstat import SystemProbe
 from ..system.executor import _COPIED
@@ -152,7 +154,9 @@ class GuestHostSite(TestbedSite):
             name, machine = self.name(h.label), self.executor(h.label)
             out += [HostProbe(SystemProbe(machine, interval=None), name),
                     HostProbe(InterfaceProbe(h.exec, interval=None), name)]  # the NIC is in the host's namespace
-        return out
+        # what running each host guest costs this machine (its emulator's processes, read here, not over SSH)
+        guests = [self.fleet.guests[h.label] for h in topo.hosts if h.label in self.fleet.guests]
+        return out + [HypervisorProbe({g.label: partial(self.fleet.kind.host_cpu, self.fleet, g) for g in guests})]
 
     def environment(self) -> dict:
         return {h.name: {"nic": h.nic, "address": h.address, **h.facts} for h in self.bed.hosts}

@@ -33,7 +33,7 @@ class HostGuestsPlacement(TestbedPlacement):
 
     def prelude(self, topo) -> None:
         if self.boot:
-            topo.call("h1", self.boot, lambda: None)
+            topo.call("h1", self.boot, lambda: None, self.site.fleet.shown_boot())
 
     def describe(self, topo) -> list[str]:
         return [f"kernel: {self.level}: each host is a guest of the run "
