@@ -204,6 +204,9 @@ def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
     sc.notes.append(f"offloads {sc.labels['offloads']}: set with ethtool -K on every device the run creates (VM NICs, "
                     f"the hosts' VM ports, bridges, tunnel devices, the emulated underlay), read back before each trial "
                     f"(build/offloads.py)")
+    if sc.implementation.get("switch", "").startswith("ovs") and sc.levels["attach"] == "switch":
+        sc.notes.append("offloads: the devices Open vSwitch makes itself (its bridges' ports, its tunnel vports) keep "
+                        "the kernel's defaults")
     return None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..build.offloads import Refused
 from ..build.topology import BuildError, Topology
@@ -503,7 +504,8 @@ class Campaign:
             if isinstance(exc, Refused):  # a device refused the offloads asked: what the level names cannot be had
                 self.outcome.scenarios_runnable -= 1
                 self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
-                self.r.console.print(f"[yellow]scenario {sc.index} ({sc.key}) skipped:[/] {exc}", highlight=False)
+                self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
+                                     highlight=False)  # escaped: ethtool's `[fixed]` is no markup
                 return None
             self.outcome.scenarios_failed += 1
             self.store.set_scenario(self.cid, sc.index, "failed", f"build failed: {exc}")
