@@ -108,13 +108,16 @@ def add_steps(topo) -> None:
     for node, devs in targets(topo).items():
         ex = topo.executor(node)
         argvs = [["ethtool", "-K", dev, *args] for dev in devs]
-        topo.call(node, f"offloads {shown} on {node}'s {len(devs)} devices of the run (ethtool -K), then read back "
-                        f"(ethtool -k): a device that refuses skips the scenario",
+        topo.call(node, f"offloads {shown} on {node}: ethtool -K on the {len(devs)} device{'s' * (len(devs) != 1)} "
+                        f"the run made there, then ethtool -k reads them back (a device that refuses skips the "
+                        f"scenario)",
                   lambda ex=ex, argvs=argvs, node=node: _set(ex, argvs, node, want),
                   [shlex.join(ex.wrap(a)) for a in argvs])
 
 
 def _set(ex: Executor, argvs: list[list[str]], node: str, want: dict[str, str]) -> None:
+    """Each device's `ethtool -K`, then one read-back of them all: Refused names what is not as asked (and what
+    ethtool said), at most three devices."""
     said = []
     for argv in argvs:
         got = ex.run(argv, check=False, timeout=30)
@@ -122,8 +125,9 @@ def _set(ex: Executor, argvs: list[list[str]], node: str, want: dict[str, str]) 
             said.append(f"{argv[2]}: {' '.join((got.stderr or got.stdout).split())[:200]}")
     wrong = differences(want, {node: read(ex, [a[2] for a in argvs])})
     if wrong or said:
-        raise Refused("offloads " + label(want) + ": " + "; ".join(wrong or said)
-                      + (f" (ethtool -K said: {'; '.join(said)})" if wrong and said else ""))
+        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        why = f"not in force: {'; '.join(wrong[:3])}{more}" if wrong else "in force, but ethtool -K failed"
+        raise Refused(f"offloads {label(want)}: {why}" + (f" (ethtool -K said: {'; '.join(said[:3])})" if said else ""))
 
 
 def read(ex: Executor, devs: list[str]) -> dict[str, dict[str, str]]:
