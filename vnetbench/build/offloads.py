@@ -3,12 +3,12 @@ that `plan` prints and `run` executes; `ethtool -k` reads back what is in force,
 refuses skips the scenario) and again right before every trial's measurement (stored with the trial).
 
 Which devices. Linux decides segmentation and receive coalescing device by device:
-- TSO/GSO: TCP builds 64 KB super-packets when its route's device has (software) GSO, and each device further on cuts
-  them in software just before its own transmit only if it lacks what they need (validate_xmit_skb). veth, bridge
-  and vxlan devices all have GSO, so with the defaults a super-packet crosses the VM's veth, the bridge and the vxlan
-  device whole, is encapsulated whole, and is cut (if at all) at the underlay NIC. Turning segmentation off on the VM
-  NIC alone makes the VM send MTU-sized packets all the way; on the underlay alone, the VM, bridge and tunnel would
-  still carry super-packets.
+- TSO/GSO: TCP always hands its device super-packets of up to 64 KB (GSO is always on for TCP); a device cuts them in
+  software just before its own transmit when its features lack what they need (validate_xmit_skb), and what is cut
+  stays cut. veth, bridge and vxlan devices all have GSO, so with the defaults a super-packet crosses the VM's veth,
+  the bridge and the vxlan device whole, is encapsulated whole, and is cut (if at all) at the underlay NIC. With
+  segmentation off on the VM NIC alone, its packets are MTU-sized from there on; on the underlay alone, the VM,
+  bridge and tunnel would still carry super-packets.
 - GRO: it runs where a device receives through NAPI or gro_cells: a vxlan device coalesces the inner packets it
   decapsulates (gro_cells, unless its gro is off); a veth only in its NAPI mode (gro on, off by default); a bridge never
   by itself: it forwards what its ports hand it. With gro off on the VM NIC and the underlay only, the receiving
@@ -18,9 +18,11 @@ Which devices. Linux decides segmentation and receive coalescing device by devic
 So a level applies to every device the traffic crosses, not only to the VM NIC and the underlay: in a run's topology
 that is every device the run creates (VM NICs, the hosts' VM ports, bridges, tunnel devices, the emulated underlay NIC,
 routers' links), read off its own `ip link add` lines (both ends of a veth), plus a guest VM's NIC, which its guest's
-kernel makes inside a VM of the run. A device the run did not create is never changed: a testbed host's NIC (or an
-SR-IOV function of it), a guest host's own NIC (`kernel: guest-per-host`), the devices Open vSwitch makes itself.
-Teardown deletes the run's namespaces, and every device with them: nothing is restored.
+kernel makes inside a VM of the run. Devices no line of the run makes are never changed: a testbed host's NIC (or an
+SR-IOV function of it), a guest host's own NIC (`kernel: guest-per-host`), and the devices a daemon makes itself (Open
+vSwitch's bridge and tunnel devices, wireguard-go's and strongSwan's TUN devices: no line names them); the scenario's
+notes say so (experiment/matrix.py, hosts/). Teardown deletes the run's namespaces, and every device with them:
+nothing is restored.
 
 A device that refuses a level (`ethtool -K` says "Could not change any device features", or a feature stays as it
 was, e.g. `off [fixed]`) skips the scenario with the reason (Refused): run anyway, its rows would be labelled with

@@ -204,9 +204,13 @@ def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
     sc.notes.append(f"offloads {sc.labels['offloads']}: set with ethtool -K on every device the run creates (VM NICs, "
                     f"the hosts' VM ports, bridges, tunnel devices, the emulated underlay), read back before each trial "
                     f"(build/offloads.py)")
-    if sc.implementation.get("switch", "").startswith("ovs") and sc.levels["attach"] == "switch":
-        sc.notes.append("offloads: the devices Open vSwitch makes itself (its bridges' ports, its tunnel vports) keep "
-                        "the kernel's defaults")
+    impl = sc.implementation
+    makers = [who for who, made in (("Open vSwitch", impl.get("switch", "").startswith("ovs")),
+                                    ("wireguard-go", "wireguard-go" in impl.get("encryption", "")),
+                                    ("strongSwan's libipsec", "libipsec" in impl.get("encryption", ""))) if made]
+    if makers:  # made by a daemon, not by a line of the run's: build/offloads.py cannot name them
+        sc.notes.append(f"offloads: the devices {' and '.join(makers)} make{'s' * (len(makers) == 1)} "
+                        f"{'itself' if len(makers) == 1 else 'themselves'} keep the kernel's defaults")
     return None
 
 
