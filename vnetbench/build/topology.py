@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from .. import datapaths
+from . import offloads
 from ..capabilities import local_installed
 from ..core.scenario import Scenario
 from ..datapaths.base import BuildError, Tunnel
@@ -52,6 +53,7 @@ class Topology:
         self.pairs: list[Pair] = []
         self.steps: list[Step] = []
         self.executed: list[Step] = []  # the steps as they were run, in order (plan prints the same: tests compare)
+        self.vm_nics: list[tuple[str, str]] = []  # (VM label, its NIC) as vm_address was given them
         self.daemons: dict[str, subprocess.Popen] = {}
         self._records: list[tuple[str, str, str]] = []
         self._built = False
@@ -279,6 +281,7 @@ class Topology:
         els["attach"].build(self)
         els["overlay"].build(self)
         els["encryption"].build(self)
+        offloads.add_steps(self)  # last: on every device the steps above create
         return self
 
     def underlay_address(self, host: str, dev: str) -> None:
@@ -287,6 +290,7 @@ class Topology:
         self.placement.underlay_address(self, host, dev)
 
     def vm_address(self, vm: Node, dev: str) -> None:
+        self.vm_nics.append((vm.label, dev))
         self.ip(vm.label, f"link set {dev} mtu {self.sc.vm_mtu} up",
                 f"addr add {vm.v4}/16 dev {dev}", f"addr add {vm.v6}/64 dev {dev} nodad",
                 *self._peer_neighbours(vm, dev))

@@ -45,13 +45,15 @@ TOPOLOGY_FACTORS = {
     "vm_kernel": "shared (VMs are namespaces of the hosts' kernel) or guest (each VM a guest with its own kernel, "
                  "CPU counters and xfrm, on a tap into its host's switch), or a guest kind's name (uml); {type: "
                  "guest, kind: uml, pairs: [..], side: client|server|both} makes only those VMs guests",
+    "offloads": "on (the kernel's defaults: nothing changed) or a mapping of offloads to on/off, e.g. {tso: off, gso: "
+                "off, gro: off}, set with ethtool -K on every device the run creates (build/offloads.py)",
 }
 NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
 DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
-    "hops": 0, "kernel": "shared", "vm_kernel": "shared",
+    "hops": 0, "kernel": "shared", "vm_kernel": "shared", "offloads": "on",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host", "spread", "pack"),
@@ -82,6 +84,57 @@ def placement_problem(level: Any) -> str | None:
     return None
 
 
+# The offloads an `offloads` level may name: short name -> (its `ethtool -K` keyword, the feature `ethtool -k` shows).
+OFFLOADS = {"tso": ("tso", "tcp-segmentation-offload"), "gso": ("gso", "generic-segmentation-offload"),
+            "gro": ("gro", "generic-receive-offload"), "lro": ("lro", "large-receive-offload"),
+            "tx": ("tx", "tx-checksumming"), "rx": ("rx", "rx-checksumming"), "sg": ("sg", "scatter-gather"),
+            **{n: (n, n) for n in ("tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation")}}
+OFFLOADS_FIX = "write on (the kernel's defaults) or a mapping such as {tso: off, gso: off, gro: off}"
+
+
+def _on_off(value: Any) -> str | None:
+    """'on'/'off' from YAML's true/false (an unquoted on or off) or the words; None for anything else."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value if value in ("on", "off") else None
+
+
+def offloads_level(level: Any) -> Any:
+    """An `offloads` level in one spelling: 'on', or {feature: 'on'|'off'} (YAML reads on/off as true/false). A level
+    that is not valid is returned as written, for offloads_problem to name."""
+    if _on_off(level) == "on":
+        return "on"
+    if isinstance(level, dict) and not offloads_problem(level):
+        return {k: _on_off(v) for k, v in level.items()}
+    return level
+
+
+def offloads_problem(level: Any) -> str | None:
+    """What is wrong with an `offloads` level, or None."""
+    if isinstance(level, dict):
+        if not level:
+            return f"an empty mapping changes nothing: {OFFLOADS_FIX}"
+        for k, v in level.items():
+            if k not in OFFLOADS:
+                return f"{one_line(repr(k))} is not an offload vnetbench sets; allowed: {', '.join(OFFLOADS)}"
+            if _on_off(v) is None:
+                return f"{k}: {one_line(repr(v))} is not allowed; write on or off"
+        return None
+    if _on_off(level) == "on":
+        return None
+    if _on_off(level) == "off":
+        return f"off alone does not say which offloads: {OFFLOADS_FIX}"
+    return f"{one_line(repr(level))} is not allowed; {OFFLOADS_FIX}"
+
+
+def offloads_label(level: dict) -> str:
+    """{tso: off, gso: off, gro: on} -> 'tso/gso off + gro on' (the features of each value, in the order written)."""
+    by_value: dict[str, list[str]] = {}
+    for k, v in level.items():
+        by_value.setdefault(str(v), []).append(str(k))
+    return " + ".join(f"{'/'.join(names)} {value}" for value, names in by_value.items())
+
+
 def as_list(value: Any) -> list[Any]:
     """A factor's levels: a list as written, or the one level."""
     return list(value) if isinstance(value, list) else [value]
@@ -90,6 +143,8 @@ def as_list(value: Any) -> list[Any]:
 def label(level: Any) -> str:
     """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
+    if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
+        return one_line(offloads_label(level))  # an `offloads` mapping
     if isinstance(level, dict):
         rest = [str(v) for k, v in level.items() if k != "type"]
         return one_line(f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type")))

@@ -184,7 +184,34 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
         sc.implementation[kind] = avail.implementation
         sc.notes += list(avail.notes)
+    if reason := _offloads(sc, caps):
+        sc.skip = reason
+        return
     _leave_out_oversized(sc, elements["encryption"])
+
+
+def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
+    """An `offloads` level needs ethtool where the datapaths run, and must not undo what a datapath needs: Open
+    vSwitch's userspace datapath does not complete partial checksums, so its VMs send with tx off (ovs.py)."""
+    level = sc.levels.get("offloads", "on")
+    if not isinstance(level, dict):
+        return None
+    if not caps.tool("ethtool"):
+        return f"offloads {sc.labels['offloads']}: {caps.missing_tool('ethtool')}"
+    if level.get("tx") == "on" and sc.implementation.get("switch", "").startswith("ovs-netdev"):
+        return ("offloads tx on: the Open vSwitch userspace datapath does not complete partial checksums, so its VM "
+                "NICs run with tx off (with tx on, TCP would not cross it)")
+    sc.notes.append(f"offloads {sc.labels['offloads']}: set with ethtool -K on every device the run creates (VM NICs, "
+                    f"the hosts' VM ports, bridges, tunnel devices, the emulated underlay), read back before each trial "
+                    f"(build/offloads.py)")
+    impl = sc.implementation
+    makers = [who for who, made in (("Open vSwitch", impl.get("switch", "").startswith("ovs")),
+                                    ("wireguard-go", "wireguard-go" in impl.get("encryption", "")),
+                                    ("strongSwan's libipsec", "libipsec" in impl.get("encryption", ""))) if made]
+    if makers:  # made by a daemon, not by a line of the run's: build/offloads.py cannot name them
+        sc.notes.append(f"offloads: the devices {' and '.join(makers)} make{'s' * (len(makers) == 1)} "
+                        f"{'itself' if len(makers) == 1 else 'themselves'} keep the kernel's defaults")
+    return None
 
 
 IP_MAX = 65535  # IPv4's total length and IPv6's payload length are 16-bit fields

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..catalog import METRICS
+from ..core.scenario import offloads_level
 from ..core.strict import Strict, pydantic_message
 from ..core.units import parse_duration, parse_percent, parse_rate, parse_span
 
@@ -166,6 +167,16 @@ class Experiment(Strict):
         if isinstance(self.repetitions, Rounds) and not self.scorecard:
             raise ValueError("repetitions: rounds give trials to a scorecard's undecided claims, and this file has "
                              "no scorecard; write a number of repetitions or {min, max, target}")
+        return self
+
+    @model_validator(mode="after")
+    def _offloads_in_one_spelling(self) -> "Experiment":
+        """`offloads` levels as the matrix compares them, in the factors and in every rule: YAML reads an unquoted
+        on/off as true/false, so `{tso: off}` and `{tso: 'off'}` are one level, and `on` and `'on'` another."""
+        for where in (self.factors, *self.exclude, *self.include, *(w.get("when") for w in self.workloads)):
+            if isinstance(where, dict) and "offloads" in where:
+                v = where["offloads"]
+                where["offloads"] = [offloads_level(x) for x in v] if isinstance(v, list) else offloads_level(v)
         return self
 
     @field_validator("name")

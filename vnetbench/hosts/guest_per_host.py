@@ -80,6 +80,12 @@ class GuestPerHost(Backend):
     def wants_guests(self, sc) -> bool:
         return True
 
+    def notes(self, sc) -> list[str]:
+        if not isinstance(sc.levels.get("offloads"), dict):
+            return []
+        return [f"kernel guest-per-host: offloads {sc.labels['offloads']} are set on the run's devices in each host "
+                f"guest; the guest's own NIC, which its kernel made, keeps its offloads (build/offloads.py)"]
+
     def has_guests(self) -> bool:
         return self.site is not None
 

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..build import offloads
 from ..catalog import METRICS, WORKLOADS
 from ..core.scenario import NOT_APPLICABLE
 from ..core.units import human, human_interval
@@ -250,6 +251,8 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact and not r.of_sums for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
+    for line in offload_lines(data):
+        console.print(escape(line), highlight=False)
     for line in not_run_lines(scenarios):
         console.print(line)
     failed = [t for t in data.trials.values() if t["status"] != "ok"]
@@ -316,6 +319,28 @@ def _print_notes(console: Console, rows_: list[Row], tails: dict[str, tuple[str,
     if rows_ and all(r.of_sums for r in rows_):
         console.print(f"ratio of sums (--wide: mean) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, "
                       "each summed; CI: delta method", style="dim")
+
+
+def offload_lines(data: dataset.Dataset) -> list[str]:
+    """'offloads in force, scenario 2 (offloads=tso/gso/gro off): tso off, gso off, gro off on 10 interfaces' for
+    each scenario whose trials read them back (build/offloads.py), said once when its trials agree; the features
+    shown are those any level of the campaign sets."""
+    records: dict[int, list[dict]] = defaultdict(list)
+    for t in data.trials.values():
+        if rec := t["metadata"].get("offloads"):
+            records[t["scenario"]].append(rec)
+    asked = list(dict.fromkeys(k for recs in records.values() for r in recs if isinstance(r.get("asked"), dict)
+                               for k in r["asked"]))
+    lines = []
+    for idx, recs in sorted(records.items()):
+        said: dict[str, int] = defaultdict(int)
+        for r in recs:
+            said[offloads.summary(r, asked)] += 1
+        text = next(iter(said)) if len(said) == 1 else \
+            " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
+        level = data.scenarios[idx]["labels"].get("offloads", "on") if idx in data.scenarios else "?"
+        lines.append(f"offloads in force, scenario {idx} (offloads={level}): {text}")
+    return lines
 
 
 def not_run_lines(scenarios: list[dict]) -> list[str]:

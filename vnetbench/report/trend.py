@@ -68,6 +68,10 @@ class Series:
         return last if last is not None and last.worse and last.at == len(self.points) - 1 else None
 
 
+# The level a factor added later had in campaigns stored before it existed: a history does not break at the upgrade.
+LEGACY_LABELS = {"offloads": "on"}  # nothing was changed: the kernel's defaults
+
+
 def history(stores: list[Store], metrics: list[str] | None = None, where: dict[str, str] | None = None) -> list[Series]:
     """Every scenario x workload x metric seen in two or more campaigns, its points in the order they ran, grouped."""
     runs = sorted(((s, c) for s in stores for c in s.campaigns() if c.status in ("done", "interrupted")),
@@ -75,15 +79,16 @@ def history(stores: list[Store], metrics: list[str] | None = None, where: dict[s
     found: dict[tuple, Series] = {}
     previous_env: dict[tuple, dict] = {}
     for store, camp in runs:
-        labels = {s["idx"]: s for s in store.scenarios(camp.id)}
+        stored = {s["idx"]: s for s in store.scenarios(camp.id)}
         (values,) = trial_values([Side(store, camp)])
         for (idx, metric, workload, what), vals in values.items():
-            sc = labels.get(idx)
+            sc = stored.get(idx)
+            labels = LEGACY_LABELS | (sc["labels"] if sc else {})
             if sc is None or (metrics and metric not in metrics) or len(vals) < 1 \
-                    or any(str(sc["labels"].get(k)) != v for k, v in (where or {}).items()):
+                    or any(str(labels.get(k)) != v for k, v in (where or {}).items()):
                 continue
-            key = (tuple(sorted(sc["labels"].items())), workload, metric, what)
-            series = found.setdefault(key, Series(dict(sc["labels"]), workload, metric, what))
+            key = (tuple(sorted(labels.items())), workload, metric, what)
+            series = found.setdefault(key, Series(labels, workload, metric, what))
             series.points.append(Point(str(store.path), camp, list(vals), sc.get("implementation") or {}))
             env = _facts(camp, sc.get("implementation") or {})
             if key in previous_env and (changed := _changed(previous_env[key], env)):

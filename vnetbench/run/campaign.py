@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from ..build.offloads import Refused
 from ..build.topology import BuildError, Topology
 from ..capabilities import detect
 from ..core.sample import Sample
@@ -285,6 +287,8 @@ class Campaign:
         self.raw: bytes | None = None  # the last attempt's commands and tool output (rawlog.pack)
         self.descriptions: dict[str, dict] = {}  # topology key -> its interfaces as built
         self.build: dict | None = None
+        # each trial records the offloads in force when any scenario sets some: the `on` rows' too, to compare
+        self.read_offloads = any(isinstance(sc.levels.get("offloads"), dict) for sc in scenarios)
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -497,6 +501,12 @@ class Campaign:
         except BuildError as exc:
             topo.teardown()
             self.failed_builds.add(sc.index)
+            if isinstance(exc, Refused):  # a device refused the offloads asked: what the level names cannot be had
+                self.outcome.scenarios_runnable -= 1
+                self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
+                self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
+                                     highlight=False)  # escaped: ethtool's `[fixed]` is no markup
+                return None
             self.outcome.scenarios_failed += 1
             self.store.set_scenario(self.cid, sc.index, "failed", f"build failed: {exc}")
             self.r.console.print(f"[red]scenario {sc.index} ({sc.key}) failed to build:[/] {exc}")
@@ -594,7 +604,7 @@ class Campaign:
 
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
-            samples, extra = measure(sc, topo, wl, began=time.time())
+            samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads)
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from ..build.offloads import parse_ethtool_k
 from ..capabilities import Capabilities
 from ..probes.procstat import steal_ratio_now
 from ..system.executor import Executor, LocalExecutor
@@ -167,20 +168,6 @@ def _place(where: Executor, names: list[str] | None = None) -> tuple[dict[str, d
         if dev in out:
             out[dev]["offloads"] = {k: v for k, v in features.items() if k in OFFLOADS}
     return out, parse_sysctls(sysctl_part)
-
-
-def parse_ethtool_k(text: str) -> dict[str, dict[str, str]]:
-    """'@@ dev' then `ethtool -k dev` lines ('feature: on [fixed]') -> dev -> feature -> 'on'/'off' (+' fixed')."""
-    out: dict[str, dict[str, str]] = {}
-    dev = None
-    for line in text.splitlines():
-        if line.startswith("@@ "):
-            dev = line[3:].strip()
-            out[dev] = {}
-        elif dev and ":" in line and not line.startswith("Features for"):
-            key, _, value = line.strip().partition(": ")
-            out[dev][key] = value.replace("[", "").replace("]", "").strip()
-    return out
 
 
 def scenario_interfaces(topo) -> dict[str, dict]:

@@ -7,6 +7,7 @@ import threading
 import time
 import traceback
 
+from ..build import offloads as offloads_
 from ..build.topology import Topology
 from ..core.sample import Sample
 from ..core.scenario import Scenario
@@ -96,11 +97,13 @@ class Background(threading.Thread):
         return self.samples
 
 
-def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tuple[list[Sample], dict]:
+def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
+            offloads: bool = False) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
-    (with the seconds of each phase since `began`: see phases()). Raises TrialFailure when the tool or a background
-    load failed."""
+    (with the seconds of each phase since `began`: see phases()). `offloads`: the offloads in force are read first
+    (build/offloads.py). Raises TrialFailure when the tool or a background load failed."""
     began = began or time.time()
+    in_force = offloads_.in_force(topo) if offloads else None
     load = _load_before()
     place = topo.placement  # where the hosts are: it knows their probes (a guest's kernel's own, a testbed host's)
     probes, guest_probes = place.probes(topo), place.guest_probes(topo)
@@ -153,6 +156,9 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None) -> tup
     # a background flood that did not offer its rate (a starved guest's sender): flagged like the foreground's
     short = [f"background {f}" for b in background
              for f in guards.check_offered(b.samples, b.workload.offer(), role="background")]
+    if in_force is not None:
+        meta["offloads"] = in_force
+        short += [in_force.pop("flag")] if "flag" in in_force else []
     if short:
         meta["flags"] = short
     if window:

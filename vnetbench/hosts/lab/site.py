@@ -165,6 +165,10 @@ class TestbedSite:
         if (sc.labels.get("overlay") == "none" or ovs_vlan) and sc.labels.get("attach") == "switch" and sc.hosts > 1:
             out.append("testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
                        "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved")
+        if isinstance(sc.levels.get("offloads"), dict):  # build/offloads.py: only devices the run creates
+            nics = ", ".join(f"{h.name}'s {h.nic}" for h in self.bed.hosts[:sc.hosts])
+            out.append(f"testbed: offloads {sc.labels['offloads']} are set on the run's own devices only; {nics} "
+                       f"belong to the lab and keep their offloads (recorded in the campaign's testbed facts)")
         return out
 
     # ---- build -------------------------------------------------------------------------------------------------
