@@ -82,7 +82,7 @@ case "$what" in
     # (tests/conftest.py's scheduler for --dist loadgroup): its module-scoped fixtures are made once.
     # The `alone` tests run after the others, by themselves: a machine-wide profile saw another worker's VXLAN
     # traffic.
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadgroup -m "not alone" tests
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=60 -n 2 --dist loadgroup -m "not alone" tests
     .venv/bin/python -m pytest -q -p no:cacheprovider -m alone tests ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
   *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;

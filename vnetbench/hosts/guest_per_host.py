@@ -73,17 +73,16 @@ class GuestPerHost(Backend):
     def capabilities(cls, sc, caps):
         return guest_probe.capabilities(cls.kind)
 
-    def notes(self, sc) -> list[str]:
-        """What a reader of its rows must know of the guests' kind (a TCG guest's emulated CPU)."""
-        return list(guest_probe.support(self.kind).notes)
-
     def wants_guests(self, sc) -> bool:
         return True
 
     def notes(self, sc) -> list[str]:
+        """What a reader of its rows must know: the guests' kind (a TCG guest's emulated CPU), and the NICs offloads
+        leave alone."""
+        kind = list(guest_probe.support(self.kind).notes)
         if not isinstance(sc.levels.get("offloads"), dict):
-            return []
-        return [f"kernel guest-per-host: offloads {sc.labels['offloads']} are set on the run's devices in each host "
+            return kind
+        return kind + [f"kernel {self.name}: offloads {sc.labels['offloads']} are set on the run's devices in each host "
                 f"guest; the guest's own NIC, which its kernel made, keeps its offloads (build/offloads.py)"]
 
     def has_guests(self) -> bool:
