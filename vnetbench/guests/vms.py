@@ -116,8 +116,16 @@ def decide(sc) -> str | None:
 
 
 def notes(sc) -> list[str]:
-    """What a reader of the scenario's rows must know of its guest VMs' kind (a TCG guest's emulated CPU)."""
-    return list(kind_class(kind(sc)).support().notes) if wanted(sc) else []
+    """What a reader of the scenario's rows must know of its guest VMs' kind (a TCG guest's emulated CPU), and that
+    their hosts' switch is still this machine's kernel's."""
+    if not wanted(sc):
+        return []
+    out = list(kind_class(kind(sc)).support().notes)
+    if sc.implementation.get("switch", "").startswith("ovs-netdev"):
+        out.append(f"vm_kernel {kind(sc)}: the VMs have kernels of their own, their hosts do not: the hosts' OVS runs "
+                   f"on this machine's kernel, here with OVS's userspace datapath; `kernel: qemu` makes the hosts "
+                   f"qemu guests, whose kernel has OVS's kernel datapath")
+    return out
 
 
 def encrypting_vms(sc) -> list[str]:
