@@ -65,6 +65,7 @@ class Guest:
     mem_mb: int = 256
     shares: list[Path] = field(default_factory=list)  # host directories the guest mounts at the same path
     dir: Path | None = None          # the guest's files on the host (config, keys, console log)
+    sock_dir: Path | None = None     # its unix sockets' directory: a short path (a socket's has at most 107 bytes)
     pid: int | None = None           # the backend's main process
     proc: subprocess.Popen | None = None
     boot_s: float | None = None      # start of the process to sshd answering
@@ -193,6 +194,7 @@ class Fleet:
                 self.segments.append(segment)
             g.nics.append(Nic(name, segment, self.tap(g, k), f"52:54:00:{g.index // 256:02x}:{g.index % 256:02x}:{k + 1:02x}"))
         g.dir = self.dir / label
+        g.sock_dir = self.control_dir
         g.shares = ([self.ledger.dir] if share_run else []) + code_dirs()
         self.guests[label] = g
         return g

@@ -289,7 +289,7 @@ while :; do sleep 3600 & wait $!; done
                 out += ["-fsdev", f"local,id=fs{k},path={path},security_model=passthrough,multidevs=remap{ro}",
                         "-device", f"virtio-9p-pci,fsdev=fs{k},mount_tag={tag}"]
             else:
-                out += ["-chardev", f"socket,id=fs{k},path={g.dir / f'fs{k}.sock'}",
+                out += ["-chardev", f"socket,id=fs{k},path={_sock(g, f'fs{k}')}",
                         "-device", f"vhost-user-fs-pci,chardev=fs{k},tag={tag}"]
         vhost = "on" if self.vhost else "off"
         out += ["-netdev", f"tap,id=m,ifname={fleet.tap(g, None)},script=no,downscript=no,vhost={vhost}",
@@ -299,7 +299,7 @@ while :; do sleep 3600 & wait $!; done
             dev = f",mq=on,vectors={2 * queues + 2}" if queues > 1 else ""
             out += ["-netdev", f"tap,id=d{k},ifname={n.tap},script=no,downscript=no,vhost={vhost}{mq}",
                     "-device", f"virtio-net-pci,netdev=d{k},mac={n.mac}{dev}"]
-        out += ["-device", "virtio-serial-pci", "-chardev", f"socket,id=agent,path={g.dir / 'agent.sock'},server=on,"
+        out += ["-device", "virtio-serial-pci", "-chardev", f"socket,id=agent,path={_sock(g, 'agent')},server=on,"
                 f"wait=off", "-device", f"virtserialport,chardev=agent,name={AGENT_PORT}"]
         return out
 
@@ -313,8 +313,8 @@ while :; do sleep 3600 & wait $!; done
         """(source, socket, writable) of each virtiofsd the guest needs: none over 9p (qemu serves it)."""
         if self.rootfs == "9p":
             return []
-        return [(Path("/"), g.dir / "fs0.sock", False)] + [(p, g.dir / f"fs{k + 1}.sock", True)
-                                                           for k, p in enumerate(g.shares)]
+        return [(Path("/"), _sock(g, "fs0"), False)] + [(p, _sock(g, f"fs{k + 1}"), True)
+                                                          for k, p in enumerate(g.shares)]
 
     def commands(self, fleet: Fleet, g: Guest) -> list[list[str]]:
         """Each file server, then qemu, all in the run's guest namespace."""
@@ -387,24 +387,23 @@ while :; do sleep 3600 & wait $!; done
     def host_cpu(self, fleet: Fleet, g: Guest) -> dict[str, float]:
         """qemu's CPU split by thread name (`debug-threads=on`): "CPU n/TCG|KVM" threads run the vCPUs, vhost's
         workers are "vhost-<pid>" (qemu's own threads since Linux 6.4, kernel threads before), the rest is the
-        emulator's main loop and I/O; virtiofsd apart. `io` is the process's total (exited threads included) less
-        the others, so the parts add up to `all`."""
+        emulator's main loop and I/O; virtiofsd apart. Every part is a sum of threads read at one moment, so the parts
+        add up to `all` (the process's own line is not: the kernel scales it apart from its threads'); a thread that
+        exited within the window takes its time with it."""
         if not g.pid:
             raise OSError(f"guest {g.label} is not running")
-        total, parts = cpu_seconds(g.pid), {"vcpu": 0.0, "vhost": 0.0}
+        parts = {"vcpu": 0.0, "io": 0.0, "vhost": 0.0}
         for task in os.listdir(f"/proc/{g.pid}/task"):
             name = _comm(f"/proc/{g.pid}/task/{task}/comm")
-            part = "vcpu" if name.startswith("CPU ") else "vhost" if name.startswith("vhost-") else None
-            if part:
-                parts[part] += _quiet(lambda: cpu_seconds(g.pid, int(task)))
-        outside = sum(_quiet(lambda: cpu_seconds(pid)) for pid in _vhost_kthreads(g.pid)) if self.vhost else 0.0
-        fs = sum(_quiet(lambda: cpu_seconds(p.pid)) for p in self.helpers.get(g.label, []))
-        out = {"all": total + outside + fs, "vcpu": parts["vcpu"], "io": total - parts["vcpu"] - parts["vhost"]}
+            part = "vcpu" if name.startswith("CPU ") else "vhost" if name.startswith("vhost-") else "io"
+            parts[part] += _quiet(lambda: cpu_seconds(g.pid, int(task)))
         if self.vhost:
-            out["vhost"] = parts["vhost"] + outside
+            parts["vhost"] += sum(_quiet(lambda: cpu_seconds(pid)) for pid in _vhost_kthreads(g.pid))
+        else:
+            del parts["vhost"]
         if self.helpers.get(g.label):
-            out["fs"] = fs
-        return out
+            parts["fs"] = sum(_quiet(lambda: cpu_seconds(p.pid)) for p in self.helpers[g.label])
+        return {"all": sum(parts.values()), **parts}
 
     def stop(self, fleet: Fleet, g: Guest) -> None:
         procs = ([g.proc] if g.proc is not None else []) + self.helpers.pop(g.label, [])
@@ -419,6 +418,12 @@ while :; do sleep 3600 & wait $!; done
             except subprocess.TimeoutExpired:
                 pass
         fleet.ledger.forget_many([("process", f"guest:{g.label}:virtiofsd{k}") for k in range(len(g.shares) + 1)])
+
+
+def _sock(g: Guest, name: str) -> Path:
+    """A unix socket of the guest's: in the fleet's short socket directory (the run's, or one the ledger records),
+    since a long state directory would pass the 107 bytes a socket's path may have."""
+    return (g.sock_dir or g.dir) / f"{g.label}-{name}.sock"
 
 
 def _comm(path: str) -> str:
@@ -455,7 +460,7 @@ def _planned_image() -> qemu_image.Image:
 def agent_channel(g: Guest, ready_timeout: float = 30.0) -> agent_mod.Channel:
     """The guest's agent over its virtio-serial port (no SSH): a relay process joins the port's socket to a pipe
     pair, which is what agent.Channel reads and writes."""
-    proc = subprocess.Popen([sys.executable, "-m", "vnetbench.guests.relay", "--unix", str(g.dir / "agent.sock")],
+    proc = subprocess.Popen([sys.executable, "-m", "vnetbench.guests.relay", "--unix", str(_sock(g, "agent"))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True,
                             env={**os.environ, "PYTHONPATH": PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
