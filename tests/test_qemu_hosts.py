@@ -180,5 +180,6 @@ def test_kernel_wireguard_and_the_ovs_kernel_datapath_run_in_the_host_guests(boo
         topo.teardown()
     print(f"\nWireGuard + OVS kernel datapath: TCP {got['throughput_bps'][0] / 1e6:.0f} Mbit/s")
     assert got["throughput_bps"][0] > 1e5 and got["ping_loss_ratio"] == [0.0]
-    assert "wireguard" in kinds and int(transfer[-2]) > 1e5 and int(transfer[-1]) > 1e5, (kinds, transfer)
+    # the client VM's end: the stream went out through it, its ACKs and the echoes' replies came back
+    assert "wireguard" in kinds and int(transfer[-1]) > 1e5 and int(transfer[-2]) > 1e3, (kinds, transfer)
     assert "system@ovs-system" in dp and not userspace.strip(), (dp, userspace)
