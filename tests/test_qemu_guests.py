@@ -310,3 +310,23 @@ def _run_prefix(state_dir: Path) -> str | None:
         if (d / "objects.jsonl").exists() and '"guest:' in (d / "objects.jsonl").read_text(errors="replace"):
             return d.name
     return None
+
+
+def test_doctor_shows_the_qemu_kind_without_booting_one(tmp_path, monkeypatch):
+    """doctor lists qemu beside UML: its kernel label or why not, and the features of its last kept probe, or when it
+    will be probed; it never boots a qemu guest for that (a probe takes 30-55 s)."""
+    from vnetbench.guests import probe as guest_probe
+    monkeypatch.setattr(guest_probe, "PROBE_CACHE", tmp_path / "none.json")
+    info = hosts.choose({"kernel": "qemu"}).info()
+    assert info["backend"] == "qemu" and info["available"] == SUPPORT.ok
+    if SUPPORT.ok:
+        assert info["kernel"] == SUPPORT.kernel and info["probed"].startswith("not yet")
+        key = guest_probe._probe_key("qemu")
+        (tmp_path / "none.json").write_text(json.dumps({"probes": {key: {
+            "time": time.time(), "tools": {}, "kernel": {"wireguard": [True, "kernel"], "tun": [False, "no"]},
+            "boot": {"boot_s": 6.5, "memory_mb": 260}}}}))
+        info = hosts.choose({"kernel": "qemu"}).info()
+        assert info["kernel_features"] == {"wireguard": True, "tun": False} and info["boot_s"] == 6.5
+    monkeypatch.setenv("VNETBENCH_CACHE_DIR", str(tmp_path / "empty"))
+    gone = hosts.choose({"kernel": "qemu"}).info()
+    assert not gone["available"] and "no guest kernel" in gone["reason"]

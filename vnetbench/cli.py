@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -146,10 +147,12 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     guest = choose({"kernel": "guest"}, bed).info()  # the guest backend's (none on a testbed)
     if guest and guest.get("available"):
         guest["datapaths"] = datapath_report(caps, {"kernel": "guest"})
+    # every other kind of guest, as far as it is known without booting one (none on a testbed)
+    others = [i for i in (choose({"kernel": "qemu"}, bed).info(),) if i]
     if as_json:
         hosts = {h.name: h.caps.as_dict() | {"facts": h.facts} for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
-                                  | ({"guest": guest} if guest else {})))
+                                  | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})))
         return
     if bed:
         table = Table(title=f"testbed {testbed}", title_justify="left")
@@ -173,16 +176,14 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
             table.add_row(name, "[green]yes[/]" if f.ok else "[red]no[/]", f.detail)
         out.print(table)
     if guest:
-        table = Table(title="guests with their own kernel (kernel: guest)", title_justify="left")
+        table = Table(title="guests with their own kernel (kernel: guest | qemu, vm_kernel)", title_justify="left")
         for col in ("backend", "available", "kernel / reason", "boot", "memory", "kernel features inside the guest"):
             table.add_column(col)
-        feats = guest.get("kernel_features", {})
-        extra = [f"{k}{'' if caps.has(k) else ' (not here)'}" for k, ok in feats.items() if ok]
-        table.add_row(guest["backend"], "[green]yes[/]" if guest["available"] else "[red]no[/]",
-                      guest["kernel"] if guest["available"] else guest["reason"],
-                      f"{guest['boot_s']:.2f} s" if guest.get("boot_s") else "-",
-                      f"{guest['memory_mb']:.0f} MB" if guest.get("memory_mb") else "-", ", ".join(extra))
+        for g in (guest, *others):
+            table.add_row(*_guest_row(g, caps))
         out.print(table)
+        for note in (n for g in others for n in g.get("notes", [])):
+            out.print(markup_escape(note), highlight=False)
         if guest.get("probed", "now") != "now":
             out.print(f"guest probed {guest['probed']}; delete that file to probe again")
     table = Table(title="datapaths", title_justify="left")
@@ -195,6 +196,16 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
               else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
+
+
+def _guest_row(g: dict, caps) -> list[str]:
+    """One guest kind in doctor's table: its kernel or why not, its probe's boot and memory, the features found in
+    it that this machine lacks marked so (or when it will be probed)."""
+    feats = [f"{k}{'' if caps.has(k) else ' (not here)'}" for k, ok in g.get("kernel_features", {}).items() if ok]
+    return [markup_escape(g["backend"]), "[green]yes[/]" if g["available"] else "[red]no[/]",
+            markup_escape((g["kernel"] if g["available"] else g["reason"]) or ""),
+            f"{g['boot_s']:.2f} s" if g.get("boot_s") else "-", f"{g['memory_mb']:.0f} MB" if g.get("memory_mb") else "-",
+            markup_escape(", ".join(feats) or g.get("probed", ""))]
 
 
 def datapath_report(caps, extra: dict | None = None) -> list[dict]:

@@ -160,6 +160,20 @@ def info(kind: str = DEFAULT_KIND) -> dict:
     return out
 
 
+def kept_info(kind: str) -> dict:
+    """A guest kind as doctor shows it without booting one: its support, and the features its last probe found if
+    one is kept (a run probes it when a scenario needs it)."""
+    sup = support(kind)
+    out = {"backend": kind, "available": sup.ok, "kernel": sup.kernel, "reason": sup.reason, "notes": list(sup.notes)}
+    entry = _read_probes().get(_probe_key(kind)) if sup.ok else None
+    if entry and isinstance(entry.get("kernel"), dict):
+        out |= {"boot_s": entry.get("boot", {}).get("boot_s"), "memory_mb": entry.get("boot", {}).get("memory_mb"),
+                "kernel_features": {k: bool(v[0]) for k, v in entry["kernel"].items() if isinstance(v, list) and v}}
+    elif sup.ok:
+        out["probed"] = "not yet: a run probes it when a scenario needs it (a guest of 1 GB, 30-55 s once)"
+    return out
+
+
 @lru_cache(maxsize=None)
 def capabilities(kind: str = DEFAULT_KIND) -> Capabilities | None:
     """What a guest offers (booting one for ~12 s: OVS's kernel datapath is tried with real traffic); None if guests

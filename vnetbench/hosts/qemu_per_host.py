@@ -5,6 +5,7 @@ found it (kernel WireGuard, OVS's kernel datapath, geneve, gre, xfrm), and its r
 an emulated CPU's timing)."""
 from __future__ import annotations
 
+from ..guests import probe as guest_probe
 from . import register
 from .guest_per_host import GuestPerHost
 
@@ -16,3 +17,7 @@ class QemuPerHost(GuestPerHost):
     name = "qemu"
     kernel = "qemu"
     kind = "qemu"
+
+    @classmethod
+    def info(cls) -> dict:
+        return guest_probe.kept_info(cls.kind)  # doctor does not boot a qemu guest (30-55 s) to probe it
