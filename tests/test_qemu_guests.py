@@ -330,3 +330,26 @@ def test_doctor_shows_the_qemu_kind_without_booting_one(tmp_path, monkeypatch):
     monkeypatch.setenv("VNETBENCH_CACHE_DIR", str(tmp_path / "empty"))
     gone = hosts.choose({"kernel": "qemu"}).info()
     assert not gone["available"] and "no guest kernel" in gone["reason"]
+
+
+def test_vcpus_and_memory_are_options_of_the_level_and_plan_shows_them(tmp_path):
+    """`vm_kernel: {type: guest, kind: qemu, vcpus: 2, memory: 512}`: the qemu command lines plan shows have 2 vCPUs,
+    512 MB and a 2-queue NIC; the rows say the size; a UML guest asked for 2 vCPUs is a skip with the reason; a size
+    without guest VMs, or a size out of range, is one line and exit 2."""
+    (tmp_path / "s.yaml").write_text(
+        "name: sized\nfactors:\n  overlay: vxlan\n  vm_kernel: [{type: guest, kind: qemu, vcpus: 2, memory: 512}, "
+        "{type: guest, kind: uml, vcpus: 2}]\nworkloads: [{type: ping, count: 2}]\n")
+    [sized, uml] = expand(loads((tmp_path / "s.yaml").read_text()).experiment, detect())
+    assert sized.labels["vm_kernel"] == "guest(qemu,vcpus=2,memory=512)" and vms.sizing(sized) == (2, 512)
+    assert uml.skip and "at most 1 vCPU" in uml.skip and "kind qemu" in uml.skip
+    if SUPPORT.ok:
+        assert sized.skip is None and "(2 vCPUs, 512 MB: h1v1, h2v2)" in sized.implementation["vm_kernel"]
+        printed = vnetbench("plan", tmp_path / "s.yaml").stdout
+        vm = [ln for ln in printed.splitlines() if " qemu-system-x86_64 " in ln]
+        assert len(vm) == 2 and all("-smp 2 " in ln and "-m 512M " in ln and "queues=2" in ln for ln in vm), vm
+        assert "2 vCPUs and 512 MB each" in printed
+    (tmp_path / "bad.yaml").write_text("name: bad\nfactors:\n  vm_kernel: [{type: shared, memory: 512}, "
+                                       "{type: guest, kind: qemu, vcpus: 0}]\nworkloads: [{type: ping}]\n")
+    bad = vnetbench("plan", tmp_path / "bad.yaml", check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 2, bad.stderr
+    assert "need type: guest" in bad.stderr and "'vcpus'" in bad.stderr

@@ -140,13 +140,17 @@ def as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
+# Options shown with their name in a level's label: a bare number says nothing (`guest(qemu,vcpus=2,memory=512)`).
+KEYED_OPTIONS = ("vcpus", "memory")
+
+
 def label(level: Any) -> str:
     """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
     if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
         return one_line(offloads_label(level))  # an `offloads` mapping
     if isinstance(level, dict):
-        rest = [str(v) for k, v in level.items() if k != "type"]
+        rest = [f"{k}={v}" if k in KEYED_OPTIONS else str(v) for k, v in level.items() if k != "type"]
         return one_line(f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type")))
     return one_line(str(level))
 

@@ -95,6 +95,11 @@ class GuestKind(ABC):
 
     name: ClassVar[str]
     saves_vector_registers: ClassVar[bool] = True  # a Go program (wireguard-go) is safe in its guests
+    max_vcpus: ClassVar[int] = 1  # vCPUs a guest of this kind can have (vm_kernel's `vcpus`)
+    vcpus = 1                     # each guest's, unless the guest says (Guest.vcpus, when a caller sets it)
+
+    def vcpus_of(self, g: Guest) -> int:
+        return int(getattr(g, "vcpus", None) or self.vcpus)
     port_summary: ClassVar[str] = "a vif (a veth from its tap's bridge)"  # what `port` makes, as plan says it
 
     @classmethod

@@ -125,7 +125,7 @@ class Qemu(GuestKind):
     name = "qemu"
     saves_vector_registers = True  # TCG and KVM save every register of the guest's processes (XSAVE): Go is safe
     port_summary = "its qemu process's tap itself (virtio-net), moved into the host's namespace"
-    vcpus = 1            # per guest (a fleet's guests may differ: Guest.vcpus, when a caller sets it)
+    max_vcpus = 64
     boot_args = FAST_BOOT
     tb_size_mb = 64      # TCG's translation cache: qemu 7.2's default took ~50 MB more per guest, for no gain seen
     cpu_model = "max"    # under TCG (KVM: host)
@@ -186,9 +186,6 @@ class Qemu(GuestKind):
         return next(n.tap for n in vm.guest.nics if n.name == vm.nic)
 
     # ---- per guest ---------------------------------------------------------------------------------------------
-    def vcpus_of(self, g: Guest) -> int:
-        return int(getattr(g, "vcpus", None) or self.vcpus)
-
     def nic_label(self, g: Guest) -> str:
         return label(self.accel.name, self.vhost, queues_for(self.vcpus_of(g)))
 

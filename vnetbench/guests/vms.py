@@ -41,6 +41,8 @@ class VmKernel(Strict):
     kind: str | None = Field(None, description="the guest kind (default: guests.DEFAULT_KIND)")
     pairs: list[int] | None = Field(None, min_length=1, description="only the VMs of these pairs (default: every pair)")
     side: Literal["client", "server", "both"] = Field("both", description="only the pairs' client or server VMs")
+    vcpus: int | None = Field(None, ge=1, le=64, description="each guest VM's vCPUs (default 1; a UML guest has one)")
+    memory: int | None = Field(None, ge=64, le=65536, description=f"each guest VM's memory in MB (default {MEM_MB})")
 
 
 def parse(level) -> VmKernel:
@@ -52,7 +54,8 @@ def parse(level) -> VmKernel:
         e = exc.errors()[0]
         where = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            raise ValueError(f"vm_kernel has no option '{where}'; its options: type, kind, pairs, side") from None
+            raise ValueError(f"vm_kernel has no option '{where}'; its options: type, kind, pairs, side, vcpus, "
+                             f"memory") from None
         raise ValueError(f"vm_kernel option '{where}': {pydantic_message(e)}") from None
     if vk.type in kinds():
         vk = vk.model_copy(update={"type": "guest", "kind": vk.kind or vk.type})
@@ -62,8 +65,8 @@ def parse(level) -> VmKernel:
         raise ValueError(f"vm_kernel kind '{vk.kind}' is no guest kind; known: {', '.join(kinds())}")
     if vk.pairs and any(isinstance(p, bool) or p < 1 for p in vk.pairs):
         raise ValueError("vm_kernel option 'pairs': pair numbers start at 1")
-    if vk.type == "shared" and (vk.pairs or vk.side != "both" or vk.kind):
-        raise ValueError("vm_kernel: kind, pairs and side choose guest VMs; they need type: guest")
+    if vk.type == "shared" and (vk.pairs or vk.side != "both" or vk.kind or vk.vcpus or vk.memory):
+        raise ValueError("vm_kernel: kind, pairs, side, vcpus and memory choose guest VMs; they need type: guest")
     return vk
 
 
@@ -71,6 +74,22 @@ def kind(sc) -> str | None:
     """The one choice of a VM's kind: the guest kind of the scenario's guest VMs, None when its VMs are namespaces."""
     vk = parse(sc.levels.get("vm_kernel", "shared"))
     return None if vk.type == "shared" else vk.kind or DEFAULT_KIND
+
+
+def sizing(sc) -> tuple[int, int]:
+    """(vCPUs, memory in MB) of each of the scenario's guest VMs."""
+    vk = parse(sc.levels.get("vm_kernel", "shared"))
+    return vk.vcpus or 1, vk.memory or MEM_MB
+
+
+def fleet_for(sc, ledger: Ledger) -> Fleet:
+    """The scenario's guest VMs as a fleet not yet booted: run and plan make it here alike."""
+    vcpus, mem = sizing(sc)
+    fleet = Fleet(ledger, kind(sc), boot_timeout=BOOT_TIMEOUT_S)
+    fleet.kind.vcpus = vcpus
+    for label in wanted(sc):
+        fleet.add(label, nics=[(NIC, segment(label))], mem_mb=mem, share_run=True)
+    return fleet
 
 
 def problem(level) -> str | None:
@@ -108,10 +127,17 @@ def decide(sc) -> str | None:
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
-    sup = kind_class(kind(sc)).support()
+    cls = kind_class(kind(sc))
+    sup = cls.support()
     if not sup.ok:
         return f"vm_kernel guest: {sup.reason}"
-    sc.implementation["vm_kernel"] = f"{sup.kernel} ({', '.join(wanted(sc))})"
+    vcpus, mem = sizing(sc)
+    if vcpus > cls.max_vcpus:
+        return (f"vm_kernel guest: a {cls.name} guest has at most {cls.max_vcpus} vCPU"
+                f"{'s' if cls.max_vcpus > 1 else ''}; vcpus {vcpus} needs kind qemu")
+    vk = parse(sc.levels["vm_kernel"])
+    sized = f"{vcpus} vCPU{'s' if vcpus > 1 else ''}, {mem} MB: " if vk.vcpus or vk.memory else ""
+    sc.implementation["vm_kernel"] = f"{sup.kernel} ({sized}{', '.join(wanted(sc))})"
     return None
 
 
@@ -179,31 +205,28 @@ class VmGuests:
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
         self.fleet: Fleet | None = None
-        self.labels: tuple[str, ...] = ()   # the guest kind first, then the VMs' labels
+        self.key: tuple = ()   # what the booted fleet is: the guest kind, vCPUs and memory, then the VMs' labels
 
     def for_scenario(self, sc) -> dict[str, "GuestVm"]:
         """label -> the guest standing for that VM (booting them if needed); GuestError with a console's tail."""
         labels = tuple(wanted(sc))
         if not labels:
             return {}
-        if (kind(sc), *labels) != self.labels:
+        if (kind(sc), *sizing(sc), *labels) != self.key:
             self.close()
-            fleet = Fleet(self.ledger, kind(sc), boot_timeout=BOOT_TIMEOUT_S)
-            for label in labels:
-                fleet.add(label, nics=[(NIC, segment(label))], mem_mb=MEM_MB, share_run=True)
-            self.fleet, self.labels = fleet, (kind(sc), *labels)
+            self.fleet, self.key = fleet_for(sc, self.ledger), (kind(sc), *sizing(sc), *labels)
             try:
-                fleet.boot()
+                self.fleet.boot()
             except GuestError:
                 self.close()
                 raise
-        return {label: GuestVm(self.fleet, label) for label in self.labels[1:]}
+        return {label: GuestVm(self.fleet, label) for label in labels}
 
     def close(self) -> None:
         if self.fleet is not None:
             self.fleet.teardown()
             shutil.rmtree(self.fleet.dir, ignore_errors=True)  # its keys: a later fleet of the run makes its own
-        self.fleet, self.labels = None, ()
+        self.fleet, self.key = None, ()
 
 
 class GuestVm:

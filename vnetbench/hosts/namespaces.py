@@ -13,7 +13,7 @@ import subprocess
 from functools import partial
 
 from ..guests import ssh, vms
-from ..guests.base import VM_NIC, Fleet, GuestError
+from ..guests.base import VM_NIC, GuestError
 from ..probes.hypervisor import HypervisorProbe
 from ..probes.procstat import GuestSystemProbe
 from ..system.executor import CommandError, NetnsExecutor
@@ -146,19 +146,20 @@ class Namespaces(Backend):
         return self._placement(self.ledger, guests)
 
     def _placement(self, ledger, guests: dict) -> NamespacesPlacement:
-        kind = next(iter(guests.values())).fleet.kind.name if guests else ""
-        boot = (f"boot (or reuse) {len(guests)} {kind} guest VMs ({', '.join(guests)}; {vms.MEM_MB} MB each) "
-                f"on the run's guest network {guests[next(iter(guests))].netns}") if guests else ""
-        shown = next(iter(guests.values())).fleet.shown_boot() if guests else []
-        return NamespacesPlacement(ledger, guests, boot, shown)
+        if not guests:
+            return NamespacesPlacement(ledger)
+        fleet = next(iter(guests.values())).fleet
+        sizes = sorted({(fleet.kind.vcpus_of(g), g.mem_mb) for g in fleet.guests.values()})
+        each = "; ".join(f"{c} vCPU{'s' if c > 1 else ''} and {m} MB each" for c, m in sizes)
+        boot = (f"boot (or reuse) {len(guests)} {fleet.kind.name} guest VMs ({', '.join(guests)}; {each}) "
+                f"on the run's guest network {fleet.netns}")
+        return NamespacesPlacement(ledger, guests, boot, fleet.shown_boot())
 
     def plan(self, sc) -> Placement:
         labels = vms.wanted(sc)
         if not labels:
             return NamespacesPlacement(None)
-        fleet = Fleet(Ledger(PLAN_PREFIX), vms.kind(sc))
-        for label in labels:
-            fleet.add(label, nics=[(vms.NIC, vms.segment(label))], mem_mb=vms.MEM_MB, share_run=True)
+        fleet = vms.fleet_for(sc, Ledger(PLAN_PREFIX))
         guests = {label: vms.GuestVm(fleet, label, ssh.plan_executor(fleet, fleet.guests[label])) for label in labels}
         return self._placement(None, guests)
 
