@@ -63,14 +63,15 @@ def test_iperf3_tcp_with_ping_under_load():
     assert values(samples, "aggregate_throughput_bps", pair="all") == [bps]
     assert len(values(samples, "throughput_interval_bps")) >= 1
     rtts = values(samples, "rtt_loaded_s", pair=1)
-    assert len(rtts) >= 3 and all(0 < v < 0.01 for v in rtts)
+    # bounds that catch a wrong unit (28 us stored as 28), not a busy machine (a loopback echo waits for a CPU too)
+    assert len(rtts) >= 3 and all(0 < v < 0.5 for v in rtts)
     # One timebase: the loaded echoes were sent inside iperf3's measurement window, the idle ones before it.
     [total] = [s for s in samples if s.metric == "throughput_bps"]
     start, end = total.metadata["window"]
     assert 0.9 < end - start < 1.2 and abs(start - time.time()) < 30
     assert all(start <= s.t <= end for s in samples if s.metric == "rtt_loaded_s")
     idle = [s for s in samples if s.metric == "rtt_idle_s"]
-    assert len(idle) >= 3 and all(s.t < start and 0 < s.value < 0.01 for s in idle)
+    assert len(idle) >= 3 and all(s.t < start and 0 < s.value < 0.5 for s in idle), (start, idle)
     series = [s for s in samples if s.metric == "throughput_interval_bps"]
     assert all(start < s.t <= end + 1e-6 for s in series)
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
@@ -226,13 +227,26 @@ def _tool(name: str) -> Feature:
 
 
 def _kernel() -> dict[str, Feature]:
-    ledger = Ledger.create()
-    ns = f"{ledger.prefix}-probe"
-    ledger.record("netns", ns)
-    try:
+    with _scratch("probe") as (_, ns):
         return parse_kernel(_in_own_group(kernel_script(ns), 30))
+
+
+@contextmanager
+def _scratch(suffix: str):
+    """A probe's own ledger and the name of its scratch namespace (recorded), removed afterwards: a signal that comes
+    while they are made is held until the clean-up is sure to run (one between the ledger's creation and the `try`
+    that removes it left its directory behind)."""
+    held, ledger = _Held(), None
+    try:
+        ledger = Ledger.create()
+        ns = f"{ledger.prefix}-{suffix}"
+        ledger.record("netns", ns)
+        held.release()
+        yield ledger, ns
     finally:
-        ledger.remove_all()
+        held.release()
+        if ledger is not None:
+            ledger.remove_all()
 
 
 def _in_own_group(script: str, timeout: float) -> str:
@@ -367,10 +381,7 @@ def probe_strongswan(load: str | None = None) -> Strongswan:
     """Start a charon the way a run starts one (same plugin list, own /run, in a scratch namespace) and read
     what it really loaded. `load` replaces the plugin list (a test simulates a missing plugin with it)."""
     load = load or STRONGSWAN_PLUGINS.format(kernel="kernel-netlink")
-    ledger = Ledger.create()
-    ns = f"{ledger.prefix}-swan"
-    ledger.record("netns", ns)
-    try:
+    with _scratch("swan") as (ledger, ns):
         LocalExecutor().ip_batch([f"netns add {ns}"])
         node = NetnsExecutor(ns, ledger)
         run_dir = ledger.work / "swan"
@@ -410,8 +421,6 @@ def probe_strongswan(load: str | None = None) -> Strongswan:
         m = re.search(r"^loaded plugins: (.*)$", stats.stdout, re.M)
         plugins = tuple(p for p in (m.group(1).split() if m else ()) if p != "charon")
         return Strongswan(plugins, parse_list_algs(algs.stdout))
-    finally:
-        ledger.remove_all()
 
 
 def parse_list_algs(text: str) -> dict[str, tuple[str, ...]]:
