@@ -21,7 +21,7 @@ GROUP_SECONDS = {"test_testbed": 340, "s1-smoke": 235, "test_suites_s3_s4": 235,
                  "test_results_model": 65, "loopback": 65, "test_ndrpdr": 60, "test_trend": 55, "test_e2e": 55,
                  "test_encryption": 40, "test_speed": 35, "test_testbed_file": 35, "test_host_guests": 30,
                  "test_hosts": 30, "test_results_file": 30, "test_rounds": 30, "test_vm_guests": 25, "test_offloads": 25,
-                 "test_qemu_hosts": 60, "test_qemu_guests": 40, "test_cli": 20}
+                 "test_qemu_hosts": 90, "test_qemu_guests": 40, "test_cli": 20}
 
 
 def group_of(nodeid: str) -> str:
