@@ -69,13 +69,12 @@ class Images:
 
     def prefetch(self, figs: list[FigureData], fmt: str) -> None:
         """Every figure encoded at once, every other one in a forked child when the machine has a CPU to spare:
-        drawing is most of a report's time, all of it in this process. Not beside other threads (a lock one of them
-        held would stay held in the child); the first figure is drawn before, so that the child imports nothing."""
+        drawing is most of a report's time, all of it in this process. Not beside other threads: a lock one of them
+        held (the import lock, say) would stay held in the child."""
         todo = list({id(f.figure): f.figure for f in figs if (id(f.figure), fmt) not in self._cache}.values())
         theirs: list = []
         if len(todo) >= 4 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
-            self._cache[(id(todo[0]), fmt)] = encode(todo[0], fmt)
-            theirs, todo = todo[1::2], todo[2::2]
+            theirs, todo = todo[1::2], todo[0::2]
         result = _fork_encode(theirs, fmt) if theirs else list
         try:
             for fig in todo:
