@@ -248,3 +248,11 @@ def test_bootstrap_ci_coverage():
     assert hit / 1000 >= 0.93, hit
     hit = sum(lo <= 1.2 <= hi for lo, hi in (compare(a[i], b[i]).ratio_ci for i in range(1000)))
     assert hit / 1000 >= 0.93, hit
+
+
+def test_the_tabled_t_quantiles_are_scipys():
+    """stats.T95 spares `show` and `report` the scipy import: each entry is exactly what scipy gives."""
+    from scipy.special import stdtrit
+    assert [float(stdtrit(df, 0.975)) for df in range(1, len(stats.T95) + 1)] == list(stats.T95)
+    assert stats.t_quantile(0.95, 101) == float(stdtrit(101, 0.975))
+    assert stats.t_quantile(0.9, 5) == float(stdtrit(5, 0.95))

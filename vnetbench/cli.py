@@ -450,12 +450,14 @@ def show(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), 
                                     indent=1) + "\n")
         return
     tails = report.SHORT_TAILS if chosen in (report.DEFAULT_METRICS, report.SHORT_METRICS) else report.ALL_TAILS
-    from .results import scorecard
-    if card := scorecard.for_campaign(store, camp.id):
-        scorecard.print_card(card, out if wide else narrow())
-    report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy, tails=tails)
     from .report import packet_rates
-    packet_rates.show(store, camp.id, out if wide else narrow())
+    from .results import dataset, scorecard
+    with dataset.cached():  # the card, the tables and the packet rates read the campaign once (3 times: 0.25 s)
+        if card := scorecard.for_campaign(store, camp.id):
+            scorecard.print_card(card, out if wide else narrow())
+        report.show(store, camp.id, out if wide else narrow(), chosen, wide=wide, exclude_noisy=exclude_noisy,
+                    tails=tails)
+        packet_rates.show(store, camp.id, out if wide else narrow())
 
 
 def narrow() -> Console:

@@ -93,6 +93,7 @@ class Data:
     event_metrics: set[str]
     data: dataset.Dataset | None = None
     exclude_noisy: bool = False
+    overviews: dict[tuple, FigureData] = field(default_factory=dict)  # (metric, its rows) -> the figure drawn
 
 
 def load(store: Store, cid: int, exclude_noisy: bool = False) -> Data:
@@ -455,6 +456,15 @@ def _row_label(d: Data, r: report.Row, several: bool) -> str:
 
 
 def overview_figure(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
+    """The figure of these rows, drawn once: the answer's and the main metric's table have the same one when the
+    metric has no tagged rows."""
+    key = (metric, tuple(map(id, rows)))
+    if key not in d.overviews:
+        d.overviews[key] = _overview(d, metric, rows)
+    return d.overviews[key]
+
+
+def _overview(d: Data, metric: str, rows: list[report.Row]) -> FigureData:
     several = report.several_workloads(rows)
     vals = [list(r.values.values()) for r in rows]
     desc = describe(metric, rows, metric)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import io
 import math
+from contextlib import contextmanager, nullcontext
 from typing import Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 from matplotlib.ticker import FuncFormatter, ScalarFormatter  # noqa: E402
 
 from ..core.sample import elapsed  # noqa: E402
@@ -80,8 +83,35 @@ def plain_axes(fig: Figure) -> None:
 def encode(fig: Figure, fmt: str) -> bytes:
     plain_axes(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
+    with _laid_out(fig) if fmt == "png" else nullcontext():
+        fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
     return buf.getvalue()
+
+
+@contextmanager
+def _laid_out(fig: Figure):
+    """The figure's constrained layout made at the PNG's dpi, and the engine off while savefig draws: savefig would
+    make it in a whole draw without output before the draw that renders (every figure drawn twice, most of a
+    report's time). The same layout, the same bytes; the engine is back after (an SVG of it is laid out again)."""
+    engine = fig.get_layout_engine()
+    if engine is None or isinstance(engine, PlaceHolderLayoutEngine):
+        yield
+        return
+    if not hasattr(fig.canvas, "print_png"):
+        FigureCanvasAgg(fig)  # the layout and the draw share its renderer, and the text sizes it keeps
+    dpi = fig.dpi
+    fig.dpi = DPI
+    try:
+        engine.execute(fig)
+    except ValueError:  # as Figure.draw does
+        pass
+    finally:
+        fig.dpi = dpi
+    fig.set_layout_engine("none")
+    try:
+        yield
+    finally:
+        fig.set_layout_engine(engine)
 
 
 def _metadata(fmt: str) -> dict:

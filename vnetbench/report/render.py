@@ -6,9 +6,13 @@ import base64
 import datetime as dt
 import html
 import os
+import pickle
 import re
 import sys
+import tempfile
+import threading
 from pathlib import Path
+from typing import Callable
 
 from .analyses.base import FigureData, TableData
 from .document import Block, Bullets, Document, Fold, Para
@@ -63,11 +67,54 @@ class Images:
             self._cache[key] = encode(fig.figure, fmt)
         return self._cache[key]
 
+    def prefetch(self, figs: list[FigureData], fmt: str) -> None:
+        """Every figure encoded at once, every other one in a forked child when the machine has a CPU to spare:
+        drawing is most of a report's time, all of it in this process. Not beside other threads: a lock one of them
+        held (the import lock, say) would stay held in the child."""
+        todo = list({id(f.figure): f.figure for f in figs if (id(f.figure), fmt) not in self._cache}.values())
+        theirs: list = []
+        if len(todo) >= 4 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
+            theirs, todo = todo[1::2], todo[0::2]
+        result = _fork_encode(theirs, fmt) if theirs else list
+        try:
+            for fig in todo:
+                self._cache[(id(fig), fmt)] = encode(fig, fmt)
+        finally:
+            done = result()
+        for fig, data in zip(theirs, done):
+            self._cache[(id(fig), fmt)] = data
+
+
+def _fork_encode(figs: list, fmt: str) -> Callable[[], list[bytes]]:
+    """figs encoded in a child process; the function returned waits for it and gives their bytes (encoded here when
+    the child failed)."""
+    tmp = tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
+        code = 1
+        try:
+            pickle.dump([encode(f, fmt) for f in figs], tmp)
+            tmp.flush()
+            code = 0
+        finally:
+            os._exit(code)
+
+    def result() -> list[bytes]:
+        with tmp:
+            if os.waitpid(pid, 0)[1] == 0:
+                tmp.seek(0)
+                return pickle.load(tmp)
+        return [encode(f, fmt) for f in figs]
+    return result
+
 
 def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None,
           figure_format: str = "png") -> list[Path]:
     """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
     images = Images()
+    # (in the order they were always made: an SVG's layout moves what a PNG after it starts from)
+    for needed in dict.fromkeys([*([figure_format] if figures_dir else []), *(["png"] if fmt == "html" else [])]):
+        images.prefetch(doc.figures(), needed)
     files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
     text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
     output.parent.mkdir(parents=True, exist_ok=True)

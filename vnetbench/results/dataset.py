@@ -260,7 +260,8 @@ class Dataset:
                 out.update(got)
                 if METRICS.get(metric) and METRICS[metric].additive:
                     out.update(both_directions(got))
-        return dict(sorted((k, v) for k, v in out.items() if k not in one_pair_aggregates(out)))
+        drop = one_pair_aggregates(out)  # (once: per key, it made the results model quadratic in its keys)
+        return dict(sorted((k, v) for k, v in out.items() if k not in drop))
 
     def pooled_by_key(self, metric: str, exclude_noisy: bool = False) -> dict[Key, list[float]]:
         """{Key: every sample of every trial} of a per-echo metric, split as reduced() splits it: for CDFs."""

@@ -348,11 +348,13 @@ class Store:
             "t.started, t.scenario, sc.labels, sc.implementation FROM samples s JOIN trials t ON s.trial = t.id "
             "JOIN scenarios sc ON sc.campaign = t.campaign AND sc.idx = t.scenario WHERE t.campaign = ? "
             "ORDER BY t.id, s.rowid", (cid,))
+        scenario: dict[str, dict] = {}  # a scenario's labels and implementation parsed once, shared by its samples
         for r in rows:
             d = dict(r)
             d["metadata"] = json.loads(d["metadata"] or "{}")
-            d["labels"] = json.loads(d["labels"])
-            d["implementation"] = json.loads(d["implementation"] or "{}")
+            for col in ("labels", "implementation"):
+                text = d[col] or "{}"
+                d[col] = scenario[text] if text in scenario else scenario.setdefault(text, json.loads(text))
             yield d
 
 
