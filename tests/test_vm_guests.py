@@ -36,8 +36,8 @@ def spec(level: str, duration: int = 1):
     ("vm", "factors.vm_kernel: 'vm' is not allowed; use shared, guest or a guest kind (qemu, uml)"),
     ("{type: guest, kind: vm}", "factors.vm_kernel: vm_kernel kind 'vm' is no guest kind; known: qemu, uml"),
     ("{type: guest, side: left}", "factors.vm_kernel: vm_kernel option 'side': Input should be 'client', 'server' or 'both'"),
-    ("{type: guest, pair: [1]}", "factors.vm_kernel: vm_kernel has no option 'pair'; its options: type, kind, pairs, side"),
-    ("{type: shared, pairs: [1]}", "factors.vm_kernel: vm_kernel: kind, pairs and side choose guest VMs; they need type: guest"),
+    ("{type: guest, pair: [1]}", "factors.vm_kernel: vm_kernel has no option 'pair'; its options: type, kind, pairs, side, vcpus, memory"),
+    ("{type: shared, pairs: [1]}", "factors.vm_kernel: vm_kernel: kind, pairs, side, vcpus and memory choose guest VMs; they need type: guest"),
     ("{type: guest, pairs: [0]}", "factors.vm_kernel: vm_kernel option 'pairs': pair numbers start at 1"),
 ])
 def test_bad_levels_are_one_line_each(level, message):
