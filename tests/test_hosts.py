@@ -59,21 +59,27 @@ def shown(steps, prefix: str = PLAN_PREFIX, work: str | None = None) -> list[tup
 
 def plan_and_run(sc, testbed=None) -> tuple[list[tuple], list[tuple], str]:
     """(the steps plan shows, the steps run executed, plan's script), each through the one choice of backend."""
-    planned = Topology(sc, None, placement=hosts.Hosts(None, testbed).plan(sc))
-    script, steps = planned.script(), [st for wave in planned.placement.arrange(planned, planned.waves()) for st in wave]
     ledger = Ledger.create()
     run = hosts.Hosts(ledger, testbed)
     try:
-        topo = Topology(sc, ledger, placement=run.open(sc))
-        try:
-            topo.build()
-            executed = list(topo.executed)
-        finally:
-            topo.teardown()
+        return plan_and_build(sc, ledger, run, testbed)
     finally:
         run.close()
         ledger.remove_all()
         run.disconnect()
+
+
+def plan_and_build(sc, ledger, run, testbed=None) -> tuple[list[tuple], list[tuple], str]:
+    """plan_and_run's three, the run's topology built (and torn down) on hosts already open: guests booted once for
+    a test module serve it."""
+    planned = Topology(sc, None, placement=hosts.Hosts(None, testbed).plan(sc))
+    script, steps = planned.script(), [st for wave in planned.placement.arrange(planned, planned.waves()) for st in wave]
+    topo = Topology(sc, ledger, placement=run.open(sc))
+    try:
+        topo.build()
+        executed = list(topo.executed)
+    finally:
+        topo.teardown()
     return shown(steps), shown(executed, ledger.prefix, str(ledger.work)), script
 
 

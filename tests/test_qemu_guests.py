@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import clean_after_kill, guest_pids, netns_names, start_run, vnetbench
-from test_hosts import SPEC, shown
+from test_hosts import SPEC, plan_and_build
 from vnetbench import hosts
 from vnetbench.build.topology import PLAN_PREFIX, Topology
 from vnetbench.capabilities import detect
@@ -183,14 +183,7 @@ def test_plan_shows_what_run_executes_with_a_qemu_vm(booted, tmp_path):
     """plan's steps are run's: the qemu guest's boot, its data tap moved into its host's namespace as the VM's port
     (from the guest network's namespace, ahead of the host's batch that enslaves it), the VM's namespace inside it."""
     sc, ledger, run, fleet = booted
-    planned_topo = Topology(sc, None, placement=hosts.Hosts(None).plan(sc))
-    script = planned_topo.script()
-    planned = shown([st for wave in planned_topo.placement.arrange(planned_topo, planned_topo.waves()) for st in wave])
-    topo = _build(sc, ledger, run)
-    try:
-        executed = shown(topo.executed, ledger.prefix, str(ledger.work))
-    finally:
-        topo.teardown()
+    planned, executed, script = plan_and_build(sc, ledger, run)
     assert planned == executed
     assert executed[0][1] == "call" and "qemu guest VMs" in executed[0][4]
     move = [(k, ln) for k, s in enumerate(executed) if s[0] == "gn" for ln in s[2]]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import netns_names, vnetbench
-from test_hosts import shown
+from test_hosts import plan_and_build
 from vnetbench import hosts
 from vnetbench.build.topology import Topology
 from vnetbench.capabilities import detect
@@ -116,14 +116,7 @@ def _measure(sc, topo) -> dict[str, list[float]]:
 def test_plan_shows_what_run_executes_on_qemu_host_guests(booted, tmp_path):
     scs, ledger, run, _ = booted
     sc = scs["vxlan"]
-    planned_topo = Topology(sc, None, placement=hosts.Hosts(None).plan(sc))
-    script = planned_topo.script()  # lays the steps out, as `plan` does
-    planned = shown([st for wave in planned_topo.placement.arrange(planned_topo, planned_topo.waves()) for st in wave])
-    topo = _build(sc, ledger, run)
-    try:
-        executed = shown(topo.executed, ledger.prefix, str(ledger.work))
-    finally:
-        topo.teardown()
+    planned, executed, script = plan_and_build(sc, ledger, run)
     assert planned == executed
     assert executed[0][1] == "call" and "2 qemu host guests" in executed[0][4]
     (tmp_path / "spec.yaml").write_text(SPEC.format(factors=VXLAN))
