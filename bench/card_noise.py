@@ -11,6 +11,7 @@ the machine's.
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -52,7 +53,9 @@ def cells(db: Path) -> list[tuple[str, list]]:
 
 
 def main() -> None:
-    for db in map(Path, sys.argv[1:]):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("db", nargs="+", type=Path, help="results files of `bench/suites.py --profile card --keep DIR`")
+    for db in ap.parse_args().db:
         rows = cells(db)
         every = [cv([v for _, v in tv]) for _, tv in rows]
         later = [cv([v for t, v in tv if t.repetition > 1]) for _, tv in rows]

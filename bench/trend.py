@@ -6,6 +6,7 @@ one of them 20 % lower from campaign 71 on), timed as a user runs it (the whole 
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     from test_trend import lab
     with tempfile.TemporaryDirectory() as d:
         db = Path(d) / "h.db"

@@ -13,15 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
 # modules that share a session fixture run on one worker, so it is made once: S1's smoke campaign (1-2 minutes)
 SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
-# About how long each group takes on one worker of the 2-core machine (seconds, measured with --durations=0; a group
-# not named here counts as short): the longest start first, so that the two workers end together.
-GROUP_SECONDS = {"test_testbed": 340, "s1-smoke": 235, "test_suites_s3_s4": 235, "test_bad_input": 220,
-                 "test_compare": 170, "test_verdicts": 150, "test_docs": 145, "test_guest_kernel": 130,
-                 "test_runner": 105, "test_ovs": 90, "test_scale": 80, "test_noisy_verdicts": 80,
-                 "test_results_model": 65, "loopback": 65, "test_ndrpdr": 60, "test_trend": 55, "test_e2e": 55,
-                 "test_encryption": 40, "test_speed": 35, "test_testbed_file": 35, "test_host_guests": 30,
-                 "test_hosts": 30, "test_results_file": 30, "test_rounds": 30, "test_vm_guests": 25, "test_offloads": 25,
-                 "test_qemu_hosts": 90, "test_qemu_guests": 40, "test_cli": 20}
+# About how long each group takes on one worker of the 2-core machine (seconds, from a CI run's per-test times, the
+# simulations after their speed-up; a group not named here counts as short): the longest start first, so that the
+# two workers end together.
+GROUP_SECONDS = {"test_testbed": 140, "s1-smoke": 120, "test_suites_s3_s4": 125, "test_guest_kernel": 105,
+                 "test_verdicts": 85, "test_ovs": 80, "test_docs": 75, "test_noisy_verdicts": 60, "test_compare": 60,
+                 "test_runner": 60, "test_bad_input": 50, "test_scale": 50, "test_encryption": 45, "loopback": 45,
+                 "test_qemu_hosts": 45, "test_ndrpdr": 40, "test_hosts": 35, "test_e2e": 35, "test_rounds": 30,
+                 "test_speed": 30, "test_trend": 30, "test_qemu_guests": 25, "test_testbed_file": 25,
+                 "test_host_guests": 25, "test_results_file": 25, "test_vm_guests": 20, "test_cli": 15,
+                 "test_offloads": 20, "test_results_model": 20}
 
 
 def group_of(nodeid: str) -> str:

@@ -179,30 +179,78 @@ def test_every_spec_and_testbed_file_in_the_docs_is_valid(tmp_path):
         assert loads(text, name).experiment.name, name
 
 
+# Parses each bench script's argv as the script does, in one child process: the scripts run as __main__ until their
+# parse_args, which checks every option (unknown ones too: an appended --help exits before argparse reports them)
+# and stops there. They share their imports (scipy, vnetbench), which were most of 23 interpreters' time. Prints one
+# JSON line: the exit code (or error) per script.
+BENCH_HELP = """
+import argparse, contextlib, io, json, os, runpy, sys, traceback
+def parse_only(self, args=None, namespace=None):
+    _, extra = self.parse_known_args(args, namespace)
+    if extra:
+        self.error("unrecognized arguments: " + " ".join(extra))
+    raise SystemExit(0)
+argparse.ArgumentParser.parse_args = parse_only
+codes, path = [], list(sys.path)
+for argv in json.loads(sys.argv[1]):
+    sys.argv, err = argv, io.StringIO()
+    sys.path[:] = [os.path.dirname(os.path.abspath(argv[0]))] + path
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            runpy.run_path(argv[0], run_name="__main__")
+        codes.append("ran to its end without parsing its options (no argparse parser)")
+    except SystemExit as exc:
+        codes.append(exc.code if exc.code not in (None, 0) else 0)
+        if exc.code not in (None, 0):
+            codes[-1] = f"exit {exc.code}: {err.getvalue().strip().splitlines()[-1:]}"
+    except BaseException:
+        codes.append(traceback.format_exc().strip().splitlines()[-1])
+print(json.dumps(codes))
+"""
+
+
+def bench_help_codes(argvs: list[list[str]]) -> list:
+    proc = subprocess.run([sys.executable, "-c", BENCH_HELP, json.dumps(argvs)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_every_command_in_the_docs_parses(capsys):
     from typer.main import get_command
     from vnetbench.cli import app
     cli = get_command(app)
     lines = command_lines()
     assert len(lines) >= 20 and any(page == "README.md" for page, _ in lines)
-    bad, seen = [], set()
+    bad, seen, scripts = [], set(), []
     for page, line in lines:
         argv = help_argv(line)
         if tuple(argv) in seen:
             continue
         seen.add(tuple(argv))
-        if argv[1:3] == ["-m", "vnetbench"]:  # in this process: the CLI's own parser, fast
-            try:
-                code = cli.main(args=argv[3:], prog_name="vnetbench", standalone_mode=False)
-            except Exception as exc:  # click's UsageError: no such command or option
-                code = f"{type(exc).__name__}: {exc}"
-            capsys.readouterr()
-        else:
-            proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
-            code = proc.returncode and f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+        if argv[1:3] != ["-m", "vnetbench"]:
+            scripts.append((page, line, argv[1:-1]))  # without --help: parsed by the script's own parser
+            continue
+        try:  # in this process: the CLI's own parser, fast
+            code = cli.main(args=argv[3:], prog_name="vnetbench", standalone_mode=False)
+        except Exception as exc:  # click's UsageError: no such command or option
+            code = f"{type(exc).__name__}: {exc}"
+        capsys.readouterr()
         if code not in (0, None):
             bad.append(f"{page}: `{line}`: {code}")
+    codes = bench_help_codes([argv for _, _, argv in scripts])
+    bad += [f"{page}: `{line}`: {code}" for (page, line, _), code in zip(scripts, codes) if code not in (0, None)]
     assert not bad, "\n".join(bad)
+
+
+def test_a_bench_script_that_does_not_parse_is_named():
+    """The one-process parser reports what a script's own interpreter would: an unknown option or a bad value is
+    exit 2 with argparse's line, and the script itself does not run."""
+    codes = bench_help_codes([["bench/trend.py"], ["bench/trend.py", "--no-such-option"],
+                              ["bench/scale.py", "--rounds", "three"], ["tests/simdata.py"]])
+    assert codes[0] == 0 and "without parsing" in codes[3], codes
+    assert str(codes[1]).startswith("exit 2") and "unrecognized arguments: --no-such-option" in codes[1], codes
+    assert str(codes[2]).startswith("exit 2") and "invalid int value" in codes[2], codes
 
 
 def working_dir(tmp_path: Path) -> Path:

@@ -204,11 +204,23 @@ def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     return int(ok[-1]), float(coverage[ok[-1]])
 
 
-def _ci_median(x: np.ndarray, confidence: float) -> tuple[tuple[float, float], bool, float]:
-    n = x.size
+def _quartiles(s: np.ndarray) -> tuple[float, float, float]:
+    """numpy's linear percentiles 25, 50 and 75 of a sorted sample, the same floats (its virtual index and its lerp,
+    done in Python: np.percentile's dispatch was half of a simulated report's time over 3-10 trials)."""
+    n, out = s.size, []
+    for q in (0.25, 0.5, 0.75):
+        at = (n - 1) * q                     # exact: q is a dyadic fraction
+        lo = int(at)
+        t, a, b = at - lo, float(s[lo]), float(s[min(lo + 1, n - 1)])
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    return out[0], out[1], out[2]
+
+
+def _ci_median(s: np.ndarray, confidence: float) -> tuple[tuple[float, float], bool, float]:
+    """The median's order-statistic interval from the sorted sample s."""
+    n = s.size
     if n < 2:
         return NAN_PAIR, False, math.nan
-    s = np.sort(x)
     k, coverage = median_ci_rank(n, confidence)
     if k < 0:
         return (float(s[0]), float(s[-1])), False, coverage
@@ -223,10 +235,11 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
     mean = float(np.mean(x))
     std = float(np.std(x, ddof=1)) if x.size > 1 else math.nan
     cv = std / abs(mean) if mean != 0 else math.nan
-    q1, med, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
-    ci_median, exact, coverage = _ci_median(x, confidence)
+    s = np.sort(x)
+    q1, med, q3 = _quartiles(s)
+    ci_median, exact, coverage = _ci_median(s, confidence)
     return Summary(n=int(x.size), mean=mean, std=std, cv=cv, median=med, q1=q1, q3=q3, iqr=q3 - q1,
-                   min=float(x.min()), max=float(x.max()), confidence=confidence, ci_median=ci_median,
+                   min=float(s[0]), max=float(s[-1]), confidence=confidence, ci_median=ci_median,
                    ci_median_exact=exact, ci_median_coverage=coverage)
 
 
@@ -373,7 +386,7 @@ def _permuted(na: int, nb: int) -> bool:
     return na >= 2 and nb >= 2 and na + nb <= RANDOM_MAX
 
 
-@lru_cache(maxsize=64)  # (a mask of 30 trials is 0.3 MB; a card's or a simulation's dozens of sizes thrashed 8)
+@lru_cache(maxsize=128)  # (a mask of 30 trials is 0.3 MB; a simulation's dozens of sizes thrashed 8, then 64)
 def _random_splits(na: int, nb: int) -> np.ndarray:
     """RANDOM_SPLITS random choices of na of the na + nb trials, seeded and drawn without looking at any data (so
     each test's p is valid), the observed split first."""
@@ -423,7 +436,8 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
     if spread == 0:
         return 1.0
     x = (x - x.mean()) / spread              # t is unchanged by shifting and scaling all trials: keeps sums exact
-    sum_a, sq_a = mask @ x, mask @ (x * x)
+    sums = mask @ np.stack([x, x * x], axis=1)  # one product: the boolean mask is cast to floats once, not twice
+    sum_a, sq_a = sums[:, 0], sums[:, 1]
     sum_b, sq_b = x.sum() - sum_a, (x * x).sum() - sq_a
     t = _welch_t(sum_a, sq_a, xa.size, sum_b, sq_b, xb.size)
     observed = t[0]                          # the first split is the observed one: a's trials first
@@ -595,16 +609,17 @@ def _family_p(a: Sequence[float], b: Sequence[float], alpha: float) -> float:
 @lru_cache(maxsize=4096)
 def _min_detectable(na: int, nb: int, cv: float, alpha: float, power: float) -> float:
     from scipy import optimize
-    from scipy import stats as sps
+    from scipy.special import nctdtr, stdtrit  # scipy.stats' t and nct, without their per-call dispatch
     se = cv * math.sqrt(1 / na + 1 / nb)
     # Welch's df is estimated from the data, between min(n) - 1 and na + nb - 2; the noncentral t at the midpoint
     # matched simulated Welch power within half a point at n = 3..10. At the exact test's attainable level it is
     # within 1 point of the simulated exact test at 4, 5 and 8 a side (bench/power.py).
     df = (min(na, nb) - 1 + na + nb - 2) / 2
-    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    crit = float(stdtrit(df, 1 - alpha / 2))
 
     def gap(delta: float) -> float:
-        near = float(sps.nct.sf(crit, df, delta / se))
+        near = 1.0 - float(nctdtr(df, delta / se, crit))
+        near = min(1.0, max(0.0, near)) if math.isfinite(near) else 1.0
         return (near if math.isfinite(near) else 1.0) - power
     return float(optimize.brentq(gap, 1e-9, 60 * se))
 
@@ -688,6 +703,27 @@ def units(cells: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[tupl
     return [(xa, np.asarray(xb)) for xa, xb in units.values()]
 
 
+def _split_logs(mask: np.ndarray, xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """log(mean b / mean a) for each split of a unit's pooled trials (a mask row: which are a's)."""
+    x = np.concatenate([xa, xb])
+    sa = mask @ x
+    return np.log((x.sum() - sa) / xb.size / (sa / xa.size))
+
+
+@lru_cache(maxsize=32)
+def _strata_draws(sizes: tuple[tuple[int, int], ...], draws: int, seed: int) -> tuple[np.ndarray, ...]:
+    """`draws` seeded random splits of each unit (a float mask per unit: which trials are a's), drawn without looking
+    at any data, so a family of tests of the same shape draws them once (a simulation's thousands of reports)."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    for na, nb in sizes:
+        idx = rng.permuted(np.broadcast_to(np.arange(na + nb), (draws, na + nb)), axis=1)
+        mask = np.zeros((draws, na + nb))
+        mask[np.arange(draws)[:, None], idx[:, :na]] = 1.0
+        masks.append(mask)
+    return tuple(masks)
+
+
 def _strata_logs(units, draws: int, seed: int = 0) -> tuple[float, np.ndarray, float]:
     """The observed sum over units of log(mean b / mean a), and the same sum for splits of each unit's pooled trials
     (every combination when there are at most EXACT_SPLITS in all, else `draws` random ones), and the smallest p
@@ -696,20 +732,14 @@ def _strata_logs(units, draws: int, seed: int = 0) -> tuple[float, np.ndarray, f
     for xa, xb in units:
         total *= math.comb(xa.size + xb.size, xa.size)
     observed = float(sum(math.log(xb.mean() / xa.mean()) for xa, xb in units))
-    rng = np.random.default_rng(seed)
+    if total > EXACT_SPLITS:
+        masks = _strata_draws(tuple((xa.size, xb.size) for xa, xb in units), draws, seed)
+        sums = sum(_split_logs(mask, xa, xb) for mask, (xa, xb) in zip(masks, units))
+        return observed, sums, 1 / (1 + draws)
     sums = np.zeros(1)
     for xa, xb in units:
-        x = np.concatenate([xa, xb])
-        if total <= EXACT_SPLITS:
-            mask = _splits(xa.size, xb.size)
-            sa = (mask @ x) / xa.size
-            logs = np.log((x.sum() - sa * xa.size) / xb.size / sa)
-            sums = (sums[:, None] + logs[None, :]).ravel()
-        else:
-            perm = rng.permuted(np.broadcast_to(x, (draws, x.size)), axis=1)
-            sums = sums + np.log(perm[:, xa.size:].mean(axis=1) / perm[:, :xa.size].mean(axis=1))
-    if total > EXACT_SPLITS:
-        return observed, sums, 1 / (1 + draws)
+        logs = _split_logs(_splits(xa.size, xb.size), xa, xb)
+        sums = (sums[:, None] + logs[None, :]).ravel()
     mirrored = all(xa.size == xb.size for xa, xb in units)  # swapping every unit's sides gives the same |sum|
     return observed, sums, (2 if mirrored else 1) / total
 
