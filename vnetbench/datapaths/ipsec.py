@@ -185,10 +185,16 @@ class Ipsec(EncryptedTunnel):
         return size
 
     def tunnel_mtu(self, link_mtu: int) -> int:
-        mtu = link_mtu
-        while mtu > 0 and self.outer_size(mtu) > link_mtu:
-            mtu -= 1
-        return min(mtu, LIBIPSEC_TUN_MTU) if self.impl != "kernel" else mtu
+        """The largest inner size whose packet fits the link (0 if none): outer_size never shrinks as its inner size
+        grows, so a bisection finds it (a matrix asks this of every scenario)."""
+        lo, hi = 0, max(link_mtu, 0)         # outer_size(lo) fits, or lo is 0; everything above hi does not fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.outer_size(mid) <= link_mtu:
+                lo = mid
+            else:
+                hi = mid - 1
+        return min(lo, LIBIPSEC_TUN_MTU) if self.impl != "kernel" else lo
 
     # ---- availability ------------------------------------------------------------------------------------
     def adopt(self, implementation):

@@ -26,10 +26,21 @@ def params_of(wl: dict) -> dict:
     return {k: v for k, v in wl.items() if k not in PLACEMENT_KEYS}
 
 
-def _matches(rule: dict[str, Any], labels: dict[str, str], levels: dict[str, Any]) -> bool:
+Rule = list[tuple[str, list, set[str]]]  # (factor, the levels it names, their labels)
+
+
+def _rule(rule: dict[str, Any]) -> Rule:
+    """A `when` or exclude rule with its levels' labels made once (a matrix tests each rule on every combination)."""
+    out = []
     for factor, want in rule.items():
         options = want if isinstance(want, list) else [want]
-        if not any(levels.get(factor) == w or labels.get(factor) == label(w) for w in options):
+        out.append((factor, options, {label(w) for w in options}))
+    return out
+
+
+def _matches(rule: dict[str, Any] | Rule, labels: dict[str, str], levels: dict[str, Any]) -> bool:
+    for factor, options, option_labels in (_rule(rule) if isinstance(rule, dict) else rule):
+        if labels.get(factor) not in option_labels and not any(levels.get(factor) == w for w in options):
             return False
     return True
 
@@ -42,11 +53,11 @@ def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None 
     factor_levels = _factor_levels(exp)
     names = list(factor_levels)
     level_labels = [[label(v) for v in values] for values in factor_levels.values()]  # each level's once
-    combos = []
+    combos, excludes = [], [_rule(r) for r in exp.exclude]
     for picks in itertools.product(*(range(len(values)) for values in factor_levels.values())):
         combo = {f: factor_levels[f][i] for f, i in zip(names, picks)}
         labels = {f: level_labels[j][i] for j, (f, i) in enumerate(zip(names, picks))}
-        if not any(_matches(r, labels, combo) for r in exp.exclude):
+        if not any(_matches(r, labels, combo) for r in excludes):
             combos.append(combo)
     for rule in exp.include:
         extra = {f: factor_levels[f][0] for f in names} | rule
