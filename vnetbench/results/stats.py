@@ -398,9 +398,19 @@ def _random_splits(na: int, nb: int) -> np.ndarray:
     return mask
 
 
-@lru_cache(maxsize=16)  # (10,000 splits of 20 trials are 1.6 MB as floats)
+FLOAT_SPLITS_MAX = 40  # trials: up to here a test's splits are kept as floats (10,000 splits of 20 trials: 1.6 MB)
+
+
+def _split_mask(na: int, nb: int) -> np.ndarray:
+    """The test's splits, exact or random (a row per split: which trials are a's)."""
+    if na + nb <= FLOAT_SPLITS_MAX:
+        return _float_splits(na, nb)
+    return _splits(na, nb) if exact(na, nb) else _random_splits(na, nb)
+
+
+@lru_cache(maxsize=48)  # (a simulation's reports cycle through dozens of sizes: 16 thrashed)
 def _float_splits(na: int, nb: int) -> np.ndarray:
-    """The test's splits (exact or random) as a float mask: a boolean one was cast anew in every product."""
+    """The splits as a float mask: a boolean one is cast anew in every product."""
     return (_splits(na, nb) if exact(na, nb) else _random_splits(na, nb)).astype(float)
 
 
@@ -444,7 +454,7 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
     xa, xb = _checked(a), _checked(b)
     if not _permuted(xa.size, xb.size):
         return math.nan
-    mask = _float_splits(xa.size, xb.size)
+    mask = _split_mask(xa.size, xb.size)
     x = np.concatenate([xa, xb])
     spread = x.std()
     if spread == 0:
