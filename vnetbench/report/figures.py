@@ -5,10 +5,12 @@ person reads (Gbit/s, µs, %), chosen from the data by `axis_unit`.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import io
 import math
 from contextlib import contextmanager, nullcontext
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -20,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, ScalarFormatter  # noqa: E402
 
 from ..core.sample import elapsed  # noqa: E402
 from ..results.stats import Summary  # noqa: E402
-from .analyses.base import FigureData  # noqa: E402
+from .analyses.base import FigureData, LaterFigure  # noqa: E402
 
 WIDTH = 11.0          # inches; 110 dpi PNG = 1210 px, readable in a 1400 px page
 DPI = 110
@@ -107,16 +109,35 @@ def _laid_out(fig: Figure):
         pass
     finally:
         fig.dpi = dpi
-    fig.set_layout_engine("none")
+    _no_engine(fig)
     try:
         yield
     finally:
         fig.set_layout_engine(engine)
 
 
+def _no_engine(fig: Figure) -> None:
+    """No layout engine at all: with 'none' (a placeholder engine) savefig still makes a whole draw without output
+    first, a sixth of each figure's encoding. (None follows the rc defaults, which must not bring an engine back.)"""
+    with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
+
+
 def _metadata(fmt: str) -> dict:
     # No generator or date stamps: the same campaign gives byte-identical PNGs, and SVGs carry no URLs.
     return {"Software": None} if fmt == "png" else {"Creator": None, "Date": None, "Format": None, "Type": None}
+
+
+def _later(build: Callable[..., FigureData]) -> Callable[..., FigureData]:
+    """The builder's FigureData at once, its figure made when first read (render.py makes and encodes half of a
+    report's figures in a second process: making them was two thirds of building the document)."""
+    signature = inspect.signature(build)
+
+    @functools.wraps(build)
+    def later(*args, **kwargs) -> FigureData:
+        given = signature.bind(*args, **kwargs).arguments
+        return LaterFigure(given["name"], given["title"], lambda: build(*args, **kwargs).figure, given["caption"])
+    return later
 
 
 def _figure(height: float, ncols: int = 1) -> tuple[Figure, list]:
@@ -159,6 +180,7 @@ def _style(i: int) -> dict:
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
 
 
+@_later
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
                     values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None,
                     metric: str = "") -> FigureData:
@@ -191,6 +213,7 @@ def metric_overview(name: str, title: str, unit: str, labels: list[str], summari
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]], legend_title: str,
         caption: str) -> FigureData:
     """Empirical CDF, one step curve per scenario; log x when the values span more than 20x."""
@@ -210,6 +233,7 @@ def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]],
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def time_series(name: str, title: str, unit: str, lines: Mapping[str, Mapping[float, Sequence[float]]],
                 legend_title: str, caption: str) -> FigureData:
     """One line per scenario: the mean at each time, with a min..max band over repetitions and pairs."""
@@ -231,6 +255,7 @@ def time_series(name: str, title: str, unit: str, lines: Mapping[str, Mapping[fl
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, list[float]], axis_title: str,
                   caption: str) -> FigureData:
     """Stacked horizontal bars: mean share of each CPU time category per scenario, in % of all CPUs."""
@@ -250,6 +275,7 @@ def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, 
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str, Mapping[float, Summary]]],
             legend_title: str, caption: str) -> FigureData:
     """One panel per (metric label, unit): mean with 95 % CI against the number of streams, a line per group."""

@@ -62,38 +62,38 @@ class Images:
         self._cache: dict[tuple[int, str], bytes] = {}
 
     def get(self, fig: FigureData, fmt: str) -> bytes:
-        key = (id(fig.figure), fmt)
+        key = (id(fig.source), fmt)
         if key not in self._cache:
             self._cache[key] = encode(fig.figure, fmt)
         return self._cache[key]
 
     def prefetch(self, figs: list[FigureData], fmt: str) -> None:
-        """Every figure encoded at once, every other one in a forked child when the machine has a CPU to spare:
-        drawing is most of a report's time, all of it in this process. Not beside other threads: a lock one of them
-        held (the import lock, say) would stay held in the child."""
-        todo = list({id(f.figure): f.figure for f in figs if (id(f.figure), fmt) not in self._cache}.values())
-        theirs: list = []
+        """Every figure made and encoded at once, every other one in a forked child when the machine has a CPU to
+        spare: drawing is most of a report's time. Not beside other threads: a lock one of them held (the import
+        lock, say) would stay held in the child."""
+        todo = list({id(f.source): f for f in figs if (id(f.source), fmt) not in self._cache}.values())
+        theirs: list[FigureData] = []
         if len(todo) >= 4 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
             theirs, todo = todo[1::2], todo[0::2]
         result = _fork_encode(theirs, fmt) if theirs else list
         try:
             for fig in todo:
-                self._cache[(id(fig), fmt)] = encode(fig, fmt)
+                self._cache[(id(fig.source), fmt)] = encode(fig.figure, fmt)
         finally:
             done = result()
         for fig, data in zip(theirs, done):
-            self._cache[(id(fig), fmt)] = data
+            self._cache[(id(fig.source), fmt)] = data
 
 
-def _fork_encode(figs: list, fmt: str) -> Callable[[], list[bytes]]:
-    """figs encoded in a child process; the function returned waits for it and gives their bytes (encoded here when
-    the child failed)."""
+def _fork_encode(figs: list[FigureData], fmt: str) -> Callable[[], list[bytes]]:
+    """figs made and encoded in a child process; the function returned waits for it and gives their bytes (encoded
+    here when the child failed)."""
     tmp = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
         code = 1
         try:
-            pickle.dump([encode(f, fmt) for f in figs], tmp)
+            pickle.dump([encode(f.figure, fmt) for f in figs], tmp)
             tmp.flush()
             code = 0
         finally:
@@ -104,7 +104,7 @@ def _fork_encode(figs: list, fmt: str) -> Callable[[], list[bytes]]:
             if os.waitpid(pid, 0)[1] == 0:
                 tmp.seek(0)
                 return pickle.load(tmp)
-        return [encode(f, fmt) for f in figs]
+        return [encode(f.figure, fmt) for f in figs]
     return result
 
 
@@ -141,7 +141,8 @@ def _close(doc: Document) -> None:
     if "matplotlib.pyplot" in sys.modules:  # an analysis may have made its figures with pyplot
         import matplotlib.pyplot as plt
         for fig in doc.figures():
-            plt.close(fig.figure)
+            if fig.made:
+                plt.close(fig.figure)
 
 
 # ---- HTML -------------------------------------------------------------------------------------------------
