@@ -12,7 +12,6 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable
 
 from .analyses.base import FigureData, TableData
 from .document import Block, Bullets, Document, Fold, Para
@@ -67,54 +66,66 @@ class Images:
             self._cache[key] = encode(fig.figure, fmt)
         return self._cache[key]
 
-    def prefetch(self, figs: list[FigureData], fmt: str) -> None:
-        """Every figure made and encoded at once, every other one in a forked child when the machine has a CPU to
+    def prefetch(self, figs: list[FigureData], fmts: list[str]) -> None:
+        """Every figure made and encoded at once in every format (in their order, in one process: an SVG's layout
+        moves what a PNG after it starts from), by this process and a forked child when the machine has a CPU to
         spare: drawing is most of a report's time. Not beside other threads: a lock one of them held (the import
         lock, say) would stay held in the child."""
-        todo = list({id(f.source): f for f in figs if (id(f.source), fmt) not in self._cache}.values())
-        theirs: list[FigureData] = []
-        if len(todo) >= 4 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
-            theirs, todo = todo[1::2], todo[0::2]
-        result = _fork_encode(theirs, fmt) if theirs else list
-        try:
-            for fig in todo:
-                self._cache[(id(fig.source), fmt)] = encode(fig.figure, fmt)
-        finally:
-            done = result()
-        for fig, data in zip(theirs, done):
-            self._cache[(id(fig.source), fmt)] = data
+        todo = list({id(f.source): f for f in figs if any((id(f.source), fmt) not in self._cache for fmt in fmts)
+                     }.values())
+        shared = 4 <= len(todo) <= MAX_SHARED and (os.cpu_count() or 1) > 1 and threading.active_count() == 1
+        done = _shared_encode(todo, fmts) if shared else [_encoded(f, fmts) for f in todo]
+        for fig, data in zip(todo, done):
+            self._cache.update(((id(fig.source), fmt), d) for fmt, d in zip(fmts, data))
 
 
-def _fork_encode(figs: list[FigureData], fmt: str) -> Callable[[], list[bytes]]:
-    """figs made and encoded in a child process; the function returned waits for it and gives their bytes (encoded
-    here when the child failed)."""
+MAX_SHARED = 16384  # figures whose indices (2 bytes each) a pipe holds before anyone reads it
+
+
+def _encoded(fig: FigureData, fmts: list[str]) -> list[bytes]:
+    return [encode(fig.figure, fmt) for fmt in fmts]
+
+
+def _shared_encode(figs: list[FigureData], fmts: list[str]) -> list[list[bytes]]:
+    """figs made and encoded by this process and a forked child at once, each taking the next figure nobody took
+    (their indices wait in a pipe; a read of 2 bytes takes one): whichever runs ahead takes more, where a fixed
+    half each left one process idle while the other was held up. The child's are encoded here when it failed."""
+    take, put = os.pipe()
+    os.write(put, b"".join(i.to_bytes(2, "big") for i in range(len(figs))))
+    os.close(put)
     tmp = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
         code = 1
         try:
-            pickle.dump([encode(f.figure, fmt) for f in figs], tmp)
+            pickle.dump(dict(_taken(take, figs, fmts)), tmp)
             tmp.flush()
             code = 0
         finally:
             os._exit(code)
+    with tmp:
+        try:
+            mine = dict(_taken(take, figs, fmts))
+        finally:
+            os.close(take)
+            ok = os.waitpid(pid, 0)[1] == 0
+        tmp.seek(0)
+        theirs = pickle.load(tmp) if ok else {}
+    return [mine[i] if i in mine else theirs[i] if i in theirs else _encoded(f, fmts) for i, f in enumerate(figs)]
 
-    def result() -> list[bytes]:
-        with tmp:
-            if os.waitpid(pid, 0)[1] == 0:
-                tmp.seek(0)
-                return pickle.load(tmp)
-        return [encode(f.figure, fmt) for f in figs]
-    return result
+
+def _taken(take: int, figs: list[FigureData], fmts: list[str]):
+    while len(got := os.read(take, 2)) == 2:
+        i = int.from_bytes(got, "big")
+        yield i, _encoded(figs[i], fmts)
 
 
 def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None,
           figure_format: str = "png") -> list[Path]:
     """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
     images = Images()
-    # (in the order they were always made: an SVG's layout moves what a PNG after it starts from)
-    for needed in dict.fromkeys([*([figure_format] if figures_dir else []), *(["png"] if fmt == "html" else [])]):
-        images.prefetch(doc.figures(), needed)
+    images.prefetch(doc.figures(), list(dict.fromkeys([*([figure_format] if figures_dir else []),
+                                                       *(["png"] if fmt == "html" else [])])))
     files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
     text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
     output.parent.mkdir(parents=True, exist_ok=True)
