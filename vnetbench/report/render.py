@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .analyses.base import FigureData, TableData
 from .document import Block, Bullets, Document, Fold, Para
-from .figures import encode
+from .figures import encode, library
 
 FORMATS = ("html", "md")
 FIGURE_FORMATS = ("png", "svg")
@@ -66,52 +66,105 @@ class Images:
             self._cache[key] = encode(fig.figure, fmt)
         return self._cache[key]
 
-    def prefetch(self, figs: list[FigureData], fmts: list[str]) -> None:
+    def prefetch(self, figs: list[FigureData], fmts: list[str], second: Second) -> None:
         """Every figure made and encoded at once in every format (in their order, in one process: an SVG's layout
-        moves what a PNG after it starts from), by this process and a forked child when the machine has a CPU to
-        spare: drawing is most of a report's time. Not beside other threads: a lock one of them held (the import
-        lock, say) would stay held in the child."""
+        moves what a PNG after it starts from), by this process and the second one: drawing is most of a report's
+        time."""
         todo = list({id(f.source): f for f in figs if any((id(f.source), fmt) not in self._cache for fmt in fmts)
                      }.values())
-        shared = 4 <= len(todo) <= MAX_SHARED and (os.cpu_count() or 1) > 1 and threading.active_count() == 1
-        done = _shared_encode(todo, fmts) if shared else [_encoded(f, fmts) for f in todo]
-        for fig, data in zip(todo, done):
+        for fig, data in zip(todo, second.share(todo, fmts)):
             self._cache.update(((id(fig.source), fmt), d) for fmt, d in zip(fmts, data))
 
 
 MAX_SHARED = 16384  # figures whose indices (2 bytes each) a pipe holds before anyone reads it
 
 
+class Second:
+    """A forked second process for the figures, started before the document is built (`vnetbench report`): it
+    imports matplotlib while this process reads the campaign, then makes and encodes the figures it takes. Their
+    indices wait in a pipe, a read of 2 bytes takes one: whichever process runs ahead takes more. The figures reach
+    it pickled (a builder's name and plain data: figures._later). Not beside other threads (a lock one of them held,
+    the import lock say, would stay held in the child), nor on one CPU. Leaving it as a context manager ends it."""
+
+    def __init__(self, wanted: bool = True) -> None:
+        self.pid = 0
+        if not wanted or (os.cpu_count() or 1) < 2 or threading.active_count() > 1:
+            return
+        self._figs, self._out = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        self._take, self._put = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
+            code = 1
+            try:
+                os.close(self._put)
+                self._serve()
+                code = 0
+            finally:
+                os._exit(code)
+
+    def __enter__(self) -> Second:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end()
+
+    def _serve(self) -> None:
+        library()
+        done: dict[int, list[bytes]] = {}
+        first = os.read(self._take, 2)  # waits until the figures are in their file and their indices in the pipe
+        if len(first) == 2:
+            self._figs.seek(0)
+            fmts, figs = pickle.load(self._figs)
+            i = int.from_bytes(first, "big")
+            done = {i: _encoded(figs[i], fmts), **dict(_taken(self._take, figs, fmts))}
+        pickle.dump(done, self._out)
+        self._out.flush()
+
+    def share(self, figs: list[FigureData], fmts: list[str]) -> list[list[bytes]]:
+        """figs encoded in fmts: those still to be made by both processes, the rest (and whatever the second one
+        did not deliver) here."""
+        lazy = self._hand_over([f for f in figs if not f.made], fmts) if self.pid else []
+        try:
+            mine = dict(_taken(self._take, lazy, fmts)) if lazy else {}
+        finally:
+            theirs = self._end()
+        done = {id(f): mine.get(i) or theirs.get(i) for i, f in enumerate(lazy)}
+        return [done.get(id(f)) or _encoded(f, fmts) for f in figs]
+
+    def _hand_over(self, lazy: list[FigureData], fmts: list[str]) -> list[FigureData]:
+        """The figures both processes take from: pickled into their file, then their indices into the pipe ([] when
+        they cannot be pickled: all made here)."""
+        lazy = lazy[:MAX_SHARED]
+        try:
+            pickle.dump((fmts, lazy), self._figs)
+            self._figs.flush()
+            os.write(self._put, b"".join(i.to_bytes(2, "big") for i in range(len(lazy))))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            lazy = []
+        finally:
+            self._close_put()
+        return lazy
+
+    def _close_put(self) -> None:
+        if self._put >= 0:
+            os.close(self._put)
+            self._put = -1
+
+    def _end(self) -> dict[int, list[bytes]]:
+        """Waits for the second process; what it made ({} when it failed, or had nothing to do)."""
+        if not self.pid:
+            return {}
+        pid, self.pid = self.pid, 0
+        self._close_put()
+        os.close(self._take)
+        ok = os.waitpid(pid, 0)[1] == 0
+        with self._out, self._figs:
+            self._out.seek(0)
+            return pickle.load(self._out) if ok else {}
+
+
 def _encoded(fig: FigureData, fmts: list[str]) -> list[bytes]:
     return [encode(fig.figure, fmt) for fmt in fmts]
-
-
-def _shared_encode(figs: list[FigureData], fmts: list[str]) -> list[list[bytes]]:
-    """figs made and encoded by this process and a forked child at once, each taking the next figure nobody took
-    (their indices wait in a pipe; a read of 2 bytes takes one): whichever runs ahead takes more, where a fixed
-    half each left one process idle while the other was held up. The child's are encoded here when it failed."""
-    take, put = os.pipe()
-    os.write(put, b"".join(i.to_bytes(2, "big") for i in range(len(figs))))
-    os.close(put)
-    tmp = tempfile.TemporaryFile()
-    pid = os.fork()
-    if pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
-        code = 1
-        try:
-            pickle.dump(dict(_taken(take, figs, fmts)), tmp)
-            tmp.flush()
-            code = 0
-        finally:
-            os._exit(code)
-    with tmp:
-        try:
-            mine = dict(_taken(take, figs, fmts))
-        finally:
-            os.close(take)
-            ok = os.waitpid(pid, 0)[1] == 0
-        tmp.seek(0)
-        theirs = pickle.load(tmp) if ok else {}
-    return [mine[i] if i in mine else theirs[i] if i in theirs else _encoded(f, fmts) for i, f in enumerate(figs)]
 
 
 def _taken(take: int, figs: list[FigureData], fmts: list[str]):
@@ -120,12 +173,14 @@ def _taken(take: int, figs: list[FigureData], fmts: list[str]):
         yield i, _encoded(figs[i], fmts)
 
 
-def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None,
-          figure_format: str = "png") -> list[Path]:
-    """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
+def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None, figure_format: str = "png",
+          second: Second | None = None) -> list[Path]:
+    """Write the report (and the figure files); returns every file written. Frees the figures afterwards. `second`:
+    the process started before the document was built, else one is started here when there are figures to make."""
     images = Images()
-    images.prefetch(doc.figures(), list(dict.fromkeys([*([figure_format] if figures_dir else []),
-                                                       *(["png"] if fmt == "html" else [])])))
+    fmts = list(dict.fromkeys([*([figure_format] if figures_dir else []), *(["png"] if fmt == "html" else [])]))
+    with second or Second(bool(fmts) and len(doc.figures()) >= 4) as helper:
+        images.prefetch(doc.figures(), fmts, helper)
     files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
     text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
     output.parent.mkdir(parents=True, exist_ok=True)
