@@ -11,6 +11,7 @@ import pytest
 from conftest import vnetbench
 from vnetbench.build import offloads
 from vnetbench.build.topology import Topology
+from vnetbench.core.offloads import summary
 from vnetbench.capabilities import Capabilities, Feature
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import SpecError, loads
@@ -127,8 +128,8 @@ def test_summary_groups_devices_that_agree():
     record = {"asked": OFF, "groups": [
         {"features": {"tso": "off", "gso": "off", "gro": "off", "sg": "on"}, "devices": ["h1 a", "h1 b"]},
         {"features": {"tso": "off", "gso": "off", "gro": "off", "sg": "off"}, "devices": ["h2 c"]}]}
-    assert offloads.summary(record, ["tso", "gso", "gro"]) == "tso off, gso off, gro off on 3 interfaces"
-    assert offloads.summary(record, ["sg"]) == "sg on on 2 interfaces; sg off on 1 interface"
+    assert summary(record, ["tso", "gso", "gro"]) == "tso off, gso off, gro off on 3 interfaces"
+    assert summary(record, ["sg"]) == "sg on on 2 interfaces; sg off on 1 interface"
     assert offloads.differences({"lro": "on"}, {"h1": {"a": {"lro": "off fixed"}}}) == ["lro off [fixed] on h1 a"]
 
 

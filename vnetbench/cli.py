@@ -708,11 +708,13 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
         fail(f"--figure-format {figure_format}: use png or svg")
     store, camp = open_campaign(db, campaign)
     output = output or Path(f"report-{camp.id}.{fmt}")
-    try:
-        written = render.write(document.build(store, camp.id, exclude_noisy=exclude_noisy), output, fmt, figures,
-                               figure_format)
-    except OSError as exc:
-        fail(f"cannot write the report: {exc}")
+    # the figures' second process starts now: it imports matplotlib while this one builds the document
+    with render.Second(fmt == "html" or figures is not None) as second:
+        try:
+            written = render.write(document.build(store, camp.id, exclude_noisy=exclude_noisy), output, fmt, figures,
+                                   figure_format, second)
+        except OSError as exc:
+            fail(f"cannot write the report: {exc}")
     err.print(f"report of campaign {camp.id} written to {output}" +
               (f" ({len(written) - 1} figures in {figures})" if figures else ""), highlight=False)
 

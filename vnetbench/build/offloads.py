@@ -34,6 +34,7 @@ from __future__ import annotations
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 
+from ..core.offloads import shown
 from ..core.scenario import OFFLOADS, Scenario, label
 from ..datapaths.base import BuildError
 from ..hosts.steps import ROOT
@@ -147,12 +148,8 @@ def differences(want: dict[str, str], found: dict[str, dict[str, dict[str, str]]
             for k, v in want.items():
                 has = feats.get(k)
                 if has is None or has.split()[0] != v:
-                    out.append(f"{k} {_shown(has) if has else 'not shown by ethtool -k'} on {node} {dev}")
+                    out.append(f"{k} {shown(has) if has else 'not shown by ethtool -k'} on {node} {dev}")
     return out
-
-
-def _shown(value: str) -> str:
-    return value.replace(" fixed", " [fixed]")
 
 
 def parse_ethtool_k(text: str) -> dict[str, dict[str, str]]:
@@ -191,14 +188,3 @@ def in_force(topo) -> dict:
     if wrong := differences(want, found):
         out["flag"] = f"{NOT_AS_ASKED}: {wrong[0]}" + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
     return out
-
-
-def summary(record: dict, features: list[str]) -> str:
-    """'tso off, gso off, gro off on 10 interfaces' (the features named, each group of devices that agree on them)."""
-    if "error" in record:
-        return f"not read: {record['error']}"
-    counts: dict[str, int] = {}
-    for g in record.get("groups", []):
-        text = ", ".join(f"{k} {_shown(g['features'].get(k, '?'))}" for k in features)
-        counts[text] = counts.get(text, 0) + len(g["devices"])
-    return "; ".join(f"{text} on {n} interface{'s' * (n != 1)}" for text, n in counts.items()) or "no interface"

@@ -23,7 +23,7 @@ def not_a_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)  # built when first used
 
     @field_validator("*", mode="before")
     @classmethod

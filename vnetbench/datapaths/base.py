@@ -117,7 +117,7 @@ class Builder(Protocol):
 
 class Options(BaseModel):
     """Options of an element, written in a spec as a mapping level: {type: ipsec, cipher: aes-128-gcm}."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built when first used, not at every import
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 TABLE = Path(__file__).with_name("mechanisms.yaml")
 OTHER_KERNEL, OTHER_USER = "other_kernel", "other_user"
 
@@ -28,6 +26,7 @@ def _union(patterns: list[str]) -> re.Pattern | None:
 
 @lru_cache(maxsize=1)
 def table() -> tuple[Mechanism, ...]:
+    import yaml  # here: the probes' registry imports this module for every command, `show` too
     rows = yaml.safe_load(TABLE.read_text())["mechanisms"]
     return tuple(Mechanism(r["name"], r["label"], _union(r.get("symbols") or []), _union(r.get("comms") or []),
                            bool(r.get("owns"))) for r in rows)

@@ -1,26 +1,24 @@
 """Figure builders for the report: plain data in (values per scenario label), a FigureData out.
 
 Matplotlib's object API with the Agg canvas only: no display, no pyplot state. Axes are labelled in the unit a
-person reads (Gbit/s, µs, %), chosen from the data by `axis_unit`.
+person reads (Gbit/s, µs, %), chosen from the data by `axis_unit`. Matplotlib is imported when the first figure is
+made or encoded (library()): a report's second process imports it while this one builds the document.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import io
 import math
 from contextlib import contextmanager, nullcontext
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import matplotlib
+from ..core.sample import elapsed
+from ..results.stats import Summary
+from .analyses.base import FigureData, LaterFigure
 
-matplotlib.use("Agg")
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
-from matplotlib.ticker import FuncFormatter, ScalarFormatter  # noqa: E402
-
-from ..core.sample import elapsed  # noqa: E402
-from ..results.stats import Summary  # noqa: E402
-from .analyses.base import FigureData  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 WIDTH = 11.0          # inches; 110 dpi PNG = 1210 px, readable in a 1400 px page
 DPI = 110
@@ -28,6 +26,18 @@ CPU_PARTS = ("cpu_user_ratio", "cpu_system_ratio", "cpu_irq_ratio", "cpu_softirq
 _PREFIXES = {"bit/s": ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1, "bit/s")),
              "s": ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
              "1/s": ((1e6, "M/s"), (1e3, "k/s"), (1, "/s"))}
+
+
+@functools.cache
+def library() -> Any:
+    """matplotlib with the modules the builders use, its Agg canvas chosen."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.backends.backend_agg
+    import matplotlib.figure
+    import matplotlib.layout_engine
+    import matplotlib.ticker
+    return matplotlib  # (each submodule imported is an attribute of the package)
 
 
 def axis_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
@@ -75,7 +85,7 @@ def plain_axes(fig: Figure) -> None:
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             fmt = axis.get_major_formatter()
-            if isinstance(fmt, ScalarFormatter):
+            if isinstance(fmt, library().ticker.ScalarFormatter):
                 fmt.set_scientific(False)
                 fmt.set_useOffset(False)
 
@@ -94,11 +104,12 @@ def _laid_out(fig: Figure):
     make it in a whole draw without output before the draw that renders (every figure drawn twice, most of a
     report's time). The same layout, the same bytes; the engine is back after (an SVG of it is laid out again)."""
     engine = fig.get_layout_engine()
-    if engine is None or isinstance(engine, PlaceHolderLayoutEngine):
+    if engine is None or isinstance(engine, library().layout_engine.PlaceHolderLayoutEngine):
         yield
         return
     if not hasattr(fig.canvas, "print_png"):
-        FigureCanvasAgg(fig)  # the layout and the draw share its renderer, and the text sizes it keeps
+        # the layout and the draw share its renderer, and the text sizes it keeps
+        library().backends.backend_agg.FigureCanvasAgg(fig)
     dpi = fig.dpi
     fig.dpi = DPI
     try:
@@ -107,11 +118,18 @@ def _laid_out(fig: Figure):
         pass
     finally:
         fig.dpi = dpi
-    fig.set_layout_engine("none")
+    _no_engine(fig)
     try:
         yield
     finally:
         fig.set_layout_engine(engine)
+
+
+def _no_engine(fig: Figure) -> None:
+    """No layout engine at all: with 'none' (a placeholder engine) savefig still makes a whole draw without output
+    first, a sixth of each figure's encoding. (None follows the rc defaults, which must not bring an engine back.)"""
+    with library().rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
 
 
 def _metadata(fmt: str) -> dict:
@@ -119,8 +137,30 @@ def _metadata(fmt: str) -> dict:
     return {"Software": None} if fmt == "png" else {"Creator": None, "Date": None, "Format": None, "Type": None}
 
 
+_BUILDERS: dict[str, Callable[..., FigureData]] = {}
+
+
+def _later(build: Callable[..., FigureData]) -> Callable[..., FigureData]:
+    """The builder's FigureData at once, its figure made when first read: render.py makes and encodes the figures in
+    two processes (making them was two thirds of building the document), and hands them to the second one pickled
+    (a builder is named, with its arguments: plain data)."""
+    signature = inspect.signature(build)
+    _BUILDERS[build.__name__] = build
+
+    @functools.wraps(build)
+    def later(*args, **kwargs) -> FigureData:
+        given = signature.bind(*args, **kwargs).arguments
+        return LaterFigure(given["name"], given["title"], functools.partial(_made, build.__name__, args, kwargs),
+                           given["caption"])
+    return later
+
+
+def _made(builder: str, args: tuple, kwargs: dict) -> Figure:
+    return _BUILDERS[builder](*args, **kwargs).figure
+
+
 def _figure(height: float, ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=(WIDTH, max(2.6, height)), layout="constrained")
+    fig = library().figure.Figure(figsize=(WIDTH, max(2.6, height)), layout="constrained")
     axes = fig.subplots(1, ncols, sharey=ncols > 1, squeeze=False)[0]
     for ax in axes:
         ax.grid(True, axis="both", alpha=0.3)
@@ -136,7 +176,7 @@ def _wide_range(values: Sequence[float]) -> bool:
 def _log(ax, which: str) -> None:
     """Log scale with plain numbers (0.5, 10, 200) instead of powers of ten."""
     getattr(ax, f"set_{which}scale")("log")
-    getattr(ax, f"{which}axis").set_major_formatter(FuncFormatter(lambda v, _: plain(v)))
+    getattr(ax, f"{which}axis").set_major_formatter(library().ticker.FuncFormatter(lambda v, _: plain(v)))
 
 
 def plain(v: float) -> str:
@@ -159,6 +199,7 @@ def _style(i: int) -> dict:
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
 
 
+@_later
 def metric_overview(name: str, title: str, unit: str, labels: list[str], summaries: list[Summary],
                     values: list[list[float]], axis_title: str, caption: str, groups: list[str] | None = None,
                     metric: str = "") -> FigureData:
@@ -191,6 +232,7 @@ def metric_overview(name: str, title: str, unit: str, labels: list[str], summari
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]], legend_title: str,
         caption: str) -> FigureData:
     """Empirical CDF, one step curve per scenario; log x when the values span more than 20x."""
@@ -210,6 +252,7 @@ def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]],
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def time_series(name: str, title: str, unit: str, lines: Mapping[str, Mapping[float, Sequence[float]]],
                 legend_title: str, caption: str) -> FigureData:
     """One line per scenario: the mean at each time, with a min..max band over repetitions and pairs."""
@@ -231,6 +274,7 @@ def time_series(name: str, title: str, unit: str, lines: Mapping[str, Mapping[fl
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, list[float]], axis_title: str,
                   caption: str) -> FigureData:
     """Stacked horizontal bars: mean share of each CPU time category per scenario, in % of all CPUs."""
@@ -250,10 +294,11 @@ def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, 
     return FigureData(name, title, fig, caption)
 
 
+@_later
 def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str, Mapping[float, Summary]]],
             legend_title: str, caption: str) -> FigureData:
     """One panel per (metric label, unit): mean with 95 % CI against the number of streams, a line per group."""
-    fig = Figure(figsize=(WIDTH, 4.0), layout="constrained")
+    fig = library().figure.Figure(figsize=(WIDTH, 4.0), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, ((ylabel, unit), groups) in zip(axes, panels.items()):
         scale, ulabel = axis_unit(unit, [s.mean for pts in groups.values() for s in pts.values()])

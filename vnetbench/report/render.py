@@ -12,11 +12,10 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable
 
 from .analyses.base import FigureData, TableData
 from .document import Block, Bullets, Document, Fold, Para
-from .figures import encode
+from .figures import encode, library
 
 FORMATS = ("html", "md")
 FIGURE_FORMATS = ("png", "svg")
@@ -62,59 +61,126 @@ class Images:
         self._cache: dict[tuple[int, str], bytes] = {}
 
     def get(self, fig: FigureData, fmt: str) -> bytes:
-        key = (id(fig.figure), fmt)
+        key = (id(fig.source), fmt)
         if key not in self._cache:
             self._cache[key] = encode(fig.figure, fmt)
         return self._cache[key]
 
-    def prefetch(self, figs: list[FigureData], fmt: str) -> None:
-        """Every figure encoded at once, every other one in a forked child when the machine has a CPU to spare:
-        drawing is most of a report's time, all of it in this process. Not beside other threads: a lock one of them
-        held (the import lock, say) would stay held in the child."""
-        todo = list({id(f.figure): f.figure for f in figs if (id(f.figure), fmt) not in self._cache}.values())
-        theirs: list = []
-        if len(todo) >= 4 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
-            theirs, todo = todo[1::2], todo[0::2]
-        result = _fork_encode(theirs, fmt) if theirs else list
+    def prefetch(self, figs: list[FigureData], fmts: list[str], second: Second) -> None:
+        """Every figure made and encoded at once in every format (in their order, in one process: an SVG's layout
+        moves what a PNG after it starts from), by this process and the second one: drawing is most of a report's
+        time."""
+        todo = list({id(f.source): f for f in figs if any((id(f.source), fmt) not in self._cache for fmt in fmts)
+                     }.values())
+        for fig, data in zip(todo, second.share(todo, fmts)):
+            self._cache.update(((id(fig.source), fmt), d) for fmt, d in zip(fmts, data))
+
+
+MAX_SHARED = 16384  # figures whose indices (2 bytes each) a pipe holds before anyone reads it
+
+
+class Second:
+    """A forked second process for the figures, started before the document is built (`vnetbench report`): it
+    imports matplotlib while this process reads the campaign, then makes and encodes the figures it takes. Their
+    indices wait in a pipe, a read of 2 bytes takes one: whichever process runs ahead takes more. The figures reach
+    it pickled (a builder's name and plain data: figures._later). Not beside other threads (a lock one of them held,
+    the import lock say, would stay held in the child), nor on one CPU. Leaving it as a context manager ends it."""
+
+    def __init__(self, wanted: bool = True) -> None:
+        self.pid = 0
+        if not wanted or (os.cpu_count() or 1) < 2 or threading.active_count() > 1:
+            return
+        self._figs, self._out = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        self._take, self._put = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
+            code = 1
+            try:
+                os.close(self._put)
+                self._serve()
+                code = 0
+            finally:
+                os._exit(code)
+
+    def __enter__(self) -> Second:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end()
+
+    def _serve(self) -> None:
+        library()
+        done: dict[int, list[bytes]] = {}
+        first = os.read(self._take, 2)  # waits until the figures are in their file and their indices in the pipe
+        if len(first) == 2:
+            self._figs.seek(0)
+            fmts, figs = pickle.load(self._figs)
+            i = int.from_bytes(first, "big")
+            done = {i: _encoded(figs[i], fmts), **dict(_taken(self._take, figs, fmts))}
+        pickle.dump(done, self._out)
+        self._out.flush()
+
+    def share(self, figs: list[FigureData], fmts: list[str]) -> list[list[bytes]]:
+        """figs encoded in fmts: those still to be made by both processes, the rest (and whatever the second one
+        did not deliver) here."""
+        lazy = self._hand_over([f for f in figs if not f.made], fmts) if self.pid else []
         try:
-            for fig in todo:
-                self._cache[(id(fig), fmt)] = encode(fig, fmt)
+            mine = dict(_taken(self._take, lazy, fmts)) if lazy else {}
         finally:
-            done = result()
-        for fig, data in zip(theirs, done):
-            self._cache[(id(fig), fmt)] = data
+            theirs = self._end()
+        done = {id(f): mine.get(i) or theirs.get(i) for i, f in enumerate(lazy)}
+        return [done.get(id(f)) or _encoded(f, fmts) for f in figs]
 
-
-def _fork_encode(figs: list, fmt: str) -> Callable[[], list[bytes]]:
-    """figs encoded in a child process; the function returned waits for it and gives their bytes (encoded here when
-    the child failed)."""
-    tmp = tempfile.TemporaryFile()
-    pid = os.fork()
-    if pid == 0:  # the child: its own exit, without the parent's exit handlers or buffered output
-        code = 1
+    def _hand_over(self, lazy: list[FigureData], fmts: list[str]) -> list[FigureData]:
+        """The figures both processes take from: pickled into their file, then their indices into the pipe ([] when
+        they cannot be pickled: all made here)."""
+        lazy = lazy[:MAX_SHARED]
         try:
-            pickle.dump([encode(f, fmt) for f in figs], tmp)
-            tmp.flush()
-            code = 0
+            pickle.dump((fmts, lazy), self._figs)
+            self._figs.flush()
+            os.write(self._put, b"".join(i.to_bytes(2, "big") for i in range(len(lazy))))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            lazy = []
         finally:
-            os._exit(code)
+            self._close_put()
+        return lazy
 
-    def result() -> list[bytes]:
-        with tmp:
-            if os.waitpid(pid, 0)[1] == 0:
-                tmp.seek(0)
-                return pickle.load(tmp)
-        return [encode(f, fmt) for f in figs]
-    return result
+    def _close_put(self) -> None:
+        if self._put >= 0:
+            os.close(self._put)
+            self._put = -1
+
+    def _end(self) -> dict[int, list[bytes]]:
+        """Waits for the second process; what it made ({} when it failed, or had nothing to do)."""
+        if not self.pid:
+            return {}
+        pid, self.pid = self.pid, 0
+        self._close_put()
+        os.close(self._take)
+        ok = os.waitpid(pid, 0)[1] == 0
+        with self._out, self._figs:
+            self._out.seek(0)
+            return pickle.load(self._out) if ok else {}
 
 
-def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None,
-          figure_format: str = "png") -> list[Path]:
-    """Write the report (and the figure files); returns every file written. Frees the figures afterwards."""
+def _encoded(fig: FigureData, fmts: list[str]) -> list[bytes]:
+    return [encode(fig.figure, fmt) for fmt in fmts]
+
+
+def _taken(take: int, figs: list[FigureData], fmts: list[str]):
+    while len(got := os.read(take, 2)) == 2:
+        i = int.from_bytes(got, "big")
+        yield i, _encoded(figs[i], fmts)
+
+
+def write(doc: Document, output: Path, fmt: str, figures_dir: Path | None = None, figure_format: str = "png",
+          second: Second | None = None) -> list[Path]:
+    """Write the report (and the figure files); returns every file written. Frees the figures afterwards. `second`:
+    the process started before the document was built, else one is started here when there are figures to make."""
     images = Images()
-    # (in the order they were always made: an SVG's layout moves what a PNG after it starts from)
-    for needed in dict.fromkeys([*([figure_format] if figures_dir else []), *(["png"] if fmt == "html" else [])]):
-        images.prefetch(doc.figures(), needed)
+    fmts = list(dict.fromkeys([*([figure_format] if figures_dir else []), *(["png"] if fmt == "html" else [])]))
+    with second or Second(bool(fmts) and len(doc.figures()) >= 4) as helper:
+        images.prefetch(doc.figures(), fmts, helper)
     files = write_figures(doc, figures_dir, figure_format, images) if figures_dir else {}
     text = to_html(doc, images) if fmt == "html" else to_markdown(doc, _relative(files, output.parent))
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +207,8 @@ def _close(doc: Document) -> None:
     if "matplotlib.pyplot" in sys.modules:  # an analysis may have made its figures with pyplot
         import matplotlib.pyplot as plt
         for fig in doc.figures():
-            plt.close(fig.figure)
+            if fig.made:
+                plt.close(fig.figure)
 
 
 # ---- HTML -------------------------------------------------------------------------------------------------

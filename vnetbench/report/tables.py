@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..build import offloads
 from ..catalog import METRICS, WORKLOADS
+from ..core import offloads
 from ..core.scenario import NOT_APPLICABLE
 from ..core.units import human, human_interval
 from ..results import dataset, export, stats

@@ -90,9 +90,19 @@ def per_trial(selected: Iterable[tuple["Trial", dict]], how: str,
               key: Callable[["Trial", dict], Hashable]) -> dict[Hashable, dict[int, float]]:
     """THE reduction: {group: {trial id: one value}} — each trial's samples of a group reduced with `how` (median,
     mean, sum, min, max, pNN). Every per-trial value of every table, figure, test and export comes from here."""
+    return reduce_groups(grouped(selected, key), how)
+
+
+def grouped(selected: Iterable[tuple["Trial", dict]],
+            key: Callable[["Trial", dict], Hashable]) -> dict[Hashable, dict[int, list[float]]]:
+    """per_trial before its reduction: {group: {trial id: the values of its samples}}."""
     per: dict[Hashable, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for t, s in selected:
         per[key(t, s)][t.id].append(s["value"])
+    return per
+
+
+def reduce_groups(per: dict[Hashable, dict[int, list[float]]], how: str) -> dict[Hashable, dict[int, float]]:
     return {g: {tid: reduce_values(v, how) for tid, v in trials.items()} for g, trials in per.items()}
 
 
@@ -254,9 +264,11 @@ class Dataset:
         out: dict[Key, dict[int, float]] = {}
         for metric in sorted(wanted):
             chosen = [(t, s) for t, s in self.select(metric, background=None) if keep(t)]
+            # grouped once for the median and every tail, and a Key made per group, not per sample
+            groups = grouped(chosen, lambda t, s: (t.scenario, t.name, _dims(s)))
             for stat in ("", *(TAIL_STATS if metric in DISTRIBUTIONS else ())):
-                got = per_trial(chosen, stat or default_reduce(metric),
-                                lambda t, s: Key(t.scenario, t.name, metric, _dims(s), stat))
+                got = {Key(sc, name, metric, dims, stat): trials for (sc, name, dims), trials
+                       in reduce_groups(groups, stat or default_reduce(metric)).items()}
                 out.update(got)
                 if METRICS.get(metric) and METRICS[metric].additive:
                     out.update(both_directions(got))

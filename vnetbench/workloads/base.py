@@ -60,7 +60,9 @@ class ToolHung(WorkloadError):
 
 class Params(BaseModel):
     """Base of every workload's parameters; unknown fields are errors so typos are caught."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # defer_build: a model is built when it first validates (`run`, `plan`), not when its module is imported by
+    # every command through the registry (`show` spent 30 ms building the workloads' models)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
     type: str
     profile: bool = Field(False, description="sample every CPU's stacks with perf over the tool's window and say which "
                                              "mechanism (VXLAN, bridge, TCP, AES, ovs-vswitchd ...) the CPU went to")

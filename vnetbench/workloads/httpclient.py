@@ -17,10 +17,13 @@ then one line `# duration <s>`: the time the client actually ran. vnetbench.work
 from __future__ import annotations
 
 import argparse
-import http.client
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when the client runs: the workloads' registry imports this module for every command
+    import http.client
 
 
 def request(conn: http.client.HTTPConnection, path: str, size: int, keepalive: bool) -> str:
@@ -33,6 +36,7 @@ def request(conn: http.client.HTTPConnection, path: str, size: int, keepalive: b
 
 
 def outcome_of(exc: BaseException) -> str:
+    import http.client
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timeout"
     if isinstance(exc, ConnectionRefusedError):
@@ -43,6 +47,7 @@ def outcome_of(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import http.client
     ap = argparse.ArgumentParser(prog="python -m vnetbench.workloads.httpclient")
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from ...results.store import Store
 
@@ -23,6 +23,38 @@ class FigureData:
     title: str
     figure: Any                    # a matplotlib Figure
     caption: str = ""
+
+    @property
+    def source(self) -> object:
+        """What the figure is made from, read without making it: two FigureData of one source are one image."""
+        return self.figure
+
+    @property
+    def made(self) -> bool:
+        return True
+
+
+class LaterFigure(FigureData):
+    """A FigureData whose figure is made when it is first read: a report makes each figure in the process that
+    encodes it (two processes at once), not every one in the process that builds the document."""
+
+    def __init__(self, name: str, title: str, make: Callable[[], Any], caption: str = "") -> None:
+        self.name, self.title, self.caption = name, title, caption
+        self._make, self._figure = make, None
+
+    @property
+    def figure(self) -> Any:
+        if self._figure is None:
+            self._figure = self._make()
+        return self._figure
+
+    @property
+    def source(self) -> object:
+        return self._make
+
+    @property
+    def made(self) -> bool:
+        return self._figure is not None
 
 
 @dataclass
