@@ -17,6 +17,7 @@ Builder); a topology makes its own elements from the scenario's levels, and they
 """
 from __future__ import annotations
 
+import os
 import resource
 import shlex
 import subprocess
@@ -38,6 +39,9 @@ from ..workloads.base import Endpoint, Pair
 
 __all__ = ["BATCH_TOOLS", "PLAN_PREFIX", "ROOT", "Node", "Step", "Topology", "BuildError", "comment", "heredoc"]
 NETLINK_MIN_BATCHES = 2  # namespaces in one wave from which their batches go over netlink (netlink.py)
+# `ip -batch` processes of one wave at once: each `ip -n` copies the mount table under one kernel lock, so more than a
+# few per CPU only queue there (at 64 pairs, 2 to 8 at once built as fast as 128), each with a thread and three pipes
+PROCESS_WORKERS = 4 * (os.cpu_count() or 1)
 
 
 class Topology:
@@ -404,7 +408,7 @@ class Topology:
             return None
         errors = []
         if wave:
-            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+            with ThreadPoolExecutor(max_workers=min(len(wave), PROCESS_WORKERS)) as pool:
                 errors = [e for e in pool.map(one, wave) if e]
         errors += netlink.apply_many(over_netlink) if over_netlink else []
         if errors:

@@ -325,8 +325,12 @@ def _kill(pid: int) -> None:
 
 
 def _netns_names() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    """The named network namespaces of this machine: what `ip netns list` prints, read from its directory (the
+    command also asks the kernel each one's id, a request per namespace: 7 ms with 128 of them)."""
+    try:
+        return sorted(os.listdir("/run/netns"))
+    except FileNotFoundError:
+        return []
 
 
 def surviving(names: list[str]) -> set[str]:
