@@ -40,7 +40,7 @@ from ..workloads.base import Endpoint, Pair
 __all__ = ["BATCH_TOOLS", "PLAN_PREFIX", "ROOT", "Node", "Step", "Topology", "BuildError", "comment", "heredoc"]
 NETLINK_MIN_BATCHES = 2  # namespaces in one wave from which their batches go over netlink (netlink.py)
 # `ip -batch` processes of one wave at once: each `ip -n` copies the mount table under one kernel lock, so more than a
-# few per CPU only queue there (at 64 pairs, 2 to 8 at once built as fast as 128), each with a thread and three pipes
+# few per CPU only queue there (at 64 pairs, 2 to 8 at once built no slower than 128), each with a thread and three pipes
 PROCESS_WORKERS = 4 * (os.cpu_count() or 1)
 
 
