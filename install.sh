@@ -50,7 +50,7 @@ SRC
 fi
 
 PY=$(command -v python3.11 || command -v python3)
-if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, MLRsearch, jumpavg" 2>/dev/null; then
+if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdist, pyarrow, pyroute2, MLRsearch, jumpavg" 2>/dev/null; then
   "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 fi
