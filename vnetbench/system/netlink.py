@@ -9,12 +9,13 @@ once: only the socket stays), and the lines are sent as the same netlink request
 The messages are pyroute2's (pinned in pyproject.toml): its message classes (ifinfmsg, ifaddrmsg, ndmsg) encode
 each request and its rtnetlink parser (MarshalRtnl) decodes each answer, a refusal as its NetlinkError; its
 netns.setns enters the namespace. The socket is a plain AF_NETLINK one, each request waiting for its acknowledgement
-(the first refusal stops the batch, as in `ip`): pyroute2's own sockets run an asyncio event loop each (IPRSocket on
-the same socket: 1.8 ms a namespace, against 1.0-1.3 ms here, for a VM's 6 lines, 4 threads, at load 3; messages
-packed by hand with struct took 0.4-0.6 ms). A device's index is asked by name with if_nametoindex(3) while the
-thread is in the namespace (decoding a netlink lookup's answer costs 0.2 ms); a device a line creates (a bridge) is
-looked up over netlink. Importing pyroute2 costs about 0.15-0.2 s (any of its modules imports the whole package),
-paid once, by a process's first build that uses netlink.
+(the first refusal stops the batch, as in `ip`): pyroute2's own sockets run an asyncio event loop each. For a VM's 6
+lines, 128 namespaces, alternated at load 2-3: 1.1 ms a namespace here (one thread; 1.7 ms with 4 contending for the
+interpreter's lock), 1.8-2.2 ms through pyroute2's IPRSocket on the same socket (4 threads), 0.4-0.8 ms with the
+messages packed by hand with struct as before (4 threads). A device's index is asked by name with if_nametoindex(3)
+while the thread is in the namespace (decoding a netlink lookup's answer costs 0.2 ms); a device a line creates (a
+bridge) is looked up over netlink. Importing pyroute2 costs about 0.15-0.2 s (any of its modules imports the whole
+package), paid once, by a process's first build that uses netlink.
 
 Only a small grammar is understood: `link set DEV [mtu N] [master DEV] [up|down]`, `link add DEV type bridge
 [forward_delay N]`, `addr add ADDR/LEN dev DEV [nodad]` and `neigh replace ADDR lladdr MAC dev DEV nud permanent`: the
@@ -269,9 +270,11 @@ def apply(netns: str, ops: list[Op]) -> None:
                 raise NetlinkError(netns, op.line, n, os.strerror(exc.code)) from None
 
 
-def apply_many(batches: list[tuple[str, list[Op]]], workers: int = 4) -> list[str]:
-    """Each namespace's operations, a few namespaces at once (the kernel work of two cores); the errors, one line
-    each (empty: all applied)."""
+def apply_many(batches: list[tuple[str, list[Op]]], workers: int = 1) -> list[str]:
+    """Each namespace's operations, one namespace after another on a worker thread; the errors, one line each
+    (empty: all applied). Encoding and decoding pyroute2's messages is Python work that holds the interpreter's lock:
+    more threads only contend for it (64 pairs' VM wave, 6 alternating builds: median 0.20 s with one thread, 0.25 s
+    with 4; 256 pairs' about 1 s either way)."""
     def one(item: tuple[str, list[Op]]) -> str | None:
         try:
             apply(*item)
