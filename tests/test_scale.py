@@ -165,8 +165,9 @@ def _cpu_s():
 @pytest.mark.net
 def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
     """The build's cost is checked in CPU seconds (its own and its `ip` processes'): wall time is the machine's load
-    (0.83 s and 0.65 CPU-s at load 3.3 with the namespaces' batches sent over netlink; with one `ip -batch` process per
-    namespace, the way this was slow, 6.3 CPU-s). How fast the build is, is bench/scale.py's figure (docs/speed.md);
+    (2.4 s and 2.0 CPU-s at load 3.2-4.3 with the namespaces' batches sent over netlink as pyroute2's messages, its
+    import included; 0.65 CPU-s with the messages packed by hand; with one `ip -batch` process per namespace, the way
+    this was slow, 6.3 CPU-s). How fast the build is, is bench/scale.py's figure (docs/speed.md);
     these bounds catch a build gone quadratic or hung without failing on a machine busier than this one."""
     sc = scenario(256, "spread", count=1)
     ledger = Ledger.create()
