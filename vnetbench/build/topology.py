@@ -418,7 +418,7 @@ class Topology:
         """A wave of several namespaces' ip batches: those netlink.parse understands (a VM's lines, a host's bridge)
         are applied from this process (netlink.py says why: a socket per namespace costs less than one `ip`
         process), the rest run as `ip -batch` processes."""
-        if len(wave) < NETLINK_MIN_BATCHES or not self.placement.netlink or not netlink.available():
+        if len(wave) < NETLINK_MIN_BATCHES or not self.placement.netlink:
             return wave, []
         rest, over = [], []
         for step in wave:
@@ -428,6 +428,8 @@ class Topology:
                 rest.append(step)
             else:
                 over.append((ex.netns, ops))
+        if over and not netlink.available():  # pyroute2 imported here, by the first wave that has batches for it
+            return wave, []
         return rest, over
 
     def run_step(self, step: Step) -> None:

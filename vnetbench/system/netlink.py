@@ -26,7 +26,6 @@ does exactly what its printed lines say.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import ipaddress
 import os
 import re
@@ -57,8 +56,15 @@ class Op:
 
 def available() -> bool:
     """Whether netlink can be used here: a kernel with rtnetlink sockets (Linux) and pyroute2 installed (pinned in
-    pyproject.toml; found without importing it, an older environment without it builds with `ip`)."""
-    return hasattr(socket, "AF_NETLINK") and importlib.util.find_spec("pyroute2") is not None
+    pyproject.toml; an older environment without it builds with `ip`). Imports pyroute2: asked only by a wave that
+    has batches to send."""
+    if not hasattr(socket, "AF_NETLINK"):
+        return False
+    try:
+        _pyroute2()
+    except ImportError:
+        return False
+    return True
 
 
 def parse(lines: Sequence[str]) -> list[Op] | None:
