@@ -4,7 +4,8 @@ run with the two sides alternating (run as root from the repo):
 
   build      vnetbench's build (namespaces, underlay, bridges, VM ports and addresses) against a hand-written script
              of the same `ip` batches (one `ip -batch` for the root namespace, then one `ip -n NS -batch -` per
-             namespace, one after another: what a person writes)
+             namespace, one after another: what a person writes); vnetbench sends the namespaces' batches as the
+             same netlink requests from its own process (vnetbench/system/netlink.py)
   check      the ping check every build ends with (one echo per pair, all at once)
   teardown   vnetbench's teardown against the hand script's (one `ip -batch` of `netns del`)
   trial      one trial of one short ping per pair (count 1), on the built topology
@@ -110,7 +111,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=10)
     ap.add_argument("--trials", type=int, default=3, help="short-ping trials per round on vnetbench's build")
     ap.add_argument("--processes", action="store_true",
-                    help="build every namespace's batch with its own ip process, as before netlink (for comparison)")
+                    help="build every namespace's batch with its own ip process, as without netlink (for comparison)")
     args = ap.parse_args()
     if args.processes:
         from vnetbench.build import topology
@@ -128,7 +129,7 @@ def main() -> None:
     def med(rows, key):
         return statistics.median(x[key] for x in rows)
     vms = 2 * args.pairs
-    how = "one ip process per namespace" if args.processes else "VM namespaces over netlink"
+    how = "one ip process per namespace" if args.processes else "hosts' and VMs' namespaces over netlink"
     print(f"\n{vms} VMs ({args.pairs} pairs, spread) on {args.hosts} hosts ({how}), medians of {args.rounds} alternating rounds, "
           f"load average {os.getloadavg()[0]:.1f}:")
     for key in ("build", "teardown"):

@@ -76,7 +76,11 @@ def test_netlink_grammar_takes_only_what_it_knows():
                           "addr add fd00:101::260/64 dev e0 nodad",
                           "neigh replace 10.101.1.5 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent",
                           "neigh replace fd00:101::261 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent"]) is not None
-    for line in ("link add br type bridge", "link set e0 master br0 up", "addr add 10.0.0.1 dev e0",
+    assert netlink.parse(["link add br0 type bridge forward_delay 0", "link add br1 type bridge", "link set br0 up",
+                          "link set u master br0", "link set t1 mtu 1500 master br0 up"]) is not None
+    for line in ("link add br type bridge vlan_filtering 1", "link add v type veth peer name w",
+                 "link set e0 nomaster", "link set e0 master", "link set e0 up up", "link set e0 mtu 1 mtu 2",
+                 "link add br type bridge forward_delay x", "addr add 10.0.0.1 dev e0",
                  "route add default via 10.0.0.1", "link set e0 mtu x up",
                  "neigh replace 10.0.0.5 lladdr 06:00:ab:cd:01:05 dev e0",  # not permanent: not ours
                  "neigh add 10.0.0.5 lladdr 06:00:ab:cd:01:05 dev e0 nud permanent",
@@ -120,6 +124,38 @@ def test_netlink_does_what_the_printed_lines_say():
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in names), text=True)
 
 
+def _links(ns):
+    """What a bridge's lines set, as `ip -d -j link` shows it (not what differs by chance: MACs, timers, ids)."""
+    out = json.loads(subprocess.run(["ip", "-n", ns, "-d", "-j", "link"], capture_output=True, text=True,
+                                    check=True).stdout)
+    keep = ("forward_delay", "stp_state", "hello_time", "max_age", "ageing_time", "vlan_filtering", "mcast_snooping")
+    return sorted((i["ifname"], i["mtu"], "UP" in i["flags"], i.get("master"), i.get("linkinfo", {}).get("info_kind"),
+                   {k: v for k, v in i.get("linkinfo", {}).get("info_data", {}).items() if k in keep})
+                  for i in out)
+
+
+@pytest.mark.net
+def test_netlink_builds_a_bridge_as_the_printed_lines_say():
+    """An emulated host's lines: its bridge, the underlay NIC and a VM's port on it, the host's address."""
+    names = [f"vbt{os.getpid() % 10000:04d}-{k}" for k in ("c", "d")]
+    lines = ["link set lo up", "link set u mtu 1400 up", "link add br0 type bridge forward_delay 0",
+             "link set br0 up", "link set u master br0", "addr add 10.250.0.1/24 dev br0",
+             "addr add fd00:250::1/64 dev br0 nodad", "link set t1 mtu 1400 master br0 up"]
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            for a, b in (("u", "x"), ("t1", "e0")):
+                subprocess.run(["ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+        subprocess.run(["ip", "-n", names[0], "-batch", "-"], input="\n".join(lines) + "\n", text=True, check=True)
+        assert netlink.apply_many([(names[1], netlink.parse(lines))]) == []
+        assert _links(names[0]) == _links(names[1]) and _addrs(names[0]) == _addrs(names[1])
+        assert ("t1", 1400, True, "br0", "veth", {}) in _links(names[1])
+        (err,) = netlink.apply_many([(names[1], netlink.parse(["link set x master br9"]))])
+        assert "line 1 `link set x master br9`" in err and 'Cannot find device "br9"' in err
+    finally:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in names), text=True)
+
+
 def _cpu_s():
     """CPU seconds of this process and its children so far: what a build costs, whatever else the machine runs."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -129,10 +165,10 @@ def _cpu_s():
 @pytest.mark.net
 def test_256_pairs_on_10_hosts_build_ping_teardown(state_dir):
     """The build's cost is checked in CPU seconds (its own and its `ip` processes'): wall time is the machine's load
-    (the same build took 4 s idle, 8 s at load 13, 13.5 s with two busy loops beside it, each 2.3 CPU-s; with one
-    `ip -batch` process per namespace, the way this was slow, 6.3 CPU-s). How fast the build is, is bench/scale.py's
-    figure (docs/speed.md); these bounds, twice what a build costs here, catch a build gone quadratic or hung without
-    failing on a machine busier than this one (4.8 CPU-s on an idle machine beside the other test worker)."""
+    (2.4 s and 2.0 CPU-s at load 3.2-4.3 with the namespaces' batches sent over netlink as pyroute2's messages, its
+    import included; 0.65 CPU-s with the messages packed by hand; with one `ip -batch` process per namespace, the way
+    this was slow, 6.3 CPU-s). How fast the build is, is bench/scale.py's figure (docs/speed.md);
+    these bounds catch a build gone quadratic or hung without failing on a machine busier than this one."""
     sc = scenario(256, "spread", count=1)
     ledger = Ledger.create()
     topo = Topology(sc, ledger)

@@ -2,11 +2,11 @@
 
 Elements (datapaths/) add *steps* — iproute2 batch lines per node, commands, daemons — to an ordered list.
 `plan` prints that list as a shell script; `build` records every object in the ledger, then executes it,
-running independent batches of different namespaces at once. In a wave of many namespaces (hundreds of VMs), the
-batches made only of a VM's lines (link set, addr add) are sent as the same netlink requests from this process
-instead of one `ip -n NS -batch -` each (netlink.py): `plan` prints them as that batch, which does the same. All
-devices live inside the run's namespaces, so deleting the namespaces removes them; nothing is created in the root
-namespace.
+running independent batches of different namespaces at once. In a wave of several namespaces (the hosts, the VMs),
+the batches made only of a VM's or a bridge's lines (link set, addr add, a bridge and its ports) are sent as the same
+netlink requests from this process instead of one `ip -n NS -batch -` each (netlink.py): `plan` prints them as that
+batch, which does the same. All devices live inside the run's namespaces, so deleting the namespaces removes them;
+nothing is created in the root namespace.
 
 Where the hosts are is the topology's `placement` (hosts/base.py), opened by a host backend: by default emulated
 hosts (namespaces) on this machine; or in a guest's kernel, one guest per host, real machines over SSH. The topology
@@ -17,6 +17,7 @@ Builder); a topology makes its own elements from the scenario's levels, and they
 """
 from __future__ import annotations
 
+import os
 import resource
 import shlex
 import subprocess
@@ -37,7 +38,10 @@ from ..system.ledger import Ledger
 from ..workloads.base import Endpoint, Pair
 
 __all__ = ["BATCH_TOOLS", "PLAN_PREFIX", "ROOT", "Node", "Step", "Topology", "BuildError", "comment", "heredoc"]
-NETLINK_MIN_BATCHES = 16  # namespaces in one wave from which their batches go over netlink (netlink.py)
+NETLINK_MIN_BATCHES = 2  # namespaces in one wave from which their batches go over netlink (netlink.py)
+# `ip -batch` processes of one wave at once: each `ip -n` copies the mount table under one kernel lock, so more than a
+# few per CPU only queue there (at 64 pairs, 2 to 8 at once built no slower than 128), each with a thread and three pipes
+PROCESS_WORKERS = 4 * (os.cpu_count() or 1)
 
 
 class Topology:
@@ -404,17 +408,17 @@ class Topology:
             return None
         errors = []
         if wave:
-            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+            with ThreadPoolExecutor(max_workers=min(len(wave), PROCESS_WORKERS)) as pool:
                 errors = [e for e in pool.map(one, wave) if e]
         errors += netlink.apply_many(over_netlink) if over_netlink else []
         if errors:
             raise BuildError("; ".join(errors))
 
     def _netlink_part(self, wave: list[Step]) -> tuple[list[Step], list[tuple[str, list]]]:
-        """A wave of many namespaces' ip batches: those netlink.parse understands (a VM's lines) are applied from this
-        process (netlink.py says why), the rest run as `ip -batch` processes. A small wave stays with the processes:
-        importing pyroute2 costs more than a few of them."""
-        if len(wave) < NETLINK_MIN_BATCHES or not self.placement.netlink or not netlink.available():
+        """A wave of several namespaces' ip batches: those netlink.parse understands (a VM's lines, a host's bridge)
+        are applied from this process (netlink.py says why: a socket per namespace costs less than one `ip`
+        process), the rest run as `ip -batch` processes."""
+        if len(wave) < NETLINK_MIN_BATCHES or not self.placement.netlink:
             return wave, []
         rest, over = [], []
         for step in wave:
@@ -424,6 +428,8 @@ class Topology:
                 rest.append(step)
             else:
                 over.append((ex.netns, ops))
+        if over and not netlink.available():  # pyroute2 imported here, by the first wave that has batches for it
+            return wave, []
         return rest, over
 
     def run_step(self, step: Step) -> None:

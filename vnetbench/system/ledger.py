@@ -6,15 +6,16 @@ sockets, keys). `clean` removes the objects of runs whose owner is gone, in reve
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,9 +325,17 @@ def _kill(pid: int) -> None:
         pass
 
 
+NETNS_DIR = "/run/netns"
+_libc = None
+
+
 def _netns_names() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    """The named network namespaces of this machine: what `ip netns list` prints, read from its directory (the
+    command also asks the kernel each one's id, a request per namespace: 7 ms with 128 of them)."""
+    try:
+        return sorted(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return []
 
 
 def surviving(names: list[str]) -> set[str]:
@@ -339,7 +348,7 @@ def pids_in_namespaces(names: list[str]) -> list[int]:
     inodes = set()
     for name in names:
         try:
-            inodes.add(os.stat(f"/run/netns/{name}").st_ino)
+            inodes.add(os.stat(f"{NETNS_DIR}/{name}").st_ino)
         except OSError:
             pass
     if not inodes:
@@ -382,11 +391,33 @@ def kill_pids(pids: list[int]) -> None:
 def delete_namespaces(names: list[str]) -> None:
     """Delete these namespaces of this machine, each process still in one killed first (a namespace whose last
     process is gone goes with its interfaces). The one way vnetbench removes local namespaces; names not there are
-    passed over (ip -force)."""
+    passed over (as `ip -force -batch` of `netns del` would)."""
     if names:
         kill_pids(pids_in_namespaces(names))
-        batch = "".join(f"netns del {n}\n" for n in names)
-        subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
+        _pyroute2_netns()  # imported here, before the threads
+        with ThreadPoolExecutor(max_workers=min(len(names), 16)) as pool:
+            list(pool.map(_netns_del, names))
+
+
+def _pyroute2_netns():
+    """pyroute2's netns module and the process's libc for it (given, so that pyroute2 does not search for its file);
+    imported by the first delete (a build over netlink has imported pyroute2 already)."""
+    global _libc
+    from pyroute2 import netns
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return netns
+
+
+def _netns_del(name: str) -> None:
+    """What `ip netns del NAME` does, by pyroute2's netns.remove: detach its mount (a failure passed over, as `ip`
+    does) and remove the name. From several threads at once: each detach ends waiting for an RCU grace period after
+    the mount table's lock is released, and those waits overlap (512 VMs' namespaces: about 0.03 s with 16 threads,
+    0.02-0.26 s in one `ip -batch`, alternated)."""
+    try:
+        _pyroute2_netns().remove(f"{NETNS_DIR}/{name}", libc=_libc)
+    except OSError:
+        pass  # gone already, or left: the caller asks which survived
 
 
 def runs(root: Path | None = None) -> list[Ledger]:
