@@ -9,11 +9,15 @@ where a verdict is right, so the bound is no empty promise. The share of cards w
 The run end to end: a scenario no open claim needs stops after the first round, the others go on."""
 from __future__ import annotations
 
+import shutil
+import sqlite3
+
 import numpy as np
 import pytest
 
 from simdata import draw, true_mean, true_median
 from vnetbench.results import scorecard
+from vnetbench.run import rounds
 from vnetbench.results.dataset import Dataset, Trial
 
 A, D, C = scorecard.AGREES, scorecard.DIFFERS, scorecard.CANNOT
@@ -122,7 +126,7 @@ name: rounds
 repetitions: {rounds: [4, 6], budget: 10m}
 order: sequential
 factors: {mtu: [1500, 9000, 4000]}
-workloads: [{type: ping, count: 20, interval: 0.005}]
+workloads: [{type: ping, count: 40, interval: 0.003}]
 scorecard:
   - {id: far, kind: ratio, study: 1000, tolerance: 0.1, metric: rtt_s, a: {mtu: 9000}, b: {mtu: 1500}}
   - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 6, a: {mtu: 4000}, b: {mtu: 1500}}
@@ -137,14 +141,26 @@ def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_
     from vnetbench.results.store import Store
     (tmp_path / "card.yaml").write_text(CARD_SPEC)
     ran = vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress").stdout
-    assert "round 1: 3 of 3 scenarios to 4 trials a cell" in ran and "round 2: 2 of 3 scenarios to 6" in ran, ran
+    assert "round 1: 3 of 3 scenarios to 4 trials a cell" in ran, ran
     store = Store(tmp_path / "r.db")
     counts = {sc["labels"]["mtu"]: 0 for sc in store.scenarios(1)}
     by_idx = {sc["idx"]: sc for sc in store.scenarios(1)}
     for t in store.trials(1):
         counts[by_idx[t["scenario"]]["labels"]["mtu"]] += t["status"] == "ok"
-    assert counts == {"1500": 6, "9000": 4, "4000": 6}, counts
-    assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
+    # What the card left open after round 1, decided again on round 1's trials alone: exactly those scenarios ran on.
+    first = tmp_path / "first.db"
+    shutil.copy(tmp_path / "r.db", first)
+    with sqlite3.connect(first) as db:
+        db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE repetition > 4)")
+        db.execute("DELETE FROM trials WHERE repetition > 4")
+    open_after_1 = rounds.still_open(Store(first), 1, [1, 2, 3])
+    assert {by_idx[i]["labels"]["mtu"] for i in open_after_1} == {m for m, n in counts.items() if n == 6}, counts
+    assert all(n in (4, 6) for n in counts.values()) and counts["4000"] == 6, counts  # 'later' needs 6 trials
+    # 'far' (1000x off) is decided at the first look unless a busy machine's round trips were too spread for its
+    # interval at 4 trials (then mtu 9000 runs on too, as it must)
+    if 2 not in open_after_1:
+        assert "round 2: 2 of 3 scenarios to 6" in ran and counts["9000"] == 4, ran
+        assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
     shown = vnetbench("show", "--db", tmp_path / "r.db").stdout
     assert "Bonferroni over 2 rows x 2 looks" in shown or "2 looks" in shown, shown
 
