@@ -84,14 +84,15 @@ case "$what" in
     .venv/bin/vnetbench clean >/dev/null
     # The tests start hundreds of vnetbench processes: compiled once here, not in each (PYTHONDONTWRITEBYTECODE).
     .venv/bin/python -m compileall -q vnetbench >/dev/null
-    # Two workers (the machine has two cores). Each module runs whole on one worker, the longest first
+    # Three workers on the two cores: with two, a quarter of the CPU time went idle while tests waited (guests
+    # booting, rate-limited transfers, deadlines). Each module runs whole on one worker, the longest first
     # (tests/conftest.py's scheduler for --dist loadgroup): its module-scoped fixtures are made once.
     # The `alone` tests run after the others, by themselves: a machine-wide profile saw another worker's VXLAN
     # traffic.
     # pytest keeps the test modules it rewrites (with PYTHONDONTWRITEBYTECODE each pytest process rewrote all of them
     # again: 6.5 s of its collection, 2.5 s without); the alone run collects only the modules that have such tests.
     export PYTHONDONTWRITEBYTECODE=
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=60 -n 2 --dist loadgroup -m "not alone" tests
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=60 -n 3 --dist loadgroup -m "not alone" tests
     .venv/bin/python -m pytest -q -p no:cacheprovider -m alone $(grep -l "pytest.mark.alone" tests/test_*.py) ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
   *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;

@@ -33,7 +33,7 @@ def group_of(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (-p no:xdist) it is not called
 def pytest_xdist_make_scheduler(config, log):
-    """With pytest-xdist's `--dist loadgroup` (what install.sh test runs, `-n 2`), a group runs whole on one worker,
+    """With pytest-xdist's `--dist loadgroup` (what install.sh test runs, `-n 3`), a group runs whole on one worker,
     like --dist loadfile: module-scoped fixtures (the SSH lab) and the S1 smoke campaign are made once; the loopback
     modules share a worker. Not with xdist_group marks: xdist 3.8 appends a marked test's group to its node id through
     `item._nodeid`, which pytest 9.2 no longer reads (a node's id is `_id`), so the marks grouped nothing and every
