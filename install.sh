@@ -59,7 +59,9 @@ if [ ! -x .venv/bin/vnetbench ] || ! .venv/bin/python -c "import vnetbench, xdis
 fi
 # The libraries compiled once here: where PYTHONDONTWRITEBYTECODE is set (pip then leaves them uncompiled), every
 # process importing scipy compiled it again from source, about 4.6 CPU-seconds each (up to date: about a second).
-.venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
+# Not for the tests: they run with bytecode written, so each module they import is compiled once, when first
+# imported (all of site-packages took 10 s of the suite's time; the tests import a small part of it).
+[ "$what" = test ] || .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
 
 # The qemu guests' kernel, Debian's cloud kernel: `apt-get download` and `dpkg-deb -x` into /var/cache/vnetbench/qemu
 # (VNETBENCH_CACHE_DIR), never installed as this machine's kernel; nothing more when one is there. Without it
