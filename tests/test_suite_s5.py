@@ -185,7 +185,8 @@ def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_p
     samples = wl.run([pair(1), pair(2, "::1")])
     for index in (1, 2):
         rts = [s for s in samples if s.metric == "http_response_time_s" and s.metadata["pair"] == index]
-        assert all(0 < s.value < 1 for s in rts) and {s.metadata["client"] for s in rts} == {1, 2, 3}
+        # a response slower than the client's timeout is an error, not a response time (a busy machine can be slow)
+        assert all(0 < s.value <= wl.params.timeout for s in rts) and {s.metadata["client"] for s in rts} == {1, 2, 3}
         # absolute times inside the client's window: none starts after the 2 s asked, even on a busy machine
         assert all(0 <= s.t - s.metadata["window"][0] < 2 for s in rts)
         [started] = [s.value for s in samples if s.metric == "http_started_per_s" and s.metadata["pair"] == index]

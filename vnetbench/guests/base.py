@@ -149,6 +149,11 @@ class GuestKind(ABC):
         """A cheap sign that the guest's init has started its sshd (True: just try SSH)."""
         return True
 
+    def set_clock(self, ex) -> None:
+        """Bring the guest's wall clock to this machine's once it answers: a tool's timestamps taken there (ping -D,
+        iperf3's start) place its window on the probes' timebase. A guest that reads this machine's clock (UML) has
+        nothing to do."""
+
     def pids(self, fleet: "Fleet", guest: Guest) -> list[int]:
         """The guest's host processes."""
         return [guest.pid] if guest.pid else []
@@ -294,6 +299,7 @@ class Fleet:
                 g.boot_s = time.monotonic() - t0
                 g.executor = ex
                 ex.channel()  # the guest's agent starts now, beside the other guests' (one SSH session, kept)
+                self.kind.set_clock(ex)
                 return None
             time.sleep(0.05)
 

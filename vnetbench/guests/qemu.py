@@ -378,6 +378,15 @@ while :; do sleep 3600 & wait $!; done
             return False
         return UP_MARK.encode() in text
 
+    def set_clock(self, ex) -> None:
+        """The guest's kernel set its clock from the emulated RTC, in whole seconds: up to a second behind this
+        machine's, so that a 1-s tool window stamped there (ping -D) fell outside the probes' readings here and their
+        samples were lost. Set to this machine's time plus half a round trip to the guest."""
+        began = time.time()
+        ex.run(["true"])
+        half = (time.time() - began) / 2
+        ex.run(["date", "-u", "-s", f"@{time.time() + half:.6f}"])
+
     def pids(self, fleet: Fleet, g: Guest) -> list[int]:
         return ([g.pid] if g.pid else []) + [p.pid for p in self.helpers.get(g.label, []) if p.poll() is None]
 

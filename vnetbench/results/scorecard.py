@@ -711,6 +711,8 @@ NOTE = ("Each row is a claim of the study, data in the suite file's `scorecard`;
 def for_campaign(store, cid: int) -> list[Row]:
     """The scorecard of a stored campaign ([] when its spec has none)."""
     data = load(store, cid)
+    if "scorecard" not in (data.campaign.spec_text or ""):  # no card: the spec need not be parsed (`show`)
+        return []
     spec = data.campaign.spec or {}
     return evaluate(spec, data) if spec.get("scorecard") else []
 

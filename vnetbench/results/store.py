@@ -97,8 +97,8 @@ class Campaign:
         """The stored spec file as plain data (parsed once, for the report and the studies' analyses); {} if it is
         not a YAML mapping."""
         import yaml
-        try:
-            data = yaml.safe_load(self.spec_text or "") or {}
+        try:  # libyaml's parser where PyYAML has it (its wheels do): 20 times the pure-Python one
+            data = yaml.load(self.spec_text or "", Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         except yaml.YAMLError:
             return {}
         return data if isinstance(data, dict) else {}

@@ -7,6 +7,7 @@ remote shell over SSH is quoted here, in one place (`shlex.join`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -109,8 +110,9 @@ class Executor(ABC):
             return self.ip_batch(lines, timeout)
         argv = self.batch_argv(tool)
         try:
-            proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout,
-                                  preexec_fn=die_with_parent())
+            full, how = dying_with_parent(argv)
+            proc = subprocess.run(full, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout,
+                                  **how)
         except subprocess.TimeoutExpired:
             raise CommandError(self.name, [tool, "-batch", "-"], -1, f"timed out after {timeout:.0f} s") from None
         if proc.returncode:
@@ -122,8 +124,9 @@ class Executor(ABC):
             return
         argv = self.batch_argv("ip")
         try:
-            subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True,
-                           timeout=timeout, check=True, preexec_fn=die_with_parent())
+            full, how = dying_with_parent(argv)
+            subprocess.run(full, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=timeout,
+                           check=True, **how)
         except subprocess.CalledProcessError as exc:
             raise CommandError(self.name, argv, exc.returncode, _batch_error(exc.stderr, lines)) from exc
         except subprocess.TimeoutExpired:
@@ -723,6 +726,21 @@ class RemoteProcess(subprocess.Popen):
 
 
 PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
+
+
+def dying_with_parent(argv: list[str]) -> tuple[list[str], dict]:
+    """subprocess.run's first argument and keywords for a child the kernel kills when vnetbench dies (see
+    die_with_parent): through util-linux's setpriv --pdeathsig, which lets subprocess start it with vfork. A
+    preexec_fn forks the whole process and runs Python in the child: 5 ms of each `ip -batch` of a build
+    (12.4 against 7.0 ms for the same root batch by hand). Without setpriv, the preexec_fn."""
+    if tool := _setpriv():
+        return [tool, "--pdeathsig", "KILL", "--", *argv], {}
+    return argv, {"preexec_fn": die_with_parent()}
 
 
 def die_with_parent() -> Callable[[], None]:

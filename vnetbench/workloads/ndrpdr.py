@@ -17,7 +17,6 @@ from pydantic import Field, field_validator, model_validator
 
 from ..core.sample import Metric, Sample
 from ..core.strict import Strict
-from ..system.executor import NetnsExecutor
 from . import pktgen, register
 from .base import OFFERED_SHORT, Command, Pair, Params, Tool, Workload, WorkloadError
 from .iperf3 import Iperf3
@@ -242,11 +241,8 @@ class FrameSearch:
         node = self.pair.client.node
         if not self.p.ceiling:
             return None, []
-        if not isinstance(node, NetnsExecutor):
-            self.meta["ceiling_skipped"] = "the ceiling's bare veth pair is made on this machine only"
-            return None, []
-        prefix = node.ledger.prefix if node.ledger is not None else node.name.split("-")[0]
-        with pktgen.BareVeth(prefix, node.ledger) as bare:
+        prefix = node.ledger.prefix if node.ledger is not None else getattr(node, "prefix", node.name.split("-")[0])
+        with pktgen.BareVeth(prefix, node.ledger, node) as bare:
             gen = pktgen.GENERATORS[self.p.generator](bare, self.frames)
             gen.setup()
             try:

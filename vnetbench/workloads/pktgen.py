@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..system import rawlog
-from ..system.executor import CommandError, Executor, LocalExecutor, NetnsExecutor
+from ..system.executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
 from ..system.ledger import delete_namespaces
 from .base import WorkloadError, _signal_group, stop, wait_listening
 
@@ -388,25 +389,53 @@ def _timed(side: Side) -> tuple[float, dict]:
 
 @dataclass
 class BareVeth:
-    """Two namespaces of the run joined by one veth pair and nothing else: the generator's own ceiling."""
+    """Two namespaces of the run joined by one veth pair and nothing else, on the machine where `place` (the
+    generator's node) runs: this machine, a guest kernel or a lab host. The generator's own ceiling."""
     prefix: str
     ledger: object = None
+    place: Executor | None = None
     names: list[str] = field(default_factory=list)
 
     def __enter__(self) -> Path:
         self.names = [f"{self.prefix}-ng1", f"{self.prefix}-ng2"]
-        if self.ledger is not None:
-            self.ledger.record_many([{"kind": "netns", "name": n} for n in self.names])
         dev = f"{self.prefix}-ng"
-        LocalExecutor().batch("ip", [f"netns add {n}" for n in self.names] +
-                              [f"link add {dev} netns {self.names[0]} type veth peer name {dev} netns {self.names[1]}"])
-        nodes = [NetnsExecutor(n, self.ledger) for n in self.names]
+        create = [f"netns add {n}" for n in self.names] + \
+                 [f"link add {dev} netns {self.names[0]} type veth peer name {dev} netns {self.names[1]}"]
+        if self.remote:
+            self._remote(create)
+            nodes = [self.place.in_netns(n, name=n) for n in self.names]
+        else:
+            if self.ledger is not None:
+                self.ledger.record_many([{"kind": "netns", "name": n} for n in self.names])
+            LocalExecutor().batch("ip", create)
+            nodes = [NetnsExecutor(n, self.ledger) for n in self.names]
         for k, node in enumerate(nodes, 1):
             node.batch("ip", ["link set lo up", f"link set {dev} up", f"addr add 198.18.0.{k}/30 dev {dev}"])
         s, r = (Side(n, dev, _link(n, dev)["address"], f"198.18.0.{k}") for k, n in enumerate(nodes, 1))
         return Path(s, r, r.mac)
 
+    @property
+    def remote(self) -> bool:
+        """The generator runs on another kernel (a guest, a lab host): the pair is made there."""
+        return self.place is not None and not isinstance(self.place, (LocalExecutor, NetnsExecutor))
+
+    def _remote(self, create: list[str]) -> None:
+        """Recorded in that machine's own ledger before it is made (as a lab's build records its objects), so that
+        `clean` removes it there after a crash."""
+        root = self.place.in_netns(None)
+        d = shlex.quote(f"{REMOTE_STATE_DIR}/{self.prefix}")
+        lines = " ".join(shlex.quote(json.dumps({"op": "add", "kind": "netns", "name": n})) for n in self.names)
+        root.run(["sh", "-c", f"mkdir -p {d} && printf '%s\\n' {lines} >> {d}/objects.jsonl"])
+        root.batch("ip", create)
+
     def __exit__(self, *exc) -> None:
+        if self.remote:
+            root = self.place.in_netns(None)
+            d = shlex.quote(f"{REMOTE_STATE_DIR}/{self.prefix}")
+            lines = " ".join(shlex.quote(json.dumps({"op": "del", "kind": "netns", "name": n})) for n in self.names)
+            root.run(["sh", "-c", " ; ".join(f"ip netns del {n}" for n in self.names) +
+                      f" ; printf '%s\\n' {lines} >> {d}/objects.jsonl"], check=False)
+            return
         delete_namespaces(self.names)
         if self.ledger is not None:
             self.ledger.forget_many([("netns", n) for n in self.names])
