@@ -446,6 +446,7 @@ def test_a_report_reads_the_campaign_and_parses_its_spec_once(campaign_db, monke
     monkeypatch.setattr(Store, "samples", counted("samples", Store.samples))
     monkeypatch.setattr(Store, "trials", counted("trials", Store.trials))
     monkeypatch.setattr(yaml, "safe_load", counted("yaml", yaml.safe_load))
+    monkeypatch.setattr(yaml, "load", counted("yaml", yaml.load))  # the store's spec: libyaml's loader
     monkeypatch.setitem(REGISTRY, TestOnlyStudy.name, LoadingStudy)
     doc = document.build(Store(campaign_db, readonly=True), 1)
     assert "Test-only study" in str(doc)

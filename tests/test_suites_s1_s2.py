@@ -70,6 +70,33 @@ def test_s1_decomposition_on_known_medians(tmp_path):
     assert "The sender never reached that rate" in tables["Table V"].note
 
 
+def test_s1_table_v_gives_tt_as_a_packet_rate_beside_the_transfers(tmp_path):
+    """The packet-rates profile: Table V's TT as the PDR of 64-byte frames, per scenario, with its CI; a rate within
+    10 % of the generator's own ceiling says so; a scenario without a search says why."""
+    store, cid = _campaign(tmp_path, "s1")
+    pdrs = {"Reference": ("switch", "none", 80e3, 300e3), "IPsec": ("switch", "ipsec", 20e3, 300e3),
+            "SR-IOV": ("direct", "none", 95e3, 100e3)}
+    for idx, (name, (attach, enc, pdr, ceiling)) in enumerate(pdrs.items(), 1):
+        labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
+        store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+        for rep, f in enumerate(jitter(1.0, 7, 1e-3), 1):
+            _trial(store, cid, idx, rep, 0, "ndrpdr", {"type": "ndrpdr", "frame_sizes": [64, 1518]},
+                   [Sample.of("pdr_pps", pdr * f, pair=1, frame_size="64"),
+                    Sample.of("pdr_pps", pdr / 10, pair=1, frame_size="1518"),
+                    Sample.of("generator_ceiling_pps", ceiling, pair=1, frame_size="64")])
+            _trial(store, cid, idx, rep, 1, "iperf3", {"type": "iperf3", "protocol": "tcp", "message_size": 65507},
+                   [Sample.of("throughput_bps", 1e9 * f, pair=1)])
+    result = load_all()["s1"]().run(store, cid)
+    t5 = next(t for t in result.tables if t.title.startswith("Table V"))
+    assert t5.columns[-1] == "measured: TT as a packet rate: PDR [95% CI] (64 B frames/s)"
+    v = {row[0]: row[-1] for row in t5.rows}
+    assert v["Reference"].startswith("80,000 [") and "generator-bound" not in v["Reference"]
+    assert v["IPsec"].startswith("20,000 [")
+    assert v["SR-IOV"].startswith("95,000 [") and v["SR-IOV"].endswith("(generator-bound)")  # 95 k of a 100 k ceiling
+    assert v["IPsec+SR-IOV"].startswith("n/a")
+    assert "RFC 9971" in t5.note and "generator-bound" in t5.note
+
+
 def test_s1_saturated_findings_at_the_echo_every_scenario_carries(tmp_path):
     """The 65515-byte echo is n/a through IPsec (kernel ESP): TRS at 65434 B, measured in all five, carries the
     saturated findings and its own columns."""

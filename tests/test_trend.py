@@ -86,7 +86,9 @@ def test_a_capacity_change_part_way_is_one_change_point_at_its_campaign(tmp_path
                      check=False)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     (s,) = json.loads(gate.stdout)
-    (change,) = s["changes"]
-    assert change["campaign"] == 4 and change["kind"] == "regression" and 0.4 < change["ratio"] < 0.6, change
+    # one step of the path's capacity; a busy machine can add a small step of its own (a night whose trials met
+    # other work), never one of the rate's size
+    (change,) = [c for c in s["changes"] if not 0.8 < c["ratio"] < 1.25] or [None]
+    assert change and change["campaign"] == 4 and change["kind"] == "regression" and 0.4 < change["ratio"] < 0.6, s
     vnetbench("run", spec, "--db", db, "--no-progress")   # a fifth night at the new rate: no longer the newest
     assert vnetbench("trend", "--db", db, "-m", "throughput_bps", "--fail-on-regression").returncode == 0

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from ...results.dataset import Dataset, load  # noqa: E402
 from ...results.stats import Summary, compare, contrast, holm, summarize  # noqa: E402
 from ...results.store import Store  # noqa: E402
+from ...workloads.ndrpdr import GENERATOR_BOUND  # noqa: E402
 from . import register  # noqa: E402
 from ._cells import Family  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
@@ -135,6 +136,8 @@ class Entries:
     trc_size: int = 0
     tt_proto: str = "udp"
     tts_proto: str = "tcp"
+    pkt: int | None = None       # TT as a packet rate: the ndrpdr entry (PDR of its smallest frame size)
+    pkt_size: str = ""
 
 
 def _entries(data: Dataset) -> Entries:
@@ -155,6 +158,8 @@ def _entries(data: Dataset) -> Entries:
             e.tt, e.tt_size, e.tt_proto = small[0], small[1].get("message_size") or 0, small[1].get("protocol", "tcp")
         if len(perfs) > 1 or (large[1].get("message_size") or 131072) >= 1472:
             e.tts, e.tts_size, e.tts_proto = large[0], large[1].get("message_size") or 0, large[1].get("protocol", "tcp")
+    for idx, params in sorted(data.entries("ndrpdr").items())[:1]:
+        e.pkt, e.pkt_size = idx, str(min(params.get("frame_sizes") or [64], key=lambda f: 10 ** 6 if f == "imix" else f))
     return e
 
 
@@ -199,6 +204,7 @@ class S1(Analysis):
                 for role, sc in scen.items()}
         bandwidth = {role: (data.values(sc["idx"], e.tts, "throughput_bps") if sc and e.tts is not None else [])
                      for role, sc in scen.items()}
+        packets = {role: self._packet_rate(data, sc, e) for role, sc in scen.items()} if e.pkt is not None else {}
         mech = {(name, key): self._mechanism(m[(with_, key)], m[(base, key)], with_, base)
                 for name, with_, base in MECHANISMS for key in self._rt_keys(e)}
         tested = [k for k, x in mech.items() if x["ok"] and math.isfinite(x["p"])]
@@ -209,7 +215,7 @@ class S1(Analysis):
         result.tables = [self._table1(data, scen), self._table2(m, e),
                          *(self._mech_table(number, title, names, mech, e, len(tested))
                            for number, title, names in MECH_TABLES),
-                         self._table5(m, loss, sent, bandwidth, e, offered)]
+                         self._table5(m, loss, sent, bandwidth, e, offered, packets)]
         result.figures = [self._figure_rt(m, e), self._figure_tt(m, e)]
         result.findings = self._findings(m, mech, scen, loss, "TRSc" if e.trc is not None else "TRS",
                                          (e.trc_size if e.trc is not None else e.trs_size) + 8)
@@ -337,8 +343,20 @@ class S1(Analysis):
         ci = "" if math.isnan(lo) else (f" [{rate(lo)} – {rate(hi)}]" if math.isfinite(hi) else f" [≥ {rate(lo)}]")
         return rate(x["tp"]) + ci + ns
 
+    @staticmethod
+    def _packet_rate(data: Dataset, sc: dict | None, e: Entries) -> str:
+        """A scenario's PDR of the ndrpdr entry's smallest frame: median over trials [order-statistic CI], and
+        "generator-bound" when a trial's rate came within 10 % of the generator's own ceiling."""
+        frame = {"frame_size": e.pkt_size}
+        pdr = data.values(sc["idx"], e.pkt, "pdr_pps", **frame) if sc else []
+        if not pdr:
+            return data.missing_text(sc, e.pkt)
+        ceiling = data.values(sc["idx"], e.pkt, "generator_ceiling_pps", **frame)
+        bound = any(p >= GENERATOR_BOUND * c for p, c in zip(pdr, ceiling))
+        return S1._with_ci(_measure(pdr, "", []), pps) + (" (generator-bound)" if bound else "")
+
     def _table5(self, m: dict, loss: dict, sent: dict, bandwidth: dict, e: Entries,
-                offered: float | None) -> TableData:
+                offered: float | None, packets: dict | None = None) -> TableData:
         rows = []
         achieved = []
         for role, *_ in ROLES:
@@ -357,19 +375,20 @@ class S1(Analysis):
                 sent_cell = "n/a"
             own = [self._with_ci(tt, pps) if tt.ok else tt.missing, sent_cell, lost,
                    self._with_ci(tts, pps) if tts.ok else tts.missing]
-            rows.append(_dedupe([role, *study, *own]))
+            rows.append(_dedupe([role, *study, *own, *([packets[role]] if packets else [])]))
         return TableData(
             "Table V — Transfer rates: the study's conversion of one bandwidth, beside vnetbench's two transfers",
             ["scenario", "as the study: bandwidth (Mbit/s)", "as the study: TT (64 B packets/s)",
              "as the study: TTS (65515 B packets/s)",
              f"measured: TT [95% CI] ({e.tt_size + 8} B datagrams/s at the receiver)",
              "measured: TT sender achieved (Mbit/s)", "measured: TT datagram loss",
-             f"measured: TTS [95% CI] ({e.tts_size + 8} B packets/s)"], rows,
+             f"measured: TTS [95% CI] ({e.tts_size + 8} B packets/s)",
+             *([f"measured: TT as a packet rate: PDR [95% CI] ({e.pkt_size} B frames/s)"] if packets else [])], rows,
             "As the study: one bandwidth measured with iperf (here the TTS transfer's "
             f"{e.tts_proto.upper()} goodput at the receiver, median over trials), converted to packets per second at "
             "64 bytes (TT = bandwidth / (64 x 8)) and at 65515 bytes (TTS = bandwidth / (65515 x 8)): the same "
             "bandwidth, so the two columns differ only by the packet size. Measured by vnetbench: two transfers. "
-            + self._tt_note(e, offered, achieved) + " " + self._tts_note(e)
+            + self._tt_note(e, offered, achieved) + " " + self._tts_note(e) + self._pkt_note(e, packets)
             + " Medians over trials with their exact order-statistic CI (95 % from 6 trials on; below that min–max, "
               "labelled with its coverage).")
 
@@ -392,6 +411,16 @@ class S1(Analysis):
                            "on the path (the loss column).")
         return text + (f"The sender reached {min(ok):.0%} to {max(ok):.0%} of it: where it fell short, the sender, not "
                        "the path, was the limit.")
+
+    @staticmethod
+    def _pkt_note(e: Entries, packets: dict | None) -> str:
+        if not packets:
+            return ""
+        return (f" TT as a packet rate: the highest rate of {e.pkt_size}-byte frames the path forwards with at most "
+                "0.5 % loss (PDR, RFC 9971, searched by MLRsearch; frames counted at the receiver's interface, what "
+                "the generator did not send never counted as loss), one search a trial; 'generator-bound': within "
+                "10 % of the generator's own ceiling over a bare veth pair on the same kernel, so the rate may be the "
+                "generator's, not the path's.")
 
     @staticmethod
     def _tts_note(e: Entries) -> str:
