@@ -82,6 +82,14 @@ def test_the_search_finds_a_known_capacity_within_its_goal_width():
     assert got["ndr_l1_bps"].value == pytest.approx(ndr * 84 * 8) and got["ndr_trial_s"].value == 1.0
 
 
+def test_a_generator_slower_than_the_default_min_load_is_searched_under_its_ceiling():
+    """iperf3 in a one-CPU guest offered 1-6 k frames/s: below MLRsearch's default Min Load (9001), which refused
+    the Max Load (the ceiling + 5 %) and failed every trial."""
+    got = _searched(path=1e6, gen=3_000, ceiling=3_000)
+    assert 0 < got["ndr_pps"].value <= 3_000 * 1.05 and got["ndr_pps"].metadata["max_load_pps"] == 3150
+    assert got["ndr_pps"].metadata["generator_bound"] and got["ndr_pps"].metadata["min_load_pps"] == 1000
+
+
 def test_frames_the_generator_did_not_send_are_never_loss_but_no_load_it_did_not_offer_passes():
     got = _searched(path=1e6, gen=80_000, ceiling=80_000)
     assert all(s.value == 0 for s in got["series"])           # the receiver got everything that was sent
@@ -215,3 +223,22 @@ def test_run_and_show_give_ndr_and_pdr_with_bounds_and_the_ceiling_row(tmp_path,
     assert got["generator_ceiling_pps"] > 10_000
     clean = subprocess.run([sys.executable, "-m", "vnetbench", "clean"], capture_output=True, text=True, cwd=ROOT)
     assert "nothing to clean" in clean.stdout, clean.stdout
+
+
+def test_trafgen_is_left_out_of_an_encrypted_path_and_iperf3_measures_it():
+    """trafgen's frames are written below IP: IPsec or WireGuard would never encrypt them, and a search would measure
+    a path that crosses in clear. Such a scenario leaves trafgen's search out, saying why; iperf3 UDP goes through."""
+    from vnetbench.capabilities import detect
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.experiment.spec import loads
+    text = ("name: enc\nrepetitions: 1\nfactors: {{encryption: [none, wireguard]}}\n"
+            "workloads: [{{type: ndrpdr, frame_sizes: [64], generator: {gen}}}, {{type: ping, count: 3}}]\n")
+    plain, wg = expand(loads(text.format(gen="trafgen")).experiment, detect())
+    assert [w.kind for w in plain.workloads] == ["ndrpdr", "ping"]
+    assert [w.kind for w in wg.workloads] == ["ping"]
+    assert any("workload 1 (ndrpdr) left out: trafgen writes whole frames below IP" in n for n in wg.notes), wg.notes
+    for sc in expand(loads(text.format(gen="iperf3")).experiment, detect()):
+        assert [w.kind for w in sc.workloads] == ["ndrpdr", "ping"]
+    alone = text.format(gen="trafgen").replace(", {type: ping, count: 3}", "")
+    _, wg = expand(loads(alone).experiment, detect())
+    assert wg.skip and "trafgen writes whole frames below IP" in wg.skip

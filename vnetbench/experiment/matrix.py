@@ -199,6 +199,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
         sc.skip = reason
         return
     _leave_out_oversized(sc, elements["encryption"])
+    _leave_out_refused(sc)
 
 
 def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
@@ -252,6 +253,22 @@ def _leave_out_oversized(sc: Scenario, enc: Element) -> None:
             sc.notes.append(why)
         else:
             kept.append((wl, params, wid))
+    _keep(sc, kept)
+
+
+def _leave_out_refused(sc: Scenario) -> None:
+    """A workload that cannot measure this scenario's levels (Workload.refuse) is left out, saying why."""
+    kept = []
+    for wl, params, wid in zip(sc.workloads, sc.workload_params, sc.workload_ids):
+        if why := wl.refuse(sc.labels):
+            sc.notes.append(f"workload {wid + 1} ({wl.kind}) left out: {why}")
+        else:
+            kept.append((wl, params, wid))
+    _keep(sc, kept)
+
+
+def _keep(sc: Scenario, kept: list) -> None:
+    """The scenario keeps only these (workload, params, id)s; skipped, with the last note, if no foreground is left."""
     if len(kept) < len(sc.workloads):
         sc.workloads, sc.workload_params, sc.workload_ids = (list(x) for x in zip(*kept)) if kept else ([], [], [])
         if not any(not wl.background for wl in sc.workloads):

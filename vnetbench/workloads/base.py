@@ -178,6 +178,10 @@ class Workload(ABC):
         figures name it so. Each tool says what sets its entries apart."""
         return cls.kind
 
+    def refuse(self, labels: dict[str, str]) -> str | None:
+        """Why this workload cannot measure a scenario with these levels (it is then left out, saying so), or None."""
+        return None
+
     def signal_ready(self) -> None:
         """The load is running (servers listen, clients started): a background workload lets the foreground start."""
         if self.ready is not None:

@@ -150,6 +150,12 @@ class Ndrpdr(Workload):
         sizes = ",".join(str(s) for s in p.get("frame_sizes") or [64, 1518])
         return f"ndrpdr {sizes}" + (f" {p['generator']}" if p.get("generator", "trafgen") != "trafgen" else "")
 
+    def refuse(self, labels: dict[str, str]) -> str | None:
+        if self.params.generator == "trafgen" and labels.get("encryption", "none") != "none":
+            return ("trafgen writes whole frames below IP, which IPsec or WireGuard would never encrypt (its frames "
+                    "would cross in clear): `generator: iperf3` sends through the IP stack")
+        return None
+
     def expected_duration(self) -> float:
         return PER_FRAME_S * len(self.params.frame_sizes)
 
@@ -326,8 +332,10 @@ def search(goals: list[SearchGoal], gen: pktgen.Generator, min_load: float, max_
     from MLRsearch import Config, GoalResult, MultipleLossRatioSearch
     config = Config()
     config.goals = goals
-    config.max_load = max_load
+    # the lower first: each setter checks it against the other, and a generator whose ceiling is below the default
+    # Min Load (a slow one in a guest kernel: iperf3 at a few thousand frames/s) would be refused
     config.min_load = min(min_load, max_load / 2)
+    config.max_load = max_load
     config.search_duration_max = seconds
     config.warmup_duration = None
     measurer, mlr, note = _measurer()(gen), MultipleLossRatioSearch(config), ""

@@ -380,7 +380,8 @@ class S1(Analysis):
             "Table V — Transfer rates: the study's conversion of one bandwidth, beside vnetbench's two transfers",
             ["scenario", "as the study: bandwidth (Mbit/s)", "as the study: TT (64 B packets/s)",
              "as the study: TTS (65515 B packets/s)",
-             f"measured: TT [95% CI] ({e.tt_size + 8} B datagrams/s at the receiver)",
+             f"measured: TT [95% CI] ({e.tt_size + 8} B datagrams/s at the receiver)" if e.tt is not None
+             else "measured: TT [95% CI]",
              "measured: TT sender achieved (Mbit/s)", "measured: TT datagram loss",
              f"measured: TTS [95% CI] ({e.tts_size + 8} B packets/s)",
              *([f"measured: TT as a packet rate: PDR [95% CI] ({e.pkt_size} B frames/s)"] if packets else [])], rows,
@@ -394,6 +395,8 @@ class S1(Analysis):
 
     @staticmethod
     def _tt_note(e: Entries, offered: float | None, achieved: list[float]) -> str:
+        if e.tt is None:
+            return "TT: no transfer of small packets in this campaign."
         if e.tt_proto != "udp":
             return f"TT: {e.tt_proto.upper()} goodput at the receiver / ({e.tt_size} bytes x 8)."
         text = (f"TT: UDP datagrams of {e.tt_size + 8} bytes ({e.tt_size}-byte payload + 8-byte header, IP packet "
