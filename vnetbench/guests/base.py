@@ -328,7 +328,15 @@ class Fleet:
 
 
 def cpu_seconds(pid: int, task: int | None = None) -> float:
-    """utime + stime of a process (all its threads, exited ones included) or of one of its threads."""
+    """utime + stime of a process (all its threads, exited ones included), in clock ticks; or one of its threads'
+    time on a CPU, in nanoseconds (schedstat) where the kernel keeps it: a trial's window of a few echoes is a few
+    ticks long, and a thread's ticks there read 0 (the qemu VM's vCPU over 3 echoes, on a busy machine)."""
+    if task is not None:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                return int(fh.read().split()[0]) / 1e9
+        except (FileNotFoundError, IndexError, ValueError):  # no schedstat (CONFIG_SCHED_INFO off): the ticks
+            pass
     path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
     with open(path) as fh:
         return parse_pid_stat(fh.read()).cpu_ticks / CLK_TCK
