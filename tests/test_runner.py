@@ -327,6 +327,21 @@ def test_a_series_off_its_total_by_more_than_its_tail_is_invalid():
     assert not guards.check_series(_series(100e6, [97e6, 99e6, 98e6]))
 
 
+def _counted_series(nbytes: float, window: float, values: list[float], seconds: float = 1.0) -> list[Sample]:
+    meta = {"pair": 1, "direction": "forward"}
+    return [Sample.of("throughput_bps", nbytes * 8 / window, bytes=nbytes, window=[10.0, 10.0 + window], **meta),
+            *[Sample.of("throughput_interval_bps", v, seconds=seconds, **meta) for v in values]]
+
+
+def test_a_series_is_checked_in_the_bytes_its_total_counted():
+    # a one-CPU guest's receiver: 1.000 s of intervals, then a 24-ms stub holding 10 % of the bytes (S2 smoke)
+    assert not guards.check_series(_counted_series(11.56e6, 1.024, [83.2e6]))
+    assert guards.check_series(_counted_series(10e6, 1.024, [86e6]))                 # 7.5 % more bytes than the total
+    assert guards.check_series(_counted_series(11.56e6, 1.0, [83.2e6]))              # all the window, 10 % short
+    assert not guards.check_series(_counted_series(10.4e6, 1.0, [80e6, 86.4e6], 0.5))
+    assert "more than the total counted" in guards.check_series(_counted_series(10e6, 2.0, [44e6] * 4, 0.5))[0]
+
+
 @pytest.mark.net
 def test_a_hung_tool_gets_one_more_try_and_the_trial_says_so(tmp_path, state_dir, monkeypatch):
     """A tool that overruns its bound (injected: the first ping is a `sleep`) says nothing about the datapath: the

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from conftest import netns_names
+from vnetbench import capabilities
 from vnetbench.capabilities import STRONGSWAN_PLUGINS, detect, parse_list_algs, probe_strongswan
 from vnetbench.datapaths.ipsec import PLUGIN_DIR
 from vnetbench.experiment.matrix import expand
@@ -23,15 +24,18 @@ def scenarios(caps):
     return {sc.labels["encryption"]: sc for sc in expand(loads(text).experiment, caps)}
 
 
-def test_a_proposal_whose_plugin_is_missing_is_skipped_with_the_plugin_named(state_dir):
+def test_a_proposal_whose_plugin_is_missing_is_skipped_with_the_plugin_named(state_dir, monkeypatch):
     caps = detect()
     if not caps.tool("charon") or caps.has("xfrm-esp"):
         pytest.skip("needs strongSwan's kernel-libipsec path (charon encrypts ESP itself)")
-    before = netns_names()
+    made = []  # the probe's own run: other tests' probes beside it make and remove namespaces of theirs
+    create = capabilities.Ledger.create
+    monkeypatch.setattr(capabilities.Ledger, "create", staticmethod(lambda *a, **k: made.append(create(*a, **k))
+                                                                    or made[-1]))
     load = STRONGSWAN_PLUGINS.format(kernel="kernel-netlink").replace("openssl ", "").replace("gcm ", "")
     swan = probe_strongswan(load)
-    left = {n for n in netns_names() - before if n.endswith("-swan")}  # other runs on the machine come and go
-    assert not left and not any(state_dir.iterdir()), "the probe left its namespace or files"
+    assert [led.prefix for led in made] and not {f"{led.prefix}-swan" for led in made} & netns_names()
+    assert not any(state_dir.iterdir()), "the probe left its files"
     assert "gcm" not in swan.plugins and "aes" in swan.plugins and not swan.has("AES_GCM_16")
     scs = scenarios(dataclasses.replace(caps, swan=swan))
     gcm = scs["ipsec"]

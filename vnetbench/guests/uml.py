@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -174,3 +175,24 @@ while :; do sleep 3600 & wait $!; done
             g.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self._reap_group(fleet, g)
+
+    def _reap_group(self, fleet: Fleet, g: Guest, timeout: float = 10.0) -> None:
+        """Wait until the rest of the guest's process group is gone too: its ledger record is forgotten next, and a
+        busy machine took seconds to finish the address-space processes of a guest whose kernel had exited."""
+        deadline = time.monotonic() + timeout
+        while [p for p in self.pids(fleet, g) if not _zombie(p)] and time.monotonic() < deadline:
+            try:
+                os.killpg(g.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    """Dead, waiting for its parent (init, for a guest's orphans) to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
