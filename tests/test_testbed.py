@@ -759,3 +759,21 @@ def test_each_hosts_own_packages_decide_with_that_hosts_name():
     site.bed.run_subnet = "10.9.0.0/24"
     assert all(site.check(sc) is None for sc in expand(exp, preflight.merge(hosts)) if not sc.skip)
     assert [site.run_underlay(sc) for sc in expand(exp, preflight.merge(hosts)) if not sc.skip] == [True, False, False]
+
+
+@pytest.mark.net
+def test_ndrpdr_searches_on_a_lab_host_with_its_ceiling_measured_there(lab, tmp_path, state_dir):
+    """The generator runs on the client's lab host, and its ceiling's bare veth pair is made on that host too (its
+    own ledger records it first), then removed: nothing of the run is left on any host."""
+    spec = tmp_path / "n.yaml"
+    spec.write_text("name: n\nrepetitions: 1\nfactors: {placement: cross-host}\n"
+                    "workloads: [{type: ndrpdr, frame_sizes: [64], latency: [0.5], search_time: 20}]\n")
+    vnetbench("run", spec, "--testbed", lab.dir / "testbed.yaml", "--db", tmp_path / "r.db", "--no-progress",
+              env=env_with(state_dir))
+    con = sqlite3.connect(tmp_path / "r.db")
+    assert con.execute("SELECT status FROM trials").fetchall() == [("ok",)]
+    got = {m: (v, json.loads(meta)) for m, v, meta in con.execute(
+        "SELECT metric, value, metadata FROM samples WHERE metric IN ('generator_ceiling_pps', 'ndr_pps')")}
+    ceiling, meta = got["generator_ceiling_pps"]
+    assert meta["client_host"] == "node1" and ceiling >= got["ndr_pps"][0] > 0
+    assert nothing_left(lab), leftovers(lab)
