@@ -253,6 +253,16 @@ class NetnsExecutor(Executor):
 # ---- remote machines over SSH --------------------------------------------------------------------------------------
 
 REMOTE_STATE_DIR = "/run/vnetbench"
+
+
+def remote_ledger_append(prefix: str, lines: Sequence[str], make: bool = False) -> str:
+    """A shell command appending ledger lines (JSON) to a run's ledger on another machine (`make`: its directory may
+    not exist yet): written there before the objects they name are made, so `clean` finds them after a crash."""
+    d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
+    append = f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} >> {d}/objects.jsonl"
+    return f"mkdir -p {d} && {append}" if make else append
+
+
 SSH_UNREACHABLE = 255  # ssh's own exit status: it could not connect, authenticate or verify the host key
 
 
@@ -737,7 +747,9 @@ def dying_with_parent(argv: list[str]) -> tuple[list[str], dict]:
     """subprocess.run's first argument and keywords for a child the kernel kills when vnetbench dies (see
     die_with_parent): through util-linux's setpriv --pdeathsig, which lets subprocess start it with vfork. A
     preexec_fn forks the whole process and runs Python in the child: 5 ms of each `ip -batch` of a build
-    (12.4 against 7.0 ms for the same root batch by hand). Without setpriv, the preexec_fn."""
+    (12.4 against 7.0 ms for the same root batch by hand). Without setpriv, the preexec_fn. Unlike it, setpriv does
+    not look whether vnetbench died in the microseconds before its prctl; a batch started then runs to its end (an
+    sh wrapper to look would cost another exec per batch)."""
     if tool := _setpriv():
         return [tool, "--pdeathsig", "KILL", "--", *argv], {}
     return argv, {"preexec_fn": die_with_parent()}

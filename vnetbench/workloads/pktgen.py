@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..system import rawlog
-from ..system.executor import REMOTE_STATE_DIR, CommandError, Executor, LocalExecutor, NetnsExecutor
+from ..system.executor import CommandError, Executor, LocalExecutor, NetnsExecutor, remote_ledger_append
 from ..system.ledger import delete_namespaces
 from .base import WorkloadError, _signal_group, stop, wait_listening
 
@@ -423,18 +423,17 @@ class BareVeth:
         """Recorded in that machine's own ledger before it is made (as a lab's build records its objects), so that
         `clean` removes it there after a crash."""
         root = self.place.in_netns(None)
-        d = shlex.quote(f"{REMOTE_STATE_DIR}/{self.prefix}")
-        lines = " ".join(shlex.quote(json.dumps({"op": "add", "kind": "netns", "name": n})) for n in self.names)
-        root.run(["sh", "-c", f"mkdir -p {d} && printf '%s\\n' {lines} >> {d}/objects.jsonl"])
+        root.run(["sh", "-c", remote_ledger_append(self.prefix, self._ledger_lines("add"), make=True)])
         root.batch("ip", create)
+
+    def _ledger_lines(self, op: str) -> list[str]:
+        return [json.dumps({"op": op, "kind": "netns", "name": n}) for n in self.names]
 
     def __exit__(self, *exc) -> None:
         if self.remote:
             root = self.place.in_netns(None)
-            d = shlex.quote(f"{REMOTE_STATE_DIR}/{self.prefix}")
-            lines = " ".join(shlex.quote(json.dumps({"op": "del", "kind": "netns", "name": n})) for n in self.names)
-            root.run(["sh", "-c", " ; ".join(f"ip netns del {n}" for n in self.names) +
-                      f" ; printf '%s\\n' {lines} >> {d}/objects.jsonl"], check=False)
+            root.run(["sh", "-c", " ; ".join(f"ip netns del {shlex.quote(n)}" for n in self.names) + " ; " +
+                      remote_ledger_append(self.prefix, self._ledger_lines("del"))], check=False)
             return
         delete_namespaces(self.names)
         if self.ledger is not None:

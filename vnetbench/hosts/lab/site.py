@@ -12,7 +12,7 @@ from ...core.sample import Sample
 from ...datapaths.ovs import KERNEL_TUNNEL_IN_OVS
 from ...probes.interfaces import InterfaceProbe
 from ...probes.procstat import SystemProbe
-from ...system.executor import REMOTE_STATE_DIR, CommandError, SshExecutor, _batch_error
+from ...system.executor import CommandError, SshExecutor, _batch_error, remote_ledger_append
 from ...system.ledger import Ledger, Obj
 from ..steps import BATCH_TOOLS
 from . import clean as lab_clean
@@ -241,7 +241,7 @@ class TestbedSite:
         jobs = {}
         for label, (nic, old, new) in changes.items():
             record = json.dumps({"op": "add", "kind": "mtu", "name": nic, "mtu": old})
-            jobs[label] = (self.executor(label), f"{_append_script(topo.prefix, [record])} && "
+            jobs[label] = (self.executor(label), f"{remote_ledger_append(topo.prefix, [record])} && "
                                                  f"ip link set dev {shlex.quote(nic)} mtu {int(new)}")
         self._parallel(jobs)
 
@@ -309,7 +309,7 @@ class TestbedSite:
         jobs = {}
         for lb in labels:
             script = ["set -e"] + ([owners[lb]] if lb in owners else [])
-            script += [_append_script(topo.prefix, by_host[lb])] if lb in by_host else []
+            script += [remote_ledger_append(topo.prefix, by_host[lb])] if lb in by_host else []
             for k, step in enumerate(parts.get(lb, [])):
                 ex = topo.executor(step.node)
                 delim = f"VNETBENCH_{secrets.token_hex(6)}"
@@ -366,7 +366,7 @@ class TestbedSite:
             return
         self.touch(list(by_host))
         prefix = topo.prefix
-        self._parallel({lb: (self.executor(lb), _append_script(prefix, lines)) for lb, lines in by_host.items()})
+        self._parallel({lb: (self.executor(lb), remote_ledger_append(prefix, lines)) for lb, lines in by_host.items()})
 
     def _parallel(self, jobs: dict[str, tuple[SshExecutor, str]]) -> None:
         def one(item):
@@ -392,7 +392,7 @@ class TestbedSite:
         jobs = {}
         for label, objs in by_host.items():
             script = lab_clean.clean_script(topo.prefix, objs, remove_dir=False)
-            script += "; " + _append_script(topo.prefix, [json.dumps({"op": "del", "kind": o.kind, "name": o.name})
+            script += "; " + remote_ledger_append(topo.prefix, [json.dumps({"op": "del", "kind": o.kind, "name": o.name})
                                                           for o in objs])
             jobs[label] = (self.executor(label), script)
 
@@ -473,11 +473,6 @@ def _which(exc: CommandError, steps, host: str) -> str:
         return str(exc)
     step = steps[int(k)]
     return f"[{host}] `{step.tool} -batch -` failed: {_batch_error(err, step.lines)}"
-
-
-def _append_script(prefix: str, lines: list[str]) -> str:
-    d = shlex.quote(f"{REMOTE_STATE_DIR}/{prefix}")
-    return f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} >> {d}/objects.jsonl"
 
 
 def _foreign(line: str, prefix: str, nic: str, vfs: set[str] = frozenset()) -> str | None:

@@ -25,7 +25,6 @@ from matplotlib.figure import Figure  # noqa: E402
 from ...results.dataset import Dataset, load  # noqa: E402
 from ...results.stats import Summary, compare, contrast, holm, summarize  # noqa: E402
 from ...results.store import Store  # noqa: E402
-from ...workloads.ndrpdr import GENERATOR_BOUND  # noqa: E402
 from . import register  # noqa: E402
 from ._cells import Family  # noqa: E402
 from .base import Analysis, AnalysisResult, FigureData, TableData  # noqa: E402
@@ -346,13 +345,14 @@ class S1(Analysis):
     @staticmethod
     def _packet_rate(data: Dataset, sc: dict | None, e: Entries) -> str:
         """A scenario's PDR of the ndrpdr entry's smallest frame: median over trials [order-statistic CI], and
-        "generator-bound" when a trial's rate came within 10 % of the generator's own ceiling."""
+        "generator-bound" when the search flagged a trial's rate so (workloads/ndrpdr.py: within 10 % of the
+        generator's own ceiling, or no load it offered was too much for the path)."""
         frame = {"frame_size": e.pkt_size}
         pdr = data.values(sc["idx"], e.pkt, "pdr_pps", **frame) if sc else []
         if not pdr:
             return data.missing_text(sc, e.pkt)
-        ceiling = data.values(sc["idx"], e.pkt, "generator_ceiling_pps", **frame)
-        bound = any(p >= GENERATOR_BOUND * c for p, c in zip(pdr, ceiling))
+        bound = any(s["metadata"].get("generator_bound")
+                    for _, s in data.select("pdr_pps", scenario=sc["idx"], workload=e.pkt, **frame))
         return S1._with_ci(_measure(pdr, "", []), pps) + (" (generator-bound)" if bound else "")
 
     def _table5(self, m: dict, loss: dict, sent: dict, bandwidth: dict, e: Entries,
