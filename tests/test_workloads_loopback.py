@@ -76,6 +76,14 @@ def test_iperf3_tcp_with_ping_under_load():
     assert all(start < s.t <= end + 1e-6 for s in series)
 
 
+def test_iperf3_pings_under_load_as_often_as_asked():
+    """ping_interval 0.05 s over a 1-s test: about 20 echoes under load, where the default 0.2 s gives at most 6."""
+    wl = workload("iperf3", duration=1, latency="ping", ping_interval=0.05, port=15221)
+    assert "-i 0.05" in " ".join(wl._ping(pair()))
+    rtts = values(wl.run([pair()]), "rtt_loaded_s", pair=1)
+    assert len(rtts) >= 8, rtts
+
+
 def test_iperf3_udp_is_sent_at_the_bounded_rate():
     wl = workload("iperf3", protocol="udp", udp_rate="50M", duration=2, port=15211)
     argv = wl.commands([pair()])[1].argv

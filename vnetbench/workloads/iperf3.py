@@ -491,6 +491,9 @@ class Iperf3Params(Params):
     udp_rate: int = Field(100_000_000, ge=1000, le=MAX_UDP_RATE, description="UDP bit/s per stream (-b)")
     interval: float = Field(1.0, ge=0.1, le=60, description="seconds per reported interval (-i)")
     latency: Literal["none", "ping"] = "none"
+    ping_interval: float = Field(PING_INTERVAL_S, ge=0.01, le=10,
+                                 description="seconds between the echoes under load (latency: ping); below 0.2 s "
+                                             "ping needs root")
     port: int = Field(5201, ge=1024, le=65000, description="server port of pair 1; pair i uses port + i - 1")
 
     @field_validator("udp_rate", mode="before")
@@ -625,7 +628,8 @@ class Iperf3(Workload):
 
     def _ping(self, pair: Pair) -> list[str]:
         seconds = math.ceil(self._seconds())
-        return ping_argv(pair.server.addr, math.ceil(seconds / PING_INTERVAL_S), PING_INTERVAL_S, 56, seconds + 1)
+        every = self.params.ping_interval
+        return ping_argv(pair.server.addr, math.ceil(seconds / every), every, 56, seconds + 1)
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
         """In run()'s order: servers; the idle echoes, done before the load starts; the clients and, with them, the
