@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
+from ._lazy_numpy import np
 
 from .guards import UNBOUNDED_RATIOS
 
@@ -125,21 +125,46 @@ class Best:
 
 # ---- the only median and percentiles -------------------------------------------------------------------------
 def median(values: Sequence[float]) -> float:
-    return float(np.median(np.asarray(values, dtype=float)))
+    """numpy's median: the middle value, or the mean of the middle two."""
+    s = sorted(map(float, values))
+    if not s:
+        return math.nan  # as numpy (which warns)
+    if any(math.isnan(v) for v in s):
+        return math.nan
+    k = len(s) // 2
+    return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
 def percentile(values: Sequence[float], q: float | Sequence[float]):
-    """numpy's linear percentile(s), q in 0..100."""
-    r = np.percentile(np.asarray(values, dtype=float), q)
-    return float(r) if np.ndim(r) == 0 else [float(v) for v in r]
+    """numpy's linear percentile(s), q in 0..100: the same floats, from numpy's virtual index and lerp done in Python
+    (np.percentile's dispatch imports numpy.ma, 10-15 ms of every `show`, and costs more than the work at n < 100)."""
+    s = sorted(map(float, values))
+    if not s:
+        raise ValueError("percentile of no values")
+    if any(math.isnan(v) for v in s):
+        return math.nan if isinstance(q, (int, float)) else [math.nan] * len(q)
+    return _lerp(s, q / 100) if isinstance(q, (int, float)) else [_lerp(s, x / 100) for x in q]
+
+
+def _lerp(s: Sequence[float], q: float) -> float:
+    """numpy's 'linear' method on a sorted sample: its virtual index (n - 1) q, and its two-sided lerp."""
+    n = len(s)
+    at = min(max((n - 1) * q, 0.0), n - 1.0)
+    lo = math.floor(at)
+    t, a, b = at - lo, s[lo], s[min(lo + 1, n - 1)]
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 # ---- summaries ---------------------------------------------------------------------------------------------------
-def _checked(values: Sequence[float]) -> np.ndarray:
-    x = np.asarray(values, dtype=float).ravel()
-    if x.size == 0:
+def _array(values: Sequence[float]) -> np.ndarray:
+    return np.asarray(_checked(values), dtype=float)
+
+
+def _checked(values: Sequence[float]) -> list[float]:
+    x = [float(v) for v in values]
+    if not x:
         raise ValueError("cannot summarize an empty sample")
-    if not np.all(np.isfinite(x)):
+    if not all(map(math.isfinite, x)):
         raise ValueError("sample contains NaN or infinite values; a failed measurement must not be averaged in")
     return x
 
@@ -192,33 +217,27 @@ def median_ci_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     in floats from log-probabilities (relative error about 1e-13): the integers' cost grows as n^2.7 (2 s at
     n = 8000; a trial of 256 pairs x 150 pings, n = 38400, spent minutes there after its last ping)."""
     if n <= EXACT_MEDIAN_CI_N:
-        below = np.cumsum([math.comb(n, i) for i in range(n // 2)], dtype=object)
-        coverage = np.array([1 - 2 * float(c / 2 ** n) for c in below], dtype=float)
+        below = itertools.accumulate(math.comb(n, i) for i in range(n // 2))
+        coverage = [1 - 2 * float(c / 2 ** n) for c in below]
     else:
         log_all = math.lgamma(n + 1) - n * math.log(2)
-        pmf = np.exp([log_all - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n // 2)])
-        coverage = 1 - 2 * np.cumsum(pmf)
-    ok = np.flatnonzero(coverage >= confidence)
-    if ok.size == 0:
-        return -1, float(coverage[0]) if coverage.size else math.nan
-    return int(ok[-1]), float(coverage[ok[-1]])
+        pmf = (math.exp(log_all - math.lgamma(i + 1) - math.lgamma(n - i + 1)) for i in range(n // 2))
+        coverage = [1 - 2 * c for c in itertools.accumulate(pmf)]
+    ok = [k for k, c in enumerate(coverage) if c >= confidence]
+    if not ok:
+        return -1, coverage[0] if coverage else math.nan
+    return ok[-1], coverage[ok[-1]]
 
 
-def _quartiles(s: np.ndarray) -> tuple[float, float, float]:
+def _quartiles(s: Sequence[float]) -> tuple[float, float, float]:
     """numpy's linear percentiles 25, 50 and 75 of a sorted sample, the same floats (its virtual index and its lerp,
     done in Python: np.percentile's dispatch was half of a simulated report's time over 3-10 trials)."""
-    n, out = s.size, []
-    for q in (0.25, 0.5, 0.75):
-        at = (n - 1) * q                     # exact: q is a dyadic fraction
-        lo = int(at)
-        t, a, b = at - lo, float(s[lo]), float(s[min(lo + 1, n - 1)])
-        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
-    return out[0], out[1], out[2]
+    return _lerp(s, 0.25), _lerp(s, 0.5), _lerp(s, 0.75)
 
 
-def _ci_median(s: np.ndarray, confidence: float) -> tuple[tuple[float, float], bool, float]:
+def _ci_median(s: Sequence[float], confidence: float) -> tuple[tuple[float, float], bool, float]:
     """The median's order-statistic interval from the sorted sample s."""
-    n = s.size
+    n = len(s)
     if n < 2:
         return NAN_PAIR, False, math.nan
     k, coverage = median_ci_rank(n, confidence)
@@ -232,13 +251,15 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     x = _checked(values)
-    mean = float(np.mean(x))
-    std = float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+    n = len(x)
+    # in Python, not numpy: `show` summarises with no numpy import (80 ms); fsum is exact where numpy's sum rounds
+    mean = math.fsum(x) / n
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in x) / (n - 1)) if n > 1 else math.nan
     cv = std / abs(mean) if mean != 0 else math.nan
-    s = np.sort(x)
+    s = sorted(x)
     q1, med, q3 = _quartiles(s)
     ci_median, exact, coverage = _ci_median(s, confidence)
-    return Summary(n=int(x.size), mean=mean, std=std, cv=cv, median=med, q1=q1, q3=q3, iqr=q3 - q1,
+    return Summary(n=n, mean=mean, std=std, cv=cv, median=med, q1=q1, q3=q3, iqr=q3 - q1,
                    min=float(s[0]), max=float(s[-1]), confidence=confidence, ci_median=ci_median,
                    ci_median_exact=exact, ci_median_coverage=coverage)
 
@@ -297,14 +318,14 @@ def expanded_levels(size: int, confidence: float) -> tuple[float, float]:
     return 100 * tail, 100 * (1 - tail)
 
 
-def bootstrap_ci(values: Sequence[float], statistic: Callable = np.median, confidence: float = 0.95,
+def bootstrap_ci(values: Sequence[float], statistic: Callable | None = None, confidence: float = 0.95,
                  n: int = BOOTSTRAP_N, seed: int = 0) -> tuple[float, float]:
-    """Expanded percentile bootstrap interval of `statistic`, resampling the values with replacement (seeded)."""
-    x = _checked(values)
+    """Expanded percentile bootstrap interval of `statistic` (default: the median), resampling the values with replacement (seeded)."""
+    x = _array(values)
     if x.size < 2:
         return NAN_PAIR
     rng = np.random.default_rng(seed)
-    stats_ = _stat_rows(statistic, x[rng.integers(0, x.size, (n, x.size))])
+    stats_ = _stat_rows(np.median if statistic is None else statistic, x[rng.integers(0, x.size, (n, x.size))])
     lo, hi = np.percentile(stats_, expanded_levels(x.size, confidence))
     return float(lo), float(hi)
 
@@ -313,7 +334,7 @@ def bootstrap_ci2(a: Sequence[float], b: Sequence[float], effect: Callable[[np.n
                   confidence: float = 0.95, n: int = BOOTSTRAP_N, seed: int = 0) -> tuple[float, float]:
     """Expanded percentile bootstrap of a two-sample effect, each sample resampled on its own (expanded for the
     smaller sample). `effect` gets two (n, size) arrays of resamples and returns n effects (nan ones are dropped)."""
-    xa, xb = _checked(a), _checked(b)
+    xa, xb = _array(a), _array(b)
     if xa.size < 2 or xb.size < 2:
         return NAN_PAIR
     rng = np.random.default_rng(seed)
@@ -352,7 +373,7 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Welch t-test; nan where it is undefined: fewer than 2 values a side, or neither side varies while
     their means differ ([0, 0, 0] against [1, 1, 1]: the t statistic is infinite, and p = 0 would claim a certainty
     three trials cannot give; degenerate() names the reason). Two equal constant samples: p = 1."""
-    xa, xb = _checked(a), _checked(b)
+    xa, xb = _array(a), _array(b)
     if xa.size < 2 or xb.size < 2:
         return math.nan
     va, vb = xa.var(ddof=1) / xa.size, xb.var(ddof=1) / xb.size
@@ -451,7 +472,7 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
     ones plus the observed split. Valid for any distribution when a and b are exchangeable under the null (Welch's
     t-test past 8 a side went over its level on bimodal trials: 1.1-1.4 times alpha / m). nan below 2 trials a side
     or past RANDOM_MAX trials."""
-    xa, xb = _checked(a), _checked(b)
+    xa, xb = _array(a), _array(b)
     if not _permuted(xa.size, xb.size):
         return math.nan
     mask = _split_mask(xa.size, xb.size)
@@ -472,7 +493,7 @@ def p_value(a: Sequence[float], b: Sequence[float]) -> float:
     """The pre-declared test's two-sided p: the permutation test of Welch's t (every split up to EXACT_SPLITS, else
     RANDOM_SPLITS random ones), Welch's t-test past RANDOM_MAX trials. nan where no test can judge (fewer than 2
     trials a side, or two constant samples that differ: degenerate())."""
-    xa, xb = _checked(a), _checked(b)
+    xa, xb = _array(a), _array(b)
     if xa.size < 2 or xb.size < 2 or degenerate(xa, xb) == NO_SPREAD:
         return math.nan
     return permutation_p(xa, xb) if _permuted(xa.size, xb.size) else welch_p(xa, xb)
@@ -612,7 +633,7 @@ def best_of(groups: Mapping[str, Sequence[float]], better: str, alpha: float = 0
     if not groups:
         raise ValueError("best_of needs at least one group")
     sign = -1.0 if better == "higher" else 1.0
-    means = {label: float(np.mean(_checked(v))) for label, v in groups.items()}
+    means = {label: float(np.mean(_array(v))) for label, v in groups.items()}
     leader = min(groups, key=lambda label: sign * means[label])
     others = [g for g in groups if g != leader]
     labels = list(groups)
@@ -822,7 +843,7 @@ def contrast(terms: Sequence[tuple[float, Sequence[float]]], confidence: float =
     for w, vals in terms:  # the same group twice (a scenario in both costs): its weights add
         key = id(vals)
         merged[key] = [merged.get(key, [0.0])[0] + w, vals]
-    parts = [(w, _checked(v)) for w, v in merged.values() if w != 0]
+    parts = [(w, _array(v)) for w, v in merged.values() if w != 0]
     est = float(sum(w * x.mean() for w, x in parts))
     if any(x.size < 2 for _, x in parts):
         return Contrast(est, NAN_PAIR, math.nan, TOO_FEW)
