@@ -127,3 +127,11 @@ def test_a_resume_says_what_it_ran_not_zero_trials_under_a_full_table(tmp_path, 
     assert "campaign 1: done, 2 trials ok, 0 failed" in first and "this run" not in first, first
     again = " ".join(vnetbench("run", "--resume", "1", "--db", db, "--no-progress").stdout.split())
     assert f"campaign 1: done; nothing was left to run (results in {db})" in again and "0 trials ok" not in again
+
+
+def test_plan_counts_what_a_long_card_coverage_list_would_repeat():
+    from vnetbench.cli import PLAN_LIST_MAX, _first
+    assert _first(["a", "b"]) == ["  a", "  b"]
+    many = _first(f"unmeasured {i}" for i in range(30))
+    assert len(many) == PLAN_LIST_MAX and many[-1] == f"  ... and {30 - PLAN_LIST_MAX + 1} more"
+    assert many[:2] == ["  unmeasured 0", "  unmeasured 1"]

@@ -244,8 +244,18 @@ def _card_coverage(loaded, scenarios) -> str:
     cov = coverage(exp.model_dump(), scenarios)
     lines = [f"scorecard: {cov.claims} checkable claims; {len(cov.unmeasured)} cells no runnable scenario measures, "
              f"{len(cov.unneeded)} workloads no claim names"]
-    lines += [f"  unmeasured {x}" for x in cov.unmeasured] + [f"  unneeded {x}" for x in cov.unneeded]
+    lines += _first(f"unmeasured {x}" for x in cov.unmeasured) + _first(f"unneeded {x}" for x in cov.unneeded)
     return "\n".join(comment(x) for x in lines) + "\n"
+
+
+PLAN_LIST_MAX = 8  # lines of one kind before the rest is counted: a profile that is not the card misses most cells
+
+
+def _first(lines) -> list[str]:
+    lines = list(lines)
+    if len(lines) <= PLAN_LIST_MAX:
+        return [f"  {x}" for x in lines]
+    return [f"  {x}" for x in lines[:PLAN_LIST_MAX - 1]] + [f"  ... and {len(lines) - PLAN_LIST_MAX + 1} more"]
 
 
 @app.command()
