@@ -423,16 +423,19 @@ FLOAT_SPLITS_MAX = 40  # trials: up to here a test's splits are kept as floats (
 
 
 def _split_mask(na: int, nb: int) -> np.ndarray:
-    """The test's splits, exact or random (a row per split: which trials are a's)."""
-    if na + nb <= FLOAT_SPLITS_MAX:
-        return _float_splits(na, nb)
+    """The test's splits (a row per split: which trials are a's), as floats up to FLOAT_SPLITS_MAX trials."""
+    return _float_splits(na, nb) if na + nb <= FLOAT_SPLITS_MAX else _test_splits(na, nb)
+
+
+def _test_splits(na: int, nb: int) -> np.ndarray:
+    """Every split where they are few enough (exact), else the seeded random ones."""
     return _splits(na, nb) if exact(na, nb) else _random_splits(na, nb)
 
 
 @lru_cache(maxsize=48)  # (a simulation's reports cycle through dozens of sizes: 16 thrashed)
 def _float_splits(na: int, nb: int) -> np.ndarray:
     """The splits as a float mask: a boolean one is cast anew in every product."""
-    return (_splits(na, nb) if exact(na, nb) else _random_splits(na, nb)).astype(float)
+    return _test_splits(na, nb).astype(float)
 
 
 def smallest_p(na: int, nb: int) -> float:
