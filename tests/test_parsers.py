@@ -359,3 +359,21 @@ def test_an_interrupted_sender_is_owed_at_most_one_uncounted_block(extra_blocks,
         assert one(samples, "udp_loss_ratio", direction="forward") >= 0
     else:
         assert sent.metadata["bytes"] == client["end"]["sum_sent"]["bytes"]
+
+
+def _pings(replied: list[int], sent: int) -> str:
+    lines = [f"[1700000000.{k:06d}] 64 bytes from 10.0.0.2: icmp_seq={k} ttl=64 time=30.0 ms" for k in replied]
+    return "\n".join([*lines, "", "--- 10.0.0.2 ping statistics ---",
+                      f"{sent} packets transmitted, {len(replied)} received, {100 * (1 - len(replied) / sent):.4g}% "
+                      f"packet loss, time 300ms"]) + "\n"
+
+
+def test_echoes_in_flight_when_ping_had_its_replies_are_not_lost():
+    # -c 10 -w: ten replies in, an eleventh echo sent 20 ms before, still in flight (a busy machine's loopback)
+    assert one(parse_ping(_pings(list(range(1, 11)), 11), count=10), "ping_loss_ratio") == 0.0
+    # one echo in the middle unanswered, ten replies in by the twelfth, which was the last answered
+    assert one(parse_ping(_pings([*range(1, 5), *range(6, 12)], 12), count=10), "ping_loss_ratio") == \
+        pytest.approx(1 / 11)
+    # cut by the deadline with fewer replies than asked: what was not answered is lost
+    assert one(parse_ping(_pings(list(range(1, 9)), 11), count=10), "ping_loss_ratio") == pytest.approx(3 / 11)
+    assert one(parse_ping(_pings(list(range(1, 11)), 11)), "ping_loss_ratio") == pytest.approx(1 / 11)  # no count

@@ -176,3 +176,47 @@ def test_kernel_wireguard_and_the_ovs_kernel_datapath_run_in_the_host_guests(boo
     # the client VM's end: the stream went out through it, its ACKs and the echoes' replies came back
     assert "wireguard" in kinds and int(transfer[-1]) > 1e5 and int(transfer[-2]) > 1e3, (kinds, transfer)
     assert "system@ovs-system" in dp and not userspace.strip(), (dp, userspace)
+
+
+PKTGEN = """name: qemu-pktgen
+repetitions: 1
+factors: {{kernel: {kernel}, placement: cross-host, switch: linuxbridge, overlay: none}}
+workloads:
+  - {{type: ndrpdr, generator: pktgen, frame_sizes: [64], search_time: 20, latency: []}}
+"""
+
+
+def test_kernel_pktgen_runs_only_where_the_kernel_has_it():
+    """The machine's own kernel is asked, and never loaded into: without pktgen the scenario says why."""
+    caps = detect()
+    sc = expand(loads(PKTGEN.format(kernel="shared")).experiment, caps)[0]
+    if caps.has("pktgen"):
+        assert sc.skip is None
+    else:
+        assert sc.skip.startswith("workload ndrpdr: kernel has no pktgen: "), sc.skip
+    assert "pktgen writes whole frames below IP" in sc.workloads[0].refuse({"encryption": "ipsec"})
+
+
+@pytest.mark.net
+@QEMU
+def test_kernel_pktgen_in_a_host_guest_finds_the_path_rate_below_its_own_ceiling(booted):
+    """generator: pktgen in the host guests (their cloud kernel has the module, loaded by the guest the run booted):
+    NDR and PDR over a flat bridge between the guests, the generator's ceiling over a bare veth in the client's
+    host guest, every sample saying pktgen ran; the guest keeps no pktgen device and no scratch namespace after."""
+    _, ledger, run, _ = booted
+    sc = expand(loads(PKTGEN.format(kernel="qemu")).experiment, detect())[0]
+    assert sc.skip is None, sc.skip
+    topo = _build(sc, ledger, run)
+    try:
+        samples, _ = trial.measure(sc, topo, sc.workloads[0])
+        host = topo.nodes["h1"].exec
+        devices = host.run(["ip", "netns", "list"]).stdout
+    finally:
+        topo.teardown()
+    got = {s.metric: s for s in samples if s.metric in ("ndr_pps", "pdr_pps", "generator_ceiling_pps")}
+    print("\npktgen in a qemu host guest: " + ", ".join(f"{k} {v.value:,.0f}" for k, v in got.items()))
+    assert set(got) == {"ndr_pps", "pdr_pps", "generator_ceiling_pps"}, samples
+    assert all(s.metadata.get("generator") == "pktgen" for s in got.values() if "generator" in s.metadata)
+    assert 0 < got["ndr_pps"].value <= got["pdr_pps"].value * 1.01
+    assert got["pdr_pps"].value <= got["generator_ceiling_pps"].value * 1.1
+    assert "-ng" not in devices, devices

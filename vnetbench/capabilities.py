@@ -309,16 +309,27 @@ def _kill_group(proc: subprocess.Popen, settle_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def kernel_script(ns: str) -> str:
+PKTGEN_CTRL = "/proc/net/pktgen/pgctrl"
+
+
+def kernel_script(ns: str, may_load: bool = False) -> str:
     """The one kernel probe, as a shell script for any machine (this one, a guest, a testbed host): it makes the
     scratch namespace `ns`, creates each device of KERNEL_PROBES in it (one ip batch, one tc batch), then the rest
-    one line each (`@@F name ok` or `@@F name no why`): xfrm states, generic netlink families, the TUN device."""
+    one line each (`@@F name ok` or `@@F name no why`): xfrm states, generic netlink families, the TUN device, the
+    kernel's packet generator. pktgen is a module nothing loads on its own: it counts where it is loaded, or, in a
+    guest the run boots (`may_load`), where its module is there to load (modprobe -n: nothing is loaded here)."""
     q = shlex.quote
     ip_lines = [v for v in KERNEL_PROBES.values() if not v.startswith("tc ")]
     tc_lines = [v[3:] for v in KERNEL_PROBES.values() if v.startswith("tc ")]
     checks = [(name, f"ip -n {q(ns)} {shlex.join(argv)}") for name, argv in XFRM_PROBES.items()]
     checks += [(name, f"ip netns exec {q(ns)} genl ctrl get name {q(family)}") for name, family in GENL_FAMILIES.items()]
     checks += [("tun", f"test -c {q(TUN_DEVICE)}")]
+    dry = ('{ if [ -r /proc/sys/kernel/modprobe ]; then $(cat /proc/sys/kernel/modprobe) -n pktgen; '
+           'else echo "this kernel has no pktgen and loads no modules" >&2; false; fi; }')
+    loadable = f" || {dry}" if may_load else \
+        (f' || {{ if e=$({dry} 2>&1); then echo "the pktgen module is not loaded, and vnetbench loads modules only in '
+         f'guests it boots" >&2; else echo "$e" >&2; fi; false; }}')
+    checks += [("pktgen", f"{{ test -e {PKTGEN_CTRL}{loadable}; }}")]
     rest = "; ".join(f"e=$({cmd} 2>&1 >/dev/null) && echo '@@F {name} ok' || echo \"@@F {name} no $(echo \"$e\" | head -1)\""
                      for name, cmd in checks)
     return (f"ip netns add {q(ns)} || exit 9; "
@@ -347,10 +358,10 @@ def parse_kernel(out: str) -> dict[str, Feature]:
     return found
 
 
-def probe_kernel(ex: Executor, ns: str, timeout: float = 30) -> dict[str, Feature]:
+def probe_kernel(ex: Executor, ns: str, timeout: float = 30, may_load: bool = False) -> dict[str, Feature]:
     """Kernel features where `ex` runs (this machine, a guest, a testbed host over SSH), probed by creating each
-    device in the scratch namespace `ns` (the caller's: recorded in its ledger)."""
-    script = kernel_script(ns)
+    device in the scratch namespace `ns` (the caller's: recorded in its ledger); may_load: a guest the run boots."""
+    script = kernel_script(ns, may_load)
     if isinstance(ex, SshExecutor):  # a script over SSH: one round trip, no quoting of the whole on a command line
         out = ex.run_script(script, timeout=timeout, check=False).stdout
     else:

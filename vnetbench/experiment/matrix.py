@@ -177,6 +177,9 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
         if not caps.tool(wl.tool):
             sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"
             return
+        if missing := next((f for f in wl.kernel_features() if not caps.has(f)), None):
+            sc.skip = f"workload {wl.kind}: {caps.missing_kernel(missing)}"
+            return
     switch = elements["switch"]
     checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in elements.items()}
     if (in_vms := backend.check_encryption(sc, elements["encryption"], caps)) is not None:

@@ -85,7 +85,7 @@ def probe(ex, prefix: str, kind: str = DEFAULT_KIND) -> Capabilities:
     # cold through hostfs).
     with ThreadPoolExecutor(1) as pool:
         ovs = pool.submit(ovs_forwards, ex, prefix)
-        found = probe_kernel(ex, f"{prefix}-probe", timeout=60)
+        found = probe_kernel(ex, f"{prefix}-probe", timeout=60, may_load=True)
         tools = preflight.tools(ex)
         forwards = ovs.result()  # its namespaces are gone before the guest is used, whatever the kernel said
     if found.get("ovs-kernel-datapath", Feature(False)).ok:  # the module is there: does OVS forward through it?

@@ -182,6 +182,11 @@ class Workload(ABC):
         """Why this workload cannot measure a scenario with these levels (it is then left out, saying so), or None."""
         return None
 
+    def kernel_features(self) -> tuple[str, ...]:
+        """Kernel features (capabilities.KERNEL_PROBES and the rest of the kernel probe) the workload needs where
+        its endpoints run: a scenario whose kernel lacks one is skipped with the kernel's reason."""
+        return ()
+
     def signal_ready(self) -> None:
         """The load is running (servers listen, clients started): a background workload lets the foreground start."""
         if self.ready is not None:

@@ -627,9 +627,12 @@ class Iperf3(Workload):
         return ping_argv(pair.server.addr, IDLE_PINGS, IDLE_PING_INTERVAL_S, 56, 3)
 
     def _ping(self, pair: Pair) -> list[str]:
-        seconds = math.ceil(self._seconds())
         every = self.params.ping_interval
-        return ping_argv(pair.server.addr, math.ceil(seconds / every), every, 56, seconds + 1)
+        return ping_argv(pair.server.addr, self._pings(), every, 56, math.ceil(self._seconds()) + 1)
+
+    def _pings(self) -> int:
+        """Echoes under load: one every ping_interval over the test's whole seconds."""
+        return math.ceil(math.ceil(self._seconds()) / self.params.ping_interval)
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
         """In run()'s order: servers; the idle echoes, done before the load starts; the clients and, with them, the
@@ -721,7 +724,8 @@ class Iperf3(Workload):
             for pair, proc in zip(pairs, pings):
                 out = collect_ping(proc, _left(end), f"ping under load pair {pair.index}")
                 # Only echoes sent while iperf3 was measuring: not its connection set-up, omitted seconds or tail.
-                samples += parse_ping(out, "rtt_loaded_s", pair_window(samples, pair.index), pair=pair.index)
+                samples += parse_ping(out, "rtt_loaded_s", pair_window(samples, pair.index), count=self._pings(),
+                                      pair=pair.index)
             ok = True
         finally:
             for proc in [*(c for _, _, c, _ in clients), *pings, *(s for *_, s in servers if id(s) not in kept)]:

@@ -80,7 +80,9 @@ class NdrpdrParams(Params):
     frame_sizes: list[int | Literal["imix"]] = Field(
         [64, 1518], min_length=1, description="Ethernet frame sizes with FCS (64 .. 9018), or imix (64/570/1518 7:4:1)")
     goals: Goals = Field(default_factory=Goals, description="the NDR and PDR search goals, attributes as RFC 9971 names them")
-    generator: Literal["trafgen", "iperf3"] = Field("trafgen", description="trafgen, or iperf3 UDP (a fallback)")
+    generator: Literal["trafgen", "pktgen", "iperf3"] = Field(
+        "trafgen", description="trafgen, the kernel's pktgen (where the sender's kernel has it), or iperf3 UDP (a "
+                               "fallback)")
     min_rate: float = Field(1000, gt=0, description="Min Load, frames/s")
     max_rate: float | None = Field(None, gt=0, description="Max Load, frames/s (default: the generator's ceiling +5 %)")
     search_time: float = Field(60, ge=5, le=3600, description="seconds the search of one frame size may take")
@@ -152,10 +154,13 @@ class Ndrpdr(Workload):
         return f"ndrpdr {sizes}" + (f" {p['generator']}" if p.get("generator", "trafgen") != "trafgen" else "")
 
     def refuse(self, labels: dict[str, str]) -> str | None:
-        if self.params.generator == "trafgen" and labels.get("encryption", "none") != "none":
-            return ("trafgen writes whole frames below IP, which IPsec or WireGuard would never encrypt (its frames "
-                    "would cross in clear): `generator: iperf3` sends through the IP stack")
+        if self.params.generator != "iperf3" and labels.get("encryption", "none") != "none":
+            return (f"{self.params.generator} writes whole frames below IP, which IPsec or WireGuard would never "
+                    f"encrypt (its frames would cross in clear): `generator: iperf3` sends through the IP stack")
         return None
+
+    def kernel_features(self) -> tuple[str, ...]:
+        return ("pktgen",) if self.params.generator == "pktgen" else ()
 
     def expected_duration(self) -> float:
         return PER_FRAME_S * len(self.params.frame_sizes)
@@ -164,11 +169,14 @@ class Ndrpdr(Workload):
         """What each trial of a search runs on pair 1's client: its interface (DEV) is found at run time, and the
         rates (in the shaper, in --num) are chosen by the search."""
         where, server = pairs[0].client.node.name, pairs[0].server.addr
-        gen = ["iperf3", "-u", "-c", server, "-l", "PAYLOAD", "-b", "RATE", "-t", "DURATION"] \
-            if self.params.generator == "iperf3" else \
-            ["trafgen", "--dev", "DEV", "--no-sock-mem", "--notouch-irq", "--qdisc-path", "--gap", "0", "--num",
-             "RATE*DURATION", f"{{ eth(...), ipv4(da={server}), udp(dp={self.params.port}), fill(...) }}"]
-        shaper = [] if self.params.generator == "iperf3" else \
+        gen = {"iperf3": ["iperf3", "-u", "-c", server, "-l", "PAYLOAD", "-b", "RATE", "-t", "DURATION"],
+               "pktgen": ["sh", "-c", "echo 'count RATE*DURATION' > /proc/net/pktgen/DEV && echo 'ratep RATE' > "
+                                      "/proc/net/pktgen/DEV && echo start > /proc/net/pktgen/pgctrl"],
+               "trafgen": ["trafgen", "--dev", "DEV", "--no-sock-mem", "--notouch-irq", "--qdisc-path", "--gap", "0",
+                           "--num", "RATE*DURATION",
+                           f"{{ eth(...), ipv4(da={server}), udp(dp={self.params.port}), fill(...) }}"]}[
+            self.params.generator]
+        shaper = [] if self.params.generator != "trafgen" else \
             [Command(where, ["tc", "class", "change", "dev", "DEV", "parent", "1:", "classid", "1:2", "htb", "rate",
                              "RATE", "ceil", "RATE", "burst", "BURST"])]
         return [*shaper, Command(where, gen)]

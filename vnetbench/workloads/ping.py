@@ -57,12 +57,24 @@ def ping_counts(text: str) -> tuple[int, int, int]:
     raise WorkloadError(f"ping printed no statistics: {text.strip()[-300:]}")
 
 
-def parse_ping(text: str, rtt_metric: str = "rtt_s", window: Sequence[float] | None = None, **metadata) -> list[Sample]:
+def judged(text: str, count: int | None) -> tuple[int, int]:
+    """(echoes judged, replies). With a deadline (-w), ping stops once `count` replies are in: echoes it sent after
+    the last of them were still in flight then, neither answered nor lost (a busy machine's 20-ms pings had one
+    such echo, read as 9 % loss). Echoes after the last reply of a run cut by its deadline stay lost."""
+    tx, rx, _ = ping_counts(text)
+    if count is not None and rx >= count:
+        seqs = [int(m["seq"]) for m in map(_REPLY.match, text.splitlines()) if m and not m["dup"]]
+        tx = min(tx, max(seqs, default=tx))
+    return tx, rx
+
+
+def parse_ping(text: str, rtt_metric: str = "rtt_s", window: Sequence[float] | None = None,
+               count: int | None = None, **metadata) -> list[Sample]:
     """rtt_s (or rtt_metric, e.g. rtt_loaded_s under load) per reply, ping_loss_ratio, ping_jitter_s (mean
     |difference| of consecutive RTTs). With a window, RTTs and jitter are of the echoes sent inside it; the loss
-    ratio is over the whole ping run (lost echoes leave no time stamp)."""
+    ratio is over the whole ping run (lost echoes leave no time stamp). count: the -c asked, see judged()."""
     rtts = parse_rtts(text, rtt_metric, window, **metadata)
-    tx, rx, _ = ping_counts(text)
+    tx, rx = judged(text, count)
     meta = metadata | ({"window": rtts[0].metadata["window"]} if rtts else {})
     out = rtts + [Sample.of("ping_loss_ratio", 1 - rx / tx if tx else 1.0, **meta)]
     values = [s.value for s in rtts]
@@ -147,4 +159,4 @@ class Ping(Workload):
         finally:
             for proc in procs:
                 stop(proc)
-        return [s for pair, out in zip(pairs, outs) for s in parse_ping(out, pair=pair.index)]
+        return [s for pair, out in zip(pairs, outs) for s in parse_ping(out, count=self.params.count, pair=pair.index)]

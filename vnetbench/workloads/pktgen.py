@@ -336,7 +336,75 @@ class Iperf3(Generator):
         return _rates(self.path, proc, seconds, "iperf3")
 
 
-GENERATORS = {"trafgen": Trafgen, "iperf3": Iperf3}
+PKTGEN_DIR = "/proc/net/pktgen"
+_RESULT = re.compile(r"Result: OK: (\d+)\(c")
+
+
+class Pktgen(Generator):
+    """The kernel's packet generator: a kernel thread of the sender's kernel (its namespace's own) builds the frames
+    and hands them straight to the interface's driver (no socket, no qdisc), paced by itself (`ratep`). The module
+    is loaded only where the kernel probe said so: a guest the run booted (capabilities.kernel_script)."""
+    name = "pktgen"
+
+    def _files(self) -> tuple[str, str]:
+        return f"{PKTGEN_DIR}/kpktgend_0", f"{PKTGEN_DIR}/{self.path.sender.dev}"
+
+    def setup(self) -> None:
+        if len(set(self.frames.sizes)) > 1:
+            raise WorkloadError("pktgen sends one frame size here: IMIX needs trafgen")
+        s, r = self.path.sender, self.path.receiver
+        thread, dev = self._files()
+        conf = ["clone_skb 0", f"pkt_size {self.frames.sizes[0] - FCS}", f"dst_mac {self.path.dst_mac}", f"dst {r.ip}",
+                f"src_min {s.ip}", f"src_max {s.ip}", f"udp_dst_min {self.path.port}", f"udp_dst_max {self.path.port}",
+                "udp_src_min 1024", "udp_src_max 1024"]
+        q = shlex.quote
+        script = (f"[ -e {PKTGEN_DIR}/pgctrl ] || $(cat /proc/sys/kernel/modprobe) pktgen || exit 1; "
+                  f"echo rem_device_all > {thread} && echo {q('add_device ' + s.dev)} > {thread} && " +
+                  " && ".join(f"echo {q(c)} > {q(dev)}" for c in conf))
+        try:
+            s.node.run(["sh", "-c", script], timeout=30)
+        except CommandError as e:
+            raise WorkloadError(f"pktgen could not be set up on {s.node.name}:{s.dev}: {e}") from None
+
+    def teardown(self) -> None:
+        thread, _ = self._files()
+        self.path.sender.node.run(["sh", "-c", f"echo stop > {PKTGEN_DIR}/pgctrl; echo rem_device_all > {thread}"],
+                                  check=False, timeout=30)
+
+    def argv(self, count: int | str, pps: float | None) -> list[str]:
+        _, dev = self._files()
+        rate = f"echo 'delay 0' > {dev}" if pps is None else f"echo 'ratep {max(1, round(pps))}' > {dev}"
+        return ["sh", "-c", f"echo 'count {count}' > {dev} && {rate} && echo start > {PKTGEN_DIR}/pgctrl; "
+                            f"grep '^Result' {dev}"]
+
+    def trial(self, pps: float, duration: float) -> Counts:
+        count = max(1, round(pps * duration))
+
+        def run() -> tuple[float, str]:
+            began = time.monotonic()
+            proc = self.path.sender.node.spawn(self.argv(count, pps), label="pktgen")
+            try:
+                out = interrupted(proc, duration * (1 + LATE) + START_S, "pktgen")
+            finally:
+                self._stop()
+            m = _RESULT.search(out)
+            return (int(m[1]) / 1e6 if m else time.monotonic() - began), out
+        return self._counted(run, count, pps, duration)
+
+    def flat_out(self, seconds: float) -> Ceiling:
+        """As fast as the kernel's thread sends (no pacing), for `seconds` past its start."""
+        proc = self.path.sender.node.spawn(self.argv(0, None), label="pktgen flat out")
+        try:
+            return _rates(self.path, proc, seconds, "pktgen")
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        """A start that was interrupted may leave the thread sending: stop it (a stopped one ignores this)."""
+        self.path.sender.node.run(["sh", "-c", f"echo stop > {PKTGEN_DIR}/pgctrl"], check=False, timeout=30)
+
+
+GENERATORS = {"trafgen": Trafgen, "iperf3": Iperf3, "pktgen": Pktgen}
 
 
 def interrupted(proc: subprocess.Popen, deadline: float, what: str) -> str:
