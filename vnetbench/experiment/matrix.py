@@ -177,9 +177,8 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
         if not caps.tool(wl.tool):
             sc.skip = f"workload {wl.kind}: {caps.missing_tool(wl.tool)}"
             return
-        if missing := next((f for f in wl.kernel_features() if not caps.has(f)), None):
-            sc.skip = f"workload {wl.kind}: {caps.missing_kernel(missing)}"
-            return
+    if _leave_out_unsupported(sc, caps):
+        return
     switch = elements["switch"]
     checks: dict[str, Availability] = {kind: el.check(sc, caps) for kind, el in elements.items()}
     if (in_vms := backend.check_encryption(sc, elements["encryption"], caps)) is not None:
@@ -268,6 +267,19 @@ def _leave_out_refused(sc: Scenario) -> None:
         else:
             kept.append((wl, params, wid))
     _keep(sc, kept)
+
+
+def _leave_out_unsupported(sc: Scenario, caps: Capabilities) -> bool:
+    """A workload needing a kernel feature the scenario's kernel lacks (Workload.kernel_features) is left out with
+    the kernel's reason, the others run; True when no foreground workload is left (the scenario is skipped)."""
+    kept = []
+    for wl, params, wid in zip(sc.workloads, sc.workload_params, sc.workload_ids):
+        if missing := next((f for f in wl.kernel_features() if not caps.has(f)), None):
+            sc.notes.append(f"workload {wid + 1} ({wl.kind}) left out: {caps.missing_kernel(missing)}")
+        else:
+            kept.append((wl, params, wid))
+    _keep(sc, kept)
+    return sc.skip is not None
 
 
 def _keep(sc: Scenario, kept: list) -> None:
