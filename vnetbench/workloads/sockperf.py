@@ -180,11 +180,23 @@ class Sockperf(Workload):
             end = time.monotonic() + self.params.duration + WARMUP_STAGE_S + 10
             outs = [_collect(c, max(end - time.monotonic(), 1), f"sockperf pair {pair.index}")
                     for pair, c in zip(pairs, clients)]
+            for k, (pair, out) in enumerate(zip(pairs, outs)):
+                if NO_VALID in out:  # once more, its servers still up: says nothing about the path (below)
+                    began[k] = time.time()
+                    clients.append(pair.client.node.spawn(self._client(pair), label=f"sockperf client pair "
+                                                                                   f"{pair.index}, again"))
+                    outs[k] = _collect(clients[-1], self.params.duration + WARMUP_STAGE_S + 10,
+                                       f"sockperf pair {pair.index}")
         finally:
             for proc in [*clients, *servers]:
                 stop(proc)
         return [s for pair, out, b in zip(pairs, outs, began)
                 for s in _parse_pair(out, pair, b, self.params.observations)]
+
+
+# sockperf 3.7 on a busy machine once counted 10,629 round trips of 10,630 and then found none of them valid (its
+# summary, exit 0): a glitch of the tool's own bookkeeping, not of the path; the client runs once more
+NO_VALID = "No valid observations found"
 
 
 def _collect(proc: subprocess.Popen, timeout: float, what: str) -> str:
