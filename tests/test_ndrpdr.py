@@ -1,5 +1,6 @@
 """ndrpdr: MLRsearch finds NDR and PDR per frame size; frames counted at the interfaces; what the generator did not
 send is never loss; the generator's ceiling; latency beside the load; `run` and `show` end to end."""
+import json
 import os
 import re
 import sqlite3
@@ -105,6 +106,44 @@ def test_a_generator_far_short_of_its_load_is_a_high_loss_trial_for_the_search_o
     assert r.loss_ratio == 0  # within guards.OFFERED_SHORT: its frames are what counts
 
 
+def test_profile_true_adds_a_trial_at_the_ndr_found_and_marks_its_window_for_the_profiler(monkeypatch):
+    """The search's own trials stay unprofiled; one more trial at NDR's lower bound is the profiler's window, and
+    the profile's samples of that window carry the frame and what it received (per-packet costs use its frames)."""
+    from vnetbench.probes.profile import ProfileProbe
+    from vnetbench.results import efficiency
+
+    class Timed(FakeGenerator):
+        def trial(self, pps, duration):
+            c = super().trial(pps, duration)
+            c.window = (1000.0, 1000.0 + duration)
+            return c
+    pair = Pair(1, Endpoint(None, "198.19.0.1", "c"), Endpoint(None, "198.19.0.2", "s"))
+    params = NdrpdrParams(type="ndrpdr", profile=True, latency=[])
+    fs = FrameSearch(params, pair, None, pktgen.Frames.of(64))
+    found, *_ = fs._search(Timed(100_000, 1e6), 1e6)
+    [trial] = fs._profiled(Timed(100_000, 1e6), found["ndr"][1])
+    [(labels, window)] = Ndrpdr(params).profile_parts([trial])
+    assert window == (1000.0, 1003.0) and labels["at"] == "ndr" and labels["frame"] == "64 B"
+    assert labels["load_pps"] == round(found["ndr"][1]) and labels["mpackets"] == pytest.approx(trial.metadata["received"] / 1e6)
+    script = "iperf3  42 999.500000:\n\tffffffff81dd53c0 vxlan_xmit ([kernel.kallsyms])\n\n" \
+             "iperf3  42 1001.000000:\n\tffffffff81dd53c0 br_forward ([kernel.kallsyms])\n\n" \
+             "iperf3  42 1001.500000:\n\tffffffff81dd53c0 br_forward ([kernel.kallsyms])\n\n" \
+             "iperf3  42 1010.000000:\n\tffffffff81dd53c0 vxlan_xmit ([kernel.kallsyms])\n\n"
+    probe = ProfileProbe()
+    probe._offset = 0.0
+    monkeypatch.setattr(probe, "_script", lambda: script)
+    got = probe.stop((990.0, 1012.0), [(labels, window)])  # the vxlan samples lie outside the NDR trial
+    shares = {s.metadata["mechanism"]: s for s in got}
+    assert shares["bridge"].value == 1.0 and shares["vxlan"].value == 0 and shares["bridge"].metadata["frame"] == "64 B"
+    assert probe.folded == {"iperf3;br_forward_[k]": 2}
+    [per] = [s for s in efficiency.derive(got, None) if s.metadata["mechanism"] == "bridge"]
+    assert per.value == pytest.approx(2 * probe.period_ns / 1e9 / labels["mpackets"])
+    probe = ProfileProbe()
+    probe._offset = 0.0
+    monkeypatch.setattr(probe, "_script", lambda: script)
+    assert probe.stop((990.0, 1012.0), []) == [] and "no trial to profile" in probe.note
+
+
 # ---- frames on real interfaces ------------------------------------------------------------------------------------
 @pytest.fixture
 def capped(state_dir):
@@ -200,6 +239,7 @@ workloads:
     latency_duration: 1.5
     latency_rate: 200
     search_time: 40
+    profile: true
 """
 
 
@@ -221,8 +261,31 @@ def test_run_and_show_give_ndr_and_pdr_with_bounds_and_the_ceiling_row(tmp_path,
                              "'ndr_lower_pps', 'generator_ceiling_pps', 'ndrpdr_search_s')").fetchall())
     assert 0 < got["ndr_lower_pps"] <= got["ndr_pps"] <= got["pdr_pps"] and got["ndrpdr_search_s"] < 40
     assert got["generator_ceiling_pps"] > 10_000
+    _profiled_at_ndr(db, got["ndr_lower_pps"])
     clean = subprocess.run([sys.executable, "-m", "vnetbench", "clean"], capture_output=True, text=True, cwd=ROOT)
     assert "nothing to clean" in clean.stdout, clean.stdout
+
+
+def _profiled_at_ndr(db: Path, lower: float) -> None:
+    """profile: true profiles one more trial at NDR's relevant lower bound, not the search: the mechanisms' samples
+    are of that trial's window, inside the search's, and their CPU time fits in it."""
+    with sqlite3.connect(db) as c:
+        rows = [(m, v, json.loads(meta)) for m, v, meta in c.execute(
+            "SELECT metric, value, metadata FROM samples WHERE metric IN ('ndr_profile_loss_ratio', "
+            "'profile_share_ratio', 'profile_cpu_s_per_mpacket')")]
+    [(_, loss, trial)] = [r for r in rows if r[0] == "ndr_profile_loss_ratio"]
+    shares = [(v, m) for metric, v, m in rows if metric == "profile_share_ratio"]
+    w0, w1 = trial["profile_window"]
+    assert trial["load_pps"] == round(lower) and trial["frame"] == "64 B" and 0 <= loss < 1
+    assert trial["window"][0] < w0 and w1 < trial["window"][1] and 3.0 <= w1 - w0 < 8.0, trial
+    assert shares and all(m["window"] == [w0, w1] and m["at"] == "ndr" and m["frame"] == "64 B" for _, m in shares)
+    assert sum(v for v, _ in shares) == pytest.approx(1.0)
+    cpu_s = sum(m["cpu_s"] for _, m in shares)
+    assert 0 < cpu_s <= 1.15 * os.cpu_count() * (w1 - w0), (cpu_s, w1 - w0)
+    by_mech = {m["mechanism"]: m for _, m in shares}
+    per_pkt = {m["mechanism"]: v for metric, v, m in rows if metric == "profile_cpu_s_per_mpacket"}
+    assert by_mech["bridge"]["cpu_s"] > 0  # the frames crossed the hosts' bridge in that window
+    assert per_pkt["bridge"] == pytest.approx(by_mech["bridge"]["cpu_s"] / (trial["received"] / 1e6))
 
 
 def test_trafgen_is_left_out_of_an_encrypted_path_and_iperf3_measures_it():

@@ -199,42 +199,64 @@ class ProfileProbe(Probe):
             return f"perf record did not stop within {STOP_S:.0f} s"
         return "" if proc.returncode in (0, -signal.SIGINT, 130) else (err or "").strip()[-300:]
 
-    def stop(self, window=None) -> list[Sample]:
+    def stop(self, window=None, parts: list[tuple[dict, tuple[float, float]]] | None = None) -> list[Sample]:
+        """The mechanisms' shares over the tool's window, or over each of `parts` (labels, window) when the workload
+        marks windows of its own (ndrpdr: the trial at each NDR found), each part's samples with its labels."""
+        script = self._script()
+        if script is None:
+            return []
+        if parts is not None and not parts:
+            self.note = "the workload ran no trial to profile (ndrpdr profiles the trial at an NDR found: none was)"
+            return []
+        out, total, coverages = [], Counter(), []
+        for labels, win in parts or [({}, window)]:
+            folded, coverage = self._fold(script, win)
+            coverages.append(coverage)
+            if coverage is not None and coverage < MIN_COVERAGE:
+                self.note = (f"the profile covered {coverage:.0%} of the tool's window (perf started or stopped "
+                             "late): left out")
+                continue
+            total.update(folded)
+            out += self.samples(win, folded, coverage, labels)
+        self.folded = dict(total)
+        known = [c for c in coverages if c is not None]
+        self.coverage = min(known) if known else None
+        return out
+
+    def _script(self) -> str | None:
+        """perf script's text of the whole recording (None: the note says why there is none)."""
         try:
             err = self._halt()
             if err or not os.path.exists(self.data):
                 self.note = f"perf record failed: {err or 'it wrote no data'}"
                 log.warning("profile: %s", self.note)
-                return []
-            script = subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,pid,tid,time,ip,sym,dso"],
-                                    capture_output=True, text=True, timeout=SCRIPT_S)
+                return None
+            return subprocess.run(["perf", "script", "-i", self.data, "-F", "comm,pid,tid,time,ip,sym,dso"],
+                                  capture_output=True, text=True, timeout=SCRIPT_S).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             self.note = f"perf failed: {exc}"
             log.warning("profile: %s", exc)
-            return []
+            return None
         finally:
             if self._dir:
                 shutil.rmtree(self._dir, ignore_errors=True)
-        w0, w1 = window if window else (float("-inf"), float("inf"))
-        folded, first, last = parse_script(script.stdout, w0 - self._offset, w1 - self._offset, os.getpid())
-        self.folded = dict(folded)
-        if window and last > first:
-            covered = min(last, w1 - self._offset) - max(first, w0 - self._offset)
-            self.coverage = max(0.0, covered / (w1 - w0)) if w1 > w0 else None
-        if self.coverage is not None and self.coverage < MIN_COVERAGE:
-            self.note = (f"the profile covered {self.coverage:.0%} of the tool's window (perf started or stopped "
-                         "late): left out")
-            self.folded = {}
-            return []
-        return self.samples(window)
 
-    def samples(self, window) -> list[Sample]:
-        per = mechanisms.attribute_folded(self.folded)
+    def _fold(self, script: str, window) -> tuple[Counter, float | None]:
+        """The folded stacks inside `window` (time.time()), and the share of it the recording covered."""
+        w0, w1 = window if window else (float("-inf"), float("inf"))
+        folded, first, last = parse_script(script, w0 - self._offset, w1 - self._offset, os.getpid())
+        if not (window and last > first and w1 > w0):
+            return folded, None
+        covered = min(last, w1 - self._offset) - max(first, w0 - self._offset)
+        return folded, max(0.0, covered / (w1 - w0))
+
+    def samples(self, window, folded: dict[str, int], coverage: float | None, labels: dict) -> list[Sample]:
+        per = mechanisms.attribute_folded(folded)
         total = sum(per.values())
         if not total:
             return []
         meta = {"scope": "machine", "window": list(window) if window else None, "profile_samples": total,
-                "coverage": self.coverage, "profiler_cpu_s": self.own_cpu_s}
+                "coverage": coverage, "profiler_cpu_s": self.own_cpu_s} | labels
         # every mechanism of the table, those without a sample at 0: a trial where VXLAN took nothing counts as 0
         every = sorted(set(mechanisms.labels()) | set(per))
         return [Sample.of("profile_share_ratio", per.get(m, 0) / total, mechanism=m,

@@ -4,8 +4,6 @@ scenario with the element at its default: overlay none, encryption none...) as t
 an interactive flame graph of the scenario's stacks."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 from ..core.scenario import DEFAULT_LEVELS, ELEMENT_FACTORS
 from ..core.units import human, human_interval
 from ..probes import mechanisms
@@ -23,6 +21,8 @@ NOTE = ("Share: the mechanism's part of all CPU samples over the tool's window, 
         "the one every comparison of vnetbench prints ('[-]': fewer than 2 trials a side); "
         "its sign says whether the mechanism added CPU per packet. The profile is of the whole machine: load that is "
         "not the run's own (see each trial's foreign_busy_ratio) is in it too.")
+PART_NOTE = (" Here the window is not the tool's: it is one more trial at the NDR's relevant lower bound, after the "
+             "search, and a packet is a frame the receiver counted in it (its loss ratio: ndr_profile_loss_ratio).")
 
 
 def baseline(scenarios: dict[int, dict], idx: int) -> tuple[int, str] | None:
@@ -38,10 +38,16 @@ def baseline(scenarios: dict[int, dict], idx: int) -> tuple[int, str] | None:
     return None
 
 
-def _per_trial(data: dataset.Dataset, metric: str, **meta) -> dict[tuple[int, int, str], list[float]]:
-    """(scenario, workload, mechanism or '') -> one value per trial."""
+def part(meta: dict) -> str:
+    """Which profiled window of a trial a sample is of: '' for the tool's whole window, else e.g. 'NDR trial,
+    64 B' (ndrpdr profiles the trial at each frame size's NDR)."""
+    return f"{meta['at'].upper()} trial, {meta.get('frame', '?')}" if meta.get("at") else ""
+
+
+def _per_trial(data: dataset.Dataset, metric: str, **meta) -> dict[tuple[int, tuple[int, str], str], list[float]]:
+    """(scenario, (workload, part), mechanism or '') -> one value per trial."""
     return data.trial_values(metric, background=None, window=True, key=lambda t, s: (
-        t.scenario, t.workload, s["metadata"].get("mechanism", "")), **meta)
+        t.scenario, (t.workload, part(s["metadata"])), s["metadata"].get("mechanism", "")), **meta)
 
 
 def _cell(values: list[float] | None, unit: str) -> str:
@@ -66,7 +72,7 @@ def _median(values: list[float] | None) -> float:
     return summarize(values).median if values else 0.0
 
 
-def _shown(share: dict, wl: int, scs: list[int]) -> list[str]:
+def _shown(share: dict, wl: tuple[int, str], scs: list[int]) -> list[str]:
     """The mechanisms with a median share of at least MIN_SHARE in one of the scenarios, largest first in the first."""
     mechs = {m for (s, w, m) in share if s in scs and w == wl and m and _median(share[(s, w, m)]) >= MIN_SHARE}
     return sorted(mechs, key=lambda m: -_median(share.get((scs[0], wl, m))))
@@ -87,35 +93,39 @@ def section_blocks(store: Store, cid: int, label) -> list:
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     share = _per_trial(data, "profile_share_ratio")
     per_pkt = _per_trial(data, "profile_cpu_s_per_mpacket")
-    machine = data.trial_values("cpu_s_per_mpacket", background=None, key=lambda t, s: (t.scenario, t.workload),
+    machine = data.trial_values("cpu_s_per_mpacket", background=None, key=lambda t, s: (t.scenario, (t.workload, "")),
                                 scope="machine", where=lambda m: "host" not in m and "process" not in m)
     names = mechanisms.labels()
     blocks: list = []
-    for sc, wl in sorted(set(profiled.values())):
+    parts = {(sc, w) for (sc, w, _) in share if (sc, w[0]) in set(profiled.values())}
+    drawn: set[tuple[int, int]] = set()  # one flame graph per scenario and workload, whatever its parts
+    for sc, (wl, what) in sorted(parts):
         base = baseline(scenarios, sc)
         b_idx = base[0] if base else None
-        mechs = _shown(share, wl, [s for s in (sc, b_idx) if s is not None])
+        key = (wl, what)
+        mechs = _shown(share, key, [s for s in (sc, b_idx) if s is not None])
         cols = ["mechanism", "share of CPU", "CPU per Mpacket"]
         if base:
             cols += [f"baseline ({base[1]}={DEFAULT_LEVELS[base[1]]}) CPU per Mpacket", "cost vs baseline"]
         rows = []
-        if (sc, wl) in machine:
-            row = ["whole machine (all CPU)", "100 %", _cell(machine[(sc, wl)], "s/Mpacket")]
+        if (sc, key) in machine:
+            row = ["whole machine (all CPU)", "100 %", _cell(machine[(sc, key)], "s/Mpacket")]
             if base:
-                row += [_cell(machine.get((b_idx, wl)), "s/Mpacket"),
-                        _diff(machine.get((b_idx, wl)), machine[(sc, wl)], "s/Mpacket")]
+                row += [_cell(machine.get((b_idx, key)), "s/Mpacket"),
+                        _diff(machine.get((b_idx, key)), machine[(sc, key)], "s/Mpacket")]
             rows.append(row)
         for m in mechs:
-            row = [names.get(m, m), _cell(share.get((sc, wl, m)), "ratio"), _cell(per_pkt.get((sc, wl, m)), "s/Mpacket")]
+            row = [names.get(m, m), _cell(share.get((sc, key, m)), "ratio"), _cell(per_pkt.get((sc, key, m)), "s/Mpacket")]
             if base:
-                row += [_cell(per_pkt.get((b_idx, wl, m)), "s/Mpacket"),
-                        _diff(per_pkt.get((b_idx, wl, m)), per_pkt.get((sc, wl, m)), "s/Mpacket")]
+                row += [_cell(per_pkt.get((b_idx, key, m)), "s/Mpacket"),
+                        _diff(per_pkt.get((b_idx, key, m)), per_pkt.get((sc, key, m)), "s/Mpacket")]
             rows.append(row)
         n = sum(1 for v in profiled.values() if v == (sc, wl))
-        title = f"Scenario {sc} ({label(sc)}), workload {wl + 1}: {n} profiled trials" + (
+        title = f"Scenario {sc} ({label(sc)}), workload {wl + 1}{f' ({what})' if what else ''}: {n} profiled trials" + (
             f"; baseline scenario {b_idx} ({label(b_idx)})" if base else "; no baseline scenario was run")
-        blocks.append(TableData(title, cols, rows, NOTE))
-        folded = profiles.of_scenario(store, cid, sc, wl)
+        blocks.append(TableData(title, cols, rows, NOTE + (PART_NOTE if what else "")))
+        folded = profiles.of_scenario(store, cid, sc, wl) if (sc, wl) not in drawn else None
+        drawn.add((sc, wl))
         if folded:
             blocks.append(FlameGraph(f"flame-{sc}-{wl}", f"Flame graph of scenario {sc} ({label(sc)})", folded,
                                      f"{sum(folded.values())} samples of {n} trials added up; frames coloured by "

@@ -72,13 +72,22 @@ def _identity(meta: dict) -> dict:
     return {k: meta[k] for k in IDENTITY if k in meta} | {"window": meta["window"]}
 
 
+def _own_packets(samples: list[Sample]) -> list[Sample]:
+    """Each profiled mechanism's CPU time per packet where the profile's window counted its own packets (ndrpdr's
+    trial at an NDR: frames received in it), not the trial's delivered bits."""
+    return [Sample.of("profile_cpu_s_per_mpacket", s.metadata["cpu_s"] / s.metadata["mpackets"],
+                      **{k: v for k, v in s.metadata.items() if k not in ("cpu_s", "profile_samples")})
+            for s in samples if s.metric == "profile_share_ratio" and "cpu_s" in s.metadata
+            and (s.metadata.get("mpackets") or 0) > 0]
+
+
 def derive(samples: list[Sample], payload: int | None) -> list[Sample]:
     """cpu_s_per_gbit and cpu_s_per_mpacket of every CPU account; none when the trial delivered no bits (a ping,
     a request/response test) or no probe measured CPU. payload: bytes per packet (packet_payload), None: no packets."""
+    out = _own_packets(samples)
     bits = delivered_bits(samples)
     if bits <= 0:
-        return []
-    out = []
+        return out
     gbit, mpackets = bits / 1e9, bits / 8 / payload / 1e6 if payload else None
     for who, cpu_s in _cpu_seconds(samples):
         # the parts, so that a summary over trials is sum(cpu_s) / sum(work) (dataset.RATIO_OF_SUMS)
@@ -87,7 +96,7 @@ def derive(samples: list[Sample], payload: int | None) -> list[Sample]:
             out.append(Sample.of("cpu_s_per_mpacket", cpu_s / mpackets, payload_bytes=payload, cpu_s=cpu_s,
                                  mpackets=mpackets, **who))
     for s in samples:  # each profiled mechanism's CPU time per packet
-        if s.metric == "profile_share_ratio" and mpackets and "cpu_s" in s.metadata:
+        if s.metric == "profile_share_ratio" and mpackets and "cpu_s" in s.metadata and "mpackets" not in s.metadata:
             out.append(Sample.of("profile_cpu_s_per_mpacket", s.metadata["cpu_s"] / mpackets, payload_bytes=payload,
                                  **{k: v for k, v in s.metadata.items() if k not in ("cpu_s", "profile_samples")}))
     return out

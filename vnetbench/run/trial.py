@@ -132,7 +132,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
         window = tool_window(samples)
         probe_samples = [s for got in at_once([lambda p=p: p.stop(window) for p in probes]) for s in got]
         if profiler:  # stopped last: it resolves its symbols once the others have read (they run at once)
-            probe_samples += profiler.stop(window)
+            probe_samples += profiler.stop(window, wl.profile_parts(samples))
         for b in background:
             try:
                 samples += b.finish()

@@ -182,6 +182,11 @@ class Workload(ABC):
         """Why this workload cannot measure a scenario with these levels (it is then left out, saying so), or None."""
         return None
 
+    def profile_parts(self, samples: Sequence[Sample]) -> list[tuple[dict, tuple[float, float]]] | None:
+        """Windows of its own to profile, each with the labels its profile's samples carry (None: the tool's
+        window, unlabelled). ndrpdr profiles the trial at each NDR it found, not its search."""
+        return None
+
     def kernel_features(self) -> tuple[str, ...]:
         """Kernel features (capabilities.KERNEL_PROBES and the rest of the kernel probe) the workload needs where
         its endpoints run: a scenario whose kernel lacks one is skipped with the kernel's reason."""

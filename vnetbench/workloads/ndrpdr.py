@@ -35,6 +35,8 @@ CEILING_SEARCH_S = 25.0
 CEILING_MARGIN = 1.05   # Max Load: the ceiling and a little more (a search never asks beyond it)
 NO_CEILING_MAX = 2e6    # Max Load when no ceiling was measured and none is given
 PER_FRAME_S = 40.0      # a frame size's ceiling, search and latency streams, for the progress estimate
+PROFILE_S = 3.0         # the trial at NDR the profiler's window covers (profile: true): 3000 samples of 2 CPUs
+PROFILED = "ndr_profile_loss_ratio"
 
 
 class Goal(Strict):
@@ -145,8 +147,10 @@ class Ndrpdr(Workload):
                                                            "(a series: one per trial, its load in its metadata)"),
         Metric("ndrpdr_rtt_s", "s", "lower", "round trip of an echo sent beside the generator's load at a share of "
                                              "the PDR found, one per echo", per_event=True),
+        Metric(PROFILED, "ratio", "none", f"loss ratio of the {PROFILE_S:g}-s trial at NDR's relevant lower bound "
+                                          "that the profiler's window covers (profile: true), counted at the receiver"),
     )
-    metrics = frozenset({m.name for m in catalogue} - {"ndrpdr_trial_loss_ratio", "ndrpdr_rtt_s"})
+    metrics = frozenset({m.name for m in catalogue} - {"ndrpdr_trial_loss_ratio", "ndrpdr_rtt_s", PROFILED})
 
     @classmethod
     def describe(cls, p: dict) -> str:
@@ -163,7 +167,13 @@ class Ndrpdr(Workload):
         return ("pktgen",) if self.params.generator == "pktgen" else ()
 
     def expected_duration(self) -> float:
-        return PER_FRAME_S * len(self.params.frame_sizes)
+        return (PER_FRAME_S + PROFILE_S * self.params.profile) * len(self.params.frame_sizes)
+
+    def profile_parts(self, samples: Sequence[Sample]) -> list[tuple[dict, tuple[float, float]]]:
+        """The profiler's windows: the trial at each frame size's NDR, with what it offered and received."""
+        keep = ("pair", "frame", "frame_size", "generator", "load_pps")
+        return [({k: s.metadata[k] for k in keep} | {"at": "ndr", "mpackets": s.metadata["received"] / 1e6},
+                 tuple(s.metadata["profile_window"])) for s in samples if s.metric == PROFILED]
 
     def commands(self, pairs: Sequence[Pair]) -> list[Command]:
         """What each trial of a search runs on pair 1's client: its interface (DEV) is found at run time, and the
@@ -242,6 +252,8 @@ class FrameSearch:
         try:
             found, trials, searched, note = self._search(gen, ceiling)
             out += self._results(found, trials, searched, note, ceiling)
+            if self.p.profile and found["ndr"][1]:
+                out += self._profiled(gen, found["ndr"][1])
             if found["pdr"][0] is not None:
                 out += [s for share in self.p.latency for s in self._latency(gen, share, found["pdr"][0])]
         finally:
@@ -306,6 +318,13 @@ class FrameSearch:
             out += [Sample.of(f"{name}_lower_pps", lower, **meta)] if lower is not None else []
             out += [Sample.of(f"{name}_upper_pps", upper, **meta)] if upper is not None else []
         return out
+
+    def _profiled(self, gen: pktgen.Generator, load: float) -> list[Sample]:
+        """One more trial, at NDR's relevant lower bound, for the profiler (RFC 9971 leaves the search's own trials
+        as they are: a profile beside them would be a search of a slower system)."""
+        c = gen.trial(load, PROFILE_S)
+        return [Sample.of(PROFILED, c.loss_ratio, load_pps=round(c.load), sent=c.sent, received=c.received,
+                          seconds=round(c.seconds, 4), profile_window=list(c.window), **self.meta)]
 
     def _latency(self, gen: pktgen.Generator, share: float, pdr: float) -> list[Sample]:
         """Echoes at latency_rate from the client to the server while the generator offers `share` of the PDR:

@@ -103,6 +103,7 @@ class Counts:
     load: float               # pps asked for
     said: str = ""            # the generator's own words, for the record
     cpu_s: float | None = None  # busy CPU seconds of the machine the generator ran on, over the trial
+    window: tuple[float, float] | None = None  # time.time() from the generator's start to its end (a profile's)
 
     @property
     def loss(self) -> int:
@@ -234,11 +235,14 @@ class Generator:
         """Counters around one run of the generator; the receiver is read once what was queued has arrived."""
         node = self.path.sender.node
         (s0, r0), busy0 = self.path.counters(), busy_seconds(node)
+        began = time.time()
         seconds, said = run()
+        window = (began, time.time())
         time.sleep(min(0.5, 0.05 + 500 / max(pps, 1.0)))  # the shaper's queue drains at the rate
         (s1, r1), busy1 = self.path.counters(), busy_seconds(node)
         cpu = busy1 - busy0 if None not in (busy0, busy1) else None
-        return Counts(count, offered(s0, s1), r1["rx_packets"] - r0["rx_packets"], seconds, duration, pps, said, cpu)
+        return Counts(count, offered(s0, s1), r1["rx_packets"] - r0["rx_packets"], seconds, duration, pps, said, cpu,
+                      window)
 
 
 class Trafgen(Generator):
