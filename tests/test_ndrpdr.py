@@ -119,9 +119,12 @@ def test_profile_true_adds_a_trial_at_the_ndr_found_and_marks_its_window_for_the
             return c
     pair = Pair(1, Endpoint(None, "198.19.0.1", "c"), Endpoint(None, "198.19.0.2", "s"))
     params = NdrpdrParams(type="ndrpdr", profile=True, latency=[])
-    fs = FrameSearch(params, pair, None, pktgen.Frames.of(64))
+    switched = []
+    fs = FrameSearch(params, pair, None, pktgen.Frames.of(64), lambda on: switched.append(on) or True)
     found, *_ = fs._search(Timed(100_000, 1e6), 1e6)
+    assert switched == []  # the search's trials are not profiled
     [trial] = fs._profiled(Timed(100_000, 1e6), found["ndr"][1])
+    assert switched == [True, False]  # the profiler samples through the trial at NDR only
     [(labels, window)] = Ndrpdr(params).profile_parts([trial])
     assert window == (1000.0, 1003.0) and labels["at"] == "ndr" and labels["frame"] == "64 B"
     assert labels["load_pps"] == round(found["ndr"][1]) and labels["mpackets"] == pytest.approx(trial.metadata["received"] / 1e6)

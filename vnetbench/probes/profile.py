@@ -38,6 +38,7 @@ PERIOD_NS = 1_999_993
 START_S = 20.0     # perf setting up its events on every CPU of a busy machine
 MIN_COVERAGE = 0.95  # a profile missing more of the tool's window is not the window's: the trial says so instead
 STOP_S = 30.0      # perf writing its file out after SIGINT
+SWITCH_S = 5.0     # perf switching its events on or off on every CPU
 SCRIPT_S = 180.0   # perf script resolving symbols of a busy trial
 _HEADER = re.compile(r"^(?P<comm>.*?)\s+(?:(?P<pid>-?\d+)/)?(?P<tid>-?\d+)\s+(?P<time>\d+\.\d+):")
 OWN = "vnetbench[self]"  # the root frame of this process's own samples (its probes' threads), whatever their comm
@@ -147,6 +148,7 @@ class ProfileProbe(Probe):
         self.note: str | None = None  # why this trial's profile was left out, when it was
         self._dir: str | None = None
         self._proc: subprocess.Popen | None = None
+        self._fifo: tuple[int, int] | None = None  # perf's control FIFO and its acknowledgements
 
     @property
     def data(self) -> str:
@@ -168,24 +170,38 @@ class ProfileProbe(Probe):
                 "--no-buildid", "--no-buildid-cache", "-q", "-D", "-1", "--control", f"fifo:{ctl},{ack}",
                 "-o", self.data]
         # O_RDWR: opening a FIFO so never blocks, whether perf has opened its end yet or not
-        ctl_fd, ack_fd = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR)
+        self._fifo = (os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR))
         try:
             self._proc = self.executor.spawn(argv, label="perf record")
             self._offset = monotonic_offset()
-            os.write(ctl_fd, b"enable\n")
-            deadline, ready = time.monotonic() + START_S, []
-            while not ready and self._proc.poll() is None and time.monotonic() < deadline:
-                ready, _, _ = select.select([ack_fd], [], [], 0.1)
-            self.started = bool(ready) and os.read(ack_fd, 64).startswith(b"ack")
-        finally:
-            os.close(ctl_fd)
-            os.close(ack_fd)
+            self.started = self.switch(True, START_S)
+        except OSError:
+            self._close()
+            raise
         if not self.started:
             log.warning("profile: perf did not acknowledge its start within %.0f s", START_S)
+
+    def switch(self, on: bool, timeout: float = SWITCH_S) -> bool:
+        """Sampling on or off through perf's control FIFO, acknowledged before it returns (a workload that marks
+        windows of its own keeps perf quiet between them: an ndrpdr search's minutes are not written out)."""
+        if self._fifo is None or self._proc is None:
+            return False
+        ctl_fd, ack_fd = self._fifo
+        os.write(ctl_fd, b"enable\n" if on else b"disable\n")
+        deadline, ready = time.monotonic() + timeout, []
+        while not ready and self._proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([ack_fd], [], [], 0.1)
+        return bool(ready) and os.read(ack_fd, 64).startswith(b"ack")
+
+    def _close(self) -> None:
+        fds, self._fifo = self._fifo, None
+        for fd in fds or ():
+            os.close(fd)
 
     def _halt(self) -> str:
         """Stop perf record; its stderr ('' when it ended well)."""
         proc, self._proc = self._proc, None
+        self._close()
         if proc is None:
             return "not started"
         if proc.poll() is None:

@@ -120,6 +120,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
         for b in background:
             b.wait_ready()
         ran = time.time()
+        wl.spotlight = profiler.switch if profiler else None
         samples = wl.run(wl.select(topo.pairs))
         ran = (ran, time.time())
     except (WorkloadError, CommandError) as exc:  # CommandError: e.g. a testbed host stopped answering
@@ -127,6 +128,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     except TrialFailure as exc:
         error = str(exc)
     finally:
+        wl.spotlight = None
         for b in background:  # the measurement is over: loads that can end now do (their figures stay whole)
             b.wind_down()
         window = tool_window(samples)

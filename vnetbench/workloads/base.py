@@ -12,7 +12,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -171,6 +171,9 @@ class Workload(ABC):
         self.target_pair = target_pair  # send to this pair's server instead of each pair's own (None: own server)
         self.ready: threading.Event | None = None  # set by a background runner; run() sets it once its load runs
         self.early: EarlyEnd | None = None  # set by a background runner: the load may be ended with the window
+        # set by the runner while a profiler runs: switches its sampling on or off (a workload whose profile_parts
+        # marks windows of its own keeps it off between them)
+        self.spotlight: Callable[[bool], bool] | None = None
 
     @classmethod
     def describe(cls, params: dict) -> str:

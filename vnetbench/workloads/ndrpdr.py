@@ -9,9 +9,10 @@ docs/packet-rates.md for what a report states and how the search deviates from R
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
@@ -26,6 +27,8 @@ from .ping import PING_TOOLS, collect_ping, parse_rtts, ping_argv
 # process, which loads every workload, whether it runs a search or not).
 if TYPE_CHECKING:
     from MLRsearch import GoalResult, SearchGoal
+
+log = logging.getLogger(__name__)
 
 GOALS = ("ndr", "pdr")
 GENERATOR_BOUND = 0.9   # a rate within 10 % of the generator's ceiling may be the generator's, not the path's
@@ -196,9 +199,11 @@ class Ndrpdr(Workload):
         if ":" in pair.server.addr:
             raise WorkloadError("ndrpdr sends IPv4 frames: run it with ip_version 4")
         path = pktgen.discover(pair.client.node, pair.client.addr, pair.server.node, pair.server.addr, self.params.port)
+        if self.spotlight:  # the profiler waits for the trials at NDR (profile_parts): quiet through the search
+            self.spotlight(False)
         out = []
         for size in self.params.frame_sizes:
-            out += FrameSearch(self.params, pair, path, pktgen.Frames.of(size)).run()
+            out += FrameSearch(self.params, pair, path, pktgen.Frames.of(size), self.spotlight).run()
         return out
 
 
@@ -237,8 +242,9 @@ def _measurer() -> type:
 class FrameSearch:
     """One frame size: the ceiling, the search, the latency streams; its samples."""
 
-    def __init__(self, params: NdrpdrParams, pair: Pair, path: pktgen.Path, frames: pktgen.Frames):
-        self.p, self.pair, self.path, self.frames = params, pair, path, frames
+    def __init__(self, params: NdrpdrParams, pair: Pair, path: pktgen.Path, frames: pktgen.Frames,
+                 spotlight: Callable[[bool], bool] | None = None):
+        self.p, self.pair, self.path, self.frames, self.spotlight = params, pair, path, frames, spotlight
         self.meta: dict[str, Any] = {"pair": pair.index, "frame": frames.label, "frame_size": frames.name,
                                      "generator": params.generator}
 
@@ -322,7 +328,14 @@ class FrameSearch:
     def _profiled(self, gen: pktgen.Generator, load: float) -> list[Sample]:
         """One more trial, at NDR's relevant lower bound, for the profiler (RFC 9971 leaves the search's own trials
         as they are: a profile beside them would be a search of a slower system)."""
-        c = gen.trial(load, PROFILE_S)
+        lit = self.spotlight(True) if self.spotlight else True
+        try:
+            c = gen.trial(load, PROFILE_S)
+        finally:
+            if self.spotlight:
+                self.spotlight(False)
+        if not lit:  # perf did not say it samples again: its window would be short (the profiler then says so)
+            log.warning("ndrpdr: the profiler did not acknowledge its switch before the trial at NDR")
         return [Sample.of(PROFILED, c.loss_ratio, load_pps=round(c.load), sent=c.sent, received=c.received,
                           seconds=round(c.seconds, 4), profile_window=list(c.window), **self.meta)]
 
