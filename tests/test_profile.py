@@ -342,3 +342,13 @@ def test_baseline_is_the_same_scenario_with_the_element_at_its_default():
     assert baseline(sc, 4) == (1, "switch")
     assert baseline(sc, 3) is None  # its flat twin was skipped: no baseline, said so in the report
     assert baseline(sc, 1) is None
+
+
+def test_cpu_per_mpacket_in_the_report_is_a_ratio_of_sums():
+    """Two trials, 1 CPU-s over 1 Mpacket and 1 CPU-s over 3: the report's figure is 2 / 4 = 0.5 s/Mpacket, not
+    the mean of the trials' ratios (0.67); the cost against a baseline is a difference of such ratios."""
+    from vnetbench.core.units import human
+    from vnetbench.report.mechanism_report import _cell, _diff
+    assert _cell([(1.0, 1.0), (1.0, 3.0)], "s/Mpacket").startswith(human(0.5, "") + " [")
+    assert _cell([(1.0, 2.0)], "s/Mpacket") == human(0.5, "s/Mpacket") + " [-]"
+    assert _diff([(1.0, 2.0), (1.0, 2.0)], [(1.0, 1.0), (1.0, 3.0)], "s/Mpacket").startswith("+0 [")

@@ -4,21 +4,25 @@ scenario with the element at its default: overlay none, encryption none...) as t
 an interactive flame graph of the scenario's stacks."""
 from __future__ import annotations
 
+import math
+from collections import defaultdict
+
 from ..core.scenario import DEFAULT_LEVELS, ELEMENT_FACTORS
 from ..core.units import human, human_interval
 from ..probes import mechanisms
 from ..results import cpu_profiles as profiles
 from ..results import dataset
-from ..results.stats import compare, summarize
+from ..results.stats import diff_ci, summarize
 from ..results.store import Store
 from .analyses.base import TableData
 from .flamegraph import FlameGraph
 
 MIN_SHARE = 0.005  # mechanisms below this median share in the scenario and its baseline are left out of the table
 NOTE = ("Share: the mechanism's part of all CPU samples over the tool's window, every CPU of the machine counted, "
-        "idle included. CPU per Mpacket: its CPU time per million packets delivered (packets of the path's MTU). "
-        "Cost vs baseline: the difference of the means (this scenario minus the baseline's) with Welch's 95 % interval, "
-        "the one every comparison of vnetbench prints ('[-]': fewer than 2 trials a side); "
+        "idle included (median [95 % CI] over trials). CPU per Mpacket: its CPU time per million packets delivered "
+        "(packets of the path's MTU), the trials' CPU seconds over their packets, each summed (a ratio of sums, "
+        "delta-method 95 % CI). Cost vs baseline: the difference of those ratios (this scenario minus the "
+        "baseline's) with Welch's 95 % interval ('[-]': fewer than 2 trials a side); "
         "its sign says whether the mechanism added CPU per packet. The profile is of the whole machine: load that is "
         "not the run's own (see each trial's foreign_busy_ratio) is in it too.")
 PART_NOTE = (" Here the window is not the tool's: it is one more trial at the NDR's relevant lower bound, after the "
@@ -50,20 +54,51 @@ def _per_trial(data: dataset.Dataset, metric: str, **meta) -> dict[tuple[int, tu
         t.scenario, (t.workload, part(s["metadata"])), s["metadata"].get("mechanism", "")), **meta)
 
 
-def _cell(values: list[float] | None, unit: str) -> str:
+def _cpu_parts(data: dataset.Dataset) -> tuple[dict, dict]:
+    """Each trial's (CPU seconds, Mpackets) behind its CPU per Mpacket: per mechanism, keyed as _per_trial keys it,
+    and for the whole machine per (scenario, (workload, '')). A mechanism's packets are its window's (ndrpdr's trial
+    at NDR counts its own) or, for the tool's window, the trial's, as the machine's row counts them."""
+    machine: dict = defaultdict(dict)
+    for t, s in data.select("cpu_s_per_mpacket", background=None, scope="machine",
+                            where=lambda m: "host" not in m and "process" not in m):
+        if "cpu_s" in s["metadata"] and s["metadata"].get("mpackets"):
+            machine[(t.scenario, (t.workload, ""))][t.id] = (s["metadata"]["cpu_s"], s["metadata"]["mpackets"])
+    mech: dict = defaultdict(dict)
+    for t, s in data.select("profile_share_ratio", background=None):
+        m = s["metadata"]
+        mpk = m.get("mpackets") or machine.get((t.scenario, (t.workload, "")), {}).get(t.id, (0, 0))[1]
+        if "cpu_s" in m and mpk:
+            mech[(t.scenario, (t.workload, part(m)), m.get("mechanism", ""))][t.id] = (m["cpu_s"], mpk)
+    return {k: list(v.values()) for k, v in mech.items()}, {k: list(v.values()) for k, v in machine.items()}
+
+
+def _of_sums(parts: list[tuple[float, float]]):
+    """The summary of per-trial CPU per Mpacket with its mean the ratio of sums (delta-method interval)."""
+    return dataset.ratio_of_sums(summarize([c / w for c, w in parts]), parts)
+
+
+def _share_cell(values: list[float] | None) -> str:
     if not values:
         return "-"
     s = summarize(values)
-    return human_interval(s.median, *s.ci_median, unit) + ("*" if not s.ci_median_exact else "")
+    return human_interval(s.median, *s.ci_median, "ratio") + ("*" if not s.ci_median_exact else "")
 
 
-def _diff(a: list[float] | None, b: list[float] | None, unit: str) -> str:
-    """b's mean minus a's with Welch's 95 % interval ('[-]': too few trials for one). A percentile bootstrap
-    covered 63-67 % at 2 trials a side and 89 % at 3; Welch's interval holds 95 % at any n for normal trials."""
+def _cell(parts: list[tuple[float, float]] | None, unit: str) -> str:
+    if not parts:
+        return "-"
+    s = _of_sums(parts)
+    return human(s.mean, unit) + " [-]" if len(parts) < 2 else human_interval(s.mean, *s.ci_mean, unit)
+
+
+def _diff(a: list[tuple[float, float]] | None, b: list[tuple[float, float]] | None, unit: str) -> str:
+    """b's ratio of sums minus a's with Welch's 95 % interval over the trials' linearised shares ('[-]': fewer
+    than 2 trials a side). A percentile bootstrap covered 63-67 % at 2 trials a side and 89 % at 3."""
     if not a or not b:
         return "-"
-    d = sum(b) / len(b) - sum(a) / len(a)
-    lo, hi = compare(a, b).diff_ci
+    sa, sb = _of_sums(a), _of_sums(b)
+    d = sb.mean - sa.mean
+    lo, hi = diff_ci(sa, sb) if len(a) > 1 and len(b) > 1 else (math.nan, math.nan)
     text = human(d, unit) + " [-]" if lo != lo else human_interval(d, lo, hi, unit)
     return ("+" if d >= 0 else "") + text
 
@@ -92,9 +127,7 @@ def section_blocks(store: Store, cid: int, label) -> list:
     data = dataset.load(store, cid)
     scenarios = {s["idx"]: s for s in store.scenarios(cid)}
     share = _per_trial(data, "profile_share_ratio")
-    per_pkt = _per_trial(data, "profile_cpu_s_per_mpacket")
-    machine = data.trial_values("cpu_s_per_mpacket", background=None, key=lambda t, s: (t.scenario, (t.workload, "")),
-                                scope="machine", where=lambda m: "host" not in m and "process" not in m)
+    per_pkt, machine = _cpu_parts(data)
     names = mechanisms.labels()
     blocks: list = []
     parts = {(sc, w) for (sc, w, _) in share if (sc, w[0]) in set(profiled.values())}
@@ -115,7 +148,7 @@ def section_blocks(store: Store, cid: int, label) -> list:
                         _diff(machine.get((b_idx, key)), machine[(sc, key)], "s/Mpacket")]
             rows.append(row)
         for m in mechs:
-            row = [names.get(m, m), _cell(share.get((sc, key, m)), "ratio"), _cell(per_pkt.get((sc, key, m)), "s/Mpacket")]
+            row = [names.get(m, m), _share_cell(share.get((sc, key, m))), _cell(per_pkt.get((sc, key, m)), "s/Mpacket")]
             if base:
                 row += [_cell(per_pkt.get((b_idx, key, m)), "s/Mpacket"),
                         _diff(per_pkt.get((b_idx, key, m)), per_pkt.get((sc, key, m)), "s/Mpacket")]
