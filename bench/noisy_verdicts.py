@@ -1,7 +1,7 @@
 """Every printed family's false-mark rate on a noisy machine's trials: an independent run, with its own seeds and more
 repetitions, of the null simulations of tests/test_noisy_verdicts.py (the same code: compare's tables of 8, 13 and 48
 rows, S1's Tables II-IV and findings, S3's findings with shared baselines and its tables, the S4 card's direction
-rows, S5's findings, tenant table and growth row).
+rows, S5's findings, tenant table, growth row and VM table).
 
 Each simulated report draws every group from one distribution (nothing differs): simdata.noisy's bimodal mixture,
 a `share` of the trials `shift` lower and CV 2 % within each level. A false mark is any significant verdict the

@@ -249,6 +249,10 @@ def sim_s4(rng, mix: Mix, n: int) -> dict[str, bool]:
 
 
 # ---- S5 ----------------------------------------------------------------------------------------------------------
+VM_SCALES = {"interrupts_per_s": 900.0, "context_switches_per_s": 2500.0, "net_rx_softirqs_per_s": 400.0,
+             "if_rx_packets_per_s": 3000.0, "cpu_busy_ratio": 0.3}
+
+
 def s5_rounds(rng, mix: Mix, n: int) -> dict:
     """n control and n attack rounds of an attack that does nothing: every per-round value from one distribution."""
     from vnetbench.report.analyses.s5 import GROUPS, Round
@@ -261,6 +265,9 @@ def s5_rounds(rng, mix: Mix, n: int) -> dict:
             r.machine.update(interrupts_per_s=intr, context_switches_per_s=float(mix(rng, 1)[0]) * 5.3,
                              cpu_busy_ratio=float(mix(rng, 1)[0]) / 200,
                              net_rx_softirqs_per_s=float(mix(rng, 1)[0]) * 5)
+            for role, vm in (("victim", "h1v1"), ("neighbour", "h1v2")):  # each VM's own kernel (vm_kernel: guest)
+                r.vm_role[role] = vm
+                r.vm[vm].update({m: float(mix(rng, 1)[0]) * scale for m, scale in VM_SCALES.items()})
             for pair in (1, 2):
                 r.rt[pair] = list(mix(rng, 9) * 2e-5)
                 r.rps[pair], r.errors[pair] = float(mix(rng, 1)[0]) * 0.6, 0.0
@@ -278,7 +285,9 @@ def sim_s5(rng, mix: Mix, n: int) -> dict[str, bool]:
     findings = s5.family(lambda: analysis._findings(by, 2))
     tenants = s5.family(lambda: analysis._tenant_table(by, 1, 2))
     growth = s5.family(lambda: analysis._study_table(by)).rows[-1]
+    vms = analysis._vm_table(by, 1, 2)
     return {"S5 findings": any(re.search(r": yes\b|: no\b", f) for f in findings),
+            "S5 VM table": any(str(r[-1]).startswith("yes") for r in vms.rows),
             "S5 tenant table": any(str(r[-1]).startswith("yes") for r in tenants.rows),
             "S5 growth row": any(re.search(r"(?<!not )significant", str(c)) for c in growth)}
 
@@ -332,7 +341,7 @@ REPS = {"compare": {3: 30, 4: 30, 5: 30, 8: 40, 10: 120},
 SEED = 27
 FAMILIES = {"compare": [f"compare, {m} rows" for m in TABLES], "S1": ["S1 Tables II-IV", "S1 findings"],
             "S3 findings": ["S3 findings"], "S3 tables": [f"S3 {t} table" for t in S3_TESTS] + ["S3 AH vs ESP table"],
-            "S4": ["S4 card (direction rows)"], "S5": ["S5 findings", "S5 tenant table", "S5 growth row"],
+            "S4": ["S4 card (direction rows)"], "S5": ["S5 findings", "S5 tenant table", "S5 growth row", "S5 VM table"],
             "answer": ["answer table (8 rows, shared baselines)"]}
 # Families the exact test cannot make mark at these n, whatever the data: at 3 + 3 trials there is no test (smallest
 # p 0.1), at 4 + 4 the smallest p (0.029) is above alpha / 2, at 5 + 5 (0.0079) above alpha / 7 (S1's findings test
@@ -341,7 +350,7 @@ FAMILIES = {"compare": [f"compare, {m} rows" for m in TABLES], "S1": ["S1 Tables
 _ALL = {f for fs in FAMILIES.values() for f in fs}
 CANNOT_MARK = {3: _ALL - {"S3 findings"}, 4: _ALL - {"S3 findings"},
                5: {"compare, 8 rows", "compare, 13 rows", "compare, 48 rows", "S1 Tables II-IV", "S3 TCP_STREAM table",
-                   "S3 TCP_RR table", "S3 AH vs ESP table", "S4 card (direction rows)", "S5 tenant table",
+                   "S3 TCP_RR table", "S3 AH vs ESP table", "S4 card (direction rows)", "S5 tenant table", "S5 VM table",
                    "answer table (8 rows, shared baselines)"}}
 LEVEL = 0.001  # a rate is above alpha when a family holding alpha would make that many false marks less often
 
@@ -463,6 +472,10 @@ def test_the_marks_are_seen_when_something_differs():
         r.machine["context_switches_per_s"] *= 1.5
     findings = s5.family(lambda: s5.S5()._findings(by, 2))
     assert any(f.startswith("Context switches per second on the host higher under attack: yes") for f in findings)
+    for r in by["attack"]:  # ... and inside the victim VM: its table marks that row
+        r.vm[r.vm_role["victim"]]["context_switches_per_s"] *= 1.5
+    marked = [row[:2] for row in s5.S5()._vm_table(by, 1, 2).rows if str(row[-1]).startswith("yes")]
+    assert ["VM1 (victim, pair 1)", "context switches/s"] in marked, marked
 
 
 def test_the_card_family_is_the_same_in_the_whole_card():
