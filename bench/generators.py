@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import runspec  # bench/ is this script's own folder on sys.path
+
 GENERATORS = ("trafgen", "pktgen", "iperf3")
 SPEC = """name: generators
 repetitions: 1
@@ -70,16 +67,8 @@ def main() -> None:
     ap.add_argument("--kernels", default="shared,qemu", help="comma-separated kernel levels")
     ap.add_argument("--db", type=Path, help="read this results file instead of running (a previous run's)")
     args = ap.parse_args()
-    db = args.db
-    if db is None:
-        work = Path(tempfile.mkdtemp(prefix="generators-bench-"))
-        spec, db = work / "generators.yaml", work / "generators.db"
-        spec.write_text(SPEC.format(kernels=", ".join(args.kernels.split(",")),
-                                    workloads="\n".join(WORKLOAD.format(g=g) for g in GENERATORS)))
-        began = time.monotonic()
-        subprocess.run([str(ROOT / ".venv/bin/vnetbench"), "run", str(spec), "--db", str(db), "--no-progress"],
-                       check=True, stdout=subprocess.DEVNULL)
-        print(f"ran in {time.monotonic() - began:.0f} s; results in {db}", file=sys.stderr)
+    db = runspec.results(args.db, "generators", SPEC.format(
+        kernels=", ".join(args.kernels.split(",")), workloads="\n".join(WORKLOAD.format(g=g) for g in GENERATORS)))
     print("| kernel | generator | ceiling flat out (64 B frames/s) | ceiling paced | NDR | PDR |\n|---|---|---|---|---|---|")
     print("\n".join(collect(db)))
 

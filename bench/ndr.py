@@ -14,14 +14,11 @@ import argparse
 import json
 import sqlite3
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import runspec  # bench/ is this script's own folder on sys.path
+
 
 SPEC = """name: ndr-repeatability
 repetitions: {reps}
@@ -86,15 +83,7 @@ def main() -> None:
     ap.add_argument("--frames", default="[64, 1518, imix]", help="the frame_sizes list, as YAML")
     ap.add_argument("--db", type=Path, help="read this results file instead of running (a previous run's)")
     args = ap.parse_args()
-    db = args.db
-    if db is None:
-        work = Path(tempfile.mkdtemp(prefix="ndr-bench-"))
-        spec, db = work / "ndr.yaml", work / "ndr.db"
-        spec.write_text(SPEC.format(reps=args.repetitions, frames=args.frames))
-        began = time.monotonic()
-        subprocess.run([str(ROOT / ".venv/bin/vnetbench"), "run", str(spec), "--db", str(db), "--no-progress"],
-                       check=True, stdout=subprocess.DEVNULL)
-        print(f"ran in {time.monotonic() - began:.0f} s; results in {db}", file=sys.stderr)
+    db = runspec.results(args.db, "ndr", SPEC.format(reps=args.repetitions, frames=args.frames))
     print(table(collect(db)))
 
 
