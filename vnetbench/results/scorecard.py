@@ -44,7 +44,8 @@ trial duration.
 Like for like: what ran in a cell (the scenario's recorded implementation) is checked against what the study ran (the
 card's and the row's `paper`, else what the row's selectors imply: kernel WireGuard, kernel IPsec, OVS's kernel
 datapath, an SR-IOV virtual function); a stand-in (STAND_INS: wireguard-go, strongSwan's userspace ESP, OVS's netdev
-datapath, a macvlan; namespace or UML guest VMs where the paper names its VMs) is named in the verdict.
+datapath, a macvlan; namespace or UML guest VMs where the paper names its VMs; a qemu guest under TCG, an emulated
+CPU, wherever it ran: EMULATED) is named in the verdict.
 Trials whose sender did not offer the load asked (guards.not_offered) stay in their cells, and every verdict on them
 says so with their count."""
 from __future__ import annotations
@@ -77,6 +78,10 @@ STAND_INS: dict[tuple[str, str], tuple[str, str, str, str]] = {
                                  "OVS's kernel datapath"),
     ("nic", "sr-iov"): ("attach", "macvlan", "a macvlan of the host NIC", "an SR-IOV virtual function"),
 }
+# a mark in any element of what ran (a qemu host guest's `kernel`, a qemu VM's `vm_kernel`, an encryption in its
+# kernel) -> what it stands in for: every study ran on its machines' own CPUs, so a TCG row is a stand-in whatever
+# its `paper` says (a qemu-kvm row is not)
+EMULATED: tuple[str, str] = ("qemu-tcg", "qemu-tcg, an emulated CPU (the study: hardware CPUs)")
 
 
 @dataclass
@@ -609,8 +614,8 @@ def _implied(entry: dict) -> dict[str, str]:
 
 
 def _stand_in(paper: dict, cells: _Cells, data: Dataset) -> str:
-    """What ran in the row's cells in place of what the study ran (STAND_INS; VMs where the paper names its VMs),
-    e.g. 'wireguard-go (the study: kernel WireGuard)'; '' when like for like."""
+    """What ran in the row's cells in place of what the study ran (STAND_INS; VMs where the paper names its VMs; an
+    emulated CPU, EMULATED), e.g. 'wireguard-go (the study: kernel WireGuard)'; '' when like for like."""
     want = {str(k): str(v).lower() for k, v in paper.items()}
     found: list[str] = []
     for sc in sorted({t.scenario for ts in cells.trials for t in ts}):
@@ -619,6 +624,8 @@ def _stand_in(paper: dict, cells: _Cells, data: Dataset) -> str:
                   if want.get(el) == ran and mark in str(impl.get(key, ""))]
         if "vm" in want and (vm := _vm(impl)):
             found.append(f"{vm} (the study: {paper['vm']})")
+        if any(EMULATED[0] in str(v) for v in impl.values()):
+            found.append(EMULATED[1])
     return "; ".join(dict.fromkeys(found))
 
 
@@ -704,8 +711,8 @@ NOTE = ("Each row is a claim of the study, data in the suite file's `scorecard`;
         "one value per trial. Interval rows decide on the interval in 'decided on', widened for the card (Bonferroni "
         "over its measured interval rows): agrees when it lies wholly inside the study's band, differs when wholly "
         "outside, else cannot tell. Direction and best rows: the test, Holm over the card's tests. A stand-in (what "
-        "ran in place of the study's implementation) is named in the verdict; an undecided row says what would "
-        "decide it.")
+        "ran in place of the study's implementation, or on an emulated CPU: qemu-tcg) is named in the verdict; an "
+        "undecided row says what would decide it.")
 
 
 def for_campaign(store, cid: int) -> list[Row]:

@@ -5,7 +5,9 @@ findings checked.
 
 A row measured in a guest kernel (`kernel: guest`: User-Mode Linux, one CPU) is named so ("Geneve (guest kernel)")
 and compared only with rows of its own kernel; the datapaths measured in both kernels give the guest/shared ratio a
-reader needs to calibrate a guest-only row."""
+reader needs to calibrate a guest-only row. A row whose hosts were qemu guests (`kernel: qemu`: Debian's cloud
+kernel, with kernel WireGuard and OVS's kernel datapath) is named "(qemu guests)" and, likewise, compared only with
+the qemu guests' own rows: under TCG it is an emulated CPU's timing."""
 from __future__ import annotations
 
 import math
@@ -32,6 +34,8 @@ LINE_RATE_NEAR = 0.9
 LOSS = 1.10  # a tunnel "loses" when native carries at least 10 % more, and the difference is significant
 NOT_TESTED = "not tested (one run: no significance test is possible)"
 GUEST = " (guest kernel)"
+QEMU = " (qemu guests)"
+KERNELS = {"guest": GUEST, "qemu": QEMU}   # a kernel level -> the suffix its rows' names carry
 GUEST_CAVEAT = ("a guest row is not comparable with a row of the machine's kernel: the guest (User-Mode Linux) has one "
                 "CPU for both hosts, every system call and page fault of its processes goes through the host, and "
                 "the probes' readings of its counters (commands over SSH) take part of that CPU")
@@ -55,11 +59,17 @@ def interface(labels: dict) -> str:
 
 def with_kernel(name: str, labels: dict) -> str:
     # a datapath measured in a guest's kernel says so: it is not the same machine as the others
-    return f"{name}{GUEST}" if labels.get("kernel") == "guest" else name
+    return f"{name}{KERNELS.get(str(labels.get('kernel')), '')}"
+
+
+def kernel_of(name: str) -> str:
+    """The suffix of the kernel a row ran in: '' (the machine's), GUEST or QEMU."""
+    return next((k for k in KERNELS.values() if name.endswith(k)), "")
 
 
 def base(name: str) -> str:
-    return name.removesuffix(GUEST)
+    k = kernel_of(name)
+    return name.removesuffix(k) if k else name
 
 
 def in_guest(name: str) -> bool:
@@ -81,7 +91,7 @@ def measure(t: Trial) -> str | None:
 
 def _rank(name: str) -> tuple:
     b = base(name)
-    return (in_guest(name), ORDER.index(b) if b in ORDER else len(ORDER), b)
+    return (["", GUEST, QEMU].index(kernel_of(name)), ORDER.index(b) if b in ORDER else len(ORDER), b)
 
 
 def _cpus(t: Trial) -> int | None:
@@ -152,9 +162,26 @@ class S4(Analysis):
         return median(self._cpu_per_gbit_runs(iface, m))
 
     def _cpu_per_gbit_runs(self, iface: str, m: str = SINGLE) -> list[float]:
-        return [t.machine("cpu_busy_ratio") * cpus / (tp / 1e9) for t in self._trials(iface, m)
-                if (cpus := (_cpus(t) or self.cpus)) and t.machine("cpu_busy_ratio") is not None
-                and (tp := t.total("throughput_bps", direction="forward"))]
+        return [cores / (tp / 1e9) for t in self._trials(iface, m)
+                if (cores := self._cores_busy(t)) is not None and (tp := t.total("throughput_bps", direction="forward"))]
+
+    def _cores_busy(self, t: Trial) -> float | None:
+        """The CPU cores busy over the trial's window: with a guest per host (qemu host guests) each host's own
+        share times its CPUs, summed; else the machine's (or the one guest's) share times its CPUs."""
+        hosts: dict[str, float] = {}
+        cpus: dict[str, set] = defaultdict(set)
+        for s in t.samples:
+            meta = s["metadata"]
+            if s["metric"] == "cpu_busy_ratio" and meta.get("scope") == "machine" and meta.get("host") \
+                    and not meta.get("series"):
+                if "cpu" in meta:
+                    cpus[meta["host"]].add(meta["cpu"])
+                else:
+                    hosts.setdefault(meta["host"], s["value"])
+        if t.labels.get("kernel") == "qemu" and hosts:
+            return math.fsum(v * max(1, len(cpus[h])) for h, v in hosts.items())
+        busy, n = t.machine("cpu_busy_ratio"), _cpus(t) or self.cpus
+        return busy * n if busy is not None and n else None
 
     # ---- tables ------------------------------------------------------------------------------------------
     @noted
@@ -193,6 +220,9 @@ class S4(Analysis):
             + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
                f"the guest's one CPU: {GUEST_CAVEAT}; compare them with each other, and see the guest vs machine "
                f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else "")
+            + (f" Rows '{QEMU.strip()}' ran with each host a qemu guest (its own kernel: WireGuard and OVS's datapath "
+               f"are the kernel's, as the study's), machine CPU there being its host guests' own: {QEMU_CAVEAT}; "
+               f"compare them with each other." if any(kernel_of(n) == QEMU for n in ifaces) else "")
             + offered_text(rows))
 
     @noted
@@ -427,14 +457,29 @@ class S4(Analysis):
                       f"Holm-corrected over the {self.family.size} tests of these findings, alpha 0.05."]
 
     def _findings_once(self, ifaces: list[str]) -> list[str]:
-        out = self._kernel_findings(ifaces, guest=False)
-        out.append(self._ovs_finding())
-        out.append(self._cores_finding())
-        if any(in_guest(n) and (self._tput(n) or self._trials(n, RR)) for n in ifaces):
+        measured = {kernel_of(n) for n in ifaces if self._tput(n) or self._trials(n, RR)}
+        out = []
+        if "" in measured or not measured:  # the machine's kernel: unless only guests' rows were measured
+            out += self._kernel_findings(ifaces, "")
+            out.append(self._ovs_finding())
+            out.append(self._cores_finding())
+        if GUEST in measured:
             where = "In the guest kernel (compared with the guest's own native row): "
-            out += [where + f for f in self._kernel_findings(ifaces, guest=True)]
+            out += [where + f for f in self._kernel_findings(ifaces, GUEST)]
             out.append(self._calibration_finding(ifaces))
+        if QEMU in measured:
+            where = (f"In the qemu host guests (compared with their own native row; {self._qemu_cpu(ifaces)}): ")
+            out += [where + f for f in self._kernel_findings(ifaces, QEMU)]
+            out.append(where + self._ovs_finding(QEMU))
         return out
+
+    def _qemu_cpu(self, ifaces: list[str]) -> str:
+        """What the qemu host guests' CPU was, from their rows' implementation: TCG's emulated CPU or KVM's."""
+        kernels = {str(_impl_all(t).get("kernel", "")) for n in ifaces if kernel_of(n) == QEMU
+                   for t in (self._trials(n, SINGLE) or self._trials(n, RR))[:1]}
+        if any("qemu-tcg" in k for k in kernels):
+            return "qemu-tcg: an emulated CPU's timing, not the study's hardware"
+        return "qemu-kvm" if any("qemu-kvm" in k for k in kernels) else "qemu guests"
 
     def _calibration_finding(self, ifaces: list[str]) -> str:
         both = [n for n in self._both_kernels(ifaces) if self._tput(n) and self._tput(n + GUEST)]
@@ -449,10 +494,10 @@ class S4(Analysis):
                      f"read them against the guest's own native row.")
         return text
 
-    def _kernel_findings(self, ifaces: list[str], guest: bool) -> list[str]:
-        """'Tunnels lose' and 'encryption loses', each datapath against the native row of its own kernel."""
-        k = GUEST if guest else ""
-        ifaces = [n for n in ifaces if in_guest(n) == guest]
+    def _kernel_findings(self, ifaces: list[str], k: str) -> list[str]:
+        """'Tunnels lose' and 'encryption loses', each datapath against the native row of its own kernel (k: its
+        rows' suffix, '' for the machine's)."""
+        ifaces = [n for n in ifaces if kernel_of(n) == k]
         out = []
         native = self._tput("native" + k)
         nat = sum(native) / len(native) if native else None
@@ -508,8 +553,9 @@ class S4(Analysis):
             out.append("'Encryption loses ~10x': cannot be checked: no encrypted interface (or no native) was measured.")
         return out
 
-    def _ovs_finding(self) -> str:
-        pairs = [(f"OVS+{t}", t) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}") and self._tput(t)]
+    def _ovs_finding(self, k: str = "") -> str:
+        pairs = [(f"OVS+{t}{k}", t + k) for t in ("VXLAN", "Geneve", "GRE") if self._tput(f"OVS+{t}{k}")
+                 and self._tput(t + k)]
         if pairs and self.cpus:
             parts, more, opposite, tested = [], [], [], []
             for ovs, lin in pairs:
@@ -526,9 +572,13 @@ class S4(Analysis):
             verdict = ("cannot be checked" if not more else NOT_TESTED if not all(tested)
                        else "confirmed" if all(more) else "not confirmed here: the opposite" if any(opposite)
                        else "cannot tell")
-            return (f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} (whole machine, "
+            datapaths = {str(_impl_all(t).get("switch", "")) for ovs, _ in pairs for t in self._trials(ovs, SINGLE)}
+            kernel = bool(datapaths) and all(d.startswith("ovs-system") for d in datapaths)
+            where = "the host guests' CPUs summed" if k == QEMU else "whole machine"
+            return (f"'OVS tunnels cost more CPU than Linux ones': {verdict}: {'; '.join(parts)} ({where}, "
                     f"single stream){offered_note(self._used([n for p in pairs for n in p], SINGLE))}. OVS here is "
-                    f"the userspace datapath (no kernel module).")
+                    + ("the kernel datapath (ovs-system), as the study's." if kernel
+                       else "the userspace datapath (no kernel module)."))
         missing = "the machine's CPU count" if pairs else "an OVS tunnel and the same Linux tunnel in one kernel"
         return f"'OVS tunnels cost more CPU than Linux ones': cannot be checked: needs {missing}."
 
@@ -565,6 +615,10 @@ class S4(Analysis):
         return (f"'WireGuard uses several cores, IPsec one': {verdict}{cpus}: {parts} (100 % = one core)"
                 f"{offered_note(used)}.")
 
+
+QEMU_CAVEAT = ("a qemu guest's row is not comparable with a row of another kernel: each host is a qemu guest with "
+               "one vCPU, under TCG (the implementation says qemu-tcg) an emulated CPU, so its rates are an emulated "
+               "CPU's timing, many times below the machine's")
 
 MACHINE_CPU_NOTE = ("Machine CPU: the share of all the machine's CPUs busy (100 % = every CPU; in a guest kernel its "
                     "one CPU), as the study's mpstat: the mean over runs of each run's window, and the lowest and "
@@ -604,6 +658,10 @@ def _processes(t: Trial) -> int:
 def any_t_impl(t: Trial) -> list[str]:
     impl = t.samples[0]["implementation"] if t.samples else {}
     return [v for v in impl.values() if v and v != "none"]
+
+
+def _impl_all(t: Trial) -> dict:
+    return t.samples[0]["implementation"] if t.samples else {}
 
 
 def _impl(t: Trial) -> dict:
