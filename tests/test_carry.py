@@ -113,3 +113,59 @@ def test_compare_estimates_and_gates_cpu_per_gbit_on_ratios_of_sums(tmp_path):
     assert not r.regression  # 33 % worse at most, below the 50 % threshold whatever the test says
     lo, hi = r.comparison.ratio_ci
     assert lo <= r.comparison.ratio <= hi
+
+
+def _sockperf(store, round_trips=30, name="s", p99=5e-4):
+    """One scenario of sockperf trials whose own percentiles are over `round_trips` round trips each."""
+    cid = store.new_campaign(name, "test", f"name: {name}\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "s", LABELS, LABELS, "done", None, {}, [])
+    for rep in range(1, 5):
+        store.save_trial(cid, 1, rep, 0, "sockperf", {}, "ok", None, 0, 1, [
+            Sample.of(m, v * (1 + rep / 50), pair=1, observations=round_trips)
+            for m, v in (("latency_p50_s", 1e-4), ("latency_p90_s", 2e-4), ("latency_p99_s", p99))])
+    return cid
+
+
+def test_a_workloads_own_percentiles_store_their_round_trips():
+    from tests.test_parsers import text
+    from vnetbench.workloads.netperf import parse_netperf
+    from vnetbench.workloads.sockperf import parse_sockperf
+    raw = text("sockperf", "tcp.txt")
+    got = {s.metric: s.metadata for s in parse_sockperf(raw)}
+    assert got["latency_p99_s"]["observations"] == 72428  # the valid duration's ReceivedMessages
+    rr = {s.metric: s.metadata for s in parse_netperf(text("netperf", "tcp_rr.txt"), "TCP_RR")}
+    assert rr["latency_p99_s"]["observations"] == round(37335.905 * 2.00)  # its transactions
+
+
+def test_show_gives_no_p99_of_thirty_round_trips(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _sockperf(store, round_trips=30)
+    out = _show(store, cid)
+    assert "latency_p99_s (" not in out
+    assert "latency_p99_s not shown: p99 needs >= 100 round trips (had 30); latency_p90_s shown instead" in out
+    assert "latency_p90_s (s)" in out  # the stand-in, though show's default metrics do not name it
+    wide = _show(store, cid, wide=True)
+    assert "latency_p99_s (" not in wide and "p99 needs >= 100 round trips (had 30)" in wide
+    got = {r["metric"]: r for r in report.as_json(store, cid)["rows"]}
+    assert "latency_p99_s" not in got
+    assert got["latency_p90_s"]["instead_of"] == {"latency_p99_s": "p99 needs >= 100 round trips (had 30)"}
+
+
+def test_enough_round_trips_carry_the_workloads_p99(tmp_path):
+    store = Store(tmp_path / "r.db")
+    cid = _sockperf(store, round_trips=100)
+    out = _show(store, cid)
+    assert "latency_p99_s (s)" in out and "needs >=" not in out
+    assert "latency_p99_s" in {r["metric"] for r in report.as_json(store, cid)["rows"]}
+
+
+def test_compare_leaves_out_a_p99_of_thirty_round_trips(tmp_path):
+    store = Store(tmp_path / "r.db")
+    a, b = _sockperf(store, 30, "a"), _sockperf(store, 30, "b", p99=5e-3)  # B's p99 ten times A's
+    sides = [compare.Side(store, store.campaign(c)) for c in (a, b)]
+    rows = compare.compare(*sides)
+    assert {r.metric for r in rows} == {"latency_p50_s"}
+    assert compare.uncarried(sides) == [f"latency_p99_s not compared: p99 needs >= 100 round trips (had 30) in {s}"
+                                        for s in "AB"]
+    many = [compare.Side(store, store.campaign(c)) for c in (_sockperf(store, 100, "c"), _sockperf(store, 100, "d"))]
+    assert "latency_p99_s" in {r.metric for r in compare.compare(*many)} and not compare.uncarried(many)

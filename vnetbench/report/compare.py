@@ -228,10 +228,24 @@ def _why(row: dict | None, camp: int) -> str:
 def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple[int, str, str, str], list[float]]]:
     """Per side: (scenario, metric, workload, what the row measures) -> one value per trial, from the results model
     (report.model): a VM's CPU is never pooled with the host's, nor one direction with the other."""
-    models = [report.model(dataset.load(s.store, s.campaign.id), exclude_noisy) for s in sides]
+    datas = [dataset.load(s.store, s.campaign.id) for s in sides]
+    models = [report.model(d, exclude_noisy) for d in datas]
     vary = report.varying_dims([k for m in models for k in m])
     return [{(k.scenario, k.metric, k.workload, k.dims.label(vary[k.name])): list(v.values())
-             for k, v in m.items() if not k.stat} for m in models]
+             for k, v in m.items() if not k.stat and k not in d.uncarried(m)} for d, m in zip(datas, models)]
+
+
+def uncarried(sides: list[Side], metrics: list[str] | None = None) -> list[str]:
+    """Why a workload's own percentile is not compared: 'latency_p99_s not compared: p99 needs >= 100 round trips
+    (had 30) in A' (its trials' round trips cannot carry it; trial_values leaves it out)."""
+    wanted = set(metrics or report.COMPARE_METRICS)
+    lines: dict[str, None] = {}
+    for name, side in zip("AB", sides):
+        data = dataset.load(side.store, side.campaign.id)
+        for k, (why, _) in sorted(data.uncarried(report.model(data)).items()):
+            if k.metric in wanted:
+                lines[f"{k.metric} not compared: {why} in {name}"] = None
+    return list(lines)
 
 
 def ratio_parts(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple, list[tuple[float, float]]]]:
