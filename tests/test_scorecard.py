@@ -373,3 +373,46 @@ def test_s3_rr_floor_row_compares_each_trials_fastest_round_trip(tmp_path):
     got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
     row = got["esp-ah-small-rr-floor"]
     assert math.isclose(row.estimate, 112 / 65) and row.n == (4, 4) and row.verdict == scorecard.DIFFERS
+
+
+def _cells_card(kind: str, cells: dict[str, list[tuple[list[float], dict, dict]]], **row) -> scorecard.Row:
+    """A one-row card over in-memory cells: cell name -> one (sample values, sample metadata, trial metadata) a
+    trial; a row of `kind` on a against b."""
+    from vnetbench.results.dataset import Dataset, Trial
+    ok = []
+    for cell, trials in cells.items():
+        for values, meta, tmeta in trials:
+            ok.append(Trial(len(ok) + 1, int(cell == "b"), 1, "x", {}, {"cell": cell}, {}, tmeta, 0,
+                            [{"metric": row.get("metric", "x"), "value": v, "metadata": {"pair": 1, **meta}}
+                             for v in values]))
+    card = {"scorecard": [{"id": "r", "kind": kind, "metric": "x", "a": {"cell": "a"}, "b": {"cell": "b"}, **row}]}
+    return scorecard.evaluate(card, Dataset(None, {}, {}, ok, []))[0]
+
+
+FLOOD_SHORT = {"flags": ["background offered 0.0025 of 0.25 Mbit/s (pair 3): the sender did not reach its rate"]}
+
+
+def test_an_attack_round_whose_flood_fell_short_is_left_out_of_its_cell():
+    """S5's card: six attack rounds at ~6000 interrupts/s against six control rounds at ~1000, but the floods of two
+    attack rounds ran at 1 % of their rate (their ~1000 is no attack): the card leaves them out, as S5's tables do."""
+    attack = [([v], {}, {}) for v in (5000, 6000, 7000, 6000)] + [([v], {}, FLOOD_SHORT) for v in (1001, 1003)]
+    control = [([v], {}, {}) for v in (1000, 1010, 990, 1005, 995, 1002)]
+    r = _cells_card("direction", {"a": attack, "b": control}, expect="higher")
+    assert r.n == (4, 6)
+    assert "2 of 12 trials left out: their background load offered less than 95 % of its rate" in r.why
+    whole = _cells_card("direction", {"a": [(v, m, {}) for v, m, _ in attack], "b": control}, expect="higher")
+    assert whole.n == (6, 6) and "left out" not in whole.why
+
+
+def test_a_cards_percentile_needs_samples_enough_in_each_trial():
+    """`reduce: p99` over 10 samples a trial is the trial's 10th-largest sample, not its p99: those trials are left
+    out (here all, so the row is not measured, and says why); at 100 samples a trial they count."""
+    few = {c: [([float(k + i) for k in range(10)], {}, {}) for i in range(4)] for c in "ab"}
+    r = _cells_card("ratio", few, reduce="p99", study=1.0)
+    assert r.n == (0, 0) and r.verdict == scorecard.CANNOT
+    assert "8 of 8 trials left out: too few samples for their p99 (p99 needs >= 100 samples (had 10))" in r.why
+    many = {c: [([float(k + i) for k in range(100)], {}, {}) for i in range(4)] for c in "ab"}
+    assert _cells_card("ratio", many, reduce="p99", study=1.0).n == (4, 4)
+    own = {c: [([1e-4 * (1 + i / 50)], {"observations": 30}, {}) for i in range(4)] for c in "ab"}
+    r = _cells_card("ratio", own, metric="latency_p99_s", study=1.0)
+    assert r.n == (0, 0) and "p99 needs >= 100 round trips (had 30)" in r.why

@@ -46,7 +46,10 @@ card's and the row's `paper`, else what the row's selectors imply: kernel WireGu
 datapath, an SR-IOV virtual function); a stand-in (STAND_INS: wireguard-go, strongSwan's userspace ESP, OVS's netdev
 datapath, a macvlan; namespace or UML guest VMs where the paper names its VMs) is named in the verdict.
 Trials whose sender did not offer the load asked (guards.not_offered) stay in their cells, and every verdict on them
-says so with their count."""
+says so with their count. A trial whose background load (S5's flood) did not run at its rate is no trial of its
+cell's condition: it is left out of the cell, as S5's own tables leave out such an attack round, and the row says how
+many. So is a trial whose samples cannot carry the row's percentile (`reduce: p99` over fewer than 100 samples, a
+workload's own latency_p99_s over fewer than 100 round trips: dataset.unsupported)."""
 from __future__ import annotations
 
 import math
@@ -55,8 +58,9 @@ from typing import Any
 
 from ..core.units import human, parse_rate
 from . import stats
-from .dataset import DISTRIBUTIONS, Dataset, Trial, load, reduce_values
-from .guards import not_offered, reader_flags
+from .dataset import (DISTRIBUTIONS, OBSERVATIONS, Dataset, Trial, load, own_percentile, quantile, reduce_values,
+                      unsupported)
+from .guards import OFFERED_SHORT, not_offered, reader_flags
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
 KINDS = ("ratio", "direction", "value", "contrast", "best")
@@ -120,6 +124,7 @@ class _Cells:
     values: list[list[float]] = field(default_factory=list)
     trials: list[list[Trial]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)   # why trials of the cells were left out, counted
 
 
 @dataclass
@@ -165,10 +170,14 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
 
 def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None) -> _Cells:
     out = _Cells()
+    dropped: dict[str, list[str]] = {}   # what left trials out -> an example of each
     for sel in sels:
         got = [t for t in data.ok if matches(sel, t.labels, t.levels, t.params)]
         vals, used = [], []
         for t in got:
+            if why := _left_out(t, metric, how):
+                dropped.setdefault(why[0], []).append(why[1])
+                continue
             v = _value(t, metric, how)
             if v is not None and math.isfinite(v):
                 vals.append(v)
@@ -177,7 +186,24 @@ def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None)
         out.trials.append(used)
         out.skipped += [f"{s['status']}: {s['reason'] or 'no reason recorded'}" for s in data.scenario_list
                         if s["status"] in ("skipped", "failed") and matches(sel, s["labels"], s["levels"], None)]
+    total = sum(map(len, out.values)) + sum(map(len, dropped.values()))
+    out.left_out = [f"{len(ex)} of {total} trials left out: {what}" + (f" ({ex[0]})" if ex[0] else "")
+                    for what, ex in dropped.items()]
     return out
+
+
+def _left_out(t: Trial, metric: str, how: str | None) -> tuple[str, str] | None:
+    """Why a trial is no trial of its cell (what, an example), or None: its background load did not run at its rate
+    (S5's flood), or its samples cannot carry the row's percentile."""
+    if any(str(f).startswith("background offered ") for f in t.metadata.get("flags") or ()):
+        return f"their background load offered less than {100 * OFFERED_SHORT:.0f} % of its rate", ""
+    for m in (x.strip() for x in metric.split("/")):
+        if how and quantile(how) is not None and (why := unsupported(how, len(t.values(m)))):
+            return f"too few samples for their {how}", why
+        counts = [n for s in t.samples if s["metric"] == m and isinstance(n := s["metadata"].get(OBSERVATIONS), int)]
+        if counts and (stat := own_percentile(m)) and (why := unsupported(stat, min(counts), "round trips")):
+            return f"too few round trips for their {m}", why
+    return None
 
 
 def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
@@ -415,6 +441,8 @@ def _need(c: _Claim) -> int:
 
 def _unmeasured(cells: _Cells) -> tuple[str, str]:
     """Why a cell has no trials, and what would measure it."""
+    if cells.left_out:
+        return f"not measured ({'; '.join(cells.left_out)})", "trials its cells need not leave out"
     skipped = sorted({s.removeprefix("skipped: ") for s in cells.skipped if s.startswith("skipped: ")})
     if skipped:
         return "not measured (its scenario was skipped)", "this machine cannot: " + "; ".join(skipped[:2])
@@ -507,7 +535,7 @@ def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: t
         return
     row.stand_in = _stand_in({**_implied(c.entry), **paper, **(c.entry.get("paper") or {})}, c.cells, data)
     offered = _offered(c.cells)
-    notes = [x for x in (row.why, offered) if x]
+    notes = [x for x in (row.why, *c.cells.left_out, offered) if x]
     if row.verdict == DIFFERS:
         notes.append(_reason(c.cells, line) or ("" if offered else "no measured cause in the campaign"))
     row.why = "; ".join(x for x in notes if x)
