@@ -169,3 +169,42 @@ def test_compare_leaves_out_a_p99_of_thirty_round_trips(tmp_path):
                                         for s in "AB"]
     many = [compare.Side(store, store.campaign(c)) for c in (_sockperf(store, 100, "c"), _sockperf(store, 100, "d"))]
     assert "latency_p99_s" in {r.metric for r in compare.compare(*many)} and not compare.uncarried(many)
+
+
+def test_trend_gives_cpu_per_gbit_as_a_ratio_of_sums(tmp_path):
+    from vnetbench.report import trend
+    store = Store(tmp_path / "r.db")
+    for name, work in (("even", ((1.0, 1.0),) * 4), ("slow", SLOW)):
+        store.set_campaign(_campaign(store, work=work, name=name), status="done", finished=1.0)
+    (s,) = [s for s in trend.history([store]) if s.metric == "cpu_s_per_gbit"]
+    total = sum(c for c, _ in SLOW) / sum(g for _, g in SLOW)
+    assert [p.mean for p in s.points] == pytest.approx([1.0, total])  # not the mean of ratios' 250.75
+    point = trend.as_json([s])[0]["points"][1]
+    assert point["mean"] == pytest.approx(total) and point["mean_is"] == "ratio of sums"
+
+
+def test_s4_gives_cpu_per_gbit_as_a_ratio_of_sums():
+    from vnetbench.report.analyses import s4
+    from vnetbench.results.dataset import Trial
+    s4_ = s4.S4()
+    s4_.cpus, s4_.base_mtu = 2, "1500"
+    s4_.by = {("VXLAN", s4.SINGLE, "1500"): [
+        Trial(i, 1, i, "iperf3", {}, {}, {}, {}, samples=[
+            {"metric": "cpu_s_per_gbit", "value": c / g, "metadata": {"scope": "machine", "cpu_s": c, "gbit": g}}])
+        for i, (c, g) in enumerate(SLOW, 1)]}
+    total = sum(c for c, _ in SLOW) / sum(g for _, g in SLOW)
+    assert s4_._cpu_per_gbit("VXLAN") == pytest.approx(total)  # not the median of the runs' 1.0
+    assert sorted(s4_._cpu_per_gbit_runs("VXLAN")) == pytest.approx(sorted(c / g for c, g in SLOW))
+
+
+def test_packet_rates_give_cpu_per_frame_as_a_ratio_of_sums(tmp_path):
+    from vnetbench.report import packet_rates
+    store = Store(tmp_path / "r.db")
+    cid = store.new_campaign("n", "test", "name: n\n", "0" * 64, {})
+    store.put_scenario(cid, 1, "s", LABELS, LABELS, "done", None, {}, [])
+    for rep, (cpu_s, mpackets) in enumerate(((1.0, 1.0), (1.0, 1.0), (1.0, 0.001)), 1):
+        store.save_trial(cid, 1, rep, 0, "ndrpdr", {}, "ok", None, 0, 1, [
+            Sample.of("ndr_pps", 1e6, frame="64"),
+            Sample.of("ndr_cpu_s_per_mpacket", cpu_s / mpackets, frame="64", cpu_s=cpu_s, mpackets=mpackets)])
+    bits = packet_rates.rates_tables(dataset.load(store, cid))[1]
+    assert bits.rows[0][-1] == f"{3.0 / 2.001:.3g} µs"  # not the median's 1 µs nor the mean's 334

@@ -148,13 +148,27 @@ class S4(Analysis):
         return [v for t in self._trials(iface, m, mtu) if (v := fn(t)) is not None]
 
     def _cpu_per_gbit(self, iface: str, m: str = SINGLE) -> float | None:
-        """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate."""
-        return median(self._cpu_per_gbit_runs(iface, m))
+        """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate; over the runs
+        the ratio of sums, CPU seconds / Gbit (a run that carried almost nothing weighs what it carried)."""
+        parts = [p for t in self._trials(iface, m) if (p := self._cpu_gbit(t)) is not None]
+        total = math.fsum(g for _, g in parts)
+        return math.fsum(c for c, _ in parts) / total if total > 0 else None
 
     def _cpu_per_gbit_runs(self, iface: str, m: str = SINGLE) -> list[float]:
-        return [t.machine("cpu_busy_ratio") * cpus / (tp / 1e9) for t in self._trials(iface, m)
-                if (cpus := (_cpus(t) or self.cpus)) and t.machine("cpu_busy_ratio") is not None
-                and (tp := t.total("throughput_bps", direction="forward"))]
+        """Each run's own CPU per Gbit/s: what the test compares, one value per trial."""
+        return [c / g for c, g in filter(None, map(self._cpu_gbit, self._trials(iface, m))) if g]
+
+    def _cpu_gbit(self, t: Trial) -> tuple[float, float] | None:
+        """A run's (machine CPU seconds, Gbit carried): the parts of its cpu_s_per_gbit (dataset.RATIO_OF_SUMS),
+        else its busy cores and forward Gbit/s (a campaign stored without them: the runs weigh by their rate)."""
+        for s in t.samples:
+            meta = s["metadata"]
+            if s["metric"] == "cpu_s_per_gbit" and meta.get("scope") == "machine" and not meta.get("host") \
+                    and "cpu_s" in meta and meta.get("gbit"):
+                return float(meta["cpu_s"]), float(meta["gbit"])
+        busy, cpus = t.machine("cpu_busy_ratio"), _cpus(t) or self.cpus
+        tp = t.total("throughput_bps", direction="forward")
+        return (busy * cpus, tp / 1e9) if busy is not None and cpus and tp else None
 
     # ---- tables ------------------------------------------------------------------------------------------
     @noted
