@@ -344,11 +344,9 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
     two = str(a.store.path) != str(b.store.path)
     lines = [f"A: {a.describe(two)}", f"B: {b.describe(two)}",
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
-             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
-             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
-             f"(±x %) is the smallest change its test finds 80 % of the time at alpha / {family_size(rows)} (Holm's "
-             f"first step); '{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better direction: "
-             f"cpu_s_per_gbit judges it."]
+             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, " + _family_text(rows, alpha)
+             + f"'{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better "
+             f"direction: cpu_s_per_gbit judges it."]
     if sums := sorted({r.metric for r in rows if r.metric in dataset.RATIO_OF_SUMS}):
         lines.append(f"{', '.join(sums)}: each side's mean is its trials' CPU seconds summed / their work summed "
                      f"(delta-method spread); the test is on the per-trial values.")
@@ -361,6 +359,16 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
         lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}; "
                      f"gated metrics: {', '.join(gated) or 'none'}).")
     return lines
+
+
+def _family_text(rows: list[Row], alpha: float) -> str:
+    """Holm's family as the header says it: the rows with a test (none at 3 + 3 trials: no correction to name)."""
+    m = family_size(rows)
+    if not m:
+        return "no row has trials enough for a test; "
+    return (f"Holm-corrected over the {m} tested comparison{'s' * (m != 1)} of this table; verdict at alpha = "
+            f"{alpha:g}. 'not significant' is not 'the same': (±x %) is the smallest change its test finds 80 % of "
+            f"the time at alpha / {m} (Holm's first step); ")
 
 
 def family_size(rows: list[Row]) -> int:
