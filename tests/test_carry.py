@@ -208,3 +208,24 @@ def test_packet_rates_give_cpu_per_frame_as_a_ratio_of_sums(tmp_path):
             Sample.of("ndr_cpu_s_per_mpacket", cpu_s / mpackets, frame="64", cpu_s=cpu_s, mpackets=mpackets)])
     bits = packet_rates.rates_tables(dataset.load(store, cid))[1]
     assert bits.rows[0][-1] == f"{3.0 / 2.001:.3g} µs"  # not the median's 1 µs nor the mean's 334
+
+
+def _report_blocks(store, cid, section: str) -> list:
+    from vnetbench.report import document
+    doc = document.build(store, cid)
+    return [b for s in doc.sections if s.id == section for b in document._walk(s.blocks)]
+
+
+def test_the_report_says_why_a_p99_is_missing_and_what_its_mean_of_cpu_per_gbit_is(tmp_path):
+    from vnetbench.results import stats
+    store = Store(tmp_path / "r.db")
+    cid = _campaign(store, echoes=10, work=SLOW)
+    store.set_campaign(cid, status="done", finished=2.0)
+    (loaded,) = [b for b in _report_blocks(store, cid, "latency") if hasattr(b, "columns")]
+    assert "rtt_loaded_s p99 not shown: p99 needs >= 100 echoes (had 10)" in loaded.note
+    blocks = _report_blocks(store, cid, "statistics")
+    (cpu,) = [b for b in blocks if hasattr(b, "columns") and b.title.startswith("cpu_s_per_gbit ")]
+    assert "ratio of sums" in cpu.columns and "mean" not in cpu.columns and "95% CI ratio of sums" in cpu.columns
+    assert "ratio of sums (the column 'ratio of sums') = the trials' CPU seconds / their Gbit" in cpu.note
+    note = next(b.text for b in blocks if hasattr(b, "text") and "Student's t" in b.text)
+    assert stats.t_note(4) in note  # four trials a row: what their t intervals cover on a busy machine

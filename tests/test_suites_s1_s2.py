@@ -268,3 +268,6 @@ def test_s1_at_three_trials_says_no_test_ran(tmp_path):
         assert "over the 0 comparisons" not in tables[n].note and "No comparison" in tables[n].note
     said = " ".join(result.findings)
     assert "do not differ significantly" not in said and "cannot tell (too few trials for a test)" in said
+    from vnetbench.results.stats import t_note
+    for n in ("Table II", "Table III", "Table IV"):  # their Welch intervals at 3 trials: what they cover, said
+        assert tables[n].note.endswith(t_note(3))

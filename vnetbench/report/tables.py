@@ -346,9 +346,16 @@ def _print_notes(console: Console, rows_: list[Row], tails: dict[str, tuple[str,
     """Under a table: the percentiles asked for that its rows stand in for, and what a ratio of sums is."""
     for line in carried_notes(rows_, tails):
         console.print(escape(line), style="yellow", soft_wrap=False)
-    if rows_ and all(r.of_sums for r in rows_):
-        console.print(f"ratio of sums (--wide: mean) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, "
-                      "each summed; CI: delta method", style="dim")
+    if line := sums_note(rows_):
+        console.print(line, style="dim")
+
+
+def sums_note(rows_: list[Row], mean: str = "--wide: mean") -> str:
+    """What a table's ratio of sums is, when its rows are one ('' otherwise)."""
+    if not rows_ or not all(r.of_sums for r in rows_):
+        return ""
+    return (f"ratio of sums ({mean}) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, each summed; "
+            "CI: delta method")
 
 
 def offload_lines(data: dataset.Dataset) -> list[str]:

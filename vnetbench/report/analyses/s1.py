@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from ...results.dataset import Dataset, load  # noqa: E402
-from ...results.stats import NO_TEST, Summary, compare, contrast, holm, summarize  # noqa: E402
+from ...results.stats import NO_TEST, Summary, compare, contrast, holm, summarize, t_note  # noqa: E402
 from ...results.store import Store  # noqa: E402
 from . import register  # noqa: E402
 from ._cells import Family  # noqa: E402
@@ -245,7 +245,8 @@ class S1(Analysis):
         p = c.p
         t_ci = (c.diff_ci[0] / 2, c.diff_ci[1] / 2)
         return {"ok": True, "diff": diff, "t": t, "t_ci": t_ci, "tp": 1 / (t * 1e3) if t > 0 else math.inf,
-                "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False}
+                "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False,
+                "n": min(len(with_.values), len(base.values))}
 
     # ---- tables ------------------------------------------------------------------------------------------
     def _table1(self, data: Dataset, scen: dict) -> TableData:
@@ -323,6 +324,7 @@ class S1(Analysis):
         cols, rows = ["mechanism", "measured as"], []
         for key in self._rt_keys(e):
             cols += [f"diff {key} ({sizes[key] + 8} B)", f"t {key} [95% CI]", f"TP {key} [95% CI] (packets/ms)"]
+        least = min((x["n"] for (name, _), x in mech.items() if name in names and x["ok"]), default=0)
         for name, with_, base in MECHANISMS:
             if name in names:
                 cells = []
@@ -339,7 +341,8 @@ class S1(Analysis):
                          f"medians gives p >= 0.05 after Holm's correction over the {tests} comparisons of Tables "
                          f"II-IV; '({NO_TEST})': " if tests else f"No comparison of Tables II-IV was tested: '({NO_TEST})': ")
             + f"the exact test cannot reach p < 0.05 at those trials. TRS: the {sizes['TRS'] + 8}-byte echo"
-            + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else "."))
+            + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else ".")
+            + (f" {t_note(least)}" if t_note(least) else ""))
 
     @staticmethod
     def _tp_cell(x: dict) -> str:
