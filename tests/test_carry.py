@@ -229,3 +229,27 @@ def test_the_report_says_why_a_p99_is_missing_and_what_its_mean_of_cpu_per_gbit_
     assert "ratio of sums (the column 'ratio of sums') = the trials' CPU seconds / their Gbit" in cpu.note
     note = next(b.text for b in blocks if hasattr(b, "text") and "Student's t" in b.text)
     assert stats.t_note(4) in note  # four trials a row: what their t intervals cover on a busy machine
+
+
+def test_s4_gives_no_p99_of_thirty_round_trips(monkeypatch):
+    """S4's interface table: sockperf's own p99 over 30 round trips a run is left out (—), and the note says why;
+    over 100 it is the table's."""
+    from test_offered_verdicts import dataset as in_memory
+    from vnetbench.report.analyses import s4
+
+    def table(round_trips: int) -> list:
+        labels = {"attach": "host", "encryption": "none", "switch": "linuxbridge", "overlay": "none", "mtu": "1500",
+                  "encryption_scope": "host-to-host", "measure": "rr"}
+        trials = [(labels, {}, "sockperf", {"type": "sockperf", "protocol": "tcp"},
+                   [Sample.of(m, v, pair=1, observations=round_trips)
+                    for m, v in (("latency_min_s", 5e-5), ("latency_p50_s", 1e-4), ("latency_p90_s", 2e-4),
+                                 ("latency_p99_s", 9e-4), ("latency_max_s", 2e-3))], []) for _ in range(3)]
+        data = in_memory(trials)
+        monkeypatch.setattr(s4, "load", lambda store, cid: data)
+        t = s4.S4().run(None, 1).tables[0]
+        return [dict(zip(t.columns, row)) for row in t.rows], t.note
+    rows, note = table(30)
+    assert rows[0]["p99"] == s4.DASH and rows[0]["p90"] != s4.DASH
+    assert "p99 needs >= 100 round trips (had 30)" in note
+    rows, note = table(100)
+    assert rows[0]["p99"] != s4.DASH and "round trips (had" not in note

@@ -193,6 +193,14 @@ class Trial:
                and all(s["metadata"].get(k) == v for k, v in meta.items())]
         return per_trial(own, how, lambda t, s: 0).get(0, {}).get(self.id)
 
+    def uncarried(self, metric: str) -> str:
+        """Why the trial's own percentile `metric` (latency_p99_s) is over too few round trips to carry it: 'p99 needs
+        >= 100 round trips (had 30)'; '' when it carries it, or is no such metric, or its count was not stored."""
+        counts = [n for s in self.samples if s["metric"] == metric and _own(s["metadata"])
+                  and isinstance(n := s["metadata"].get(OBSERVATIONS), int)]
+        stat = own_percentile(metric)
+        return unsupported(stat, min(counts), "round trips") if stat and counts else ""
+
     def machine(self, metric: str) -> float | None:
         """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
         vs = [s["value"] for s in self.samples if s["metric"] == metric and s["metadata"].get("scope") == "machine"

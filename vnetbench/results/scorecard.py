@@ -63,8 +63,7 @@ from typing import Any
 
 from ..core.units import human, parse_rate
 from . import stats
-from .dataset import (DISTRIBUTIONS, OBSERVATIONS, Dataset, Trial, load, own_percentile, quantile, reduce_values,
-                      unsupported)
+from .dataset import DISTRIBUTIONS, Dataset, Trial, load, quantile, reduce_values, unsupported
 from .guards import OFFERED_SHORT, not_offered, reader_flags
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
@@ -206,8 +205,7 @@ def _left_out(t: Trial, metric: str, how: str | None) -> tuple[str, str] | None:
     for m in (x.strip() for x in metric.split("/")):
         if how and quantile(how) is not None and (why := unsupported(how, len(t.values(m)))):
             return f"too few samples for their {how}", why
-        counts = [n for s in t.samples if s["metric"] == m and isinstance(n := s["metadata"].get(OBSERVATIONS), int)]
-        if counts and (stat := own_percentile(m)) and (why := unsupported(stat, min(counts), "round trips")):
+        if why := t.uncarried(m):
             return f"too few round trips for their {m}", why
     return None
 

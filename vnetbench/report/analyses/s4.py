@@ -93,6 +93,12 @@ def _cpus(t: Trial) -> int | None:
     return len(ids) or None
 
 
+def _uncarried(name: str, rr: list[Trial]) -> list[str]:
+    """'VXLAN: p99 needs >= 100 round trips (had 30)' for a percentile some run's round trips cannot carry."""
+    whys = [next((w for t in rr if (w := t.uncarried(f"latency_{k}_s"))), "") for k in ("p90", "p99")]
+    return [f"{name}: {w}" for w in whys if w]
+
+
 @register
 class S4(Analysis):
     name = "s4"
@@ -175,7 +181,7 @@ class S4(Analysis):
     def _interfaces(self, ifaces: list[str]) -> TableData:
         cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender iperf3 CPU",
                 "receiver iperf3 CPU", "machine CPU (min .. max over seconds)", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
-        rows = []
+        rows, short = [], []   # short: a percentile a run's round trips cannot carry, and why
         for name in ifaces:
             single, rr = self._trials(name, SINGLE), self._trials(name, RR)
             if not single and not rr:
@@ -185,7 +191,9 @@ class S4(Analysis):
             impl = " + ".join(v for v in any_t_impl(any_t) if v)
             mtus = sorted({str(t.metadata.get("vm_mtu", DASH)) for t in single + rr})
             dp = self._per_trial(name, SINGLE, lambda t: sum(t.processes().values()) if t.processes() else None)
-            lat = {k: [v for t in rr if (v := t.mean(f"latency_{k}_s")) is not None] for k in ("min", "p50", "p90", "p99", "max")}
+            lat = {k: [v for t in rr if (v := t.mean(m := f"latency_{k}_s")) is not None and not t.uncarried(m)]
+                   for k in ("min", "p50", "p90", "p99", "max")}
+            short += _uncarried(name, rr)
             rows.append([name, impl or DASH, "/".join(mtus), mean_ci(self._tput(name), "bit/s"),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio"))),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio"))),
@@ -207,7 +215,8 @@ class S4(Analysis):
             + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
                f"the guest's one CPU: {GUEST_CAVEAT}; compare them with each other, and see the guest vs machine "
                f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else "")
-            + offered_text(rows))
+            + offered_text(rows)
+            + (f" A run's p90 or p99 over too few round trips is left out ({'; '.join(short)})." if short else ""))
 
     @noted
     def _line_rate(self, ifaces: list[str]) -> TableData:
