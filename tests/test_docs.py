@@ -368,3 +368,5 @@ def test_statistics_page_says_what_the_code_does():
     rows = {int(m[1]) for m in re.finditer(r"^\| (\d+) \| 0\.\d{3} / 0\.\d{3} \|", text, re.M)}
     assert {2, 3, 4, 5, 6, 8, 10, 11, 12, 15, 24, 30} <= rows, rows
     assert "| ratio of sums, delta method |" in text and "bench/coverage.py" in text
+    suites = " ".join((ROOT / "docs" / "suites.md").read_text().split())  # the scorecard's rules, as it decides
+    assert "the deciding interval is of median(a) / median(b)" in suites and "left out of the cell" in suites
