@@ -1,5 +1,5 @@
 """What each interval vnetbench prints covers: the measured coverage of its 95 % intervals at n = 2 .. 10 trials a
-group, in three settings:
+group and at the card and full profiles' 11, 12, 15, 24 and 30, in three settings:
 
     normal    every group's trials normal, CV 5 %
     busy      every group's trials a busy machine's bimodal ones (stats.noisy_trials: a quarter of trials 20 % lower,
@@ -18,12 +18,15 @@ The intervals (truth: the groups' true means, 0.95 x the scale for bimodal trial
     diff      Welch's interval of mean(IPsec) - mean(Reference) (stats.diff_ci)
     contrast  Fieller's interval of S1's (Reference - CS) / (IPsec - Reference) (stats.contrast_ratio), three groups
               with true means 1.0, 1.2, 1.5 (x 0.95 when bimodal)
+    sums      the delta-method interval of a ratio of sums (dataset.ratio_of_sums: CPU per Gbit over trials), one
+              group: each trial's work (Gbit) drawn as IPsec's trials, its CPU seconds normal around 1 (CV 5 %, 2 %
+              when the machine is busy: a busy trial's CPU is not lower, its work is); truth: E[CPU] / E[work]
 An interval that does not exist (Fieller's when the denominator cannot be told from 0: unbounded) covers; the share
 of such draws is printed. The mean's and median's intervals are computed for every draw at once (checked against
 summarize() on the first draws); the others by vnetbench's own functions, draw by draw. Last, stats.t_coverage(n),
 which the S3 / S4 / S5 tables print in their notes, is checked against this measurement (within 0.02).
 
-    .venv/bin/python bench/coverage.py                         # 100000 draws (mean, median), 10000 (the others)
+    .venv/bin/python bench/coverage.py                         # 100000 draws (mean, median, sums), 10000 (others)
     .venv/bin/python bench/coverage.py --n 3 5 --loop-draws 2000
 """
 from __future__ import annotations
@@ -40,7 +43,7 @@ from scipy.special import ndtr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vnetbench.results import stats  # noqa: E402
+from vnetbench.results import dataset, stats  # noqa: E402
 
 CV, QUIET_CV = 0.05, stats.NOISY_CV
 MEANS = (1.0, 1.2, 1.5)                 # CS, Reference, IPsec (S1's shape); ratio and diff are IPsec against Reference
@@ -112,6 +115,20 @@ def checked(x: np.ndarray, rows: int = 50) -> None:
         assert np.allclose(s.ci_median, med[i], rtol=0), (s.ci_median, med[i])
 
 
+def sums_cover(rng: np.random.Generator, dist: str, draws: int, n: int) -> float:
+    """How often the delta-method interval of sum(CPU) / sum(work) (dataset.ratio_of_sums) covers E[CPU] / E[work]."""
+    work = draw(rng, dist, (draws, n), MEANS[2])
+    cpu = 1 + rng.normal(0, CV if dist == "normal" else QUIET_CV, (draws, n))
+    total = work.sum(axis=1, keepdims=True)
+    r = cpu.sum(axis=1, keepdims=True) / total
+    shares = r + (cpu - r * work) * n / total
+    half = stats.t_quantile(0.95, n - 1) * shares.std(axis=1, ddof=1) / math.sqrt(n)
+    for i in range(20):  # the vectorized interval is ratio_of_sums'
+        s = dataset.ratio_of_sums(stats.summarize(list(cpu[i] / work[i])), zip(cpu[i], work[i]))
+        assert np.allclose(s.ci_mean, (r[i, 0] - half[i], r[i, 0] + half[i]), rtol=1e-9), (s.ci_mean, r[i], half[i])
+    return float(np.mean(np.abs(r[:, 0] - 1 / true_mean(dist, MEANS[2])) <= half))
+
+
 def covers(ci: tuple[float, float], truth: float) -> tuple[bool, bool]:
     """(covers, unbounded): a (nan, nan) interval is unbounded and covers."""
     if math.isnan(ci[0]):
@@ -147,13 +164,15 @@ def measure(setting: str, n: int, draws: int, loop_draws: int, seed: int) -> dic
             if key in unbounded:
                 unbounded[key] += open_
     out.update({k: v / loop_draws for k, v in hits.items()})
+    out["sums"] = sums_cover(rng, dists[2], draws, n)
     out.update({f"{k} unbounded": v / loop_draws for k, v in unbounded.items()})
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8, 10])
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8, 10, 11, 12, 15, 24, 30],
+                    help="trials a group (the profiles run 3 to 10; the card and full profiles 11, 12, 15, 24, 30)")
     ap.add_argument("--draws", type=int, default=100000, help="draws for the mean's and the median's intervals")
     ap.add_argument("--loop-draws", type=int, default=10000, help="draws for the ratio, difference and contrast")
     ap.add_argument("--seed", type=int, default=7)
@@ -164,7 +183,7 @@ def main() -> None:
         print(f"\nCoverage of vnetbench's 95 % intervals, {TITLES[setting]}; mean and median over {a.draws} draws, "
               f"the others over {a.loop_draws} (unbounded Fieller intervals count as covering: their share in brackets)")
         print(f"{'n':>3}  {'t (mean)':>8}  {'median (stated)':>15}  {'Fieller ratio':>14}  {'Welch diff':>10}  "
-              f"{'contrast ratio':>14}")
+              f"{'contrast ratio':>14}  {'sums (delta)':>12}")
         for n in a.n:
             r = results[setting, n] = measure(setting, n, a.draws, a.loop_draws, a.seed)
             ratio = f"{r['ratio']:.3f}" + (f" ({r['ratio unbounded']:.0%})" if r["ratio unbounded"] else "")
@@ -172,7 +191,8 @@ def main() -> None:
                                                  else "")
             mean = f"{r['mean']:.3f}" if "mean" in r else "—"
             median = f"{r['median']:.3f} ({r['median stated']:.3f})" if "median" in r else "—"
-            print(f"{n:>3}  {mean:>8}  {median:>15}  {ratio:>14}  {r['diff']:>10.3f}  {contrast:>14}", flush=True)
+            print(f"{n:>3}  {mean:>8}  {median:>15}  {ratio:>14}  {r['diff']:>10.3f}  {contrast:>14}  "
+                  f"{r['sums']:>12.3f}", flush=True)
     print("\nstats.t_coverage(n) (printed in the S3 / S4 / S5 table notes) against the bimodal trials' measured t "
           "coverage above:")
     bad = []

@@ -5,14 +5,14 @@ from vnetbench.core.sample import Sample
 from vnetbench.results.store import Store
 
 
-def _store(tmp_path, flags_b=()):
+def _store(tmp_path, flags_b=(), reps=5):
     store = Store(tmp_path / "c.db")
     cid = store.new_campaign("c", "test", "name: c\n", "0" * 64, {})
     # B: the faster datapath, twice the goodput for 1.6x the CPU: more CPU, less per Gbit/s
     for idx, overlay, gbit, cpu in ((1, "none", 2.0, 0.40), (2, "fast", 4.0, 0.64)):
         labels = {"overlay": overlay}
         store.put_scenario(cid, idx, overlay, labels, labels, "done", None, {}, [])
-        for rep, f in enumerate((0.98, 1.0, 1.02, 0.99, 1.01), 1):
+        for rep, f in enumerate((0.98, 1.0, 1.02, 0.99, 1.01)[:reps], 1):
             meta = {"flags": list(flags_b)} if idx == 2 and rep <= 2 else {}
             store.save_trial(cid, idx, rep, 0, "iperf3", {"type": "iperf3"}, "ok", None, 0.0, 1.0,
                              [Sample.of("throughput_bps", gbit * 1e9 * f, pair=1, direction="forward"),
@@ -120,3 +120,17 @@ def test_two_results_files_are_named_in_the_header(tmp_path):
     one, other = _store(tmp_path / "z")
     assert cmp.header(one, other, [], 0.05, None)[:2] == ["A: campaign 1 (c) where overlay=none",
                                                           "B: campaign 1 (c) where overlay=fast"]
+
+
+def test_the_header_names_the_holm_family_it_corrected_over(tmp_path):
+    """Holm's family is the rows with a test: at 3 + 3 trials none, and the header names no correction over rows
+    that were never tested (it said 'Holm-corrected over the 9 comparisons' and 'alpha / 0')."""
+    a, b = _store(tmp_path)
+    rows = cmp.compare(a, b, ["throughput_bps", "cpu_s_per_gbit", "rtt_s"])
+    tested = " ".join(cmp.header(a, b, rows, 0.05, None))
+    assert f"Holm-corrected over the {cmp.family_size(rows)} tested comparison" in tested and "alpha / 0" not in tested
+    (tmp_path / "3").mkdir()
+    few = cmp.compare(*_store(tmp_path / "3", reps=3), ["throughput_bps", "cpu_s_per_gbit", "rtt_s"])
+    assert few and cmp.family_size(few) == 0
+    text = " ".join(cmp.header(a, b, few, 0.05, None))
+    assert "alpha / 0" not in text and "Holm-corrected" not in text and "no row has trials enough for a test" in text

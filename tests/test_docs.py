@@ -353,3 +353,20 @@ def test_the_documented_mistakes_are_what_the_code_prints(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vnetbench", "plan", "bad.yaml"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and proc.stderr == shown, proc.stderr
+
+
+def test_statistics_page_says_what_the_code_does():
+    """docs/statistics.md: the test past the exact splits is seeded random splits (Welch's t-test only past
+    RANDOM_MAX trials), best-per-metric uses that test, and the coverage table has the n the card and full profiles
+    run, with the ratio of sums' delta-method interval (bench/coverage.py measures every cell)."""
+    from vnetbench.results import stats
+    text = (ROOT / "docs" / "statistics.md").read_text()
+    said = " ".join(text.split())
+    assert "Past 8 a side it is Welch's t-test" not in said and "(Welch, Holm" not in said
+    assert f"{stats.RANDOM_SPLITS} seeded random splits" in said
+    assert f"only past {stats.RANDOM_MAX} trials in all" in said
+    rows = {int(m[1]) for m in re.finditer(r"^\| (\d+) \| 0\.\d{3} / 0\.\d{3} \|", text, re.M)}
+    assert {2, 3, 4, 5, 6, 8, 10, 11, 12, 15, 24, 30} <= rows, rows
+    assert "| ratio of sums, delta method |" in text and "bench/coverage.py" in text
+    suites = " ".join((ROOT / "docs" / "suites.md").read_text().split())  # the scorecard's rules, as it decides
+    assert "the deciding interval is of median(a) / median(b)" in suites and "left out of the cell" in suites

@@ -83,9 +83,10 @@ def s1_mechanisms(m: dict, keys=("TR", "TRS")) -> tuple[dict, int]:
 
 
 def s1_table_marks(tables) -> bool:
-    """Any cost in Tables II-IV printed without '(n.s.)': a significant difference."""
-    return any("(n.s.)" not in cell and not cell.startswith("n/a") for t in tables for row in t.rows
-               for cell in row[2:])
+    """Any cost in Tables II-IV printed without '(n.s.)' or '(too few trials for a test)': a significant
+    difference."""
+    return any(not cell.endswith(("(n.s.)", f"({stats.NO_TEST})")) and not cell.startswith("n/a")
+               for t in tables for row in t.rows for cell in row[2:])
 
 
 def sim_s1(rng, mix: Mix, n: int) -> dict[str, bool]:

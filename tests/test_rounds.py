@@ -87,7 +87,8 @@ def rates(dist: str) -> dict:
         wrong = np.array([[r.verdict in bad for r, (*_, bad) in zip(rows, CLAIMS)] for rows in got])
         right = np.array([[r.verdict not in (C, *bad) for r, (*_, bad) in zip(rows, CLAIMS)] for rows in got])
         _RATES[dist] = {"card": float(wrong.any(axis=1).mean()), "rows": wrong.mean(axis=0),
-                        "decided": right.mean(axis=0), "looks": got[0][0].decided}
+                        "decided": right.mean(axis=0),
+                        "looks": next((r.decided for rows in got for r in rows if "CI" in r.decided), "")}
     return _RATES[dist]
 
 
@@ -100,48 +101,54 @@ def test_a_card_in_rounds_keeps_its_wrong_verdicts_under_five_percent(dist):
 
 @pytest.mark.parametrize("dist", ["normal", "noisy"])
 def test_the_rounds_decide_the_claims_at_their_true_value(dist):
-    """The bound is no empty promise: a ratio at its study value agrees, and a 30 % difference is found, on most
-    cards by the last round."""
+    """The bound is no empty promise: a 30 % difference is found on most cards by the last round, and on normal
+    trials a ratio at its study value agrees. On the noisy machine's trials it rarely can at 20 trials and 3 looks:
+    a ratio is decided on the medians' exact intervals (distribution-free), whose lower ends at 99.8 % a cell reach
+    into the busy trials 20 % lower, as wide as the study's band (a Fieller interval of the means decided it, but
+    missed 6-7 % at a band's edge with one cell busy, tests/test_card_verdicts.py)."""
     decided = dict(zip((c[0] for c in CLAIMS), rates(dist)["decided"]))
-    assert decided["ratio-true"] > 0.5 and decided["direction-true"] > 0.8, decided
+    assert decided["direction-true"] > 0.8, decided
+    assert decided["ratio-true"] > (0.5 if dist == "normal" else 0.0), decided
 
 
 def test_a_decided_claim_stops_drawing_trials():
-    """A claim decided at the first look (a ratio 10x off its band) leaves the open list: its cells get no more."""
+    """A claim decided at the first look (a ratio 10x off its band, 10 trials a cell: the medians' exact interval
+    at 1 - 0.05 / (2 rows x 3 looks) needs 9) leaves the open list: its cells get no more."""
     card = {"repetitions": {"rounds": ROUNDS}, "scorecard": [
         {"id": "far", "kind": "ratio", "study": 20.0, "tolerance": 0.1, "metric": "x", "reduce": "mean",
          "a": {"cell": "a"}, "b": {"cell": "b"}},
         {"id": "edge", "kind": "ratio", "study": 1.0, "tolerance": 0.02, "metric": "x", "reduce": "mean",
          "a": {"cell": "c"}, "b": {"cell": "d"}}]}
     rng = np.random.default_rng(3)
-    values = {"a": rng.normal(200, 10, 5), "b": rng.normal(100, 5, 5), "c": rng.normal(102, 5, 5),
-              "d": rng.normal(100, 5, 5)}
-    rows = scorecard.evaluate(card, campaign(values, dict.fromkeys(values, 5)))
+    values = {"a": rng.normal(200, 10, 10), "b": rng.normal(100, 5, 10), "c": rng.normal(102, 5, 10),
+              "d": rng.normal(100, 5, 10)}
+    rows = scorecard.evaluate(card, campaign(values, dict.fromkeys(values, 10)))
     assert rows[0].verdict == D and rows[1].verdict == C, [r.verdict for r in rows]
-    assert scorecard.open_cells(card, campaign(values, dict.fromkeys(values, 5))) == [[{"cell": "c"}, {"cell": "d"}]]
+    assert scorecard.open_cells(card, campaign(values, dict.fromkeys(values, 10))) == [[{"cell": "c"}, {"cell": "d"}]]
 
 
 CARD_SPEC = """\
 name: rounds
-repetitions: {rounds: [4, 6], budget: 10m}
+repetitions: {rounds: [9, 11], budget: 10m}
 order: sequential
 factors: {mtu: [1500, 9000, 4000]}
 workloads: [{type: ping, count: 40, interval: 0.003}]
 scorecard:
   - {id: far, kind: ratio, study: 1000, tolerance: 0.1, metric: rtt_s, a: {mtu: 9000}, b: {mtu: 1500}}
-  - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 6, a: {mtu: 4000}, b: {mtu: 1500}}
+  - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 11, a: {mtu: 4000}, b: {mtu: 1500}}
 """
 
 
 @pytest.mark.net
 def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_path):
-    """'far' (a ratio 1000x off) is decided at the first look; 'later' needs 6 trials a cell, so its two cells, one
-    of them shared with 'far', go on to the second round and the other scenario stops with its reason."""
+    """'far' (a ratio 1000x off) is decided at the first look (9 trials a cell: what the medians' exact interval
+    needs at 1 - 0.05 / (2 rows x 2 looks)); 'later' needs 11 trials a cell, so its two cells, one of them shared
+    with 'far', go on to the second round and the other scenario stops with its reason."""
     from conftest import vnetbench
     from vnetbench.results.store import Store
     (tmp_path / "card.yaml").write_text(CARD_SPEC)
     ran = vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress").stdout
-    assert "round 1: 3 of 3 scenarios to 4 trials a cell" in ran, ran
+    assert "round 1: 3 of 3 scenarios to 9 trials a cell" in ran, ran
     store = Store(tmp_path / "r.db")
     counts = {sc["labels"]["mtu"]: 0 for sc in store.scenarios(1)}
     by_idx = {sc["idx"]: sc for sc in store.scenarios(1)}
@@ -151,17 +158,17 @@ def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_
     first = tmp_path / "first.db"
     shutil.copy(tmp_path / "r.db", first)
     with sqlite3.connect(first) as db:
-        db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE repetition > 4)")
-        db.execute("DELETE FROM trials WHERE repetition > 4")
+        db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE repetition > 9)")
+        db.execute("DELETE FROM trials WHERE repetition > 9")
     open_after_1 = rounds.still_open(Store(first), 1, [1, 2, 3])
-    assert {by_idx[i]["labels"]["mtu"] for i in open_after_1} == {m for m, n in counts.items() if n == 6}, counts
-    assert all(n in (4, 6) for n in counts.values()) and counts["4000"] == 6, counts  # 'later' needs 6 trials
+    assert {by_idx[i]["labels"]["mtu"] for i in open_after_1} == {m for m, n in counts.items() if n == 11}, counts
+    assert all(n in (9, 11) for n in counts.values()) and counts["4000"] == 11, counts  # 'later' needs 11 trials
     # 'far' (1000x off) is decided at the first look unless a busy machine's round trips were too spread for its
-    # interval at 4 trials (then mtu 9000 runs on too, as it must)
+    # interval at 9 trials (then mtu 9000 runs on too, as it must)
     if 2 not in open_after_1:
-        assert "round 2: 2 of 3 scenarios to 6" in ran and counts["9000"] == 4, ran
+        assert "round 2: 2 of 3 scenarios to 11" in ran and counts["9000"] == 9, ran
         assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
-    shown = vnetbench("show", "--db", tmp_path / "r.db").stdout
+    shown = " ".join(vnetbench("show", "--db", tmp_path / "r.db").stdout.split())  # its lines wrap anywhere
     assert "Bonferroni over 2 rows x 2 looks" in shown or "2 looks" in shown, shown
 
 

@@ -1,6 +1,8 @@
 """The reproduction scorecard on a store built by hand: S3's own suite file (its `scorecard`) against exact cells."""
 import json
 import math
+
+import pytest
 from pathlib import Path
 
 from conftest import vnetbench
@@ -20,20 +22,22 @@ BLOWFISH = {**ESP, "cipher": "blowfish-cbc"}
 OFFERED = {"flags": ["offered 12 Mbit/s of 1 Gbit/s (1 %)"]}
 
 
-UDP = [1.00e7, 1.01e7, 1.02e7, 1.01e7, 1.00e7]
+UDP = [1.00e7, 1.01e7, 1.02e7, 1.01e7, 1.00e7, 1.01e7, 1.02e7, 1.01e7]
+AH_TCP = [2.0e8, 2.1e8, 2.2e8, 2.3e8, 2.4e8, 2.2e8, 2.2e8, 2.2e8]       # 8 runs: a ratio row decides on the
+ESP_TCP = [1.0e8, 1.05e8, 1.1e8, 1.15e8, 1.2e8, 1.1e8, 1.1e8, 1.1e8]    # medians' exact interval (97.5 %: 8 a cell)
 
 
 def book(tmp_path, udp_ah: list[float] | None = None) -> Book:
-    """S3's card on exact cells: AH and ESP at 16384 B (5 runs each), one Blowfish run, UDP at 500 B whose sender
-    offered 1 % of its rate (AH as ESP unless given), TCP_RR at 500 B (4 runs each)."""
+    """S3's card on exact cells: AH and ESP at 16384 B (8 runs each), one Blowfish run, UDP at 500 B (8 runs) whose
+    sender offered 1 % of its rate (AH as ESP unless given), TCP_RR at 500 B (4 runs each)."""
     b = Book(tmp_path / "s3.db", spec_text=S3)
     tcp = {"type": "netperf", "test": "TCP_STREAM", "message_size": 16384}
     rr = {"type": "netperf", "test": "TCP_RR", "message_size": 500}
     udp = {"type": "iperf3", "protocol": "udp", "message_size": 500, "udp_rate": 1e9}
     ah = b.scenario(s3_labels(AH, size="16384"), {"encryption": AH})
-    b.trials(ah, "netperf", tcp, stream([2.0e8, 2.1e8, 2.2e8, 2.3e8, 2.4e8]))
+    b.trials(ah, "netperf", tcp, stream(AH_TCP))
     esp = b.scenario(s3_labels(ESP, size="16384"), {"encryption": ESP})
-    b.trials(esp, "netperf", tcp, stream([1.0e8, 1.05e8, 1.1e8, 1.15e8, 1.2e8]))
+    b.trials(esp, "netperf", tcp, stream(ESP_TCP))
     bf = b.scenario(s3_labels(BLOWFISH, size="16384"), {"encryption": BLOWFISH})
     b.trials(bf, "netperf", tcp, stream([1.3e8]))                       # one run: too few to tell
     for enc, vals in ((AH, udp_ah or UDP), (ESP, UDP)):
@@ -53,33 +57,48 @@ def rows(tmp_path, udp_ah: list[float] | None = None) -> dict[str, scorecard.Row
 
 
 def _fieller(t: float) -> tuple[float, float]:
-    """AH 2.0 .. 2.4, ESP 1.0 .. 1.2 (x 1e8, 5 runs each): means 2.2 and 1.1, ratio 2.0; variances of the means
-    0.025/5 and 0.00625/5; at the estimate r^2 * 0.00125 == 0.005, so Welch's df = 8."""
-    qa, qb, qc = 1.1 ** 2 - t * t * 0.00625 / 5, -2 * 1.1 * 2.2, 2.2 ** 2 - t * t * 0.025 / 5
+    """AH 2.0 .. 2.4, ESP 1.0 .. 1.2 (x 1e8, 8 runs each, three at the mean): means 2.2 and 1.1, ratio 2.0;
+    variances of the means 0.1/7/8 and 0.025/7/8; at the estimate r^2 * 0.025 == 0.1, so Welch's df = 14."""
+    qa, qb, qc = 1.1 ** 2 - t * t * 0.025 / 56, -2 * 1.1 * 2.2, 2.2 ** 2 - t * t * 0.1 / 56
     root = math.sqrt(qb * qb - 4 * qa * qc)
     return (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
 
 
 def test_ratio_row_is_the_hand_computed_fieller_interval_and_decides_on_the_widened_one(tmp_path):
     r = rows(tmp_path)["ah-esp-tcp-16k"]
-    lo, hi = _fieller(2.306004135204166)          # t(0.975, 8): the printed 95 % CI, 1.80 .. 2.22
+    lo, hi = _fieller(2.144786687917804)          # t(0.975, 14): the printed 95 % CI of the means' ratio
     assert math.isclose(r.estimate, 2.0, rel_tol=1e-12)
     assert math.isclose(r.ci[0], lo, rel_tol=1e-9) and math.isclose(r.ci[1], hi, rel_tol=1e-9)
-    assert r.ours == f"2.00x ({lo:.2f}x .. {hi:.2f}x)" and r.study == "2.00x" and r.n == (5, 5)
-    # two interval rows of the card are measured (TCP and UDP): it decides on the 97.5 % interval, t(0.9875, 8)
-    wlo, whi = _fieller(2.751523596063054)        # 1.76 .. 2.27, wholly inside the study's 1.6 .. 2.5
-    assert math.isclose(r.decided_level, 0.975) and math.isclose(r.decided_ci[0], wlo, rel_tol=1e-9)
-    assert r.decided == f"97.5 % CI {wlo:.2f}x .. {whi:.2f}x (Bonferroni over 2 rows)"
+    assert r.ours == f"2.00x ({lo:.2f}x .. {hi:.2f}x)" and r.study == "2.00x" and r.n == (8, 8)
+    # two interval rows of the card are measured (TCP and UDP): it decides at 97.5 % on the medians' ratio, each
+    # cell's exact interval at sqrt(0.975) = 98.7 %, at 8 trials min .. max (99.2 %; the next, 93.0 %): 2.0 / 1.2 ..
+    # 2.4 / 1.0, wholly inside the study's 1.6 .. 2.5
+    assert math.isclose(r.decided_level, 0.975)
+    assert r.decided_ci == pytest.approx((2.0 / 1.2, 2.4 / 1.0), rel=1e-12)
+    assert r.decided == "97.5 % CI of the medians' ratio (exact) 1.67x .. 2.40x (Bonferroni over 2 rows)"
     assert r.verdict == r.reads == scorecard.AGREES and r.why == "" and r.to_decide == ""
+
+
+def test_a_ratio_row_needs_trials_enough_for_the_medians_exact_interval(tmp_path):
+    """5 + 5 trials: each cell's exact median interval reaches 96.9 % at most, short of the 98.7 % that two cells
+    at 97.5 % together need: no verdict, whatever Fieller's interval of the means says."""
+    b = Book(tmp_path / "s3.db", spec_text=S3)
+    tcp = {"type": "netperf", "test": "TCP_STREAM", "message_size": 16384}
+    for enc, vals in ((AH, AH_TCP[:5]), (ESP, ESP_TCP[:5])):
+        b.trials(b.scenario(s3_labels(enc, size="16384"), {"encryption": enc}), "netperf", tcp, stream(vals))
+    data = load(b.store, b.cid)
+    r = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ah-esp-tcp-16k"]
+    assert r.verdict == scorecard.CANNOT and r.decided == ""
+    assert r.why == "too few trials for the medians' exact 95 % interval (n=5, needs 7 a cell)"
 
 
 def test_differs_with_its_measured_reason_and_cannot_tell_with_why(tmp_path):
     got = rows(tmp_path)
     udp = got["ah-esp-udp-500"]   # AH == ESP here, tightly: the CI (about 1) lies wholly outside 1.6 .. 2.5
     assert udp.verdict == scorecard.DIFFERS
-    assert udp.why == "offered load not reached in 10 of 10 trials (e.g. offered 12 Mbit/s of 1 Gbit/s (1 %))"
+    assert udp.why == "offered load not reached in 16 of 16 trials (e.g. offered 12 Mbit/s of 1 Gbit/s (1 %))"
     blowfish = got["blowfish-3des"]
-    assert blowfish.verdict == scorecard.CANNOT and blowfish.why == "too few trials (n=1/5, needs 3 a cell)"
+    assert blowfish.verdict == scorecard.CANNOT and blowfish.why == "too few trials (n=1/8, needs 3 a cell)"
     assert blowfish.to_decide == "at least 4 trials a cell (one trial shows no CV)"
     assert got["ipv4-ipv6"].verdict == scorecard.CANNOT and got["ipv4-ipv6"].why.startswith("not measured")
     assert got["ipv4-ipv6"].to_decide == "a profile that runs its cells"
@@ -93,7 +112,7 @@ def test_a_sender_that_offered_1_percent_never_agrees_without_saying_so(tmp_path
     may agree, but only with the count of those trials and the flag beside it."""
     udp = rows(tmp_path, udp_ah=[2 * v for v in UDP])["ah-esp-udp-500"]
     assert udp.verdict == scorecard.AGREES and math.isclose(udp.estimate, 2.0)
-    assert udp.why == "offered load not reached in 10 of 10 trials (e.g. offered 12 Mbit/s of 1 Gbit/s (1 %))"
+    assert udp.why == "offered load not reached in 16 of 16 trials (e.g. offered 12 Mbit/s of 1 Gbit/s (1 %))"
     assert udp.why in scorecard.table_rows([udp])[0][-1]
 
 
@@ -109,9 +128,9 @@ def test_three_trials_a_cell_are_too_few_for_an_interval_verdict(tmp_path):
     assert r.verdict == scorecard.CANNOT and r.decided == "" and math.isclose(r.estimate, 2.0)
     assert r.why == "too few trials for a test (n=3/3; an interval verdict needs 4 a cell)"
     # CV 9.1 % a cell: the ratio's spread is 2.0 * sqrt(2) * 0.0909 = 0.257 per trial; the estimate is 0.4 from the
-    # band's edge 1.6; at one interval row z(0.975) = 1.96: (1.96 * 0.257 / 0.4)^2 = 1.6, so the 4-trial minimum;
-    # each stored trial took 1 s: 4 trials x 2 cells is under a minute, shown as 1
-    assert r.to_decide == "about 4 trials a cell at this CV (9.1 % / 9.1 %, ≈ 1 minute)"
+    # band's edge 1.6; at one interval row z(0.975) = 1.96: (1.96 * 0.257 / 0.4)^2 = 1.6, below the 7 trials the
+    # medians' exact interval needs (sqrt(0.95) a cell); each stored trial took 1 s: 7 x 2 is under a minute, shown 1
+    assert r.to_decide == "about 7 trials a cell at this CV (9.1 % / 9.1 %, ≈ 1 minute)"
 
 
 def test_report_show_and_export_carry_the_card(tmp_path):
@@ -124,7 +143,8 @@ def test_report_show_and_export_carry_the_card(tmp_path):
     card = {r["id"]: r for r in json.loads(out)}
     tcp = card["ah-esp-tcp-16k"]
     assert tcp["verdict"] == tcp["reads"] == "agrees" and tcp["estimate"] == 2.0 and tcp["stand_in"] == ""
-    assert tcp["decided_level"] == 0.975 and tcp["decided"].startswith("97.5 % CI 1.76x .. 2.27x")
+    assert tcp["decided_level"] == 0.975 and tcp["decided"].startswith("97.5 % CI of the medians' ratio (exact) "
+                                                                        "1.67x .. 2.40x")
     assert tcp["decided_ci"][0] < tcp["ci"][0] < tcp["ci"][1] < tcp["decided_ci"][1]
     assert card["blowfish-3des"]["to_decide"] == "at least 4 trials a cell (one trial shows no CV)"
     shown = vnetbench("show", str(b.cid), "--db", str(tmp_path / "s3.db")).stdout
@@ -151,8 +171,8 @@ def test_s1_row_uses_each_trials_median_echo_and_names_its_stand_ins(tmp_path):
     assert row.study == "3.49x" and row.ours == "3.60x (2.46x .. 5.81x)"
     assert row.verdict == scorecard.CANNOT and row.why.startswith(stats.NO_TEST)
     # CVs 11.1 % (a, Reference) and 20 % (b, CS): spread 3.6 * sqrt(0.111^2 + 0.2^2) = 0.824 a trial, 0.759 from
-    # the band's edge 4.359: (1.96 * 0.824 / 0.759)^2 = 4.5 -> 5 trials a cell
-    assert row.to_decide == "about 5 trials a cell at this CV (11.1 % / 20.0 %, ≈ 1 minute)"
+    # the band's edge 4.359: (1.96 * 0.824 / 0.759)^2 = 4.5 -> 5, below the medians' exact interval's 7 a cell
+    assert row.to_decide == "about 7 trials a cell at this CV (11.1 % / 20.0 %, ≈ 1 minute)"
     assert row.stand_in == ("OVS's userspace datapath (netdev) (the study: OVS's kernel datapath); namespace VMs "
                             "(the study: OpenStack VMs)")
     assert row.reads == f"cannot tell — stand-in: {row.stand_in}" and row.as_dict()["stand_in"] == row.stand_in
@@ -166,13 +186,14 @@ OVS_NETDEV = {"switch": "ovs-netdev", "overlay": "ovs-vxlan", "encryption": "non
 
 
 def s4_rows(tmp_path) -> dict[str, scorecard.Row]:
-    """S4's own card on hand-made cells, 4 runs each: WireGuard (wireguard-go) at MTU 1500 and 9000, VXLAN and
+    """S4's own card on hand-made cells: WireGuard (wireguard-go) at MTU 1500 and 9000, 8 runs each (a ratio row
+    decides on the medians' exact interval: at 97.5 % it needs 8), 4 runs each of VXLAN and
     OVS+VXLAN (OVS's userspace datapath) at 8 streams; VXLAN with 4 generators, 7 runs (a value row decides on the
     median's exact interval: at 97.5 % it needs 7). The other rows stay unmeasured."""
     from test_suites_s3_s4 import s4_labels, tcp_runs
     b = Book(tmp_path / "s4.db", spec_text=S4)
     one = {"type": "iperf3", "streams": 1, "interval": 1}
-    for mtu, vals in (("1500", [2.0e8, 2.2e8, 2.4e8, 2.2e8]), ("9000", [8.0e8, 8.8e8, 9.6e8, 8.8e8])):
+    for mtu, vals in (("1500", [2.0e8, 2.2e8, 2.4e8, 2.2e8] * 2), ("9000", [8.0e8, 8.8e8, 9.6e8, 8.8e8] * 2)):
         sc = b.scenario({**s4_labels(enc="wireguard", mtu=mtu), "kernel": "shared"}, impl=WIREGUARD_GO)
         b.trials(sc, "iperf3", one, tcp_runs(vals, 0.5))
     eight, gen4 = {"type": "iperf3", "streams": 8}, {"type": "iperf3", "streams": 4, "processes": 4}
@@ -188,17 +209,19 @@ def s4_rows(tmp_path) -> dict[str, scorecard.Row]:
 
 def test_s4_jumbo_row_is_the_hand_computed_fieller_interval_on_a_stand_in(tmp_path):
     r = s4_rows(tmp_path)["wireguard-jumbo"]
-    # 9000: 8.0/8.8/9.6/8.8, 1500: 2.0/2.2/2.4/2.2 (x 1e8): means 8.8 and 2.2, ratio 4.0 (the study's 4x); variances
-    # of the means 1.28/3/4 and 0.08/3/4; at r = 4, va = r^2 vb, so Welch's df = 6 and t(0.975, 6) = 2.4469119
-    t2 = 2.4469118511449692 ** 2
-    qa, qb, qc = 2.2 ** 2 - t2 * 0.08 / 12, -2 * 2.2 * 8.8, 8.8 ** 2 - t2 * 1.28 / 12
+    # 9000: 8.0/8.8/9.6/8.8, 1500: 2.0/2.2/2.4/2.2 (x 1e8), twice each: means 8.8 and 2.2, ratio 4.0 (the study's
+    # 4x); variances of the means 2.56/7/8 and 0.16/7/8; at r = 4, va = r^2 vb, so Welch's df = 14
+    t2 = 2.144786687917804 ** 2
+    qa, qb, qc = 2.2 ** 2 - t2 * 0.16 / 56, -2 * 2.2 * 8.8, 8.8 ** 2 - t2 * 2.56 / 56
     root = math.sqrt(qb * qb - 4 * qa * qc)
     lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
-    assert math.isclose(r.estimate, 4.0, rel_tol=1e-12) and r.n == (4, 4) and r.study == "4.00x"
+    assert math.isclose(r.estimate, 4.0, rel_tol=1e-12) and r.n == (8, 8) and r.study == "4.00x"
     assert math.isclose(r.ci[0], lo, rel_tol=1e-9) and math.isclose(r.ci[1], hi, rel_tol=1e-9)
     assert r.ours == f"4.00x ({lo:.2f}x .. {hi:.2f}x)"
-    # decided on 97.5 % (2 interval rows: this and 4 generators), inside 3.2 .. 5: it agrees, but on wireguard-go
-    assert r.verdict == scorecard.AGREES and r.decided.startswith("97.5 % CI ")
+    # decided on 97.5 % (2 interval rows: this and 4 generators), the medians' ratio 8.0 / 2.4 .. 9.6 / 2.0, inside
+    # 3.2 .. 5: it agrees, but on wireguard-go
+    assert r.decided_ci == pytest.approx((8.0 / 2.4, 9.6 / 2.0), rel=1e-12)
+    assert r.verdict == scorecard.AGREES and r.decided.startswith("97.5 % CI of the medians' ratio (exact) ")
     assert r.reads == "agrees — stand-in: wireguard-go (the study: kernel WireGuard)"
     assert scorecard.table_rows([r])[0][3:5] == [r.decided, r.reads]
 
@@ -280,8 +303,9 @@ def test_s1_processing_rate_row_is_the_hand_computed_contrast(tmp_path):
     lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
     assert math.isclose(r.estimate, 0.2, rel_tol=1e-9) and r.n == (5, 5, 5)      # Reference counted once
     assert math.isclose(r.ci[0], lo, rel_tol=1e-6) and math.isclose(r.ci[1], hi, rel_tol=1e-6)
-    # the card measures 3 interval rows (ovs-tr, ipsec-tr and this): 98.3 % Fieller, inside 0.165 .. 0.257
-    assert r.decided.startswith("98.3 % CI 0.1") and r.decided.endswith("(Bonferroni over 3 rows)")
+    # the card measures 3 interval rows (ovs-tr, ipsec-tr and this); the two ratio rows' 5 trials are too few for
+    # the medians' exact interval at 98.3 % (8 a cell), so this one alone is decided: 95 % Fieller, inside 0.165 .. 0.257
+    assert r.decided.startswith("95 % CI 0.1") and "Bonferroni" not in r.decided
     assert r.study == "0.21x" and r.verdict == scorecard.AGREES
 
 
@@ -373,3 +397,46 @@ def test_s3_rr_floor_row_compares_each_trials_fastest_round_trip(tmp_path):
     got = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}
     row = got["esp-ah-small-rr-floor"]
     assert math.isclose(row.estimate, 112 / 65) and row.n == (4, 4) and row.verdict == scorecard.DIFFERS
+
+
+def _cells_card(kind: str, cells: dict[str, list[tuple[list[float], dict, dict]]], **row) -> scorecard.Row:
+    """A one-row card over in-memory cells: cell name -> one (sample values, sample metadata, trial metadata) a
+    trial; a row of `kind` on a against b."""
+    from vnetbench.results.dataset import Dataset, Trial
+    ok = []
+    for cell, trials in cells.items():
+        for values, meta, tmeta in trials:
+            ok.append(Trial(len(ok) + 1, int(cell == "b"), 1, "x", {}, {"cell": cell}, {}, tmeta, 0,
+                            [{"metric": row.get("metric", "x"), "value": v, "metadata": {"pair": 1, **meta}}
+                             for v in values]))
+    card = {"scorecard": [{"id": "r", "kind": kind, "metric": "x", "a": {"cell": "a"}, "b": {"cell": "b"}, **row}]}
+    return scorecard.evaluate(card, Dataset(None, {}, {}, ok, []))[0]
+
+
+FLOOD_SHORT = {"flags": ["background offered 0.0025 of 0.25 Mbit/s (pair 3): the sender did not reach its rate"]}
+
+
+def test_an_attack_round_whose_flood_fell_short_is_left_out_of_its_cell():
+    """S5's card: six attack rounds at ~6000 interrupts/s against six control rounds at ~1000, but the floods of two
+    attack rounds ran at 1 % of their rate (their ~1000 is no attack): the card leaves them out, as S5's tables do."""
+    attack = [([v], {}, {}) for v in (5000, 6000, 7000, 6000)] + [([v], {}, FLOOD_SHORT) for v in (1001, 1003)]
+    control = [([v], {}, {}) for v in (1000, 1010, 990, 1005, 995, 1002)]
+    r = _cells_card("direction", {"a": attack, "b": control}, expect="higher")
+    assert r.n == (4, 6)
+    assert "2 of 12 trials left out: their background load offered less than 95 % of its rate" in r.why
+    whole = _cells_card("direction", {"a": [(v, m, {}) for v, m, _ in attack], "b": control}, expect="higher")
+    assert whole.n == (6, 6) and "left out" not in whole.why
+
+
+def test_a_cards_percentile_needs_samples_enough_in_each_trial():
+    """`reduce: p99` over 10 samples a trial is the trial's 10th-largest sample, not its p99: those trials are left
+    out (here all, so the row is not measured, and says why); at 100 samples a trial they count."""
+    few = {c: [([float(k + i) for k in range(10)], {}, {}) for i in range(4)] for c in "ab"}
+    r = _cells_card("ratio", few, reduce="p99", study=1.0)
+    assert r.n == (0, 0) and r.verdict == scorecard.CANNOT
+    assert "8 of 8 trials left out: too few samples for their p99 (p99 needs >= 100 samples (had 10))" in r.why
+    many = {c: [([float(k + i) for k in range(100)], {}, {}) for i in range(4)] for c in "ab"}
+    assert _cells_card("ratio", many, reduce="p99", study=1.0).n == (4, 4)
+    own = {c: [([1e-4 * (1 + i / 50)], {"observations": 30}, {}) for i in range(4)] for c in "ab"}
+    r = _cells_card("ratio", own, metric="latency_p99_s", study=1.0)
+    assert r.n == (0, 0) and "p99 needs >= 100 round trips (had 30)" in r.why

@@ -170,7 +170,10 @@ def test_s2_best_and_tie(tmp_path):
         for rep in range(1, 7):
             _trial(store, cid, idx, rep, 0, "iperf3", {"type": "iperf3"},
                    [Sample.of("ping_loss_ratio", 0.5 - loss + rep * 1e-3, pair=1)])
-    best = load_all()["s2"]().run(store, cid).tables[0]
+    result = load_all()["s2"]().run(store, cid)
+    best = result.tables[0]
+    said = " ".join(result.findings)  # the test the ties rest on, named as it is (not "Welch")
+    assert "the permutation test of Welch's t on every pair" in said and "(Welch on every pair" not in said
     assert best.columns[:5] == ["placement", "VMs", "direction", "lowest latency", "lowest jitter"]
     rows = {tuple(r[:3]): r[3:] for r in best.rows}
     uni, bidir = rows[("cross-host", "2", "uni")], rows[("cross-host", "2", "bidir")]
@@ -243,3 +246,31 @@ def test_s2_cpu_per_gbit_bound_and_a_flood_that_did_not_flood(tmp_path):
     assert all(r[-1] == "could not be tested: tenant A's flood fell short of its rate in 1 of 3 trials"
                for r in inter.rows if r[1] == "throughput")
     assert any(f.startswith("Tenant interference could not be tested") for f in result.findings)
+
+
+def test_s1_at_three_trials_says_no_test_ran(tmp_path):
+    """S1's quick profile runs 3 trials a scenario: too few for the exact test to reach 0.05 after Holm. Tables
+    II-IV and the findings say so ('too few trials for a test'), never '(n.s.)' over 0 comparisons nor that the
+    costs 'do not differ significantly'."""
+    store, cid = _campaign(tmp_path, "s1")
+    scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
+                 "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
+                 "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}
+    for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
+        labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
+        store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+        for rep, f in enumerate(jitter(1.0, 3, 1e-3), 1):
+            for w, (size, scale) in enumerate(((56, 1), (65507, 10))):
+                _trial(store, cid, idx, rep, w, "ping", {"type": "ping", "ping_size": size},
+                       [Sample.of("rtt_s", v * f, pair=1) for v in jitter(scale * tr)])
+    result = load_all()["s1"]().run(store, cid)
+    tables = {t.title.split(" —")[0]: t for t in result.tables}
+    for n in ("Table II", "Table III", "Table IV"):
+        cells = " ".join(c for row in tables[n].rows for c in row)
+        assert "(n.s.)" not in cells and "(too few trials for a test)" in cells
+        assert "over the 0 comparisons" not in tables[n].note and "No comparison" in tables[n].note
+    said = " ".join(result.findings)
+    assert "do not differ significantly" not in said and "cannot tell (too few trials for a test)" in said
+    from vnetbench.results.stats import t_note
+    for n in ("Table II", "Table III", "Table IV"):  # their Welch intervals at 3 trials: what they cover, said
+        assert tables[n].note.endswith(t_note(3))

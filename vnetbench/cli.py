@@ -513,18 +513,21 @@ def compare_(a: str = typer.Argument(..., help="campaign A (the baseline): id or
         rows = cmp.compare(side_a, side_b, metric or None, alpha, threshold, gate or None,
                            exclude_noisy=exclude_noisy)
         gone = cmp.missing(side_a, side_b)
+        not_carried = cmp.uncarried([side_a, side_b], metric or None)
     except cmp.CompareError as exc:
         fail(str(exc))
     noisy = {k: noisy_trials(side) for k, side in (("a", side_a), ("b", side_b))}
     if fmt == "json":
         doc = json.loads(cmp.as_json(side_a, side_b, rows, alpha, threshold, gone))
-        doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy}
+        doc |= {"exclude_noisy": exclude_noisy, "noisy_trials": noisy, "not_carried": not_carried}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         console = narrow()
         console.print(cmp.table(side_a, side_b, rows, alpha, threshold, console.width))
         named = [m["scenario"] for m in gone] + [r.scenario for r in rows]
         keys = cmp.distinguishing(named) or list(dict.fromkeys(k for sc in named for k in sc))
+        for line in not_carried:
+            out.print(line, style="yellow", highlight=False, markup=False)
         for m in gone:  # named by what sets it apart (every factor, constant ones too, made lines of 200 columns)
             narrow().print(f"missing in {m['missing_in']}: " + ", ".join(f"{k}={m['scenario'][k]}" for k in keys
                                                                          if k in m["scenario"])

@@ -228,10 +228,25 @@ def _why(row: dict | None, camp: int) -> str:
 def trial_values(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple[int, str, str, str], list[float]]]:
     """Per side: (scenario, metric, workload, what the row measures) -> one value per trial, from the results model
     (report.model): a VM's CPU is never pooled with the host's, nor one direction with the other."""
-    models = [report.model(dataset.load(s.store, s.campaign.id), exclude_noisy) for s in sides]
+    datas = [dataset.load(s.store, s.campaign.id) for s in sides]
+    models = [report.model(d, exclude_noisy) for d in datas]
     vary = report.varying_dims([k for m in models for k in m])
+    gone = [d.uncarried(m) for d, m in zip(datas, models)]  # a p99 of 30 round trips: not compared (uncarried())
     return [{(k.scenario, k.metric, k.workload, k.dims.label(vary[k.name])): list(v.values())
-             for k, v in m.items() if not k.stat} for m in models]
+             for k, v in m.items() if not k.stat and k not in g} for m, g in zip(models, gone)]
+
+
+def uncarried(sides: list[Side], metrics: list[str] | None = None) -> list[str]:
+    """Why a workload's own percentile is not compared: 'latency_p99_s not compared: p99 needs >= 100 round trips
+    (had 30) in A' (its trials' round trips cannot carry it; trial_values leaves it out)."""
+    wanted = set(metrics or report.COMPARE_METRICS)
+    lines: dict[str, None] = {}
+    for name, side in zip("AB", sides):
+        data = dataset.load(side.store, side.campaign.id)
+        for k, (why, _) in sorted(data.uncarried(report.model(data)).items()):
+            if k.metric in wanted:
+                lines[f"{k.metric} not compared: {why} in {name}"] = None
+    return list(lines)
 
 
 def ratio_parts(sides: list[Side], exclude_noisy: bool = False) -> list[dict[tuple, list[tuple[float, float]]]]:
@@ -330,11 +345,9 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
     two = str(a.store.path) != str(b.store.path)
     lines = [f"A: {a.describe(two)}", f"B: {b.describe(two)}",
              f"n = trials per side (one value per trial). Means of the trial values; B/A = ratio of the means with "
-             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, Holm-corrected over the {len(rows)} "
-             f"comparisons of this table; verdict at alpha = {alpha:g}. 'not significant' is not 'the same': "
-             f"(±x %) is the smallest change its test finds 80 % of the time at alpha / {family_size(rows)} (Holm's "
-             f"first step); '{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better direction: "
-             f"cpu_s_per_gbit judges it."]
+             f"Fieller's 95 % CI; p = {stats.TEST} on the same means, " + _family_text(rows, alpha)
+             + f"'{stats.NO_TEST}': the exact test cannot reach p < {alpha:g} at that n. Raw CPU has no better "
+             f"direction: cpu_s_per_gbit judges it."]
     if sums := sorted({r.metric for r in rows if r.metric in dataset.RATIO_OF_SUMS}):
         lines.append(f"{', '.join(sums)}: each side's mean is its trials' CPU seconds summed / their work summed "
                      f"(delta-method spread); the test is on the per-trial values.")
@@ -347,6 +360,16 @@ def header(a: Side, b: Side, rows: list[Row], alpha: float, threshold: float | N
         lines.append(f"{bad} regression{'s' if bad != 1 else ''} (significantly worse by more than {threshold:.0%}; "
                      f"gated metrics: {', '.join(gated) or 'none'}).")
     return lines
+
+
+def _family_text(rows: list[Row], alpha: float) -> str:
+    """Holm's family as the header says it: the rows with a test (none at 3 + 3 trials: no correction to name)."""
+    m = family_size(rows)
+    if not m:
+        return "no row has trials enough for a test; "
+    return (f"Holm-corrected over the {m} tested comparison{'s' * (m != 1)} of this table; verdict at alpha = "
+            f"{alpha:g}. 'not significant' is not 'the same': (±x %) is the smallest change its test finds 80 % of "
+            f"the time at alpha / {m} (Holm's first step); ")
 
 
 def family_size(rows: list[Row]) -> int:

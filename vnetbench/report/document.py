@@ -13,7 +13,7 @@ from typing import Union
 
 from ..catalog import METRICS
 from ..core.units import human, human_interval
-from ..results import dataset, scorecard
+from ..results import dataset, scorecard, stats
 from ..results.guards import reader_flags
 from ..results.store import Campaign, Store
 from . import analyses, answer, figures, mechanism_report, packet_rates
@@ -393,11 +393,15 @@ def metric_table(name: str, rows: list[report.Row]) -> TableData:
     unit, metric = rows[0].unit, rows[0].metric
     desc = describe(metric, rows)
     stat = rows[0].key.stat if rows[0].key else ""
+    sums = report.sums_note(rows, "the column 'ratio of sums'")
+    notes = [sums, *report.carried_notes(rows)]
     return TableData(f"{name} ({unit}) — {desc}" + (f"; {report.trial_value(metric, stat)}" if stat else ""),
-                     ["scenario", *(("workload",) if several else ()), "implementation", *report.STAT_COLUMNS,
+                     ["scenario", *(("workload",) if several else ()), "implementation",
+                      *(c.replace("mean", "ratio of sums") if sums else c for c in report.STAT_COLUMNS),
                       "noisy trials"],
                      [[r.label, *((r.workload,) if several else ()), r.implementation,
-                       *report.stat_cells(r.summary, unit), str(r.noisy)] for r in rows])
+                       *report.stat_cells(r.summary, unit), str(r.noisy)] for r in rows],
+                     ". ".join(n for n in notes if n))
 
 
 LOADED = "rtt_loaded_s"
@@ -427,7 +431,9 @@ def latency_under_load(d: Data) -> Section:
                       ["scenario", *(("workload",) if several else ()), "n", *(f"{st} [95% CI]" for st in stats),
                        "noisy trials"], rows,
                       "Each trial's p50, p90, p99 and max over its own echoes; each cell is the median of those per-trial "
-                      "values over the n trials with its 95 % CI (* = too few trials for 95 %: min .. max).")
+                      "values over the n trials with its 95 % CI (* = too few trials for 95 %: min .. max)."
+                      + "".join(f" {line}." for line in report.carried_notes([r for rs in by.values()
+                                                                             for r in rs.values()])))
     return Section("latency", "Latency under load", [table])
 
 
@@ -438,7 +444,8 @@ def statistics(d: Data, fold: bool = False) -> Section:
     # per-trial tails (p90, p99, max) fold with the other metrics: 'Latency under load' has the loaded one's
     main = [n for m in report.DEFAULT_METRICS for n in by if by[n][0].metric == m and not by[n][0].key.stat]
     rest = sorted(n for n in by if n not in main)
-    blocks: list[Block] = [Para(STAT_NOTE, "note")]
+    least = min((r.summary.n for rs in by.values() for r in rs), default=0)
+    blocks: list[Block] = [Para(" ".join(x for x in (STAT_NOTE, stats.t_note(least)) if x), "note")]
     for m in main:  # the figure for the picture, the table for the numbers (a tail statistic: the table only)
         if not by[m][0].key.stat:
             blocks.append(overview_figure(d, m, by[m]))

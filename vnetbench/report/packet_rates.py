@@ -4,6 +4,7 @@ generator's; then latency at shares of the PDR. Each cell is the median over tri
 search each), with the spread over trials when there are several."""
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 
@@ -75,9 +76,13 @@ def _generators(data: dataset.Dataset) -> list[str]:
     return [f"{n} (UDP, the fallback)" if n == "iperf3" else n for n in sorted(n for n in names if n)]
 
 
-def _per_frame(values: dict[int, float]) -> str:
-    """s/Mpacket as µs a frame."""
-    return f"{statistics.median(values.values()):.3g} µs" if values else "-"
+def _per_frame(data: dataset.Dataset, scenario: int, frame: str, goal: str = "ndr") -> str:
+    """s/Mpacket as µs a frame, over the trials the ratio of sums: their CPU seconds / their Mpackets, each summed
+    (dataset.RATIO_OF_SUMS; a trial that received almost nothing weighs what it received)."""
+    parts = [(m["cpu_s"], m["mpackets"]) for t, s in data.select(f"{goal}_cpu_s_per_mpacket", scenario=scenario)
+             if (m := s["metadata"]).get("frame") == frame and "cpu_s" in m and m.get("mpackets")]
+    total = math.fsum(w for _, w in parts)
+    return f"{math.fsum(c for c, _ in parts) / total:.3g} µs" if total > 0 else "-"
 
 
 def rates_tables(data: dataset.Dataset) -> list[TableData]:
@@ -104,7 +109,7 @@ def rates_tables(data: dataset.Dataset) -> list[TableData]:
         bits.rows.append([*labels, frame, *(_cell(g.get(f"{goal}_{layer}_bps", {}), "bit/s", False)
                                             for goal in ("ndr", "pdr") for layer in ("l1", "l2")),
                           *(_cell(g.get(f"{goal}_trial_s", {}), "s", False) for goal in ("ndr", "pdr")),
-                          _per_frame(g.get("ndr_cpu_s_per_mpacket", {}))])
+                          _per_frame(data, sc, frame)])
     return [rates, bits]
 
 

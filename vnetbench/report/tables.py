@@ -112,7 +112,8 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
     groups = model(data, exclude_noisy) if groups is None else groups
     scenarios = data.scenarios
     cols = label_columns([s for s in scenarios.values() if s["status"] != "skipped"])
-    shown = dict(sorted(((k, v) for k, v in groups.items() if not metrics or k.metric in metrics),
+    asked = _with_stand_ins(metrics)
+    shown = dict(sorted(((k, v) for k, v in groups.items() if not asked or k.metric in asked),
                         key=lambda kv: (kv[0].scenario, kv[0].workload, kv[0].metric, kv[0].dims.order(), kv[0].stat)))
     vary = varying_dims(shown)
     noisy = {t.id for t in data.ok if t.noisy}
@@ -132,7 +133,21 @@ def rows(store: Store, cid: int, metrics: tuple[str, ...] | None = None,
         out.append(Row(key.scenario, key.workload, label, implementation(sc["implementation"]), key.metric, unit,
                        summary, tag, sc["implementation"] or {}, key, values, len(noisy & set(values)),
                        len(flagged & set(values)), of_sums))
-    return mark_carried(out, data)
+    return [r for r in mark_carried(out, data) if not metrics or r.metric in metrics or r.instead_of]
+
+
+def _with_stand_ins(metrics: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The metrics asked for and the workload's own percentiles that may stand in for one of them (latency_p90_s for
+    a latency_p99_s its round trips cannot carry)."""
+    if not metrics:
+        return metrics
+    families = {_family(m) for m in metrics if dataset.own_percentile(m)}
+    return tuple(metrics) + tuple(m for m in METRICS if m not in metrics and dataset.own_percentile(m)
+                                  and _family(m) in families)
+
+
+def _family(metric: str) -> str:
+    return metric.replace(f"_{dataset.own_percentile(metric)}_", "_pNN_")
 
 
 def mark_carried(rows_: list[Row], data: dataset.Dataset) -> list[Row]:
@@ -147,7 +162,20 @@ def mark_carried(rows_: list[Row], data: dataset.Dataset) -> list[Row]:
         instead = dataset.highest_supported(n)
         if (stand_in := by_key.get(dataclasses.replace(r.key, stat="" if instead == "p50" else instead))) is not None:
             stand_in.instead_of[r.key.stat] = r.uncarried
+    _mark_own(rows_, data, by_key)
     return rows_
+
+
+def _mark_own(rows_: list[Row], data: dataset.Dataset, by_key: dict[dataset.Key, Row]) -> None:
+    """Marks a workload's own percentile (latency_p99_s) its trials' round trips cannot carry, and the row of the
+    highest own percentile they do carry (latency_p90_s) as standing in for it."""
+    for key, (why, n) in data.uncarried(by_key).items():
+        by_key[key].uncarried = why
+        siblings = {dataset.own_percentile(k.metric): k for k in by_key  # the same row's other own percentiles
+                    if dataclasses.replace(k, metric=key.metric) == key and _family(k.metric) == _family(key.metric)}
+        instead = siblings.get(dataset.highest_supported(n, siblings))
+        if instead is not None and instead != key:
+            by_key[instead].instead_of[key.metric] = why
 
 
 def carried(rows_: list[Row]) -> list[Row]:
@@ -171,7 +199,9 @@ def carried_notes(rows_: list[Row], tails: dict[str, tuple[str, ...]] | None = A
     notes: dict[str, list[Row]] = defaultdict(list)
     for r in rows_:
         for stat, why in r.instead_of.items():
-            if tails is None or stat in tails.get(r.metric, ()):
+            if dataset.own_percentile(stat):  # a workload's own percentile: a metric of its own, always asked
+                notes[f"{stat} not shown: {why}; {r.metric} shown instead"].append(r)
+            elif tails is None or stat in tails.get(r.metric, ()):
                 notes[f"{r.metric} {stat} not shown: {why}; {r.key.stat or 'the median'} shown instead"].append(r)
     return [text + ("" if len(rs) == len(rows_) else f" ({'; '.join(r.label for r in rs)})")
             for text, rs in notes.items()]
@@ -316,9 +346,16 @@ def _print_notes(console: Console, rows_: list[Row], tails: dict[str, tuple[str,
     """Under a table: the percentiles asked for that its rows stand in for, and what a ratio of sums is."""
     for line in carried_notes(rows_, tails):
         console.print(escape(line), style="yellow", soft_wrap=False)
-    if rows_ and all(r.of_sums for r in rows_):
-        console.print(f"ratio of sums (--wide: mean) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, "
-                      "each summed; CI: delta method", style="dim")
+    if line := sums_note(rows_):
+        console.print(line, style="dim")
+
+
+def sums_note(rows_: list[Row], mean: str = "--wide: mean") -> str:
+    """What a table's ratio of sums is, when its rows are one ('' otherwise)."""
+    if not rows_ or not all(r.of_sums for r in rows_):
+        return ""
+    return (f"ratio of sums ({mean}) = the trials' CPU seconds / their {rows_[0].unit.split('/')[-1]}, each summed; "
+            "CI: delta method")
 
 
 def offload_lines(data: dataset.Dataset) -> list[str]:
@@ -373,7 +410,7 @@ def _by_name(rows_: list[Row], metrics: tuple[str, ...] | None,
     """Rows per table ('rtt_loaded_s', 'rtt_loaded_s p99'), in the order of `metrics`, then by name."""
     out: dict[str, list[Row]] = defaultdict(list)
     order = {m: i for i, m in enumerate(metrics or ())}
-    for r in sorted(rows_, key=lambda r: (order.get(r.metric, len(order)), r.metric,
+    for r in sorted(rows_, key=lambda r: (min(order.get(m, len(order)) for m in (r.metric, *r.instead_of)), r.metric,
                                           dataset.TAIL_STATS.index(r.key.stat) + 1 if r.key.stat else 0)):
         wanted = set(tails.get(r.metric, ())) if tails is not None else set()
         if not r.key.stat or tails is None or r.key.stat in wanted or wanted & set(r.instead_of):

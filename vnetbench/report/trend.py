@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..catalog import METRICS
-from ..results import stats
+from ..results import dataset, stats
 from ..results.store import Campaign, Store
-from .compare import Side, trial_values
+from .compare import Side, ratio_parts, trial_values
 
 VERSIONS = ("ovs-vswitchd", "charon", "wg", "wireguard-go", "iperf3", "netperf", "ip")
 
@@ -29,6 +29,11 @@ class Point:
     campaign: Campaign
     values: list[float]
     implementation: dict
+    parts: list[tuple[float, float]] | None = None   # each trial's (CPU seconds, work) of a RATIO_OF_SUMS metric
+
+    @property
+    def mean(self) -> float:
+        return _mean([self])
 
 
 @dataclass
@@ -81,6 +86,7 @@ def history(stores: list[Store], metrics: list[str] | None = None, where: dict[s
     for store, camp in runs:
         stored = {s["idx"]: s for s in store.scenarios(camp.id)}
         (values,) = trial_values([Side(store, camp)])
+        (parts,) = ratio_parts([Side(store, camp)])
         for (idx, metric, workload, what), vals in values.items():
             sc = stored.get(idx)
             labels = LEGACY_LABELS | (sc["labels"] if sc else {})
@@ -89,7 +95,9 @@ def history(stores: list[Store], metrics: list[str] | None = None, where: dict[s
                 continue
             key = (tuple(sorted(labels.items())), workload, metric, what)
             series = found.setdefault(key, Series(labels, workload, metric, what))
-            series.points.append(Point(str(store.path), camp, list(vals), sc.get("implementation") or {}))
+            got = parts.get((idx, metric, workload, what))
+            series.points.append(Point(str(store.path), camp, list(vals), sc.get("implementation") or {},
+                                       got if got and len(got) == len(vals) else None))
             env = _facts(camp, sc.get("implementation") or {})
             if key in previous_env and (changed := _changed(previous_env[key], env)):
                 series.notes[len(series.points) - 1] = changed
@@ -124,14 +132,25 @@ def _classify(s: Series) -> None:
         s.groups.append((start, start + len(g.run_list)))
         start += len(g.run_list)
     for (a0, a1), (b0, b1) in zip(s.groups, s.groups[1:]):
-        before = [v for p in s.points[a0:a1] for v in p.values]
-        after = [v for p in s.points[b0:b1] for v in p.values]
-        mb, ma = math.fsum(before) / len(before), math.fsum(after) / len(after)
+        before, after = _summary(s.points[a0:a1]), _summary(s.points[b0:b1])
+        mb, ma = before.mean, after.mean
         ratio = ma / mb if mb else math.nan
-        ci = stats.ratio_ci(stats.summarize(before), stats.summarize(after)) if min(len(before), len(after)) >= 2 \
-            else (math.nan, math.nan)
+        ci = stats.ratio_ci(before, after) if min(before.n, after.n) >= 2 else (math.nan, math.nan)
         worse = ma < mb if s.better == "higher" else ma > mb
         s.changes.append(Change(b0, mb, ma, ratio, ci, worse))
+
+
+def _summary(points: list[Point]) -> stats.Summary:
+    """The trials of these campaigns; CPU per unit of work with its mean the ratio of their sums (a trial that
+    delivered almost nothing weighs what it delivered, as in show and compare)."""
+    got = stats.summarize([v for p in points for v in p.values])
+    if all(p.parts for p in points):
+        return dataset.ratio_of_sums(got, [x for p in points for x in p.parts])
+    return got
+
+
+def _mean(points: list[Point]) -> float:
+    return _summary(points).mean
 
 
 def _name(s: Series, varying: list[str]) -> str:
@@ -179,7 +198,7 @@ def as_json(series: list[Series]) -> list[dict]:
     return [{"scenario": s.scenario, "workload": s.workload, "metric": s.metric, "what": s.what, "better": s.better,
              "points": [{"store": p.store, "campaign": p.campaign.id, "name": p.campaign.name,
                          "created": p.campaign.created, "n": len(p.values),
-                         "mean": math.fsum(p.values) / len(p.values), "notes": s.notes.get(i, [])}
+                         "mean": p.mean, "mean_is": "ratio of sums" if p.parts else "mean", "notes": s.notes.get(i, [])}
                         for i, p in enumerate(s.points)],
              "groups": [list(g) for g in s.groups],
              "changes": [{"at": c.at, "campaign": s.points[c.at].campaign.id, "kind": c.kind, "before": c.before,
@@ -199,10 +218,9 @@ def draw(series: list[Series], path, most: int = 12) -> None:
     for ax, s in zip(axes[:, 0], shown):
         for i, p in enumerate(s.points):
             ax.plot([i] * len(p.values), p.values, ".", color="0.6")
-            ax.plot(i, math.fsum(p.values) / len(p.values), "o", color="C0")
+            ax.plot(i, p.mean, "o", color="C0")
         for a, b in s.groups:
-            vals = [v for p in s.points[a:b] for v in p.values]
-            ax.hlines(math.fsum(vals) / len(vals), a - 0.4, b - 0.6, color="C1")
+            ax.hlines(_mean(s.points[a:b]), a - 0.4, b - 0.6, color="C1")
         for c in s.changes:
             ax.axvline(c.at - 0.5, color="C3" if c.worse else "C2", linestyle="--")
         ax.set_title(_name(s, varying), fontsize=9)

@@ -17,6 +17,7 @@ every per-trial value here comes from `per_trial`, the one reduction.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from contextlib import contextmanager
@@ -40,6 +41,10 @@ TAIL_STATS = ("p90", "p99", "max")
 # Over trials the estimate is sum(cpu_s) / sum(work): a mean of the ratios lets a trial that delivered almost nothing
 # (1000 s of CPU per Gbit) outweigh every other.
 RATIO_OF_SUMS = {"cpu_s_per_gbit": "gbit", "cpu_s_per_mpacket": "mpackets"}
+# A workload's own percentile (sockperf's, netperf's latency_p99_s) is over the round trips its tool counted: their
+# number is stored on the sample (metadata OBSERVATIONS); older samples are counted by the trial's per-event ones.
+OBSERVATIONS = "observations"
+OWN_EVENTS = "latency_s"  # the per-round-trip metric a workload stores beside its own percentiles
 
 
 def quantile(stat: str) -> float | None:
@@ -63,6 +68,12 @@ def highest_supported(n: int, among: Iterable[str] = ("p50", *TAIL_STATS)) -> st
     """The highest percentile `among` these that n samples support ('p50' when none above it does)."""
     ok = [s for s in among if (q := quantile(s)) is not None and supported(q, n)]
     return max(ok, key=lambda s: quantile(s), default="p50")
+
+
+def own_percentile(metric: str) -> str | None:
+    """The percentile a workload's own summary metric is ('latency_p99_s' -> 'p99'); None for any other metric."""
+    m = re.search(r"_(p\d+(?:\.\d+)?)_", metric)
+    return m[1] if m and quantile(m[1]) is not None else None
 
 
 def unsupported(stat: str, n: int, noun: str = "samples") -> str:
@@ -182,6 +193,14 @@ class Trial:
                and all(s["metadata"].get(k) == v for k, v in meta.items())]
         return per_trial(own, how, lambda t, s: 0).get(0, {}).get(self.id)
 
+    def uncarried(self, metric: str) -> str:
+        """Why the trial's own percentile `metric` (latency_p99_s) is over too few round trips to carry it: 'p99 needs
+        >= 100 round trips (had 30)'; '' when it carries it, or is no such metric, or its count was not stored."""
+        counts = [n for s in self.samples if s["metric"] == metric and _own(s["metadata"])
+                  and isinstance(n := s["metadata"].get(OBSERVATIONS), int)]
+        stat = own_percentile(metric)
+        return unsupported(stat, min(counts), "round trips") if stat and counts else ""
+
     def machine(self, metric: str) -> float | None:
         """A whole-machine probe's value over the trial (the window total, not the series or a single CPU)."""
         vs = [s["value"] for s in self.samples if s["metric"] == metric and s["metadata"].get("scope") == "machine"
@@ -288,6 +307,33 @@ class Dataset:
         out: dict[Key, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         for t, s in self.select(metric, background=None):
             out[Key(t.scenario, t.name, metric, _dims(s))][t.id] += 1
+        return out
+
+    def observation_counts(self, metric: str) -> dict[Key, dict[int, int]]:
+        """How many round trips stand behind each trial's own percentile `metric` (latency_p99_s), keyed as reduced()
+        keys it: the count stored on the sample, else the trial's per-round-trip samples of the same Dims (times
+        their thinning); a trial with neither has no count (and its percentile is not checked)."""
+        events: dict[tuple[int, Dims], int] = defaultdict(int)
+        for t, s in self.select(OWN_EVENTS, background=None):
+            events[(t.id, _dims(s))] += int(s["metadata"].get("thinned_every") or 1)
+        out: dict[Key, dict[int, int]] = defaultdict(dict)
+        for t, s in self.select(metric, background=None):
+            key, n = Key(t.scenario, t.name, metric, _dims(s)), s["metadata"].get(OBSERVATIONS)
+            n = n if isinstance(n, int) and not isinstance(n, bool) else events.get((t.id, key.dims))
+            if n is not None:
+                out[key][t.id] = min(n, out[key].get(t.id, n))
+        return out
+
+    def uncarried(self, keys: Iterable[Key]) -> dict[Key, tuple[str, int]]:
+        """Keys of a workload's own percentile whose trials had too few round trips for it -> (why: 'p99 needs >= 100
+        round trips (had 30)', the fewest a trial had)."""
+        own = [k for k in keys if not k.stat and own_percentile(k.metric)]
+        counts = {m: self.observation_counts(m) for m in {k.metric for k in own}}
+        out: dict[Key, tuple[str, int]] = {}
+        for k in own:
+            per = counts[k.metric].get(k)
+            if per and (why := unsupported(own_percentile(k.metric), n := min(per.values()), "round trips")):
+                out[k] = (why, n)
         return out
 
     def ratio_parts(self, exclude_noisy: bool = False) -> dict[Key, dict[int, tuple[float, float]]]:

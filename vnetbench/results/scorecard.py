@@ -13,10 +13,14 @@ An entry `{define: [...]}` is no claim: it holds YAML anchors (selectors) the ro
 `{paper: {...}}` alone is no claim either: what the study ran, for every row (a row's own `paper` adds to it).
 
 Kinds:
-  ratio      mean(a) / mean(b), Fieller's CI (stats.ratio_ci). The study's value v with `tolerance` t: the band is
-             [v / (1 + t), v * (1 + t)]. An equivalence test: the deciding interval wholly inside the band -> agrees;
-             wholly outside -> differs; else cannot tell. At a band's edge either verdict is wrong at most as often as
-             the interval misses on one side or the other: alpha / m, over m interval rows alpha.
+  ratio      mean(a) / mean(b), Fieller's CI (stats.ratio_ci), printed; decided on median(a) / median(b) within
+             each cell's exact order-statistic interval at the square root of the level (distribution-free: a quiet
+             cell beside a busy one's bimodal trials made Fieller's interval give 27-33 % wrong verdicts at a band's
+             edge at 4 trials a cell, 6-7 % still at 24; seeded, tests/test_card_verdicts.py). The study's value v
+             with `tolerance` t: the band is [v / (1 + t), v * (1 + t)]. An equivalence test: the deciding interval
+             wholly inside the band -> agrees; wholly outside -> differs; else cannot tell. At a band's edge either
+             verdict is wrong at most as often as the interval misses on one side or the other: alpha / m, over m
+             interval rows alpha.
   direction  a `higher` / `lower` than b: the pre-declared test (stats.compare), Holm over the card's direction and
              best comparisons; the direction holds significantly -> agrees; the opposite -> differs; else cannot tell
              (3 + 3 trials: "too few trials for a test", left out of the Holm family).
@@ -31,7 +35,8 @@ The ratio, value and contrast rows decide on intervals widened for the card's fa
 the campaign measured (1 - 0.05 / m), and over the k looks of a card run in rounds (1 - 0.05 / (m k); its tests at
 0.05 / k: vnetbench.run.rounds), printed beside the plain 95 % CI with its level. Such an interval needs
 INTERVAL_MIN_N trials a cell (stats.CONTRAST_MIN_N for a contrast): at 3 a busy machine's bimodal trials make a widened
-Fieller interval miss far more often than its level says (11 % family-wise over 8 rows at 3 + 3, seeded).
+Fieller interval miss far more often than its level says (11 % family-wise over 8 rows at 3 + 3, seeded); a ratio or
+value row needs the trials its medians' exact interval takes at that level (a ratio at 95 %: 7 a cell).
 A row's `reduce` (median, mean, sum, ...) makes a trial's one value from its samples (default: the median of a
 per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as loss. A whole-machine probe's window
 value stands in when the workload has no such sample (cpu_busy_ratio, interrupts_per_s); 'a/b' is the quotient of two
@@ -47,7 +52,10 @@ datapath, an SR-IOV virtual function); a stand-in (STAND_INS: wireguard-go, stro
 datapath, a macvlan; namespace or UML guest VMs where the paper names its VMs; a qemu guest under TCG, an emulated
 CPU, wherever it ran: EMULATED) is named in the verdict.
 Trials whose sender did not offer the load asked (guards.not_offered) stay in their cells, and every verdict on them
-says so with their count."""
+says so with their count. A trial whose background load (S5's flood) did not run at its rate is no trial of its
+cell's condition: it is left out of the cell, as S5's own tables leave out such an attack round, and the row says how
+many. So is a trial whose samples cannot carry the row's percentile (`reduce: p99` over fewer than 100 samples, a
+workload's own latency_p99_s over fewer than 100 round trips: dataset.unsupported)."""
 from __future__ import annotations
 
 import math
@@ -56,12 +64,13 @@ from typing import Any
 
 from ..core.units import human, parse_rate
 from . import stats
-from .dataset import DISTRIBUTIONS, Dataset, Trial, load, reduce_values
-from .guards import not_offered, reader_flags
+from .dataset import DISTRIBUTIONS, Dataset, Trial, load, quantile, reduce_values, unsupported
+from .guards import OFFERED_SHORT, not_offered, reader_flags
 
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot tell"
 KINDS = ("ratio", "direction", "value", "contrast", "best")
 INTERVALS = ("ratio", "value", "contrast")
+EXACT = ("ratio", "value")   # decided on medians' exact order-statistic intervals, whatever the trials' shape
 TESTS = ("direction", "best")
 ALPHA = 0.05
 POWER = 0.8          # what an undecided direction row's trial count is planned for
@@ -125,6 +134,7 @@ class _Cells:
     values: list[list[float]] = field(default_factory=list)
     trials: list[list[Trial]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)   # why trials of the cells were left out, counted
 
 
 @dataclass
@@ -170,10 +180,14 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
 
 def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None) -> _Cells:
     out = _Cells()
+    dropped: dict[str, list[str]] = {}   # what left trials out -> an example of each
     for sel in sels:
         got = [t for t in data.ok if matches(sel, t.labels, t.levels, t.params)]
         vals, used = [], []
         for t in got:
+            if why := _left_out(t, metric, how):
+                dropped.setdefault(why[0], []).append(why[1])
+                continue
             v = _value(t, metric, how)
             if v is not None and math.isfinite(v):
                 vals.append(v)
@@ -182,7 +196,23 @@ def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None)
         out.trials.append(used)
         out.skipped += [f"{s['status']}: {s['reason'] or 'no reason recorded'}" for s in data.scenario_list
                         if s["status"] in ("skipped", "failed") and matches(sel, s["labels"], s["levels"], None)]
+    total = sum(map(len, out.values)) + sum(map(len, dropped.values()))
+    out.left_out = [f"{len(ex)} of {total} trials left out: {what}" + (f" ({ex[0]})" if ex[0] else "")
+                    for what, ex in dropped.items()]
     return out
+
+
+def _left_out(t: Trial, metric: str, how: str | None) -> tuple[str, str] | None:
+    """Why a trial is no trial of its cell (what, an example), or None: its background load did not run at its rate
+    (S5's flood), or its samples cannot carry the row's percentile."""
+    if any(str(f).startswith("background offered ") for f in t.metadata.get("flags") or ()):
+        return f"their background load offered less than {100 * OFFERED_SHORT:.0f} % of its rate", ""
+    for m in (x.strip() for x in metric.split("/")):
+        if how and quantile(how) is not None and (why := unsupported(how, len(t.values(m)))):
+            return f"too few samples for their {how}", why
+        if why := t.uncarried(m):
+            return f"too few round trips for their {m}", why
+    return None
 
 
 def _value(t: Trial, metric: str, how: str | None = None) -> float | None:
@@ -354,7 +384,7 @@ def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
     k = looks(spec)
     planned_rows = sum(bool(c.sums) for c in claims if c.kind in INTERVALS)
     for c in claims:
-        if c.ready and c.kind == "value":
+        if c.ready and c.kind in EXACT:
             _exact_enough(c, 1 - ALPHA / (planned_rows * k))
     family = [c for c in claims if c.ready and c.kind in INTERVALS]   # measured: their number is no outcome
     for c in family:
@@ -420,6 +450,8 @@ def _need(c: _Claim) -> int:
 
 def _unmeasured(cells: _Cells) -> tuple[str, str]:
     """Why a cell has no trials, and what would measure it."""
+    if cells.left_out:
+        return f"not measured ({'; '.join(cells.left_out)})", "trials its cells need not leave out"
     skipped = sorted({s.removeprefix("skipped: ") for s in cells.skipped if s.startswith("skipped: ")})
     if skipped:
         return "not measured (its scenario was skipped)", "this machine cannot: " + "; ".join(skipped[:2])
@@ -456,12 +488,26 @@ def _estimate(c: _Claim) -> None:
 
 
 def _exact_enough(c: _Claim, level: float) -> None:
-    """A value row decides on the median's exact interval at the card's level: below the trials that reach it, no
-    verdict (at 99.7 %, 10 a cell)."""
-    n, need = len(c.cells.values[0]), _median_need(level)
+    """A value (ratio) row decides on the median's exact interval (each cell's, at the square root of the level)
+    at the card's level: below the trials that reach it, no verdict (a value row at 99.7 %, 10 a cell)."""
+    n, need = min(map(len, c.cells.values)), _median_need(_cell_level(c.kind, level))
     if n < need:
         c.ready = False
-        c.row.why = f"too few trials for the median's exact {_pct(level)} interval (n={n}, needs {need} a cell)"
+        what = "median's exact" if c.kind == "value" else "medians' exact"
+        c.row.why = f"too few trials for the {what} {_pct(level)} interval (n={n}, needs {need} a cell)"
+
+
+def _cell_level(kind: str, level: float) -> float:
+    """Each cell's median interval level: a ratio's two cells cover together at least `level` (independent)."""
+    return level if kind == "value" else math.sqrt(level)
+
+
+def _median_ratio_ci(vals: list[list[float]], level: float) -> tuple[float, float]:
+    """median(a) / median(b) bounded by each cell's exact order-statistic interval at sqrt(level): distribution-free
+    (a quiet cell beside a busy one's bimodal trials made Fieller's interval of the means' ratio miss 27-33 % at
+    4 trials a cell at a band's edge, 6-7 % still at 24)."""
+    (alo, ahi), (blo, bhi) = (stats.summarize(v, confidence=math.sqrt(level)).ci_median for v in vals)
+    return (alo / bhi, ahi / blo) if blo > 0 and alo >= 0 else (math.nan, math.nan)
 
 
 def _median_need(level: float) -> int:
@@ -478,11 +524,12 @@ def _decide_interval(c: _Claim, m: int, k: int = 1) -> None:
     elif c.kind == "contrast":
         ci = stats.contrast_ratio(c.sums, c.num, c.den, level)[1]
     else:
-        ci = stats.ratio_ci(c.sums[1], c.sums[0], level)
+        ci = _median_ratio_ci(vals, level)
     row.decided_ci, row.decided_level = ci, level
     shown = f"{_fmt(ci[0], c.unit)} .. {_fmt(ci[1], c.unit)}" if all(map(math.isfinite, ci)) else "unbounded"
     over = [f"{m} rows"] * (m > 1) + [f"{k} looks"] * (k > 1)
-    row.decided = f"{_pct(level)} CI {shown}" + (f" (Bonferroni over {' x '.join(over)})" if over else "")
+    of = " of the medians' ratio (exact)" if c.kind == "ratio" else ""
+    row.decided = f"{_pct(level)} CI{of} {shown}" + (f" (Bonferroni over {' x '.join(over)})" if over else "")
     row.verdict, row.why = _by_interval(c.entry, ci, c.unit)
 
 
@@ -512,7 +559,7 @@ def _finish(c: _Claim, data: Dataset, paper: dict, line: float | None, family: t
         return
     row.stand_in = _stand_in({**_implied(c.entry), **paper, **(c.entry.get("paper") or {})}, c.cells, data)
     offered = _offered(c.cells)
-    notes = [x for x in (row.why, offered) if x]
+    notes = [x for x in (row.why, *c.cells.left_out, offered) if x]
     if row.verdict == DIFFERS:
         notes.append(_reason(c.cells, line) or ("" if offered else "no measured cause in the campaign"))
     row.why = "; ".join(x for x in notes if x)
@@ -552,7 +599,7 @@ def _interval_trials(c: _Claim, sums: list[stats.Summary], m: int) -> float | No
     lo, hi = _band(c.entry)
     est = c.row.estimate
     gap = min(abs(est - lo), abs(est - hi))
-    floor = max(_need(c), _median_need(1 - ALPHA / m) if c.kind == "value" else 0)
+    floor = max(_need(c), _median_need(_cell_level(c.kind, 1 - ALPHA / m)) if c.kind in EXACT else 0)
     return _trials_for(gap, _spread(sums, c.num, c.den, est), float(ndtri(1 - ALPHA / (2 * m))), floor)
 
 

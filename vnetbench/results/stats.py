@@ -627,7 +627,7 @@ def holm_verdicts(comparisons: Sequence[Comparison], alpha: float = 0.05) -> lis
 
 def best_of(groups: Mapping[str, Sequence[float]], better: str, alpha: float = 0.05) -> Best:
     """The leader (best mean; equal means keep the order of `groups`) and every group that cannot be told from it.
-    Welch's test is run on EVERY pair of groups and Holm-corrected over all k (k - 1) / 2 of them: the leader is
+    The test (p_value: the permutation test of Welch's t) is run on EVERY pair of groups and Holm-corrected over all k (k - 1) / 2 of them: the leader is
     picked from the data, so correcting only its own k - 1 comparisons lets an equal group fall out of the tie too
     often (5-8 % at 4 groups, 13 % at 9); over all pairs the family-wise error stays at alpha whichever group leads.
     A group whose adjusted p against the leader is >= alpha (or undefined) ties with it."""

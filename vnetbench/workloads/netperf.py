@@ -35,7 +35,7 @@ DEFAULT_SIZE = {"STREAM": 16384, "RR": 64}  # RR matches sockperf's default mess
 
 
 def selectors(test: str) -> list[str]:
-    return [*STREAM, "THROUGHPUT_UNITS"] if test.endswith("STREAM") else list(RR)
+    return [*STREAM, "THROUGHPUT_UNITS"] if test.endswith("STREAM") else [*RR, "ELAPSED_TIME"]
 
 
 def parse_netperf(text: str, test: str, **meta) -> list[Sample]:
@@ -51,7 +51,18 @@ def parse_netperf(text: str, test: str, **meta) -> list[Sample]:
         if not unit:
             raise WorkloadError(f"netperf throughput unit {values.get('THROUGHPUT_UNITS')!r} is not 10^N bits/s")
         scale = 10.0 ** int(unit[1])
+    if table is RR:  # the percentiles are over the test's transactions: 30 of them carry no p99 (dataset.uncarried)
+        meta = meta | _transactions(values, meta.get("window"))
     return [Sample.of(metric, float(values[key]) * factor * scale, **meta) for key, (metric, factor) in table.items()]
+
+
+def _transactions(values: dict[str, str], window: list[float] | None) -> dict[str, int]:
+    """{'observations': the transactions of an RR test}: its rate times its elapsed time (else the -l window)."""
+    try:
+        seconds = float(values["ELAPSED_TIME"]) if "ELAPSED_TIME" in values else window[1] - window[0]
+        return {"observations": round(float(values["TRANSACTION_RATE"]) * seconds)}
+    except (TypeError, ValueError, IndexError):
+        return {}
 
 
 class NetperfParams(Params):

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from ...results.dataset import Dataset, load  # noqa: E402
-from ...results.stats import Summary, compare, contrast, holm, summarize  # noqa: E402
+from ...results.stats import NO_TEST, Summary, compare, contrast, holm, summarize, t_note  # noqa: E402
 from ...results.store import Store  # noqa: E402
 from . import register  # noqa: E402
 from ._cells import Family  # noqa: E402
@@ -170,6 +170,14 @@ def _find(data: Dataset, attach: str, encrypted: bool) -> dict | None:
     return None
 
 
+UNTESTED = f"cannot tell ({NO_TEST})"
+
+
+def _mark(x: dict) -> str:
+    """A mechanism cell's mark: none when significant, '(n.s.)' when its test ran, else that no test could."""
+    return "" if x["significant"] else " (n.s.)" if math.isfinite(x["p"]) else f" ({NO_TEST})"
+
+
 @register
 class S1(Analysis):
     name = "s1"
@@ -237,7 +245,8 @@ class S1(Analysis):
         p = c.p
         t_ci = (c.diff_ci[0] / 2, c.diff_ci[1] / 2)
         return {"ok": True, "diff": diff, "t": t, "t_ci": t_ci, "tp": 1 / (t * 1e3) if t > 0 else math.inf,
-                "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False}
+                "tp_ci": _tp_ci(t_ci), "p": p, "p_holm": math.nan, "significant": False,
+                "n": min(len(with_.values), len(base.values))}
 
     # ---- tables ------------------------------------------------------------------------------------------
     def _table1(self, data: Dataset, scen: dict) -> TableData:
@@ -302,7 +311,7 @@ class S1(Analysis):
     def _mech_cells(x: dict) -> list[str]:
         if not x["ok"]:
             return [x["missing"], "n/a"]
-        ns = "" if x["significant"] else " (n.s.)"
+        ns = _mark(x)
         lo, hi = x["t_ci"]
         ci = "" if math.isnan(lo) else f" [{ms(lo)} – {ms(hi)}]"
         return [ms(x["diff"]) + ns, ms(x["t"]) + ci + ns]
@@ -315,6 +324,7 @@ class S1(Analysis):
         cols, rows = ["mechanism", "measured as"], []
         for key in self._rt_keys(e):
             cols += [f"diff {key} ({sizes[key] + 8} B)", f"t {key} [95% CI]", f"TP {key} [95% CI] (packets/ms)"]
+        least = min((x["n"] for (name, _), x in mech.items() if name in names and x["ok"]), default=0)
         for name, with_, base in MECHANISMS:
             if name in names:
                 cells = []
@@ -327,15 +337,18 @@ class S1(Analysis):
             "mean over trials of the trial's median echo; a round trip crosses the mechanism twice, so its one-way "
             "cost is t = diff / 2, and TP = 1 / t (t in ms) the packets per millisecond the mechanism alone could "
             "process. The CI of t is Welch's 95 % interval of diff, halved; TP's is 1 / that ('≥ x' when it reaches "
-            "zero). '(n.s.)': the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial medians gives p >= 0.05 after Holm's correction over the "
-            f"{tests} comparisons of Tables II-IV (or a scenario has a single trial). TRS: the {sizes['TRS'] + 8}-byte echo"
-            + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else "."))
+            "zero). " + (f"'(n.s.)': the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial "
+                         f"medians gives p >= 0.05 after Holm's correction over the {tests} comparisons of Tables "
+                         f"II-IV; '({NO_TEST})': " if tests else f"No comparison of Tables II-IV was tested: '({NO_TEST})': ")
+            + f"the exact test cannot reach p < 0.05 at those trials. TRS: the {sizes['TRS'] + 8}-byte echo"
+            + (f"; TRSc: the {sizes['TRSc'] + 8}-byte echo every scenario carries." if e.trc is not None else ".")
+            + (f" {t_note(least)}" if t_note(least) else ""))
 
     @staticmethod
     def _tp_cell(x: dict) -> str:
         if not x["ok"]:
             return x["missing"]
-        ns = "" if x["significant"] else " (n.s.)"
+        ns = _mark(x)
         if x["t"] <= 0:
             return "no cost measured (t ≤ 0)" + ns
         lo, hi = x["tp_ci"]
@@ -506,7 +519,9 @@ class S1(Analysis):
             c = contrast([(1, m[(w1, key)].values), (-1, m[(b1, key)].values),
                           (-1, m[(w2, key)].values), (1, m[(b2, key)].values)])
             p = family.adjusted_p(c.p)
-            if c.why or not p < 0.05:
+            if c.why or not math.isfinite(p):
+                return UNTESTED
+            if not p < 0.05:
                 return "cannot tell"
             return "yes" if c.estimate > 0 else "no, smaller"
 
@@ -515,6 +530,8 @@ class S1(Analysis):
                 return "yes"
             if any(a.startswith("no") for a in answers):
                 return "no"
+            if answers and all(a == UNTESTED for a in answers):
+                return UNTESTED
             return "cannot tell (the costs do not differ significantly)"
 
         # 1. IPsec is the bottleneck when saturated: its cost larger than every other mechanism's

@@ -424,8 +424,8 @@ def _findings(best: TableData, implementation: str, interference: TableData | No
         if winners:
             clear = [w for w in winners if not w.startswith("tie")]
             out.append(f"{title}: {len(clear)} of {len(winners)} cells have a significant winner "
-                       f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties (Welch on every pair, Holm "
-                       f"within each cell: each cell is one family at 5 %, so among cells where nothing differs "
+                       f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties (the permutation test of "
+                       f"Welch's t on every pair, Holm within each cell: each cell is one family at 5 %, so among cells where nothing differs "
                        f"at most 1 in 20 shows a winner).")
     if interference:
         out.append(_interference_finding(interference))

@@ -103,6 +103,12 @@ def _cpus(t: Trial) -> int | None:
     return len(ids) or None
 
 
+def _uncarried(name: str, rr: list[Trial]) -> list[str]:
+    """'VXLAN: p99 needs >= 100 round trips (had 30)' for a percentile some run's round trips cannot carry."""
+    whys = [next((w for t in rr if (w := t.uncarried(f"latency_{k}_s"))), "") for k in ("p90", "p99")]
+    return [f"{name}: {w}" for w in whys if w]
+
+
 @register
 class S4(Analysis):
     name = "s4"
@@ -158,12 +164,27 @@ class S4(Analysis):
         return [v for t in self._trials(iface, m, mtu) if (v := fn(t)) is not None]
 
     def _cpu_per_gbit(self, iface: str, m: str = SINGLE) -> float | None:
-        """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate."""
-        return median(self._cpu_per_gbit_runs(iface, m))
+        """Whole-machine CPU (in cores) per Gbit/s carried: what a bit costs, whatever the line rate; over the runs
+        the ratio of sums, CPU seconds / Gbit (a run that carried almost nothing weighs what it carried)."""
+        parts = [p for t in self._trials(iface, m) if (p := self._cpu_gbit(t)) is not None]
+        total = math.fsum(g for _, g in parts)
+        return math.fsum(c for c, _ in parts) / total if total > 0 else None
 
     def _cpu_per_gbit_runs(self, iface: str, m: str = SINGLE) -> list[float]:
-        return [cores / (tp / 1e9) for t in self._trials(iface, m)
-                if (cores := self._cores_busy(t)) is not None and (tp := t.total("throughput_bps", direction="forward"))]
+        """Each run's own CPU per Gbit/s: what the test compares, one value per trial."""
+        return [c / g for c, g in filter(None, map(self._cpu_gbit, self._trials(iface, m))) if g]
+
+    def _cpu_gbit(self, t: Trial) -> tuple[float, float] | None:
+        """A run's (machine CPU seconds, Gbit carried): the parts of its cpu_s_per_gbit (dataset.RATIO_OF_SUMS),
+        else its busy cores and forward Gbit/s (qemu host guests, whose CPU is their own; a campaign stored without
+        the parts: the runs weigh by their rate)."""
+        for s in t.samples if t.labels.get("kernel") != "qemu" else ():
+            meta = s["metadata"]
+            if s["metric"] == "cpu_s_per_gbit" and meta.get("scope") == "machine" and not meta.get("host") \
+                    and "cpu_s" in meta and meta.get("gbit"):
+                return float(meta["cpu_s"]), float(meta["gbit"])
+        cores, tp = self._cores_busy(t), t.total("throughput_bps", direction="forward")
+        return (cores, tp / 1e9) if cores is not None and tp else None
 
     def _cores_busy(self, t: Trial) -> float | None:
         """The CPU cores busy over the trial's window: with a guest per host (qemu host guests) each host's own
@@ -188,7 +209,7 @@ class S4(Analysis):
     def _interfaces(self, ifaces: list[str]) -> TableData:
         cols = ["interface", "implementation", "inner MTU", "throughput (1 stream)", "sender iperf3 CPU",
                 "receiver iperf3 CPU", "machine CPU (min .. max over seconds)", "datapath processes CPU", "latency min", "p50", "p90", "p99", "max", "runs"]
-        rows = []
+        rows, short = [], []   # short: a percentile a run's round trips cannot carry, and why
         for name in ifaces:
             single, rr = self._trials(name, SINGLE), self._trials(name, RR)
             if not single and not rr:
@@ -198,7 +219,9 @@ class S4(Analysis):
             impl = " + ".join(v for v in any_t_impl(any_t) if v)
             mtus = sorted({str(t.metadata.get("vm_mtu", DASH)) for t in single + rr})
             dp = self._per_trial(name, SINGLE, lambda t: sum(t.processes().values()) if t.processes() else None)
-            lat = {k: [v for t in rr if (v := t.mean(f"latency_{k}_s")) is not None] for k in ("min", "p50", "p90", "p99", "max")}
+            lat = {k: [v for t in rr if (v := t.mean(m := f"latency_{k}_s")) is not None and not t.uncarried(m)]
+                   for k in ("min", "p50", "p90", "p99", "max")}
+            short += _uncarried(name, rr)
             rows.append([name, impl or DASH, "/".join(mtus), mean_ci(self._tput(name), "bit/s"),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("sender_cpu_ratio"))),
                          mean_min_max(self._per_trial(name, SINGLE, lambda t: t.mean("receiver_cpu_ratio"))),
@@ -223,7 +246,8 @@ class S4(Analysis):
             + (f" Rows '{QEMU.strip()}' ran with each host a qemu guest (its own kernel: WireGuard and OVS's datapath "
                f"are the kernel's, as the study's), machine CPU there being its host guests' own: {QEMU_CAVEAT}; "
                f"compare them with each other." if any(kernel_of(n) == QEMU for n in ifaces) else "")
-            + offered_text(rows))
+            + offered_text(rows)
+            + (f" A run's p90 or p99 over too few round trips is left out ({'; '.join(short)})." if short else ""))
 
     @noted
     def _line_rate(self, ifaces: list[str]) -> TableData:
