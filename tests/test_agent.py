@@ -199,3 +199,15 @@ def test_whether_a_path_exists_is_asked_by_the_agent(channel, tmp_path):
     for name, rc in (("f", 0), (".", 0), ("to-f", 0), ("none", 1), ("dangling", 1)):
         path = str(tmp_path / name)
         assert channel.call("exists", 10, path=path)["rc"] == rc == subprocess.run(["test", "-e", path]).returncode
+
+
+def test_the_agent_waits_for_a_path_to_appear(channel, tmp_path):
+    """A daemon's socket is waited for by the agent itself (no round trip per look from the controller): it answers
+    as soon as the path is there, or no once the wait has passed."""
+    path = tmp_path / "sock"
+    t0 = time.monotonic()
+    assert channel.call("appears", 10, path=str(path), within=0.2)["rc"] == 1
+    assert time.monotonic() - t0 >= 0.2
+    threading.Timer(0.3, path.write_text, args=("x",)).start()
+    assert channel.call("appears", 30, path=str(path), within=20)["rc"] == 0
+    assert channel.call("appears", 10, path=str(tmp_path), within=0)["rc"] == 0
