@@ -211,3 +211,17 @@ def test_the_agent_waits_for_a_path_to_appear(channel, tmp_path):
     threading.Timer(0.3, path.write_text, args=("x",)).start()
     assert channel.call("appears", 30, path=str(path), within=20)["rc"] == 0
     assert channel.call("appears", 10, path=str(tmp_path), within=0)["rc"] == 0
+
+
+def test_the_agent_waits_for_a_socket_to_answer(channel, tmp_path):
+    """A daemon's control socket is waited for by the agent itself until it accepts a connection: a socket file that
+    nobody listens on yet is no, until someone does."""
+    path = tmp_path / "ctl.sock"
+    sk = socket.socket(socket.AF_UNIX)
+    sk.bind(str(path))  # there, not listening
+    try:
+        assert channel.call("appears", 10, path=str(path), within=0.1, answers=True)["rc"] == 1
+        threading.Timer(0.3, sk.listen, args=(1,)).start()
+        assert channel.call("appears", 30, path=str(path), within=20, answers=True)["rc"] == 0
+    finally:
+        sk.close()

@@ -133,9 +133,9 @@ def serve() -> None:
     def exists(req: dict) -> None:  # a daemon's socket or pid file is there yet (no `test -e` started per look)
         send({"id": req["id"], "rc": 0 if os.path.exists(req["path"]) else 1})
 
-    def appears(req: dict) -> None:  # waits up to `within` s for a path, looking on the machine itself
-        deadline = time.monotonic() + req["within"]
-        while not (found := os.path.exists(req["path"])) and time.monotonic() < deadline:
+    def appears(req: dict) -> None:  # waits up to `within` s for a path (or a socket that answers), looking here
+        deadline, look = time.monotonic() + req["within"], socket_answers if req.get("answers") else os.path.exists
+        while not (found := look(req["path"])) and time.monotonic() < deadline:
             time.sleep(LISTEN_STEP_S)
         send({"id": req["id"], "rc": 0 if found else 1})
 

@@ -604,12 +604,16 @@ class SshExecutor(Executor):
         there = self.answers_there(path)
         return there if there is not None else self.run(["test", "-S", path], check=False).returncode == 0
 
-    def answers_there(self, path: str) -> bool | None:
+    def answers_there(self, path: str, within: float = 0.0) -> bool | None:
         """Whether a unix socket on the machine accepts a connection, asked by its agent with no process started
-        (a `python3 -c` per look cost a busy UML guest 0.1-0.7 s); None when there is no agent."""
+        (a `python3 -c` per look cost a busy UML guest 0.1-0.7 s); None when there is no agent. `within`: the agent
+        may wait that long for it to answer, looking every 5 ms there (a round trip per look cost a UML guest 0.1
+        CPU-s a second)."""
         if (ch := self.channel()) is None:
             return None
         try:
+            if within > 0:
+                return ch.call("appears", within + 30, path=path, within=within, answers=True)["rc"] == 0
             return ch.call("answers", 30, path=path)["rc"] == 0
         except agent_mod.ChannelLost as exc:
             raise HostUnreachable(self.name, ["test", "-S", path], SSH_UNREACHABLE, f"ssh: {exc}") from None
