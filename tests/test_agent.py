@@ -187,3 +187,41 @@ def test_a_daemons_control_socket_is_asked_by_the_agent(channel, tmp_path):
     finally:
         live.close()
         dead.close()
+
+
+def test_whether_a_path_exists_is_asked_by_the_agent(channel, tmp_path):
+    """A daemon's socket or pid file is looked for by the agent itself, as `test -e` would answer (a `test -e`
+    started per look, every 5 ms, cost a UML guest 50 ms each): a file, a directory and a symlink to one exist; a
+    missing path and a dangling symlink do not."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "to-f").symlink_to(tmp_path / "f")
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    for name, rc in (("f", 0), (".", 0), ("to-f", 0), ("none", 1), ("dangling", 1)):
+        path = str(tmp_path / name)
+        assert channel.call("exists", 10, path=path)["rc"] == rc == subprocess.run(["test", "-e", path]).returncode
+
+
+def test_the_agent_waits_for_a_path_to_appear(channel, tmp_path):
+    """A daemon's socket is waited for by the agent itself (no round trip per look from the controller): it answers
+    as soon as the path is there, or no once the wait has passed."""
+    path = tmp_path / "sock"
+    t0 = time.monotonic()
+    assert channel.call("appears", 10, path=str(path), within=0.2)["rc"] == 1
+    assert time.monotonic() - t0 >= 0.2
+    threading.Timer(0.3, path.write_text, args=("x",)).start()
+    assert channel.call("appears", 30, path=str(path), within=20)["rc"] == 0
+    assert channel.call("appears", 10, path=str(tmp_path), within=0)["rc"] == 0
+
+
+def test_the_agent_waits_for_a_socket_to_answer(channel, tmp_path):
+    """A daemon's control socket is waited for by the agent itself until it accepts a connection: a socket file that
+    nobody listens on yet is no, until someone does."""
+    path = tmp_path / "ctl.sock"
+    sk = socket.socket(socket.AF_UNIX)
+    sk.bind(str(path))  # there, not listening
+    try:
+        assert channel.call("appears", 10, path=str(path), within=0.1, answers=True)["rc"] == 1
+        threading.Timer(0.3, sk.listen, args=(1,)).start()
+        assert channel.call("appears", 30, path=str(path), within=20, answers=True)["rc"] == 0
+    finally:
+        sk.close()

@@ -122,6 +122,9 @@ def _algorithm(ike: str) -> str:
     return re.sub(r"_(128|192|256)$", "", ike)
 
 
+_TUNNEL_MTUS: dict[tuple, int] = {}  # Ipsec.tunnel_mtu's answers
+
+
 @register
 class Ipsec(EncryptedTunnel):
     name = "ipsec"
@@ -186,7 +189,17 @@ class Ipsec(EncryptedTunnel):
 
     def tunnel_mtu(self, link_mtu: int) -> int:
         """The largest inner size whose packet fits the link (0 if none): outer_size never shrinks as its inner size
-        grows, so a bisection finds it (a matrix asks this of every scenario)."""
+        grows, so a bisection finds it. A matrix asks this of every scenario (S3's 780, each with a new element):
+        the answer is kept per algorithms, mode, implementation and link MTU, all that outer_size reads."""
+        o = self.options
+        key = (type(self), o.protocol, o.cipher, o.integrity, o.mode, self.impl, link_mtu)
+        if (mtu := _TUNNEL_MTUS.get(key)) is None:
+            if len(_TUNNEL_MTUS) > 10_000:
+                _TUNNEL_MTUS.clear()
+            mtu = _TUNNEL_MTUS[key] = self._tunnel_mtu(link_mtu)
+        return mtu
+
+    def _tunnel_mtu(self, link_mtu: int) -> int:
         lo, hi = 0, max(link_mtu, 0)         # outer_size(lo) fits, or lo is 0; everything above hi does not fit
         while lo < hi:
             mid = (lo + hi + 1) // 2

@@ -206,7 +206,7 @@ class Ovs(Switch):
         def ready() -> None:
             where = topo.executor(host)  # the daemon's files are on its host's machine
             deadline = time.monotonic() + timeout
-            while not where.exists(sock):
+            while not where.appears(sock, 0.25):  # a guest's agent waits there: no round trip per look
                 proc = topo.daemons.get(name)
                 if proc is not None and proc.poll() is not None:
                     err = proc.stderr.read() if proc.stderr else ""

@@ -45,6 +45,27 @@ def _matches(rule: dict[str, Any] | Rule, labels: dict[str, str], levels: dict[s
     return True
 
 
+def _by_index(rules: list[Rule], factor_levels: dict[str, list], level_labels: list[list[str]]) -> list[list]:
+    """Each exclude rule as what _matches would say of every level on its own: [(factor's position, the indices of
+    its levels the rule matches)], a combination excluded when its every pick is among them. A rule naming a factor
+    the experiment lacks matches as _matches does there (the level None); one that can never match is dropped.
+    A matrix of S3's size tests every rule on each of its 10,000 combinations (2 dicts each, before)."""
+    names = list(factor_levels)
+    out = []
+    for rule in rules:
+        conds, never = [], False
+        for factor, options, option_labels in rule:
+            if factor in factor_levels:
+                j = names.index(factor)
+                conds.append((j, frozenset(i for i, v in enumerate(factor_levels[factor])
+                                           if level_labels[j][i] in option_labels or any(v == w for w in options))))
+            elif not any(None == w for w in options):  # noqa: E711 (as _matches compares levels.get(factor))
+                never = True
+        if not never:
+            out.append(conds)
+    return out
+
+
 def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None = None) -> list[Scenario]:
     """All scenarios in run order; with caps=None availability is not checked (used by unit tests). `site`: the
     place the run has (a lab's `hosts.Hosts`; this machine by default): each scenario is asked of the backend that
@@ -53,20 +74,21 @@ def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None 
     factor_levels = _factor_levels(exp)
     names = list(factor_levels)
     level_labels = [[label(v) for v in values] for values in factor_levels.values()]  # each level's once
-    combos, excludes = [], [_rule(r) for r in exp.exclude]
+    combos, excludes = [], _by_index([_rule(r) for r in exp.exclude], factor_levels, level_labels)
     for picks in itertools.product(*(range(len(values)) for values in factor_levels.values())):
+        if any(all(picks[j] in ok for j, ok in rule) for rule in excludes):
+            continue  # excluded: tested on the levels' indices, before a combination's dicts are made
         combo = {f: factor_levels[f][i] for f, i in zip(names, picks)}
-        labels = {f: level_labels[j][i] for j, (f, i) in enumerate(zip(names, picks))}
-        if not any(_matches(r, labels, combo) for r in excludes):
-            combos.append(combo)
+        combos.append((combo, {f: level_labels[j][i] for j, (f, i) in enumerate(zip(names, picks))}))
     for rule in exp.include:
         extra = {f: factor_levels[f][0] for f in names} | rule
-        combos.append(extra)
+        combos.append((extra, {k: label(v) for k, v in extra.items()}))
     scenarios: list[Scenario] = []
     seen: set[str] = set()
-    for levels in combos:
+    entries = _Entries(exp)
+    for levels, labels in combos:
         elements = datapaths.elements(levels)
-        sc = _scenario(exp, len(scenarios) + 1, levels, factor_levels, elements)
+        sc = _scenario(exp, len(scenarios) + 1, levels, factor_levels, elements, labels, entries)
         if sc.key in seen:
             continue
         seen.add(sc.key)
@@ -80,18 +102,26 @@ def expand(exp: Experiment, caps: Capabilities | None, site: hosts.Hosts | None 
     return scenarios
 
 
-def _measured_as(exp: Experiment, sc: Scenario, k: int) -> str:
-    """What a foreground workload's result depends on in this scenario: the topology, its own resolved parameters
-    and placement, the levels of the factors its `when` names, and every background load beside it. Two scenarios
-    with the same value measure the same thing for that workload (they differ only in factors it does not read,
-    e.g. `protocol` for ping)."""
-    wid = sc.workload_ids[k]
-    when = exp.workloads[wid].get("when", {})
-    background = [(i, wl.params.model_dump(mode="json"), p) for i, wl, p in
-                  zip(sc.workload_ids, sc.workloads, sc.workload_params) if wl.background]
-    return json.dumps([sc.topology_key, {f: sc.labels.get(f) for f in sorted(when)}, wid,
-                       sc.workloads[k].params.model_dump(mode="json"), sc.workload_params[k], background],
-                      sort_keys=True, default=str)
+def _measured_as(exp: Experiment, sc: Scenario) -> list[str | None]:
+    """What each foreground workload's result depends on in this scenario (None for a background one): the
+    topology, its own resolved parameters and placement, the levels of the factors its `when` names, and every
+    background load beside it. Two scenarios with the same value measure the same thing for that workload (they
+    differ only in factors it does not read, e.g. `protocol` for ping). The scenario's parts are made once for all
+    its workloads."""
+    dumped = [wl.params.model_dump(mode="json") for wl in sc.workloads]
+    background = [(i, d, p) for i, wl, d, p in zip(sc.workload_ids, sc.workloads, dumped, sc.workload_params)
+                  if wl.background]
+    topology = sc.topology_key
+    out: list[str | None] = []
+    for k, wl in enumerate(sc.workloads):
+        if wl.background:
+            out.append(None)
+            continue
+        wid = sc.workload_ids[k]
+        when = exp.workloads[wid].get("when", {})
+        out.append(json.dumps([topology, {f: sc.labels.get(f) for f in sorted(when)}, wid, dumped[k],
+                               sc.workload_params[k], background], sort_keys=True, default=str))
+    return out
 
 
 def _run_once(exp: Experiment, scenarios: list[Scenario]) -> None:
@@ -103,8 +133,8 @@ def _run_once(exp: Experiment, scenarios: list[Scenario]) -> None:
         if sc.skip:
             continue
         kept, moved = [], []
-        for k, wl in enumerate(sc.workloads):
-            where = None if wl.background else first.setdefault(_measured_as(exp, sc, k), sc)
+        for k, (wl, measured) in enumerate(zip(sc.workloads, _measured_as(exp, sc))):
+            where = None if measured is None else first.setdefault(measured, sc)
             if where is None or where is sc:
                 kept.append(k)
                 continue
@@ -125,21 +155,39 @@ def _factor_levels(exp: Experiment) -> dict[str, list]:
     return levels | {f: as_list(v) for f, v in exp.factors.items() if f not in TOPOLOGY_FACTORS}
 
 
+class _Entries:
+    """What expand needs of each workload entry, worked out once per matrix rather than once per scenario (S3's
+    780 scenarios read the same entries 780 times): its `when` rule and, once it is selected, its class, the
+    factors that set its parameters, its own parameters and its placement keys."""
+
+    def __init__(self, exp: Experiment):
+        self.exp, self.reg = exp, workloads.load_all()
+        # a `when` that is not a mapping is passed as it is, to fail in _matches as it always did
+        self.when = [_rule(w) if isinstance(w := wl.get("when", {}), dict) else w for wl in exp.workloads]
+        self._made: dict[int, tuple] = {}
+
+    def of(self, i: int) -> tuple:
+        """(class, the parameter names a level may set, params_of(entry), its placement keys)."""
+        if i not in self._made:
+            wl = self.exp.workloads[i]
+            cls = self.reg[wl["type"]]
+            # A parameter the entry sets itself is pinned for that entry (a flood stays UDP whatever `protocol` says).
+            settable = frozenset(k for k in cls.Params.model_fields if k != "type" and k not in wl)
+            self._made[i] = (cls, settable, params_of(wl), {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
+        return self._made[i]
+
+
 def _scenario(exp: Experiment, index: int, levels: dict[str, Any], factor_levels: dict[str, list],
-              elements: dict[str, Element]) -> Scenario:
-    reg = workloads.load_all()
-    labels = {k: label(v) for k, v in levels.items()}
+              elements: dict[str, Element], labels: dict[str, str], prepared: _Entries) -> Scenario:
     wls, entries, ids = [], [], []
     for i, wl in enumerate(exp.workloads):
-        if not _matches(wl.get("when", {}), labels, levels):
+        if not _matches(prepared.when[i], labels, levels):
             continue
-        cls = reg[wl["type"]]
-        # A parameter the entry sets itself is pinned for that entry (a flood stays UDP whatever `protocol` says).
-        overrides = {k: v for k, v in levels.items() if k in cls.Params.model_fields and k != "type" and k not in wl}
-        params = {**params_of(wl), **overrides}
+        cls, settable, own, placement = prepared.of(i)
+        params = {**own, **{k: v for k, v in levels.items() if k in settable}}
         wls.append(cls(cls.Params.model_validate(params), wl.get("pairs"), wl.get("background", False),
                        wl.get("target_pair"), wl.get("name")))
-        entries.append(params | {k: wl[k] for k in PLACEMENT_KEYS if k in wl and k != "when"})
+        entries.append(params | placement)
         ids.append(i)
     # as many hosts as the spec says, else as the most demanding placement of the experiment needs
     hosts = exp.hosts or max(placement_hosts(p) for p in [levels["placement"], *factor_levels["placement"]])

@@ -349,9 +349,17 @@ class Store:
             "JOIN scenarios sc ON sc.campaign = t.campaign AND sc.idx = t.scenario WHERE t.campaign = ? "
             "ORDER BY t.id, s.rowid", (cid,))
         scenario: dict[str, dict] = {}  # a scenario's labels and implementation parsed once, shared by its samples
+        # Each metadata text parsed once, each sample given its own copy of the mapping (values stay shared, as a
+        # trial's samples share their window when they are made): S4's smoke run stores 80,072 samples with 294
+        # distinct metadata texts, and json.loads was two thirds of reading them.
+        metadata: dict[str, dict] = {}
         for r in rows:
             d = dict(r)
-            d["metadata"] = json.loads(d["metadata"] or "{}")
+            text = d["metadata"] or "{}"
+            meta = metadata.get(text)
+            if meta is None:
+                meta = metadata[text] = json.loads(text)
+            d["metadata"] = dict(meta) if isinstance(meta, dict) else json.loads(text)
             for col in ("labels", "implementation"):
                 text = d[col] or "{}"
                 d[col] = scenario[text] if text in scenario else scenario.setdefault(text, json.loads(text))

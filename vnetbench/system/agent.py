@@ -130,15 +130,25 @@ def serve() -> None:
     def answers(req: dict) -> None:  # a daemon's control socket accepts a connection (no python3 -c per look)
         send({"id": req["id"], "rc": 0 if socket_answers(req["path"]) else 1})
 
+    def exists(req: dict) -> None:  # a daemon's socket or pid file is there yet (no `test -e` started per look)
+        send({"id": req["id"], "rc": 0 if os.path.exists(req["path"]) else 1})
+
+    def appears(req: dict) -> None:  # waits up to `within` s for a path (or a socket that answers), looking here
+        deadline, look = time.monotonic() + req["within"], socket_answers if req.get("answers") else os.path.exists
+        while not (found := look(req["path"])) and time.monotonic() < deadline:
+            time.sleep(LISTEN_STEP_S)
+        send({"id": req["id"], "rc": 0 if found else 1})
+
     def drop(req: dict) -> None:
         errors = drop_netns(req["names"])
         send({"id": req["id"], "rc": 1 if errors else 0, "err": "; ".join(errors)})
 
     ops = {"run": run, "spawn": spawn, "kill": kill, "listening": listening, "read": read, "links": links,
-           "echo": echo, "drop_netns": drop, "answers": answers}
+           "echo": echo, "drop_netns": drop, "answers": answers, "exists": exists,
+           "appears": appears}
     # answered by the reading loop itself: they never wait (a thread started per request costs a UML guest more than
     # the request: its echo took 4-10 ms at load 10)
-    inline = {"echo", "kill", "read", "answers"}
+    inline = {"echo", "kill", "read", "answers", "exists"}
     send({"id": 0, "ready": os.getpid()})
     for line in sys.stdin:
         req = json.loads(line)
