@@ -138,6 +138,7 @@ def test_profile_true_adds_a_trial_at_the_ndr_found_and_marks_its_window_for_the
     got = probe.stop((990.0, 1012.0), [(labels, window)])  # the vxlan samples lie outside the NDR trial
     shares = {s.metadata["mechanism"]: s for s in got}
     assert shares["bridge"].value == 1.0 and shares["vxlan"].value == 0 and shares["bridge"].metadata["frame"] == "64 B"
+    assert dimensions(shares["bridge"].metadata).which == "bridge 64 B"  # a row of its own per frame size
     assert probe.folded == {"iperf3;br_forward_[k]": 2}
     [per] = [s for s in efficiency.derive(got, None) if s.metadata["mechanism"] == "bridge"]
     assert per.value == pytest.approx(2 * probe.period_ns / 1e9 / labels["mpackets"])

@@ -197,7 +197,11 @@ def test_http_workload_on_loopback_counts_every_request_and_leaves_nothing(tmp_p
         assert short or abs(len(rts) - 3 * 20 * 2) <= 6  # rate x clients x duration, within 5 %
         [rps] = [s.value for s in samples if s.metric == "http_requests_per_s" and s.metadata["pair"] == index]
         assert rps == pytest.approx(len(rts) / 2)
-        assert [s.value for s in samples if s.metric == "http_errors" and s.metadata["pair"] == index] == [0]
+        # every request got its page but those a busy machine answered after the client's timeout: none was
+        # refused, reset, cut short or answered with another status
+        [errors] = [s for s in samples if s.metric == "http_errors" and s.metadata["pair"] == index]
+        assert set(errors.metadata["outcomes"]) <= {"timeout"} and errors.value == sum(errors.metadata["outcomes"].values())
+        assert started * 2 == len(rts) + errors.value  # each request started is a response or an error
     assert all(s.unit == METRICS[s.metric].unit for s in samples)
     time.sleep(0.2)
     assert own_pids("nginx") == before, "an nginx process was left running"
@@ -247,7 +251,7 @@ def _drain(sock):
 def test_http_client_output_parser():
     text = "0.000100 0.001500 200\n0.100200 2.000000 timeout\n0.200000 0.002500 200\n0.3 0.1 short\n# duration 0.31\n"
     samples, ok, failed, duration = parse_client(text, pair=1, client=2)
-    assert (ok, failed, duration) == (2, 2, 0.31)
+    assert (ok, dict(failed), duration) == (2, {"timeout": 1, "short": 1}, 0.31)
     assert [(s.value, s.t, s.metadata) for s in samples] == [(0.0015, 0.0001, {"pair": 1, "client": 2}),
                                                               (0.0025, 0.2, {"pair": 1, "client": 2})]
     with pytest.raises(WorkloadError, match="no duration"):

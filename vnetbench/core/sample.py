@@ -95,8 +95,8 @@ def dimensions(meta: dict) -> Dims:
         if meta.get("role") == "background" else ""
     pair = "" if meta.get("pair") is None else str(meta["pair"])
     direction = str(meta.get("direction") or "")
-    if meta.get("mechanism"):  # a profiled mechanism's share of the machine's CPU
-        scope, which = "mechanism", str(meta["mechanism"])
+    if meta.get("mechanism"):  # a profiled mechanism's share of the machine's CPU (ndrpdr's: in one frame size's trial)
+        scope, which = "mechanism", " ".join(str(b) for b in (meta["mechanism"], meta.get("frame")) if b)
     elif "process" in meta:
         name = str(meta["process"])
         scope, which = "process", name if not host or host in name else f"{name}@{host}"

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -37,10 +38,11 @@ PAGE = "/index.html"
 CLIENT_SLACK_S = 15  # client start and stop on a loaded machine, beyond duration + timeout
 
 
-def parse_client(text: str, **meta) -> tuple[list[Sample], int, int, float]:
-    """One client's output -> (response-time samples of the successful requests, successes, failures, seconds
-    it ran). Raises WorkloadError if the output is not the client's."""
-    samples, ok, failed, duration, t0 = [], 0, 0, None, 0.0
+def parse_client(text: str, **meta) -> tuple[list[Sample], int, Counter, float]:
+    """One client's output -> (response-time samples of the successful requests, successes, failures by outcome
+    (timeout, refused, reset, error, short, or the HTTP status), seconds it ran). Raises WorkloadError if the output
+    is not the client's."""
+    samples, ok, failed, duration, t0 = [], 0, Counter(), None, 0.0
     for line in text.splitlines():
         if line.startswith("# duration "):
             duration = float(line.split()[2])
@@ -56,7 +58,7 @@ def parse_client(text: str, **meta) -> tuple[list[Sample], int, int, float]:
             ok += 1
             samples.append(Sample.of("http_response_time_s", seconds, t=start, **meta))
         else:
-            failed += 1
+            failed[outcome] += 1
     if duration is None or duration <= 0:
         raise WorkloadError(f"http client printed no duration: {text.strip()[-300:]}")
     if t0:  # the client's clock started at t0 (UNIX time): every start becomes absolute
@@ -207,7 +209,7 @@ class Http(Workload):
                                                                     label=f"http client {k + 1} pair {pair.index}")))
             self.signal_running([proc for *_, proc in clients])
             end = time.monotonic() + p.duration + p.timeout + CLIENT_SLACK_S
-            per_pair: dict[int, list[tuple[int, int]]] = {}
+            per_pair: dict[int, list[tuple[int, Counter]]] = {}
             samples: list[Sample] = []
             for pair, k, proc in clients:
                 out, _ = finish(proc, max(end - time.monotonic(), 1.0), f"http client {k + 1} pair {pair.index}")
@@ -217,8 +219,10 @@ class Http(Workload):
             for index, counts in per_pair.items():
                 # Requests start only within [0, duration): rate x duration of them when all goes well.
                 samples.append(Sample.of("http_requests_per_s", sum(ok for ok, _ in counts) / p.duration, pair=index))
-                samples.append(Sample.of("http_errors", sum(f for _, f in counts), pair=index))
-                samples.append(Sample.of("http_started_per_s", sum(ok + f for ok, f in counts) / p.duration, pair=index))
+                failed = sum((f for _, f in counts), Counter())  # by outcome: a timeout is a slow reply, not a refusal
+                samples.append(Sample.of("http_errors", failed.total(), pair=index, outcomes=dict(sorted(failed.items()))))
+                samples.append(Sample.of("http_started_per_s", sum(ok + f.total() for ok, f in counts) / p.duration,
+                                         pair=index))
             return samples
         finally:
             for _, _, proc in clients:
