@@ -25,14 +25,22 @@ def jitter(center, n=21, step=1e-3):
 SCENARIOS = "Scenarios and what each adds (the paper's section III)"
 
 
-def test_s1_decomposition_on_known_medians(tmp_path):
-    store, cid = _campaign(tmp_path, "s1")
-    scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
-                 "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
-                 "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}
-    for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
+S1_CELLS = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
+            "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
+            "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}  # attach, encryption, TR (s)
+
+
+def _s1_scenarios(store, cid):
+    """S1's five scenarios stored; yields each one's (idx, encryption, TR seconds) for its trials."""
+    for idx, (name, (attach, enc, tr)) in enumerate(S1_CELLS.items(), 1):
         labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
         store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+        yield idx, enc, tr
+
+
+def test_s1_decomposition_on_known_medians(tmp_path):
+    store, cid = _campaign(tmp_path, "s1")
+    for idx, enc, tr in _s1_scenarios(store, cid):
         for rep, f in enumerate(jitter(1.0, 7, 1e-3), 1):          # 7 trials, medians within +-1 %
             _trial(store, cid, idx, rep, 0, "ping", {"type": "ping", "ping_size": 56},
                    [Sample.of("rtt_s", v * f, pair=1) for v in jitter(tr)])
@@ -103,12 +111,7 @@ def test_s1_saturated_findings_at_the_echo_every_scenario_carries(tmp_path):
     """The 65515-byte echo is n/a through IPsec (kernel ESP): TRS at 65434 B, measured in all five, carries the
     saturated findings and its own columns."""
     store, cid = _campaign(tmp_path, "s1")
-    scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
-                 "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
-                 "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}
-    for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
-        labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
-        store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+    for idx, enc, tr in _s1_scenarios(store, cid):
         for rep, f in enumerate(jitter(1.0, 7, 1e-3), 1):
             _trial(store, cid, idx, rep, 0, "ping", {"type": "ping", "ping_size": 56},
                    [Sample.of("rtt_s", v * f, pair=1) for v in jitter(tr)])
@@ -253,12 +256,7 @@ def test_s1_at_three_trials_says_no_test_ran(tmp_path):
     II-IV and the findings say so ('too few trials for a test'), never '(n.s.)' over 0 comparisons nor that the
     costs 'do not differ significantly'."""
     store, cid = _campaign(tmp_path, "s1")
-    scenarios = {"CS": ("host", "none", 0.10e-3), "Reference": ("switch", "none", 0.30e-3),
-                 "IPsec": ("switch", "ipsec", 0.70e-3), "SR-IOV": ("direct", "none", 0.20e-3),
-                 "IPsec+SR-IOV": ("direct", "ipsec", 0.50e-3)}
-    for idx, (name, (attach, enc, tr)) in enumerate(scenarios.items(), 1):
-        labels = {"attach": attach, "encryption": enc, "switch": "ovs"}
-        store.put_scenario(cid, idx, name, labels, labels, "done", None, {}, [])
+    for idx, enc, tr in _s1_scenarios(store, cid):
         for rep, f in enumerate(jitter(1.0, 3, 1e-3), 1):
             for w, (size, scale) in enumerate(((56, 1), (65507, 10))):
                 _trial(store, cid, idx, rep, w, "ping", {"type": "ping", "ping_size": size},
