@@ -132,6 +132,9 @@ class Experiment(Strict):
     scorecard: list[dict[str, Any]] = Field(default_factory=list, description="the study's checkable claims as data: "
                                             "the report's reproduction scorecard (vnetbench/results/scorecard.py)")
     scorecard_where: dict[str, Any] = Field(default_factory=dict, description="selector merged into every scorecard cell")
+    scorecard_uncheckable: dict[str, str] = Field(
+        default_factory=dict, description="claims (by id) this spec or profile cannot check, each with what the "
+                                          "machine lacks to run the study's condition (a profile's scaled-down load)")
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                 description="named overrides merged over this file, chosen with --profile")
     profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")

@@ -30,7 +30,11 @@ Kinds:
   contrast   (mean(a) - mean(b)) / (mean(c) - mean(d)), Fieller's CI (stats.contrast_ratio), the band rule.
   best       a is the `better` (lower / higher) of a and every selector in `others` (a study's "best technology"
              cell): the test of a against each, Holm as for direction; a beats each significantly -> agrees; one
-             beats a significantly -> differs; else cannot tell.
+             beats a significantly -> differs; else cannot tell. With a tie margin t (the card's `- {tie: t}`
+             entry, or the row's `tie`), two one-sided tests (stats.tie_p) against each other show a tie, their
+             geometric means within a factor 1 + t, in the same Holm family: a technology that ties with another and
+             does not beat it is no best -> differs ("a tie"). Without a margin a tie is undecidable: the test would
+             need ever more trials to tell two equal technologies apart.
 The ratio, value and contrast rows decide on intervals widened for the card's family: Bonferroni over the m such rows
 the campaign measured (1 - 0.05 / m), and over the k looks of a card run in rounds (1 - 0.05 / (m k); its tests at
 0.05 / k: vnetbench.run.rounds), printed beside the plain 95 % CI with its level. Such an interval needs
@@ -42,7 +46,9 @@ per-echo metric, else the sum over pairs); a mean over pairs for a ratio such as
 value stands in when the workload has no such sample (cpu_busy_ratio, interrupts_per_s); 'a/b' is the quotient of two
 such values (`metric: context_switches_per_s/interrupts_per_s`).
 Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `uncheckable: why` is a claim the
-suite's design cannot test (a load or direction it does not run): cannot tell, and "this machine cannot: why".
+suite's design cannot test (a load or direction it does not run): cannot tell, and "this machine cannot: why"; a
+spec's (or profile's) `scorecard_uncheckable: {id: why}` marks rows so where that profile cannot run the study's
+condition (a load scaled down to what a one-CPU guest sends).
 An undecided row says what would decide it: about how many trials a cell at the cells' measured CV (a normal
 approximation of the deciding interval's or the test's width), with the minutes they take at the campaign's mean
 trial duration.
@@ -152,6 +158,8 @@ class _Claim:
     ready: bool = False                               # measured with enough trials: gets a verdict
     tests: list[tuple[stats.Comparison, str]] = field(default_factory=list)   # (comparison, expected direction)
     adjusted: list[float] = field(default_factory=list)                         # their Holm-adjusted p
+    ties: list[float] = field(default_factory=list)          # a best row's tie test against each other (tie_p)
+    ties_adjusted: list[float] = field(default_factory=list)  # their Holm-adjusted p, in the tests' family
 
 
 def _num(x: float) -> float | None:
@@ -357,8 +365,7 @@ class Coverage:
 def coverage(spec: dict, scenarios: list) -> Coverage:
     """Each checkable claim's cells against the expanded scenarios (matrix.Scenario) and their workloads."""
     base = dict(spec.get("scorecard_where") or {})
-    listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r
-              and set(r) != {"paper"} and not r.get("uncheckable")]
+    listed = [r for r in _listed(spec) if not _setting(r) and not r.get("uncheckable")]
     out, used = Coverage(len(listed)), set()
     for r in listed:
         kind = str(r.get("kind", "ratio"))
@@ -376,11 +383,20 @@ def coverage(spec: dict, scenarios: list) -> Coverage:
     return out
 
 
+def _listed(spec: dict) -> list[dict]:
+    """The card's entries, each claim the spec's `scorecard_uncheckable` names marked uncheckable with its reason."""
+    marked = spec.get("scorecard_uncheckable") or {}
+    return [{**r, "uncheckable": marked[r["id"]]} if r.get("id") in marked else r
+            for r in spec.get("scorecard") or [] if isinstance(r, dict) and "define" not in r]
+
+
 def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
-    listed = [r for r in (spec.get("scorecard") or []) if isinstance(r, dict) and "define" not in r]
-    paper = {k: v for r in listed if set(r) == {"paper"} for k, v in (r["paper"] or {}).items()}
+    listed = _listed(spec)
+    paper = {k: v for r in listed if _setting(r) for k, v in (r.get("paper") or {}).items()}
+    tie = next((r["tie"] for r in listed if _setting(r) and "tie" in r), None)
     base = dict(spec.get("scorecard_where") or {})
-    claims = [_claim(r, base, data) for r in listed if set(r) != {"paper"}]
+    claims = [_claim({"tie": tie, **r} if tie and r.get("kind") == "best" else r, base, data)
+              for r in listed if not _setting(r)]
     k = looks(spec)
     planned_rows = sum(bool(c.sums) for c in claims if c.kind in INTERVALS)
     for c in claims:
@@ -397,6 +413,12 @@ def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
     for c in claims:
         _finish(c, data, paper, line, planned)
     return claims
+
+
+def _setting(r: dict) -> bool:
+    """A card-wide entry, no claim: what the study ran (`paper`), the margin within which a best row's technologies
+    tie (`tie`)."""
+    return bool(r) and set(r) <= {"paper", "tie"}
 
 
 def _claim(r: dict, base: dict, data: Dataset) -> _Claim:
@@ -475,6 +497,8 @@ def _estimate(c: _Claim) -> None:
         row.ours = _best_text(c.entry, c.cells, c.unit)
         better = str(c.entry.get("better", "lower"))
         c.tests = [(stats.compare(other, vals[0]), better) for other in vals[1:]]
+        if c.entry.get("tie"):
+            c.ties = [stats.tie_p(vals[0], other, float(c.entry["tie"]), ALPHA) for other in vals[1:]]
     elif c.kind == "contrast":
         row.estimate, row.ci = stats.contrast_ratio(c.sums, c.num, c.den)
         row.ours = _ci_text(row.estimate, row.ci, "x")
@@ -540,13 +564,15 @@ def _pct(level: float) -> str:
 def _decide_tests(claims: list[_Claim], k: int = 1) -> None:
     """Direction and best rows: Holm over all their comparisons together (one with too few trials for a test is
     left out of the family), each p times the card's k looks (Bonferroni over its rounds)."""
-    pend = [(c, comp, expect) for c in claims for comp, expect in c.tests]
-    adjusted = stats.holm([min(1.0, comp.p * k) if math.isfinite(comp.p) else comp.p for _, comp, _ in pend])
+    pend = [(c, comp.p) for c in claims for comp, _ in c.tests] + [(c, p) for c in claims for p in c.ties]
+    adjusted = stats.holm([min(1.0, p * k) if math.isfinite(p) else p for _, p in pend])
     n = sum(math.isfinite(p) for p in adjusted)
     for c in claims:
-        c.adjusted = [p for (owner, _, _), p in zip(pend, adjusted) if owner is c]
-        c.row.verdict, c.row.why = _directions([(comp, e, p) for (comp, e), p in zip(c.tests, c.adjusted)], c.entry)
-        tested = any(math.isfinite(p) for p in c.adjusted)
+        mine = [p for (owner, _), p in zip(pend, adjusted) if owner is c]
+        c.adjusted, c.ties_adjusted = mine[:len(c.tests)], mine[len(c.tests):]
+        got = [(comp, e, p) for (comp, e), p in zip(c.tests, c.adjusted)]
+        c.row.verdict, c.row.why = _directions(got, c.entry, c.ties_adjusted)
+        tested = any(math.isfinite(p) for p in mine)
         looked = f" x {k} looks" if k > 1 else ""
         c.row.decided = f"the test, Holm over {n} test{'s' * (n != 1)}{looked}" if tested else ""
 
@@ -605,17 +631,35 @@ def _interval_trials(c: _Claim, sums: list[stats.Summary], m: int) -> float | No
 
 def _test_trials(c: _Claim, k: int) -> float | None:
     """Trials a cell at which the test finds each undecided comparison's measured ratio 80 % of the time at the
-    first step of a Holm family of k (a normal approximation; no fewer than the exact test needs to reach it)."""
+    first step of a Holm family of k (a normal approximation; no fewer than the exact test needs to reach it). A best
+    row with a tie margin is decided as soon as one comparison ties (or goes the other way): the fewest trials of
+    those routes, where finding every comparison in the claimed direction would take more."""
     from scipy.special import ndtri
     level = ALPHA / max(1, k)
     z = float(ndtri(1 - level / 2) + ndtri(POWER))
     floor = next(n for n in range(2, 20) if stats.smallest_p(n, n) < level)
-    need: list[float] = []
-    for (comp, _), p in zip(c.tests, c.adjusted or [math.nan] * len(c.tests)):
-        if not p < ALPHA:
-            gap = abs(math.log(comp.ratio)) if comp.ratio > 0 else math.nan
-            n = _trials_for(gap, math.hypot(comp.a.cv, comp.b.cv), z, floor)
-            need.append(math.nan if n is None else n)
+    held, other = [], []
+    ties = c.ties_adjusted or [math.nan] * len(c.tests)
+    for (comp, expect), p, tp in zip(c.tests, c.adjusted or [math.nan] * len(c.tests), ties):
+        if p < ALPHA or tp < ALPHA:
+            continue
+        gap = abs(math.log(comp.ratio)) if comp.ratio > 0 else math.nan
+        spread = math.hypot(comp.a.cv, comp.b.cv)
+        n = _trials_for(gap, spread, z, floor)
+        n = math.nan if n is None else n
+        if (comp.ratio > 1) == (expect == "higher"):
+            held.append(n)
+        else:
+            other.append(n)
+        if c.entry.get("tie") and math.isfinite(gap):
+            margin = math.log1p(float(c.entry["tie"]))
+            tie_z = float(ndtri(1 - level) + ndtri(POWER))
+            tie_floor = next(n for n in range(2, 40) if stats.smallest_one_sided_p(n, n) < level)
+            tie = _trials_for(margin - gap, spread, tie_z, tie_floor) if gap < margin else math.inf
+            other.append(math.nan if tie is None else tie)
+    if c.entry.get("tie") and other and not any(math.isnan(n) for n in other):
+        return min(min(other), max(held) if held and not any(math.isnan(n) for n in held) else math.inf)
+    need = held + other
     return None if not need or any(math.isnan(n) for n in need) else max(need)
 
 
@@ -694,13 +738,19 @@ def _selectors(r: dict, base: dict) -> list[dict]:
     return [{**base, **{k: v for k, v in sel.items() if k != "name"}} for sel in [r["a"], *rest]]
 
 
-def _directions(got: list[tuple[stats.Comparison, str, float]], entry: dict) -> tuple[str, str]:
-    """A direction row's (one test) or a best row's (one per other) verdict from Holm-adjusted p-values."""
+def _directions(got: list[tuple[stats.Comparison, str, float]], entry: dict,
+                ties: list[float] = ()) -> tuple[str, str]:
+    """A direction row's (one test) or a best row's (one per other) verdict from Holm-adjusted p-values. With a tie
+    margin, a best row's technology that ties with another (their tie test significant, and neither better) is
+    not the best: differs."""
     names = [str(o.get("name", "")) for o in entry.get("others") or []] or [""]
     held, opposite, open_ = [], [], []
-    for (c, expect, p), name in zip(got, names):
+    ties = list(ties) or [math.nan] * len(got)
+    for (c, expect, p), name, tp in zip(got, names, ties):
         label = f"{name}: " if name else ""
-        if not math.isfinite(p) or p >= ALPHA:
+        if not p < ALPHA and tp < ALPHA:
+            opposite.append(f"{label}a tie (within {_pct(float(entry['tie']))}, Holm p = {tp:.2g})")
+        elif not math.isfinite(p) or p >= ALPHA:
             open_.append(f"{label}not significant (Holm p = {p:.2g})" if math.isfinite(p) else
                          f"{label}{c.why or 'no test possible'}")
         elif (c.ratio > 1) == (expect == "higher"):

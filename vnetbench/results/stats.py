@@ -492,6 +492,51 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.mean(t >= observed * (1 - 1e-9) - 1e-12))
 
 
+def _signed_t(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """Welch's t of a's mean over b's, signed, for every split of the test (the observed split first): a split with no
+    spread and a difference is infinitely far out, one with neither is at 0."""
+    mask = _split_mask(xa.size, xb.size)
+    x = np.concatenate([xa, xb])
+    x = (x - x.mean()) / (x.std() or 1.0)
+    sum_a, sq_a = mask @ x, mask @ (x * x)
+    sum_b, sq_b = x.sum() - sum_a, (x * x).sum() - sq_a
+    ma, mb = sum_a / xa.size, sum_b / xb.size
+    var = (np.maximum(sq_a - sum_a * ma, 0) / ((xa.size - 1) * xa.size)
+           + np.maximum(sq_b - sum_b * mb, 0) / ((xb.size - 1) * xb.size))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (ma - mb) / np.sqrt(var)
+    t[np.isnan(t)] = 0.0
+    return t
+
+
+def greater_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided permutation p that a's mean is above b's: the share of splits whose signed Welch t is at least the
+    observed one (the splits of permutation_p). nan where the test has no splits."""
+    xa, xb = _array(a), _array(b)
+    if not _permuted(xa.size, xb.size):
+        return math.nan
+    t = _signed_t(xa, xb)
+    return float(np.mean(t >= t[0] - 1e-9 * abs(t[0]) - 1e-12)) if np.isfinite(t[0]) else float(np.mean(t >= t[0]))
+
+
+def smallest_one_sided_p(na: int, nb: int) -> float:
+    """The smallest p greater_p can give: 1 / C(na + nb, na) exact, 1 / (RANDOM_SPLITS + 1) with random splits."""
+    if not _permuted(na, nb):
+        return 1.0
+    return 1 / math.comb(na + nb, na) if exact(na, nb) else 1 / (RANDOM_SPLITS + 1)
+
+
+def tie_p(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> float:
+    """p of two one-sided tests (TOST) that a and b are a tie: their geometric means within a factor 1 + margin of
+    each other. Each side is greater_p on the trials' logarithms shifted by log(1 + margin); the larger p is the
+    test's. nan where the test cannot reach alpha at these n, or a value is not positive (no logarithm)."""
+    xa, xb = _array(a), _array(b)
+    if smallest_one_sided_p(xa.size, xb.size) >= alpha or min(xa.min(), xb.min()) <= 0:
+        return math.nan
+    la, lb, d = np.log(xa), np.log(xb), math.log1p(margin)
+    return max(greater_p(la + d, lb), greater_p(lb + d, la))
+
+
 def p_value(a: Sequence[float], b: Sequence[float]) -> float:
     """The pre-declared test's two-sided p: the permutation test of Welch's t (every split up to EXACT_SPLITS, else
     RANDOM_SPLITS random ones), Welch's t-test past RANDOM_MAX trials. nan where no test can judge (fewer than 2
