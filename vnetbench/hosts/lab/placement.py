@@ -25,9 +25,11 @@ from __future__ import annotations
 import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from ...guests import vms as guest_vms
 from ...guests.base import GuestError
+from ...probes.hypervisor import HypervisorProbe
 from ...probes.procstat import GuestSystemProbe
 from ...system.executor import REMOTE_STATE_DIR, CommandError
 from .. import register, underlay
@@ -302,6 +304,11 @@ class LabVmsPlacement(TestbedPlacement):
         at_once(lambda vm: _quiet(topo.nodes[vm.guest].exec, guest_vms.release_script(vm.netns, self.nics.get(
             vm.label, guest_vms.NIC))), [n for n in topo.nodes.values() if n.guest])
         super().teardown(topo, namespaces)
+
+    def probes(self, topo) -> list:
+        # what running each guest VM costs its host: its qemu's and virtiofsd's threads, read on that host
+        readers = {label: partial(vm.fleet.host_cpu, vm.guest) for label, vm in self.vm_guests.items()}
+        return super().probes(topo) + [HypervisorProbe(readers)]
 
     def guest_probes(self, topo) -> list:
         return [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]

@@ -44,6 +44,9 @@ WRITE = ("import json, os, sys\n"
          "    os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)\n"
          "    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n"
          "    os.write(fd, text.encode()); os.fchmod(fd, mode); os.close(fd)\n")
+# Each thread's time on a CPU (ns, schedstat) of the guest's processes on the host: "pid ns comm" per line.
+CPU = ("for p in {pids}; do for t in /proc/$p/task/*; do read -r c < $t/comm && read -r s _ < $t/schedstat && "
+       "echo \"$p $s $c\"; done; done 2>/dev/null; true")
 # Waits on the host for the guest's init to say it is up (or failed), or for qemu to end: one round trip per guest.
 WAIT = ("i=0; while ! grep -qs -e {up} -e {fail} {console}; do\n"
         "  [ {pid} = 0 ] || kill -0 {pid} 2>/dev/null || {{ echo 'qemu exited'; exit 4; }}\n"
@@ -67,6 +70,7 @@ class LabFleet(Fleet):
         self.initrd = f"{self.remote}/guests/{qemu_image.INITRD}"
         self.kind.image = offer.image(self.initrd) if offer.ok else None
         self._initrd_made = False
+        self.helpers: dict[str, list] = {}  # guest label -> its virtiofsd processes on the host
 
     # ---- names -------------------------------------------------------------------------------------------
     def add(self, label: str, nics=(), mem_mb: int = 256, share_run: bool = False) -> Guest:
@@ -142,9 +146,8 @@ class LabFleet(Fleet):
         if qemu.queues_for(self.kind.vcpus_of(g)) > 1:
             self.kind._multiqueue_taps(self, g)
         *servers, vm = self.launch(g)
-        for k, argv in enumerate(servers):
-            self.ex.spawn(argv, label=f"guest:{g.label}:virtiofsd{k}", stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+        self.helpers[g.label] = [self.ex.spawn(argv, label=f"guest:{g.label}:virtiofsd{k}", stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL) for k, argv in enumerate(servers)]
         for sock in (s for _, s, _ in self.kind._shares(g)):
             if not self.ex.appears(str(sock), 10):
                 raise GuestError(f"guest {g.label} on {self.name}: virtiofsd did not start: "
@@ -194,6 +197,24 @@ class LabFleet(Fleet):
             time.sleep(0.1)
         return (f"guest {g.label} (qemu) on {self.name} did not answer over SSH within {self.boot_timeout:.0f} s; "
                 f"console:\n{self.console_tail(g)}")
+
+    def host_cpu(self, g: Guest) -> dict[str, float]:
+        """What running the guest has cost its host so far, by part (probes/hypervisor.py), read there in one command:
+        each thread of its qemu (named with debug-threads=on: "CPU n/TCG|KVM" runs a vCPU, "vhost-<pid>" is vhost's
+        worker, the rest the emulator's loop and I/O) and of its virtiofsd. OSError when qemu is gone."""
+        pids = [p.pid for p in (g.proc, *self.helpers.get(g.label, [])) if p is not None and p.pid]
+        if not pids or g.proc.poll() is not None:
+            raise OSError(f"guest {g.label} is not running on {self.name}")
+        out = self.ex.run_script(CPU.format(pids=" ".join(map(str, pids))), timeout=10, check=False).stdout
+        parts = {"vcpu": 0.0, "io": 0.0, **({"vhost": 0.0} if self.kind.vhost else {}), "fs": 0.0}
+        for line in out.splitlines():
+            pid, ns, name = (line.split(" ", 2) + ["", ""])[:3]
+            if not ns.isdigit():
+                continue
+            part = ("fs" if int(pid) != g.proc.pid else "vcpu" if name.startswith("CPU ") else
+                    "vhost" if name.startswith("vhost-") and self.kind.vhost else "io")
+            parts[part] += int(ns) / 1e9
+        return {"all": sum(parts.values()), **parts}
 
     def console_tail(self, g: Guest, lines: int = 15) -> str:
         return self.ex.tail(str(g.console), lines).replace(" | ", "\n") or "(no console output)"
