@@ -353,9 +353,11 @@ echo /run/modprobe > /proc/sys/kernel/modprobe
 [ ! -d $R/lib/modules ] || {{ mount -t tmpfs -o mode=755 tmpfs $R/lib/modules && mkdir $R/lib/modules/$(uname -r) &&
   mount --bind $mods $R/lib/modules/$(uname -r); }}
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-# root's home writable over the machine's own, without its login scripts
+# root's home writable over the machine's own, without its login scripts; where it is a file system of its own (a
+# submount of the root, e.g. a lab machine's tmpfs), which overlayfs refused as a lower layer, an empty tmpfs
 mkdir -p $R/run/home/upper $R/run/home/work
-mount -t overlay overlay -o lowerdir=$R/root,upperdir=$R/run/home/upper,workdir=$R/run/home/work $R/root
+mount -t overlay overlay -o lowerdir=$R/root,upperdir=$R/run/home/upper,workdir=$R/run/home/work $R/root 2>/dev/null ||
+  mount -t tmpfs -o mode=700 tmpfs $R/root || fail "root's home not writable"
 : > $R/root/.bashrc; : > $R/root/.profile
 {shares}"""
 

@@ -111,7 +111,8 @@ class LabFleet(Fleet):
         for g in self.guests.values():
             self.keys_of(g).mkdir(mode=0o700, exist_ok=True)
             keygen(self.keys_of(g) / "ssh_host_ed25519_key", f"{self.prefix}-{g.label}")
-            known.append(f"{g.address} {' '.join((self.keys_of(g) / 'ssh_host_ed25519_key.pub').read_text().split()[:2])}\n")
+            pub = (self.keys_of(g) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+            known.append(f"{g.address} {' '.join(pub)}\n")
         self.known_hosts.write_text("".join(known))
 
     def launch(self, g: Guest) -> list[list[str]]:
@@ -125,7 +126,7 @@ class LabFleet(Fleet):
 
     def initramfs(self) -> list[str]:
         """The command that makes the guests' initramfs on the host, from its guest kernel's modules."""
-        return [*self.ex.python("vnetbench.guests.qemu_image"), "--initramfs", self.initrd, "--modules",
+        return [*self.ex.python("guests.qemu_image"), "--initramfs", self.initrd, "--modules",
                 self.offer.modules]
 
     def shown_boot(self) -> list[str]:
@@ -164,7 +165,7 @@ class LabFleet(Fleet):
     def target(self, g: Guest) -> SshTarget:
         """SSH to the guest through its host: a ProxyCommand over the host's shared connection runs the relay in the
         run's guest namespace there (`%` doubled: ssh expands its own tokens in a ProxyCommand)."""
-        relay = shlex.join(["ip", "netns", "exec", self.netns, *self.ex.python("vnetbench.guests.relay")])
+        relay = shlex.join(["ip", "netns", "exec", self.netns, *self.ex.python("guests.relay")])
         host = shlex.join(self.ex.target.argv(self.ex.control)).replace("%", "%%")
         proxy = f"{host} {shlex.quote(relay.replace('%', '%%') + ' %h %p')}"
         return SshTarget(f"root@{g.address}", identity=str(self.identity), known_hosts=str(self.known_hosts),
@@ -189,7 +190,8 @@ class LabFleet(Fleet):
                     f"console:\n{self.console_tail(g)}")
         ex = self.executor_of(g)
         while time.monotonic() < deadline:
-            if ssh.connect(ex, self.dir / f"ssh-{g.label}.log", timeout=max(1.0, min(5.0, deadline - time.monotonic()))):
+            wait = max(1.0, min(5.0, deadline - time.monotonic()))
+            if ssh.connect(ex, self.dir / f"ssh-{g.label}.log", timeout=wait):
                 g.boot_s, g.executor = time.monotonic() - t0, ex
                 ex.channel()
                 self.kind.set_clock(ex)
@@ -227,9 +229,10 @@ class LabFleet(Fleet):
                 g.executor.close()
         if self._net_up:
             q = shlex.quote
+            gone = json.dumps({"op": "del", "kind": "netns", "name": self.netns})
             script = (lab_clean.clean_script(self.prefix, [Obj("netns", self.netns)], remove_dir=False) + "; " +
-                      remote_ledger_append(self.prefix, [json.dumps({"op": "del", "kind": "netns", "name": self.netns})])
-                      + f"; rm -rf {q(self.remote + '/guests')} {q(self.remote + '/gs')}")
+                      remote_ledger_append(self.prefix, [gone]) +
+                      f"; rm -rf {q(self.remote + '/guests')} {q(self.remote + '/gs')}")
             try:
                 self.ex.run_script(script, timeout=60, check=False)
             except CommandError:
