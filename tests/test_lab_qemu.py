@@ -6,6 +6,7 @@ hosts (a VXLAN pair over a Linux bridge, iperf3 and ping), and a kill -9 while t
 import json
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -167,6 +168,9 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
     metas = [json.loads(m) for (m,) in con.execute("SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")]
     vm_cpu = {m["vm"] for m in metas if m.get("scope") == "vm"}
     assert vm_cpu == {"h1v1", "h2v2"}  # each VM's own kernel, read inside it
+    hyp = [json.loads(m) for (m,) in con.execute("SELECT metadata FROM samples WHERE metric = 'hypervisor_cpu_ratio'")]
+    assert {(m["vm"], m["part"]) for m in hyp if m["scope"] == "hypervisor"} >= {
+        (vm, part) for vm in ("h1v1", "h2v2") for part in ("all", "vcpu", "io", "fs")}  # read on each VM's host
     argvs = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert argvs and all(a[0] == "ssh" for a in argvs), [a for a in argvs if a[0] != "ssh"][:3]
     # the guests were reached through their hosts: a ProxyCommand over the host's connection
@@ -181,6 +185,8 @@ def test_kill9_while_the_vms_boot_then_clean_testbed_leaves_nothing_on_any_host(
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
     tbf = lab_file(lab, tmp_path / "tb.yaml")
+    plan = vnetbench("plan", spec, "--testbed", tbf, env=env_with(state_dir)).stdout
+    shown = {m[1]: m[0] for m in re.findall(r"(qemu-system-x86_64 -name vb0000-(h\dv\d),.*) &$", plan, re.M)}
     proc = subprocess.Popen([sys.executable, "-m", "vnetbench", "run", str(spec), "--testbed", str(tbf), "--db",
                              str(tmp_path / "k.db"), "--no-progress"], env=env_with(state_dir), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -192,6 +198,14 @@ def test_kill9_while_the_vms_boot_then_clean_testbed_leaves_nothing_on_any_host(
             time.sleep(0.1)
         prefix = os.listdir(state_dir)[0]
         assert any(lab.objects(h)["netns"] for h in lab.hosts[:2])
+        # each host runs the very qemu command line `plan` showed (the run's prefix for vb0000)
+        pids = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64 -name {prefix}-"], capture_output=True,
+                              text=True).stdout.split()
+        assert len(pids) == 2 and set(shown) == {"h1v1", "h2v2"}, (pids, shown)
+        for pid in pids:
+            argv = open(f"/proc/{pid}/cmdline").read().rstrip("\0").split("\0")
+            vm = argv[2].split(",")[0].removeprefix(f"{prefix}-")
+            assert argv == shlex.split(shown[vm].replace("vb0000", prefix)), (argv, shown[vm])
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
