@@ -146,10 +146,12 @@ def test_a_missing_kernel_image_skips_the_scenario_with_the_hosts_reason(lab, tm
 
 @QEMU
 def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_path, state_dir):
-    """The VXLAN pair between a qemu VM on node1 and one on node2: both boot on their hosts (TCG here), carry iperf3
-    and ping, their rows say qemu-tcg per host, every command went through ssh, and nothing is left anywhere."""
+    """The VXLAN pair between a qemu VM on node1 and one on node2, then the same VMs on a flat network (the hosts'
+    uplinks let in the other host's VM by the MAC the topology gave it): both boot once on their hosts (TCG here),
+    serve both topologies, carry iperf3 and ping, their rows say qemu-tcg per host, every command went through ssh,
+    and nothing is left anywhere."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("overlay: vxlan", "overlay: [vxlan, none]"))
     log = tmp_path / "commands.jsonl"
     db = tmp_path / "r.db"
     t0 = time.monotonic()
@@ -157,14 +159,18 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
               env=env_with(state_dir, log))
     took = time.monotonic() - t0
     con = sqlite3.connect(db)
-    (status, impl), = con.execute("SELECT status, implementation FROM scenarios").fetchall()
-    assert status == "done", status
+    rows = con.execute("SELECT status, implementation FROM scenarios").fetchall()
+    assert [st for st, _ in rows] == ["done", "done"], rows
     version = qemu.qemu_image.cached_kernel().version  # the lab's machines are this one: the same kernel and KVM
     label = qemu.label(qemu.probe_accel().name, qemu.vhost_net(), 1, version)
-    assert json.loads(impl)["vm_kernel"] == f"{label} (h1v1 on node1, h2v2 on node2)", impl
+    assert {json.loads(impl)["vm_kernel"] for _, impl in rows} == {f"{label} (h1v1 on node1, h2v2 on node2)"}, rows
+    assert {json.loads(impl)["overlay"] for _, impl in rows} == {"kernel-vxlan", "flat"}, rows
     assert not con.execute("SELECT kind, error FROM trials WHERE status != 'ok'").fetchall()
     metrics = dict(con.execute("SELECT metric, MAX(value) FROM samples GROUP BY metric").fetchall())
     assert metrics["throughput_bps"] > 1e6 and metrics["rtt_loaded_s"] > 0, metrics
+    each = con.execute("SELECT t.scenario, MIN(m.value) FROM samples m JOIN trials t ON m.trial = t.id "
+                       "WHERE m.metric = 'throughput_bps' GROUP BY t.scenario").fetchall()
+    assert len(each) == 2 and all(v > 1e6 for _, v in each), each
     metas = [json.loads(m) for (m,) in con.execute("SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")]
     vm_cpu = {m["vm"] for m in metas if m.get("scope") == "vm"}
     assert vm_cpu == {"h1v1", "h2v2"}  # each VM's own kernel, read inside it
@@ -177,7 +183,8 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
     assert any("ProxyCommand=ssh " in " ".join(a) and "relay.py %h %p" in " ".join(a) for a in argvs)
     left, procs = ours(lab)
     assert not left and not procs, (left, procs)
-    print(f"run with one qemu VM on each of two lab hosts: {took:.1f} s")
+    print(f"run with one qemu VM on each of two lab hosts: {took:.1f} s; TCP by scenario: "
+          f"{', '.join(f'{v / 1e6:.0f} Mbit/s' for _, v in each)}")
 
 
 @QEMU
