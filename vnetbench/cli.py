@@ -150,7 +150,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     # every other kind of guest, as far as it is known without booting one (none on a testbed)
     others = [i for i in (choose({"kernel": "qemu"}, bed).info(),) if i]
     if as_json:
-        hosts = {h.name: h.caps.as_dict() | {"facts": h.facts, "qemu": _qemu_report(h)} for h in bed.hosts} if bed else {}
+        hosts = {h.name: h.caps.as_dict() | {"facts": h.facts, "qemu": _qemu_report(h)}
+                 for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
                                   | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})))
         return
@@ -208,7 +209,7 @@ def _qemu_table(bed) -> None:
     """Each host's side of qemu guest VMs (vm_kernel: qemu): KVM, vhost-net, the guest kernel image."""
     table = Table(title="qemu guest VMs on each host (vm_kernel: qemu)", title_justify="left")
     for col in ("host", "KVM", "vhost-net", "guest kernel image / reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a path cut short would name no file
     for h in bed.hosts:
         r = _qemu_report(h)
         kvm = "[green]yes[/]" if r["kvm"] else f"[red]no[/]: {markup_escape(r['kvm_reason'])} (TCG)"
