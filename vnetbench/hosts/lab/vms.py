@@ -126,8 +126,13 @@ class LabFleet(Fleet):
 
     def initramfs(self) -> list[str]:
         """The command that makes the guests' initramfs on the host, from its guest kernel's modules."""
-        return [*self.ex.python("guests.qemu_image"), "--initramfs", self.initrd, "--modules",
-                self.offer.modules]
+        return [*self.helper("guests.qemu_image"), "--initramfs", self.initrd, "--modules", self.offer.modules]
+
+    def helper(self, module: str) -> list[str]:
+        """A standalone module of vnetbench run by the host's python3 (a run's copies it once into its directory
+        there), named with the fleet's prefix (`plan`'s executors have none of their own)."""
+        self.ex.python(module)
+        return ["python3", f"{self.remote}/lib/{module.rsplit('.', 1)[-1]}.py"]
 
     def shown_boot(self) -> list[str]:
         lines = [comment(f"on {self.name} ({self.ex.target.destination}), over its SSH connection, in the run's "
@@ -165,7 +170,7 @@ class LabFleet(Fleet):
     def target(self, g: Guest) -> SshTarget:
         """SSH to the guest through its host: a ProxyCommand over the host's shared connection runs the relay in the
         run's guest namespace there (`%` doubled: ssh expands its own tokens in a ProxyCommand)."""
-        relay = shlex.join(["ip", "netns", "exec", self.netns, *self.ex.python("guests.relay")])
+        relay = shlex.join(["ip", "netns", "exec", self.netns, *self.helper("guests.relay")])
         host = shlex.join(self.ex.target.argv(self.ex.control)).replace("%", "%%")
         proxy = f"{host} {shlex.quote(relay.replace('%', '%%') + ' %h %p')}"
         return SshTarget(f"root@{g.address}", identity=str(self.identity), known_hosts=str(self.known_hosts),
