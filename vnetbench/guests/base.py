@@ -81,11 +81,15 @@ class Guest:
 
     def console_tail(self, lines: int = 15) -> str:
         try:
-            text = self.console.read_text(errors="replace")
+            return console_tail(self.console.read_text(errors="replace"), lines)
         except OSError:
             return "(no console output)"
-        keep = [ln for ln in text.splitlines() if ln.strip() and not _CONSOLE_NOISE.match(ln)]
-        return "\n".join(keep[-lines:]) or "(no console output)"
+
+
+def console_tail(text: str, lines: int = 15) -> str:
+    """The last lines of a guest's console that say why it failed (not its kernel's stack dumps and boot chatter)."""
+    keep = [ln for ln in text.splitlines() if ln.strip() and not _CONSOLE_NOISE.match(ln)]
+    return "\n".join(keep[-lines:]) or "(no console output)"
 
 
 class GuestKind(ABC):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ...guests import qemu, qemu_image, ssh
 from ...guests import vms
-from ...guests.base import Fleet, Guest, GuestError, keygen
+from ...guests.base import Fleet, Guest, GuestError, console_tail, keygen
 from ...system.executor import REMOTE_STATE_DIR, CommandError, SshExecutor, SshTarget, remote_ledger_append
 from ...system.ledger import Ledger, Obj
 from ..base import at_once
@@ -224,7 +224,12 @@ class LabFleet(Fleet):
         return {"all": sum(parts.values()), **parts}
 
     def console_tail(self, g: Guest, lines: int = 15) -> str:
-        return self.ex.tail(str(g.console), lines).replace(" | ", "\n") or "(no console output)"
+        """The last lines of its console on the host that say why it failed."""
+        try:
+            text = self.ex.run(["tail", "-n", "200", str(g.console)], timeout=30, check=False).stdout
+        except CommandError:
+            return "(its host does not answer)"
+        return console_tail(text, lines)
 
     def teardown(self) -> None:
         """The guests' executors closed, then in one round trip on the host: every process in the run's guest
