@@ -27,6 +27,9 @@ Command channels: (1) sshd on the management NIC, exactly as in a UML guest, so 
 drives a qemu guest unchanged; (2) the agent (system/agent.py) on a virtio-serial port, no network or sshd in the
 way: `agent_channel()` gives an `agent.Channel` over it (`python -m vnetbench.guests.relay --unix SOCKET` joins it to
 stdio). vsock is not an option here: vhost-vsock needs /dev/vhost-vsock.
+
+On a testbed the same kind boots each guest VM on the lab host that holds it (hosts/lab/vms.py): what that host offers
+(its accelerator, vhost-net, qboot, its guest kernel) is read from its preflight's facts (HOST_SCRIPT, host_offer).
 """
 from __future__ import annotations
 
