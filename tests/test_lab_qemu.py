@@ -98,17 +98,20 @@ def test_a_hosts_offer_from_its_facts():
 def test_doctor_reports_kvm_vhost_net_and_the_kernel_image_per_host(lab, tmp_path, state_dir):
     """A fast probe, nothing booted: each host's KVM (here kvm_pvm: TCG, with the reason), vhost-net and kernel image;
     a kernel image the testbed file names that is not there is that host's reason."""
-    tbf = lab_file(lab, tmp_path / "tb.yaml", {"node2": "/nonexistent/boot/vmlinuz-9.9"})
+    cached = qemu.qemu_image.cached_kernel()
+    tbf = lab_file(lab, tmp_path / "tb.yaml", {"node2": "/nonexistent/boot/vmlinuz-9.9", "node3": str(cached.vmlinuz)})
     t0 = time.monotonic()
     data = json.loads(vnetbench("doctor", "--json", "--testbed", tbf, env=env_with(state_dir)).stdout)
     took = time.monotonic() - t0
     local = qemu.probe_accel()
     node1, node2 = data["hosts"]["node1"]["qemu"], data["hosts"]["node2"]["qemu"]
-    assert node1["available"] and node1["kernel"] == str(qemu.qemu_image.cached_kernel().vmlinuz.resolve())
+    assert node1["available"] and node1["kernel"] == str(cached.vmlinuz.resolve())
     assert node1["accelerator"] == local.name and node1["kvm_reason"] == local.reason
     assert node1["vhost_net"] == qemu.vhost_net() and node1["label"].startswith(f"qemu-{local.name}-")
     assert not node2["available"] and "/nonexistent/boot/vmlinuz-9.9" in node2["reason"]
     assert node2["accelerator"] == local.name  # KVM and vhost-net are reported all the same
+    node3 = data["hosts"]["node3"]["qemu"]  # a kernel image named for the host, with its modules beside it
+    assert node3["available"] and node3["kernel"] == str(cached.vmlinuz.resolve()) and node3["pvh"] is None
     text = vnetbench("doctor", "--testbed", tbf, env=env_with(state_dir)).stdout
     assert "qemu guest VMs on each host" in text and "vhost-net" in text
     print(f"doctor --testbed --json: {took:.2f} s")
