@@ -50,11 +50,12 @@ def lab_file(lab, path, kernels=None):
     return path
 
 
-def ours(lab):
-    """What runs left on every lab machine: namespaces, links, run directories; and qemu or virtiofsd anywhere."""
-    objs = {h.name: lab.objects(h) for h in lab.hosts}
-    procs = subprocess.run(["pgrep", "-af", "qemu-system-x86_64 -name vb|virtiofsd --socket-path=/run/vnetbench/vb"],
-                           capture_output=True, text=True).stdout
+def ours(lab, prefix):
+    """What a run left on every lab machine: namespaces, links, run directories; and its qemu or virtiofsd anywhere
+    (other tests' guests may run beside it)."""
+    objs = {h.name: lab.objects(h, prefix) for h in lab.hosts}
+    procs = subprocess.run(["pgrep", "-af", f"qemu-system-x86_64 -name {prefix}-|virtiofsd --socket-path="
+                                            f"/run/vnetbench/{prefix}/"], capture_output=True, text=True).stdout
     return {name: o for name, o in objs.items() if any(o.values())}, procs.strip()
 
 
@@ -184,7 +185,8 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
     assert argvs and all(a[0] == "ssh" for a in argvs), [a for a in argvs if a[0] != "ssh"][:3]
     # the guests were reached through their hosts: a ProxyCommand over the host's connection
     assert any("ProxyCommand=ssh " in " ".join(a) and "relay.py %h %p" in " ".join(a) for a in argvs)
-    left, procs = ours(lab)
+    prefix, = set(re.findall(r"/run/vnetbench/(vb[0-9a-f]{4})/", log.read_text()))
+    left, procs = ours(lab, prefix)
     assert not left and not procs, (left, procs)
     print(f"run with one qemu VM on each of two lab hosts: {took:.1f} s; TCP by scenario: "
           f"{', '.join(f'{v / 1e6:.0f} Mbit/s' for _, v in each)}")
@@ -201,16 +203,17 @@ def test_kill9_while_the_vms_boot_then_clean_testbed_leaves_nothing_on_any_host(
                              str(tmp_path / "k.db"), "--no-progress"], env=env_with(state_dir), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while len(subprocess.run(["pgrep", "-f", "qemu-system-x86_64 -name vb[0-9a-f]{4}-h[12]v"],
-                                 capture_output=True, text=True).stdout.split()) < 2:
+        deadline, pids, prefix = time.monotonic() + 90, [], None
+        while len(pids) < 2:  # the run's two qemu processes, one on each host (its preflight's ledger is another)
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
             time.sleep(0.1)
-        prefix = os.listdir(state_dir)[0]
-        assert any(lab.objects(h)["netns"] for h in lab.hosts[:2])
+            for prefix in (d for d in os.listdir(state_dir) if d.startswith("vb")):
+                pids = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64 -name {prefix}-"], capture_output=True,
+                                      text=True).stdout.split()
+                if len(pids) == 2:
+                    break
+        assert all(lab.objects(h, prefix)["netns"] for h in lab.hosts[:2])
         # each host runs the very qemu command line `plan` showed (the run's prefix for vb0000)
-        pids = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64 -name {prefix}-"], capture_output=True,
-                              text=True).stdout.split()
         assert len(pids) == 2 and set(shown) == {"h1v1", "h2v2"}, (pids, shown)
         for pid in pids:
             argv = open(f"/proc/{pid}/cmdline").read().rstrip("\0").split("\0")
@@ -222,6 +225,6 @@ def test_kill9_while_the_vms_boot_then_clean_testbed_leaves_nothing_on_any_host(
     out = vnetbench("clean", "--testbed", tbf, env=env_with(state_dir)).stdout
     assert "node1: netns" in out and "node2: netns" in out, out
     time.sleep(0.5)
-    left, procs = ours(lab)
+    left, procs = ours(lab, prefix)
     assert not left and not procs and not guest_pids(prefix), (left, procs)
     assert not list(state_dir.iterdir())
