@@ -185,7 +185,7 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
     assert argvs and all(a[0] == "ssh" for a in argvs), [a for a in argvs if a[0] != "ssh"][:3]
     # the guests were reached through their hosts: a ProxyCommand over the host's connection
     assert any("ProxyCommand=ssh " in " ".join(a) and "relay.py %h %p" in " ".join(a) for a in argvs)
-    prefix, = set(re.findall(r"/run/vnetbench/(vb[0-9a-f]{4})/", log.read_text()))
+    prefix, = set(re.findall(r"/run/vnetbench/(vb[0-9a-f]{4})/guests/", log.read_text()))  # the run's, not preflight's
     left, procs = ours(lab, prefix)
     assert not left and not procs, (left, procs)
     print(f"run with one qemu VM on each of two lab hosts: {took:.1f} s; TCP by scenario: "
