@@ -433,7 +433,7 @@ while :; do sleep 3600 & wait $!; done
         return [str(VIRTIOFSD), f"--socket-path={sock}", "-o", f"source={source},sandbox=chroot,cache={cache}",
                 "-o", "no_posix_lock", "-o", "announce_submounts"]
 
-    def _shares(self, g: Guest) -> list[tuple[Path, Path, bool]]:
+    def file_servers(self, g: Guest) -> list[tuple[Path, Path, bool]]:
         """(source, socket, writable) of each virtiofsd the guest needs: none over 9p (qemu serves it)."""
         if self.rootfs == "9p":
             return []
@@ -443,7 +443,7 @@ while :; do sleep 3600 & wait $!; done
     def commands(self, fleet: Fleet, g: Guest) -> list[list[str]]:
         """Each file server, then qemu, all in the run's guest namespace."""
         netns = ["ip", "netns", "exec", fleet.netns]
-        return [*([*netns, *self.virtiofsd_argv(src, sock, rw)] for src, sock, rw in self._shares(g)),
+        return [*([*netns, *self.virtiofsd_argv(src, sock, rw)] for src, sock, rw in self.file_servers(g)),
                 [*netns, *self.argv(fleet, g)]]
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -460,10 +460,10 @@ while :; do sleep 3600 & wait $!; done
             (g.dir / name).write_text(text)
             (g.dir / name).chmod(mode)
         if queues_for(self.vcpus_of(g)) > 1:
-            self._multiqueue_taps(fleet, g)
+            self.multiqueue_taps(fleet, g)
         g.console.unlink(missing_ok=True)
         *servers, vm = self.commands(fleet, g)
-        socks = self._shares(g)
+        socks = self.file_servers(g)
         helpers = []
         with open(g.dir / "virtiofsd.log", "ab") as log:
             for k, ((_, sock, _), argv) in enumerate(zip(socks, servers)):
@@ -490,7 +490,7 @@ while :; do sleep 3600 & wait $!; done
         return [("sshd_config", self.sshd_config(g), 0o644), ("agent.py", agent_mod.source(), 0o644),
                 ("setup", self.setup_script(g, self.image.kernel), 0o644), ("init", self.init_script(g), 0o755)]
 
-    def _multiqueue_taps(self, fleet: Fleet, g: Guest) -> None:
+    def multiqueue_taps(self, fleet: Fleet, g: Guest) -> None:
         """The fleet's taps are single-queue; qemu's `queues=N` opens a tap with IFF_MULTI_QUEUE, which a
         persistent tap made without it refuses: made again, on the same bridge."""
         lines = []

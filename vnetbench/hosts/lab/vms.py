@@ -150,11 +150,11 @@ class LabFleet(Fleet):
         files[f"{g.dir}/authorized_keys"] = [self.identity.with_suffix(".pub").read_text(), 0o644]
         self._run(["python3", "-c", WRITE], "its files", input=json.dumps(files))
         if qemu.queues_for(self.kind.vcpus_of(g)) > 1:
-            self.kind._multiqueue_taps(self, g)
+            self.kind.multiqueue_taps(self, g)
         *servers, vm = self.launch(g)
         self.helpers[g.label] = [self.ex.spawn(argv, label=f"guest:{g.label}:virtiofsd{k}", stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL) for k, argv in enumerate(servers)]
-        for sock in (s for _, s, _ in self.kind._shares(g)):
+        for sock in (s for _, s, _ in self.kind.file_servers(g)):
             if not self.ex.appears(str(sock), 10):
                 raise GuestError(f"guest {g.label} on {self.name}: virtiofsd did not start: "
                                  f"{self.ex.tail(f'{g.dir}/virtiofsd.log')}")
@@ -212,7 +212,10 @@ class LabFleet(Fleet):
         pids = [p.pid for p in (g.proc, *self.helpers.get(g.label, [])) if p is not None and p.pid]
         if not pids or g.proc.poll() is not None:
             raise OSError(f"guest {g.label} is not running on {self.name}")
-        out = self.ex.run_script(CPU.format(pids=" ".join(map(str, pids))), timeout=10, check=False).stdout
+        try:
+            out = self.ex.run_script(CPU.format(pids=" ".join(map(str, pids))), timeout=10, check=False).stdout
+        except CommandError as exc:  # the host stopped answering: no reading (the trial fails through its workload)
+            raise OSError(str(exc)) from None
         parts = {"vcpu": 0.0, "io": 0.0, **({"vhost": 0.0} if self.kind.vhost else {}), "fs": 0.0}
         for line in out.splitlines():
             pid, ns, name = (line.split(" ", 2) + ["", ""])[:3]
