@@ -248,7 +248,7 @@ class TestbedPlacement(Placement):
                         "namespaces deleted")]
 
 
-# ---- a topology with guest VMs on the lab's hosts (vm_kernel: qemu) -------------------------------------------------------------------------
+# ---- a topology with guest VMs on the lab's hosts (vm_kernel: qemu) ---------------------------------------------
 class LabVmsPlacement(TestbedPlacement):
     """The testbed's placement, with guest VMs (label -> guests.vms.GuestVm) on their hosts."""
 
