@@ -19,8 +19,8 @@ SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
 GROUP_SECONDS = {"test_testbed": 140, "s1-smoke": 120, "test_suites_s3_s4": 125, "test_guest_kernel": 105,
                  "test_verdicts": 85, "test_ovs": 80, "test_docs": 75, "test_noisy_verdicts": 60, "test_compare": 60,
                  "test_runner": 60, "test_bad_input": 50, "test_scale": 50, "test_encryption": 45, "loopback": 45,
-                 "test_qemu_hosts": 45, "test_ndrpdr": 40, "test_hosts": 35, "test_e2e": 35, "test_rounds": 30,
-                 "test_speed": 30, "test_trend": 30, "test_qemu_guests": 25, "test_testbed_file": 25,
+                 "test_qemu_hosts": 45, "test_lab_qemu": 45, "test_ndrpdr": 40, "test_hosts": 35, "test_e2e": 35,
+                 "test_rounds": 30, "test_speed": 30, "test_trend": 30, "test_qemu_guests": 25, "test_testbed_file": 25,
                  "test_host_guests": 25, "test_results_file": 25, "test_vm_guests": 20, "test_cli": 15,
                  "test_offloads": 20, "test_results_model": 20}
 

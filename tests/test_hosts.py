@@ -11,6 +11,7 @@ from conftest import ROOT, netns_names, vnetbench
 from vnetbench import hosts
 from vnetbench.hosts.lab import testbed as tb
 from vnetbench.hosts.lab import preflight
+from vnetbench.hosts.lab import vms as lab_vms
 from vnetbench.capabilities import detect
 from vnetbench.guests import kind_class
 from vnetbench.system.ledger import Ledger
@@ -209,12 +210,14 @@ def test_an_unknown_host_backend_is_one_line_and_exit_2():
 
 @UML
 def test_a_testbed_refuses_guests_of_this_machine_with_the_reason():
-    """On a testbed, a `kernel: guest` or `vm_kernel: guest` scenario is a skip saying why (before, the run built the
-    topology on the testbed with a guest executor beside it)."""
+    """On a testbed, a `kernel: guest` scenario, or guest VMs of a kind other than qemu (which boots them on the lab's
+    hosts: tests/test_lab_qemu.py), is a skip saying why (before, the run built the topology on the testbed with a
+    guest executor beside it)."""
     refuse = hosts.load_all()["testbed"].own_kernels
     assert "own kernels" in refuse(scenario("kernel: guest-per-host"))
-    assert "namespaces on its hosts" in refuse(scenario("vm_kernel: guest"))
-    assert refuse(scenario()) is None
+    assert refuse(scenario("vm_kernel: guest")) is None and refuse(scenario()) is None
+    assert "run on this machine only" in lab_vms.check(scenario("vm_kernel: guest"), None)
+    assert lab_vms.check(scenario(), None) is None
 
 
 TOY_KIND = '''\

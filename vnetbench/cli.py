@@ -150,7 +150,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     # every other kind of guest, as far as it is known without booting one (none on a testbed)
     others = [i for i in (choose({"kernel": "qemu"}, bed).info(),) if i]
     if as_json:
-        hosts = {h.name: h.caps.as_dict() | {"facts": h.facts} for h in bed.hosts} if bed else {}
+        hosts = {h.name: h.caps.as_dict() | {"facts": h.facts, "qemu": _qemu_report(h)}
+                 for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
                                   | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})))
         return
@@ -165,6 +166,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                           f"{f['clock_offset_s'] * 1e3:+.1f} ms" if f.get("clock_offset_s") is not None else "?",
                           f"{f['round_trip_s'] * 1e3:.1f} ms")
         out.print(table)
+        _qemu_table(bed)
     groups = [(f"{title} on {h.name}", getattr(h.caps, attr) or {}) for h in bed.hosts
               for title, attr in (("tools", "tools"), ("kernel features", "kernel"), ("installed", "installed"))] \
         if bed else [("tools", caps.tools), ("kernel features", caps.kernel), ("installed", local_installed())]
@@ -196,6 +198,24 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
               else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
+
+
+def _qemu_report(host) -> dict:
+    from .guests import qemu
+    return qemu.host_report(host.facts, host.qemu_kernel)
+
+
+def _qemu_table(bed) -> None:
+    """Each host's side of qemu guest VMs (vm_kernel: qemu): KVM, vhost-net, the guest kernel image."""
+    table = Table(title="qemu guest VMs on each host (vm_kernel: qemu)", title_justify="left")
+    for col in ("host", "KVM", "vhost-net", "guest kernel image / reason"):
+        table.add_column(col, overflow="fold")  # a path cut short would name no file
+    for h in bed.hosts:
+        r = _qemu_report(h)
+        kvm = "[green]yes[/]" if r["kvm"] else f"[red]no[/]: {markup_escape(r['kvm_reason'])} (TCG)"
+        table.add_row(h.name, kvm, "[green]yes[/]" if r["vhost_net"] else "[red]no[/]",
+                      markup_escape(r["kernel"] if r["available"] else r["reason"]))
+    out.print(table)
 
 
 def _guest_row(g: dict, caps) -> list[str]:

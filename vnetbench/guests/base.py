@@ -81,11 +81,15 @@ class Guest:
 
     def console_tail(self, lines: int = 15) -> str:
         try:
-            text = self.console.read_text(errors="replace")
+            return console_tail(self.console.read_text(errors="replace"), lines)
         except OSError:
             return "(no console output)"
-        keep = [ln for ln in text.splitlines() if ln.strip() and not _CONSOLE_NOISE.match(ln)]
-        return "\n".join(keep[-lines:]) or "(no console output)"
+
+
+def console_tail(text: str, lines: int = 15) -> str:
+    """The last lines of a guest's console that say why it failed (not its kernel's stack dumps and boot chatter)."""
+    keep = [ln for ln in text.splitlines() if ln.strip() and not _CONSOLE_NOISE.match(ln)]
+    return "\n".join(keep[-lines:]) or "(no console output)"
 
 
 class GuestKind(ABC):
@@ -115,11 +119,11 @@ class GuestKind(ABC):
         guest's port is its tap itself: guests/qemu.py.)"""
         gn_end = self.port_end(topo, a.label)
         topo.ip(ROOT, f"link add {gn_end} netns {vm.netns} type veth peer name {b_if} netns {b.netns}")
-        topo.ip("gn", f"link set {gn_end} mtu {TAP_MTU} master {vm.bridge} up")
+        topo.ip(vm.gn, f"link set {gn_end} mtu {TAP_MTU} master {vm.bridge} up")
         if topo.sc.implementation.get("switch", "").startswith("ovs-netdev"):
             # OVS's userspace datapath takes no partial checksums: the vif completes them (the guest's own NIC is a
             # vector tap: the `ethtool -K` ovs.py runs inside the guest was not enough); without it no TCP crossed
-            topo.run("gn", ["ethtool", "-K", gn_end, "tx", "off"])
+            topo.run(vm.gn, ["ethtool", "-K", gn_end, "tx", "off"])
         topo.ip(a.guest, f"link set {vm.nic} netns {a.netns}")
         topo.ip(a.label, f"link set {vm.nic} name {a_if}")
 
@@ -180,6 +184,7 @@ class Fleet:
         self.segments: list[str] = []
         self.netns = f"{self.prefix}-gn"
         self.dir = ledger.work / "guests"
+        self.first_index = 1  # the first guest's number: a MAC and management address in the run are one guest's
         self._net_up = False
 
     def shown_boot(self) -> list[str]:
@@ -198,7 +203,7 @@ class Fleet:
         directory on the machine at the same path, read-write."""
         if len(self.guests) >= MAX_GUESTS:
             raise GuestError(f"at most {MAX_GUESTS} guests per run")
-        g = Guest(label, len(self.guests) + 1, mem_mb=mem_mb)
+        g = Guest(label, self.first_index + len(self.guests), mem_mb=mem_mb)
         for k, (name, segment) in enumerate(nics):
             if segment not in self.segments:
                 self.segments.append(segment)
@@ -221,6 +226,11 @@ class Fleet:
         self.ledger.record("netns", self.netns)
         self._net_up = True  # from here on teardown deletes the namespace, even if the rest of this fails
         self._ip_batch([f"netns add {self.netns}"], netns=False)
+        self._ip_batch(self.network_lines())
+        self._net_up = True
+
+    def network_lines(self) -> list[str]:
+        """`ip -batch` lines, in the run namespace, of its management bridge, its segments' and its guests' taps."""
         mgt = f"{self.prefix}-mgt"
         lines = ["link set lo up", f"link add {mgt} type bridge forward_delay 0", f"link set {mgt} up",
                  f"addr add {MGMT_HOST}/24 dev {mgt}"]
@@ -231,8 +241,7 @@ class Fleet:
             taps = [(self.tap(g, None), mgt)] + [(n.tap, self.bridge(n.segment)) for n in g.nics]
             for tap, br in taps:
                 lines += [f"tuntap add mode tap name {tap}", f"link set {tap} mtu {TAP_MTU} master {br} up"]
-        self._ip_batch(lines)
-        self._net_up = True
+        return lines
 
     def set_segment_mtu(self, segment: str, mtu: int) -> None:
         """Taps and bridges carry anything; the guests' own NIC MTUs are what limit the underlay."""
@@ -241,11 +250,11 @@ class Fleet:
     def _keys(self) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = self.dir / "id_ed25519"
-        _keygen(key, f"vnetbench-{self.prefix}")
+        keygen(key, f"vnetbench-{self.prefix}")
         known = []
         for g in self.guests.values():
             g.dir.mkdir(mode=0o700, exist_ok=True)
-            _keygen(g.dir / "ssh_host_ed25519_key", f"{self.prefix}-{g.label}")
+            keygen(g.dir / "ssh_host_ed25519_key", f"{self.prefix}-{g.label}")
             (g.dir / "authorized_keys").write_text((self.dir / "id_ed25519.pub").read_text())
             host_pub = (g.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             known.append(f"{g.address} {' '.join(host_pub)}\n")
@@ -276,13 +285,17 @@ class Fleet:
         self._network()
         t0 = time.monotonic()
         for g in self.guests.values():
-            self.kind.start(self, g)
+            self.start(g)
         deadline = t0 + self.boot_timeout
         with ThreadPoolExecutor(max_workers=min(16, len(self.guests) or 1)) as pool:
             errors = [e for e in pool.map(lambda g: self._wait(g, t0, deadline), self.guests.values()) if e]
         if errors:
             raise GuestError("; ".join(errors))
         return self
+
+    def start(self, g: Guest) -> None:
+        """Start one guest's processes as its kind does (a fleet on another machine starts them there)."""
+        self.kind.start(self, g)
 
     def _wait(self, g: Guest, t0: float, deadline: float) -> str | None:
         ex = ssh.executor(self, g)
@@ -342,7 +355,7 @@ def cpu_seconds(pid: int, task: int | None = None) -> float:
         return parse_pid_stat(fh.read()).cpu_ticks / CLK_TCK
 
 
-def _keygen(path: Path, comment: str) -> None:
+def keygen(path: Path, comment: str) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
                    check=True, capture_output=True, timeout=30)
 

@@ -27,6 +27,9 @@ Command channels: (1) sshd on the management NIC, exactly as in a UML guest, so 
 drives a qemu guest unchanged; (2) the agent (system/agent.py) on a virtio-serial port, no network or sshd in the
 way: `agent_channel()` gives an `agent.Channel` over it (`python -m vnetbench.guests.relay --unix SOCKET` joins it to
 stdio). vsock is not an option here: vhost-vsock needs /dev/vhost-vsock.
+
+On a testbed the same kind boots each guest VM on the lab host that holds it (hosts/lab/vms.py): what that host offers
+(its accelerator, vhost-net, qboot, its guest kernel) is read from its preflight's facts (HOST_SCRIPT, host_offer).
 """
 from __future__ import annotations
 
@@ -66,23 +69,144 @@ class Accel:
     reason: str   # why this one
 
 
+KVM_MODULES = ("kvm_intel", "kvm_amd", "kvm_pvm")
+
+
 def probe_accel() -> Accel:
     """KVM where it can run a stock guest kernel, else TCG and why (sysfs and one access check: well under 1 ms)."""
     kvm = Path("/dev/kvm")
-    if not kvm.exists():
+    loaded = {m for m in KVM_MODULES if Path("/sys/module", m).exists()}
+    return accel_of(kvm.exists(), loaded, kvm.exists() and os.access(kvm, os.R_OK | os.W_OK))
+
+
+def accel_of(present: bool, loaded: set[str], usable: bool) -> Accel:
+    """The accelerator a machine gives a stock guest kernel, from what it has: /dev/kvm, the KVM modules loaded, and
+    whether /dev/kvm is readable and writable (here, or on a lab host as its probe found them)."""
+    if not present:
         return Accel("tcg", "no /dev/kvm")
-    loaded = {m for m in ("kvm_intel", "kvm_amd", "kvm_pvm") if Path("/sys/module", m).exists()}
     stock = loaded & {"kvm_intel", "kvm_amd"}
     if not stock:
         if "kvm_pvm" in loaded:
             return Accel("tcg", "/dev/kvm is kvm_pvm, which runs only PVM-enabled guest kernels (not Debian's); "
                                 "neither kvm_intel nor kvm_amd is loaded")
         return Accel("tcg", "/dev/kvm without kvm_intel or kvm_amd")
-    if not os.access(kvm, os.R_OK | os.W_OK):
+    if not usable:
         return Accel("tcg", "/dev/kvm is not readable and writable by this user")
     if "kvm_pvm" in loaded:
         return Accel("tcg", f"kvm_pvm is loaded beside {', '.join(sorted(stock))}: /dev/kvm may be PVM's")
     return Accel("kvm", f"/dev/kvm from {', '.join(sorted(stock))}")
+
+
+# What a lab host offers qemu guests, asked by its preflight in the same round trip as its other facts
+# (hosts/lab/preflight.py) and read by `host_offer`: /dev/kvm and the KVM modules, /dev/vhost-net, the programs, and
+# the guest kernels: the one the testbed file names for the host ({named}, quoted), else the cloud kernels unpacked
+# in its cache (install.sh puts them there). Files are only looked at: nothing is made or loaded.
+HOST_CACHE = "/var/cache/vnetbench/qemu"
+HOST_SCRIPT = r"""
+echo "qemu_kvm=$(test -e /dev/kvm && echo 1 || echo 0)"
+echo "qemu_kvm_rw=$(test -r /dev/kvm -a -w /dev/kvm && echo 1 || echo 0)"
+echo "qemu_kvm_modules=$(for m in kvm_intel kvm_amd kvm_pvm; do [ -d /sys/module/$m ] && printf '%s ' $m; done)"
+echo "qemu_vhost_net=$(test -r /dev/vhost-net -a -w /dev/vhost-net && echo 1 || echo 0)"
+echo "qemu_tun=$(test -r /dev/net/tun -a -w /dev/net/tun && echo 1 || echo 0)"
+echo "qemu_qboot=$(test -r {qboot} && echo 1 || echo 0)"
+for p in qemu-system-x86_64 python3 {virtiofsd} {busybox}; do echo "qemu_has_${{p##*/}}=$(command -v $p)"; done
+echo "qemu_kernels=$(for d in {cache}/linux-image-*; do [ -e "$d/.complete" ] && readlink -f "$d"/boot/vmlinu[xz]-*; \
+  done 2>/dev/null | tr '\n' ' ')"
+n={named}; v=${{n##*/vmlinuz-}}
+[ -z "$n" ] || echo "qemu_named=$(test -r "$n" && readlink -f "$n"):$(for m in "${{n%/boot/*}}" ""; do \
+  [ -d "$m/lib/modules/$v" ] && {{ readlink -f "$m/lib/modules/$v"; break; }}; done)"
+"""
+# the programs a host needs for qemu guests, as HOST_SCRIPT names them, and their Debian packages
+HOST_PROGRAMS = {"qemu-system-x86_64": "qemu-system-x86", "python3": "python3", "virtiofsd": "qemu-system-common",
+                 "busybox": "busybox-static"}
+
+
+def host_script(named: str | None) -> str:
+    return HOST_SCRIPT.format(virtiofsd=shlex.quote(str(VIRTIOFSD)), busybox=shlex.quote(str(qemu_image.BUSYBOX)),
+                              qboot=shlex.quote(str(QBOOT)), cache=HOST_CACHE, named=shlex.quote(named or ""))
+
+
+@dataclass(frozen=True)
+class HostOffer:
+    """What one lab host offers qemu guests: the accelerator there (and why), vhost-net, the guest kernel its guests
+    boot (with its modules' tree and uncompressed PVH vmlinux, when it has one), or why it cannot run them."""
+    ok: bool
+    reason: str = ""
+    accel: Accel = Accel("tcg", "not probed")
+    vhost: bool = False
+    vmlinuz: str = ""
+    version: str = ""
+    modules: str = ""       # <root>/lib/modules/<version>
+    pvh: str | None = None
+    qboot: bool = False     # its qemu has qboot (Debian's qemu-system-data): the -bios a guest boots fastest with
+
+    def label(self, queues: int = 1) -> str:
+        return label(self.accel.name, self.vhost, queues, self.version)
+
+    def notes(self) -> tuple[str, ...]:
+        return notes(self.accel, self.vhost)
+
+    def image(self, initrd: str) -> qemu_image.Image:
+        root = Path(self.modules).parents[2]
+        tree = qemu_image.KernelTree("host", self.version, Path(self.vmlinuz), root)
+        return qemu_image.Image(tree, Path(initrd), Path(self.pvh) if self.pvh else None)
+
+
+def host_offer(facts: dict, named: str | None = None) -> HostOffer:
+    """A lab host's HostOffer from its HOST_SCRIPT facts; `named`: the kernel image the testbed file gives it."""
+    if "qemu_kvm" not in facts:
+        return HostOffer(False, "its preflight did not look for qemu")
+    missing = [f"{name} (Debian package {pkg})" for name, pkg in HOST_PROGRAMS.items()
+               if not facts.get(f"qemu_has_{name}")]
+    if missing:
+        return HostOffer(False, f"qemu guests need {', '.join(missing)} there")
+    if facts.get("qemu_tun") != "1":
+        return HostOffer(False, "qemu guests need /dev/net/tun there (their NICs are taps)")
+    kernel = _named_kernel(facts, named) if named else _cached_kernel(facts)
+    if isinstance(kernel, str):
+        return HostOffer(False, kernel)
+    return HostOffer(True, accel=host_accel(facts), vhost=facts.get("qemu_vhost_net") == "1",
+                     qboot=facts.get("qemu_qboot") == "1", **kernel)
+
+
+def host_accel(facts: dict) -> Accel:
+    return accel_of(facts.get("qemu_kvm") == "1", set(facts.get("qemu_kvm_modules", "").split()),
+                    facts.get("qemu_kvm_rw") == "1")
+
+
+def host_report(facts: dict, named: str | None = None) -> dict:
+    """What `doctor --testbed` shows of one host for qemu guest VMs: KVM (usable, or why not), vhost-net, the guest
+    kernel image found (or why qemu guests cannot run there). From the preflight's facts: nothing booted."""
+    offer, accel = host_offer(facts, named), host_accel(facts)
+    return {"available": offer.ok, "accelerator": accel.name, "kvm": accel.name == "kvm", "kvm_reason": accel.reason,
+            "vhost_net": facts.get("qemu_vhost_net") == "1", "kernel": offer.vmlinuz or None, "pvh": offer.pvh,
+            "label": offer.label() if offer.ok else None, "reason": offer.reason}
+
+
+def _named_kernel(facts: dict, named: str) -> dict | str:
+    path, _, modules = facts.get("qemu_named", "").partition(":")
+    version = Path(named).name.removeprefix("vmlinuz-")
+    if not path:
+        return f"the kernel image {named} that the testbed file names is not there"
+    if not modules:
+        return (f"the kernel image {named} that the testbed file names has no modules: neither "
+                f"{Path(named).parents[1] / 'lib/modules' / version} nor /lib/modules/{version} is there")
+    return {"vmlinuz": path, "version": version, "modules": modules}
+
+
+def _cached_kernel(facts: dict) -> dict | str:
+    """The newest cloud kernel in the host's cache (else the newest of any), as qemu_image.cached_kernel picks it."""
+    files = facts.get("qemu_kernels", "").split()
+    trees = [f for f in files if Path(f).name.startswith("vmlinuz-") and f.split("/")[-3].startswith("linux-image-")]
+    trees = [f for f in trees if "-cloud-" in f.split("/")[-3]] or trees
+    if not trees:
+        return (f"qemu guests: no guest kernel (what {qemu_image.META_PACKAGE} depends on) in {HOST_CACHE} there; "
+                f"./install.sh gets it")
+    vmlinuz = max(trees, key=lambda f: qemu_image._version_key(Path(f).name.removeprefix("vmlinuz-")))
+    version, root = Path(vmlinuz).name.removeprefix("vmlinuz-"), Path(vmlinuz).parents[1]
+    pvh = str(root / "boot" / f"vmlinux-{version}")
+    return {"vmlinuz": vmlinuz, "version": version, "modules": str(root / "lib" / "modules" / version),
+            "pvh": pvh if pvh in files else None}
 
 
 def vhost_net() -> bool:
@@ -136,6 +260,7 @@ class Qemu(GuestKind):
         self.accel = probe_accel()
         self.vhost = vhost_net()
         self.image: qemu_image.Image | None = None
+        self.qboot = QBOOT.exists()  # on the machine that runs qemu (a lab host's, as its probe found it)
         self.helpers: dict[str, list[subprocess.Popen]] = {}  # guest label -> its virtiofsd processes
 
     @classmethod
@@ -172,7 +297,7 @@ class Qemu(GuestKind):
         ahead of the hosts': it is a machine's root namespace to them). Inside the guest its NIC goes into the VM's
         namespace, as for any guest VM. (OVS's userspace datapath takes the tap's frames with their checksums still
         to complete, as virtio-net's offload leaves them: TCP crossed it both ways, with nothing turned off.)"""
-        topo.ip("gn", f"link set {self._tap(vm)} netns {b.netns} name {b_if}")
+        topo.ip(vm.gn, f"link set {self._tap(vm)} netns {b.netns} name {b_if}")
         topo.ip(a.guest, f"link set {vm.nic} netns {a.netns}")
         topo.ip(a.label, f"link set {vm.nic} name {a_if}")
 
@@ -231,9 +356,11 @@ echo /run/modprobe > /proc/sys/kernel/modprobe
 [ ! -d $R/lib/modules ] || {{ mount -t tmpfs -o mode=755 tmpfs $R/lib/modules && mkdir $R/lib/modules/$(uname -r) &&
   mount --bind $mods $R/lib/modules/$(uname -r); }}
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-# root's home writable over the machine's own, without its login scripts
+# root's home writable over the machine's own, without its login scripts; where it is a file system of its own (a
+# submount of the root, e.g. a lab machine's tmpfs), which overlayfs refused as a lower layer, an empty tmpfs
 mkdir -p $R/run/home/upper $R/run/home/work
-mount -t overlay overlay -o lowerdir=$R/root,upperdir=$R/run/home/upper,workdir=$R/run/home/work $R/root
+mount -t overlay overlay -o lowerdir=$R/root,upperdir=$R/run/home/upper,workdir=$R/run/home/work $R/root 2>/dev/null ||
+  mount -t tmpfs -o mode=700 tmpfs $R/root || fail "root's home not writable"
 : > $R/root/.bashrc; : > $R/root/.profile
 {shares}"""
 
@@ -276,7 +403,7 @@ while :; do sleep 3600 & wait $!; done
                *(["-object", f"memory-backend-memfd,id=mem,size={mem}M,share=on", "-machine", "memory-backend=mem"]
                  if self.rootfs == "virtiofs" else []),
                "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-no-reboot",
-               *(["-bios", str(QBOOT)] if QBOOT.exists() else []),
+               *(["-bios", str(QBOOT)] if self.qboot else []),
                "-kernel", str(img.boot_kernel), "-initrd", str(img.initrd), "-append", self.cmdline(fleet, g),
                "-chardev", f"file,id=con,path={g.console},append=on", "-serial", "chardev:con"]
         for k, (path, tag) in enumerate([(Path("/"), qemu_image.ROOT_TAG), *((p, f"vbs{j}") for j, p in
@@ -306,7 +433,7 @@ while :; do sleep 3600 & wait $!; done
         return [str(VIRTIOFSD), f"--socket-path={sock}", "-o", f"source={source},sandbox=chroot,cache={cache}",
                 "-o", "no_posix_lock", "-o", "announce_submounts"]
 
-    def _shares(self, g: Guest) -> list[tuple[Path, Path, bool]]:
+    def file_servers(self, g: Guest) -> list[tuple[Path, Path, bool]]:
         """(source, socket, writable) of each virtiofsd the guest needs: none over 9p (qemu serves it)."""
         if self.rootfs == "9p":
             return []
@@ -316,7 +443,7 @@ while :; do sleep 3600 & wait $!; done
     def commands(self, fleet: Fleet, g: Guest) -> list[list[str]]:
         """Each file server, then qemu, all in the run's guest namespace."""
         netns = ["ip", "netns", "exec", fleet.netns]
-        return [*([*netns, *self.virtiofsd_argv(src, sock, rw)] for src, sock, rw in self._shares(g)),
+        return [*([*netns, *self.virtiofsd_argv(src, sock, rw)] for src, sock, rw in self.file_servers(g)),
                 [*netns, *self.argv(fleet, g)]]
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -329,17 +456,14 @@ while :; do sleep 3600 & wait $!; done
                 self.image = qemu_image.image_of(tree)
             except (qemu_image.ImageError, OSError, subprocess.SubprocessError) as exc:
                 raise GuestError(f"qemu guest kernel {tree.version}: {exc}") from None
-        (g.dir / "sshd_config").write_text(self.sshd_config(g))
-        (g.dir / "agent.py").write_text(agent_mod.source())
-        (g.dir / "setup").write_text(self.setup_script(g, self.image.kernel))
-        init = g.dir / "init"
-        init.write_text(self.init_script(g))
-        init.chmod(0o755)
+        for name, text, mode in self.guest_files(g):
+            (g.dir / name).write_text(text)
+            (g.dir / name).chmod(mode)
         if queues_for(self.vcpus_of(g)) > 1:
-            self._multiqueue_taps(fleet, g)
+            self.multiqueue_taps(fleet, g)
         g.console.unlink(missing_ok=True)
         *servers, vm = self.commands(fleet, g)
-        socks = self._shares(g)
+        socks = self.file_servers(g)
         helpers = []
         with open(g.dir / "virtiofsd.log", "ab") as log:
             for k, ((_, sock, _), argv) in enumerate(zip(socks, servers)):
@@ -361,7 +485,12 @@ while :; do sleep 3600 & wait $!; done
         g.pid = g.proc.pid
         fleet.ledger.record_process(g.pid, f"guest:{g.label}")
 
-    def _multiqueue_taps(self, fleet: Fleet, g: Guest) -> None:
+    def guest_files(self, g: Guest) -> list[tuple[str, str, int]]:
+        """(name, text, mode) of the files in the guest's directory its boot reads (the keys are the fleet's)."""
+        return [("sshd_config", self.sshd_config(g), 0o644), ("agent.py", agent_mod.source(), 0o644),
+                ("setup", self.setup_script(g, self.image.kernel), 0o644), ("init", self.init_script(g), 0o755)]
+
+    def multiqueue_taps(self, fleet: Fleet, g: Guest) -> None:
         """The fleet's taps are single-queue; qemu's `queues=N` opens a tap with IFF_MULTI_QUEUE, which a
         persistent tap made without it refuses: made again, on the same bridge."""
         lines = []

@@ -415,7 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-q", "--quiet", action="store_true", help="one line")
     ap.add_argument("--cached-ok", action="store_true",
                     help="a kernel already in the cache will do: apt is not asked for the newest (about 2 s)")
+    ap.add_argument("--initramfs", type=Path, metavar="FILE",
+                    help="only write to FILE the initramfs of the kernel whose module tree --modules names (what a "
+                         "lab host's qemu guests boot; this module is copied there and run by its python3)")
+    ap.add_argument("--modules", type=Path, metavar="DIR", help="<root>/lib/modules/<version>, for --initramfs")
     args = ap.parse_args(argv)
+    if args.initramfs:
+        return _initramfs_only(args.initramfs, args.modules)
     try:
         tree = cached_kernel(args.package, args.cache) if args.cached_ok else None
         img = image_of(tree) if tree else ensure_image(args.package, args.cache)
@@ -433,6 +439,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"initrd   {img.initrd} ({img.initrd.stat().st_size // 1024} KiB)")
     print(f"checked  {', '.join(args.check)}: " + (f"MISSING {', '.join(missing)}" if missing else "all present"))
     return 1 if missing else 0
+
+
+def _initramfs_only(out: Path, modules: Path | None) -> int:
+    if modules is None or len(modules.parents) < 3:
+        print("qemu_image: --initramfs needs --modules <root>/lib/modules/<version>", file=sys.stderr)
+        return 2
+    tree = KernelTree("host", modules.name, Path(""), modules.parents[2])
+    try:
+        build_initramfs(tree, out)
+    except (ImageError, OSError) as exc:
+        print(f"qemu_image: initramfs of {modules}: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
 
 
 if __name__ == "__main__":

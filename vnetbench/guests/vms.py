@@ -20,6 +20,7 @@ checked against the guest kernel's capabilities (`check_encryption`), and a tunn
 """
 from __future__ import annotations
 
+import shlex
 import shutil
 from typing import Literal
 
@@ -115,8 +116,8 @@ def wanted(sc) -> list[str]:
     return out
 
 
-def decide(sc) -> str | None:
-    """Why a scenario with guest VMs cannot run here (None: it can); notes the VM kernel's implementation."""
+def structural(sc) -> str | None:
+    """Why a scenario's guest VMs cannot be, wherever its hosts are (None: they can, or it has none)."""
     vk = parse(sc.levels.get("vm_kernel", "shared"))
     if vk.type != "guest":
         return None
@@ -127,6 +128,16 @@ def decide(sc) -> str | None:
         return "vm_kernel guest: the hosts already run in a guest kernel (kernel guest); use one or the other"
     if vk.pairs and max(vk.pairs) > sc.levels["pairs"]:
         return f"vm_kernel guest: pair {max(vk.pairs)} is a guest but the scenario has {sc.levels['pairs']} pairs"
+    return None
+
+
+def decide(sc) -> str | None:
+    """Why a scenario with guest VMs cannot run here (None: it can); notes the VM kernel's implementation."""
+    vk = parse(sc.levels.get("vm_kernel", "shared"))
+    if vk.type != "guest":
+        return None
+    if why := structural(sc):
+        return why
     cls = kind_class(kind(sc))
     sup = cls.support()
     if not sup.ok:
@@ -198,6 +209,15 @@ def segment(label: str) -> str:
     return f"vm-{label}"
 
 
+def release_script(netns: str, dev: str) -> str:
+    """Inside a guest, at teardown: its VM namespace's processes killed, its NIC back in the guest's root namespace
+    under its own name (the guest serves the next topology), the namespace deleted."""
+    ns, dev = shlex.quote(netns), shlex.quote(dev)
+    return (f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "
+            f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {NIC} 2>/dev/null; "
+            f"ip -n {ns} link set {NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true")
+
+
 class VmGuests:
     """The run's guest VMs: booted (all at once) when a scenario first wants them, kept while the next scenarios
     want the same VMs, rebooted when they want others, torn down at the end of the run."""
@@ -232,10 +252,11 @@ class VmGuests:
 class GuestVm:
     """What a topology needs of one guest VM: its executor, its NIC, and the run-namespace bridge of its tap."""
 
-    def __init__(self, fleet: Fleet, label: str, executor=None):
+    def __init__(self, fleet: Fleet, label: str, executor=None, gn: str = "gn"):
         self.fleet, self.label = fleet, label
         self.guest = fleet.guests[label]
         self.executor = executor or self.guest.executor  # given: `plan`'s, for a guest not booted
+        self.gn = gn  # the topology's node of the run's guest namespace holding its taps (one per lab host there)
         self.nic = NIC
         self.netns = fleet.netns
         self.bridge = fleet.bridge(segment(label))

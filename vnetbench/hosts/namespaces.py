@@ -8,7 +8,6 @@ without booting them.
 """
 from __future__ import annotations
 
-import shlex
 import subprocess
 from functools import partial
 
@@ -64,19 +63,14 @@ class NamespacesPlacement(Placement):
     def _release(self, topo) -> None:
         """Each guest VM's namespace goes (its processes first), its NIC back to the guest's root namespace under
         its own name, so the guest serves the next topology. A guest that does not answer is left to its fleet."""
-        q = shlex.quote
         guests = [n for n in topo.nodes.values() if n.guest]
         if not guests:
             return
 
         def release(vm: Node) -> None:
-            ns, dev = q(vm.netns), q(self.nics.get(vm.label, VM_NIC))
             try:
-                topo.nodes[vm.guest].exec.run_script(
-                    f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; "
-                    f"ip -n {ns} link set {dev} down 2>/dev/null; ip -n {ns} link set {dev} name {VM_NIC} 2>/dev/null; "
-                    f"ip -n {ns} link set {VM_NIC} netns 1 2>/dev/null; ip netns del {ns} 2>/dev/null; true",
-                    timeout=30, check=False)
+                topo.nodes[vm.guest].exec.run_script(vms.release_script(vm.netns, self.nics.get(vm.label, VM_NIC)),
+                                                     timeout=30, check=False)
             except CommandError:
                 pass
         # the ports taken apart now, as their kind says (a vif's veth deleted, a qemu tap moved back to its guest),

@@ -15,18 +15,28 @@ stops the build. The host's interfaces, addresses and routes are never changed; 
 testbed file allows it (`allow_mtu`), and a free SR-IOV virtual function may be lent to a VM: both are recorded in
 the host's ledger first and given back at teardown or by `clean`. The scenario's daemons (OVS, charon,
 wireguard-go, nginx) run on the hosts with their files under the host's run directory (`Executor.write_file` & co).
+
+With `vm_kernel: qemu` the guest VMs are qemu guests on their hosts (lab/vms.py): LabVmsPlacement adds their nodes
+(the guest's root namespace, the VM's namespace inside it, and the run's guest namespace on each such host, whose
+step moves a VM's tap into the host's namespace as its switch port).
 """
 from __future__ import annotations
 
 import re
+import shlex
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
-from ...guests import vms
-from ...system.executor import REMOTE_STATE_DIR
+from ...guests import vms as guest_vms
+from ...guests.base import GuestError
+from ...probes.hypervisor import HypervisorProbe
+from ...probes.procstat import GuestSystemProbe
+from ...system.executor import REMOTE_STATE_DIR, CommandError
 from .. import register, underlay
-from ..base import Backend, Placement
+from ..base import Backend, Placement, Unavailable, at_once
 from ..steps import Node, comment
 from . import clean as lab_clean
+from . import vms as lab_vms
 from .site import TestbedSite
 
 
@@ -83,6 +93,10 @@ class TestbedPlacement(Placement):
 
     def root_of(self, topo, node) -> str:
         return "m" + (node.host if node.role == "vm" else node.label)[1:]
+
+    def in_root(self, topo, label: str) -> bool:
+        """Whether a node's lines run in a machine's own root namespace (the site's guard checks each of them)."""
+        return topo.nodes[label].netns is None
 
     def workdir(self, topo, label: str) -> str:
         return f"{REMOTE_STATE_DIR}/{topo.prefix}/work/{label}"
@@ -234,6 +248,102 @@ class TestbedPlacement(Placement):
                         "namespaces deleted")]
 
 
+# ---- a topology with guest VMs on the lab's hosts (vm_kernel: qemu) ---------------------------------------------
+class LabVmsPlacement(TestbedPlacement):
+    """The testbed's placement, with guest VMs (label -> guests.vms.GuestVm) on their hosts."""
+
+    def __init__(self, site: TestbedSite, vm_guests: dict[str, guest_vms.GuestVm], boot: str, shown: list[str]):
+        super().__init__(site)
+        self.vm_guests, self.boot, self.shown = vm_guests, boot, shown
+        self.nics: dict[str, str] = {}   # guest VM -> its NIC's name in its namespace
+        self.ports: dict[str, tuple] = {}  # guest VM -> its host's node and its port's name there
+        self.inside: set[str] = set()    # nodes whose lines never run in a host's root namespace
+
+    def node(self, topo, label, role, host, tenant):
+        if label not in self.vm_guests:
+            return super().node(topo, label, role, host, tenant)
+        g = self.vm_guests[label]
+        if g.gn not in topo.nodes:  # the run's guest namespace on the VM's host: it hands the VM's tap to the host
+            topo.nodes[g.gn] = Node(g.gn, "machine", host, g.fleet.gn_ex)
+        root = topo.nodes[f"g{label}"] = Node(f"g{label}", "guest", host, g.executor)
+        self.inside |= {g.gn, root.label}
+        return Node(label, role, host, g.executor.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label),
+                    guest=root.label)
+
+    def root_of(self, topo, node) -> str:
+        return node.guest or super().root_of(topo, node)
+
+    def in_root(self, topo, label: str) -> bool:
+        return label not in self.inside and super().in_root(topo, label)
+
+    def prelude(self, topo) -> None:
+        topo.call("h1", self.boot, lambda: None, self.shown)
+
+    def link(self, topo, a, a_if, b, b_if) -> None:
+        if not a.guest:
+            return super().link(topo, a, a_if, b, b_if)
+        self.vm_guests[a.label].port(topo, a, a_if, b, b_if)
+        # the VM's MAC is the topology's, as a namespace VM's on a testbed (a flat network's uplink lets it in)
+        topo.ip(a.label, f"link set {a_if} address {self.mac(topo, a.label)}")
+        self.nics[a.label], self.ports[a.label] = a_if, (b, b_if)
+
+    def execute(self, topo, waves) -> bool:
+        """As on a testbed; a pair whose client is a guest VM is checked afterwards, from the guest (pings)."""
+        checked = super().execute(topo, waves)
+        return checked and not any(topo.nodes[p.meta["client"]].guest for p in topo.pairs)
+
+    def teardown(self, topo, namespaces) -> None:
+        """Each VM's tap back into the run's guest namespace on its host (deleting the host's namespace would take it
+        from under qemu), each VM's namespace in its guest released, then the hosts' teardown."""
+        by_host: dict[str, list[str]] = {}
+        for label, (b, b_if) in self.ports.items():
+            for ns, line in self.vm_guests[label].unport(topo, b, b_if):
+                by_host.setdefault(self.site.host_of(topo, b.label), []).append(
+                    shlex.join(["ip", "-n", ns, *line.split()]) + " 2>/dev/null")
+        at_once(lambda item: _quiet(self.site.executor(item[0]), "; ".join(item[1]) + "; true"), list(by_host.items()))
+        at_once(lambda vm: _quiet(topo.nodes[vm.guest].exec, guest_vms.release_script(vm.netns, self.nics.get(
+            vm.label, guest_vms.NIC))), [n for n in topo.nodes.values() if n.guest])
+        super().teardown(topo, namespaces)
+
+    def probes(self, topo) -> list:
+        # what running each guest VM costs its host: its qemu's and virtiofsd's threads, read on that host
+        readers = {label: partial(vm.fleet.host_cpu, vm.guest) for label, vm in self.vm_guests.items()}
+        return super().probes(topo) + [HypervisorProbe(readers)]
+
+    def guest_probes(self, topo) -> list:
+        return [GuestSystemProbe(vm.exec, vm.label) for vm in topo.vms if vm.guest]
+
+    def describe(self, topo) -> list[str]:
+        where = ", ".join(f"{label} on {self.site.name(topo.nodes[label].host)}" for label in self.vm_guests)
+        return super().describe(topo) + [
+            f"vm_kernel qemu: {where} are qemu guests on those hosts, reached over SSH through them; each one's port "
+            f"on its host's switch is its qemu process's tap (virtio-net), moved into the host's namespace"]
+
+    def shown_teardown(self, topo) -> list[str]:
+        return [comment("teardown: each qemu VM's tap goes back into the run's guest namespace on its host, its "
+                        "namespace in its guest is deleted")] + super().shown_teardown(topo)
+
+
+def _quiet(ex, script: str) -> None:
+    try:
+        ex.run_script(script, timeout=30, check=False)
+    except CommandError:
+        pass  # the host or guest is gone: its fleet's teardown or `clean` removes the rest
+
+
+def lab_placement(site: TestbedSite, guests: dict[str, guest_vms.GuestVm]) -> TestbedPlacement:
+    """The placement of a topology on the lab: with its guest VMs on their hosts, if it has any."""
+    if not guests:
+        return TestbedPlacement(site)
+    fleets = list(dict.fromkeys(vm.fleet for vm in guests.values()))
+    sizes = sorted({(f.kind.vcpus_of(g), g.mem_mb) for f in fleets for g in f.guests.values()})
+    each = "; ".join(f"{c} vCPU{'s' if c > 1 else ''} and {m} MB each" for c, m in sizes)
+    boot = (f"boot (or reuse) {len(guests)} qemu guest VMs ({', '.join(guests)}; {each}) on their lab hosts "
+            f"({', '.join(f.name for f in fleets)})")
+    return LabVmsPlacement(site, guests, boot, [line for f in fleets for line in f.shown_boot()])
+
+
+
 @register
 class TestbedBackend(Backend):
     """Real hosts over SSH, from a testbed file (`--testbed`)."""
@@ -243,35 +353,50 @@ class TestbedBackend(Backend):
     def __init__(self, ledger=None, testbed=None):
         super().__init__(ledger, testbed)
         self.site = TestbedSite(testbed, ledger)
+        self.vms = lab_vms.LabVms(self.site, ledger) if ledger is not None else None  # qemu guest VMs on the hosts
 
     @classmethod
     def clean(cls, testbed, running, dry_run):
         return lab_clean.clean_testbed(testbed, running, dry_run)
 
     def check(self, sc) -> str | None:
-        why = self.site.check(sc) or self.own_kernels(sc)
+        why = self.site.check(sc) or self.own_kernels(sc) or lab_vms.check(sc, self.site)
         return f"testbed: {why}" if why else None
 
     @staticmethod
     def own_kernels(sc) -> str | None:
-        """A testbed's hosts run their own kernels: guests of this machine are not its hosts or VMs."""
+        """A testbed's hosts run their own kernels: guests of this machine are not its hosts (its guest VMs are qemu
+        guests on the hosts: lab/vms.py)."""
         if sc.levels.get("kernel", "shared") != "shared":
             return f"kernel {sc.levels['kernel']} boots guests on this machine; a testbed's hosts run their own kernels"
-        if vms.parse(sc.levels.get("vm_kernel", "shared")).type != "shared":
-            return "vm_kernel guest boots guests on this machine; a testbed's VMs are namespaces on its hosts"
         return None
 
     def notes(self, sc) -> list[str]:
-        return self.site.notes(sc)
+        return self.site.notes(sc) + lab_vms.notes(sc, self.site)
+
+    def wants_guests(self, sc) -> bool:
+        return bool(guest_vms.wanted(sc))
+
+    def has_guests(self) -> bool:
+        return bool(self.vms and self.vms.fleets)
 
     def environment(self) -> dict:
         return self.site.environment()
 
     def open(self, sc) -> TestbedPlacement:
-        return TestbedPlacement(self.site)
+        try:
+            guests = self.vms.for_scenario(sc)  # the VMs that are qemu guests on their hosts (vm_kernel)
+        except GuestError as exc:
+            raise Unavailable(f"guest did not come up: {exc}") from None
+        return lab_placement(self.site, guests)
 
     def plan(self, sc) -> TestbedPlacement:
-        return TestbedPlacement(self.site if self.ledger is None else TestbedSite(self.testbed, None))
+        site = self.site if self.ledger is None else TestbedSite(self.testbed, None)
+        return lab_placement(site, lab_vms.plan_guests(sc, site))
+
+    def close(self) -> None:
+        if self.vms is not None:
+            self.vms.close()
 
     def disconnect(self) -> None:
         self.site.close()

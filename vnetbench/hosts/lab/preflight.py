@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ...capabilities import (CHARON_PATHS, INSTALLED_SCRIPT, STRONGSWAN_PLUGINS, TOOLS, Capabilities, Feature,
                              Strongswan, parse_features, parse_list_algs, probe_kernel)
+from ...guests import qemu
 from ...system.executor import REMOTE_STATE_DIR, CommandError, HostUnreachable, SshExecutor, control_dir
 from ...system.ledger import Ledger
 from .testbed import IFNAME_RE, Host, Testbed, TestbedError, executor
@@ -82,7 +83,9 @@ def sriov(f: dict, nic: str) -> Feature:
 
 
 def facts(host: Host, ex: SshExecutor) -> dict:
-    out = ex.run_script(FACTS_SCRIPT.format(nic=shlex.quote(host.nic)), timeout=20).stdout
+    """The host's facts, with what it offers qemu guest VMs (qemu.HOST_SCRIPT: qemu_*) in the same round trip."""
+    script = FACTS_SCRIPT.format(nic=shlex.quote(host.nic)) + qemu.host_script(host.qemu_kernel)
+    out = ex.run_script(script, timeout=20).stdout
     f = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     f.update(clock_offset(ex))
     return f

@@ -253,6 +253,8 @@ class TestbedSite:
             if p.index in skip:
                 continue
             node = topo.nodes[p.meta["client"]]
+            if node.guest:  # a guest VM pings from its own kernel: the placement's own check (pings)
+                continue
             inside = node.role == "vm" or self.owns_hosts or (node.netns and self.run_underlay(topo.sc))
             argv, why = _ping_check(p, node.netns if inside else None)
             out.setdefault(self.host_of(topo, node.label), []).append(f"{argv} >/dev/null || {why}")
@@ -260,13 +262,47 @@ class TestbedSite:
 
     def _batches(self, topo, steps, place, check: bool = False) -> None:
         early = self._early_pings(topo, place) if check else {}
-        self._build_scripts(topo, steps, early)
+        inside = [st for st in steps if self.in_guest(topo, st.node)]
+        if inside:  # the steps in the run's guests (a guest VM's own) beside the hosts' scripts: none needs another's
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                done = pool.submit(self._in_guests, topo, inside)
+                self._build_scripts(topo, [st for st in steps if not self.in_guest(topo, st.node)], early)
+                done.result()
+        else:
+            self._build_scripts(topo, steps, early)
         if check:
             # Once every host's script is done: a host that pinged while its peer was still building would lose
             # the first ARP request and wait the kernel's 1-s retransmit (seen in 1 build of 2 under load).
             late = self._pings(topo, skip={i for lines in early.values() for i, _ in lines})
             if late:
                 self._run_scripts({lb: ("set -e\n" + "\n".join(lines), []) for lb, lines in late.items()})
+
+    @staticmethod
+    def in_guest(topo, label: str) -> bool:
+        """Whether a node lives in a guest of the run on a host (a guest VM, or its guest's own root namespace): its
+        steps run through the guest's executor, never in its host's build script."""
+        node = topo.nodes[label]
+        return bool(node.guest) or node.role == "guest"
+
+    def _in_guests(self, topo, steps) -> None:
+        """Each guest's batches in order, guests at once."""
+        by_guest: dict[str, list] = {}
+        for st in steps:
+            node = topo.nodes[st.node]
+            by_guest.setdefault(node.guest or node.label, []).append(st)
+        topo.ran(steps)
+
+        def one(mine) -> str | None:
+            try:
+                for st in mine:
+                    topo.executor(st.node).batch(st.tool, st.lines)
+            except CommandError as exc:
+                return str(exc)
+            return None
+        with ThreadPoolExecutor(max_workers=len(by_guest)) as pool:
+            errors = [e for e in pool.map(one, by_guest.values()) if e]
+        if errors:
+            raise SiteError("; ".join(errors))
 
     def _early_pings(self, topo, place) -> dict[str, list[tuple[int, str]]]:
         """The ping check of a pair between two VMs whose MACs are known beforehand, at the end of the client host's
@@ -300,6 +336,8 @@ class TestbedSite:
         by_host: dict[str, list[str]] = {}
         parts: dict[str, list] = {}
         for kind, name, node in records:
+            if node and self.in_guest(topo, node):
+                continue  # made inside a guest of the run: it goes with the guest
             by_host.setdefault(self.host_of(topo, node), []).append(json.dumps({"op": "add", "kind": kind, "name": name, **self._extra.get((kind, name), {})}))
         for step in steps:
             parts.setdefault(self.host_of(topo, step.node), []).append(step)
@@ -338,7 +376,7 @@ class TestbedSite:
     def host_of(self, topo, label: str) -> str:
         """The scenario host a node label lives on."""
         node = topo.nodes[label]
-        return node.host if node.role == "vm" else "h" + label[1:]
+        return node.host or "h" + label[1:]
 
     def guard(self, topo, place, waves) -> None:
         """In a machine's root namespace a line may only add a namespace of the run, or create a device of the run
@@ -347,7 +385,7 @@ class TestbedSite:
             for step in wave:
                 if step.node == "":
                     raise SiteError(f"a step for this machine's root namespace in a testbed topology: {step.lines}")
-                if topo.nodes[step.node].netns is None and step.tool != "call":  # a call's lines are only shown
+                if place.in_root(topo, step.node) and step.tool != "call":  # a call's lines are only shown
                     for line in step.lines:
                         bad = _foreign(line, topo.prefix, topo.nic(self.host_of(topo, step.node)),
                                        {v.dev for v in place.vfs.values()})
@@ -358,6 +396,8 @@ class TestbedSite:
         """Append records to each host's own ledger, before the objects are created (one round trip per host)."""
         by_host: dict[str, list[str]] = {}
         for kind, name, node in records:
+            if node and self.in_guest(topo, node):
+                continue  # made inside a guest of the run: it goes with the guest
             label = self.host_of(topo, node) if node else None
             if label is None:
                 raise SiteError(f"record of {kind} {name} with no host in a testbed topology")
@@ -383,7 +423,7 @@ class TestbedSite:
         links, and mark them removed in the host's ledger."""
         by_host: dict[str, list] = {}
         for node in topo.nodes.values():
-            if node.netns:
+            if node.netns and not node.guest:  # a guest VM's namespace is inside its guest (the placement's)
                 by_host.setdefault(self.host_of(topo, node.label), []).append(Obj("netns", node.netns))
         for label, (nic, old, _) in self.mtu_changes(topo).items():
             by_host.setdefault(label, []).insert(0, Obj("mtu", nic, extra={"mtu": old}))

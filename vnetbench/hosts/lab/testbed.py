@@ -54,6 +54,7 @@ class Host:
     nic: str             # the underlay NIC (its addresses, MTU and routes are never changed)
     address: str         # the host's underlay address on that NIC (already configured)
     allow_mtu: bool = False
+    qemu_kernel: str | None = None  # the kernel image its qemu guest VMs boot (default: its cache's cloud kernel)
     # filled by preflight
     caps: Capabilities | None = None
     facts: dict = field(default_factory=dict)
@@ -102,7 +103,11 @@ FIX = {
     "flat_vlan": "a VLAN id 1..4094",
     "strict_host_keys": "yes (the default) or accept-new; vnetbench never turns host key checking off",
     "run_subnet": "an IPv4 subnet that nothing on the hosts' link uses, e.g. 10.99.0.0/24",
+    "qemu_kernel": "the absolute path of a kernel image on that host named vmlinuz-VERSION, its modules in "
+                   "../lib/modules/VERSION beside its folder or in /lib/modules/VERSION, e.g. "
+                   "/var/cache/vnetbench/qemu/linux-image-6.1.0-56-cloud-amd64/boot/vmlinuz-6.1.0-56-cloud-amd64",
 }
+KERNEL_RE = re.compile(r"^/[A-Za-z0-9_.+/-]*/vmlinuz-[A-Za-z0-9_.+-]+$")
 
 
 class HostFields(Strict):
@@ -115,6 +120,14 @@ class HostFields(Strict):
     address: str
     user: str | None = None
     allow_mtu: StrictBool = False
+    qemu_kernel: str | None = None
+
+    @field_validator("qemu_kernel")
+    @classmethod
+    def _qemu_kernel(cls, v: str | None) -> str | None:
+        if v is not None and (not KERNEL_RE.match(v) or "/../" in v or "/./" in v):
+            raise ValueError(FIX["qemu_kernel"])
+        return v
 
     @field_validator("ssh")
     @classmethod
@@ -176,6 +189,7 @@ ANSIBLE_VARS = {
     "nic": ("vnetbench_nic", "nic"),
     "address": ("vnetbench_address", "address"),
     "allow_mtu": ("vnetbench_allow_mtu",),
+    "qemu_kernel": ("vnetbench_qemu_kernel",),
 }
 # Variables for the whole testbed: every host must have the same value (the vars of `all`).
 ANSIBLE_TOP = {"ssh_config": "vnetbench_ssh_config", "flat_vlan": "vnetbench_flat_vlan",
@@ -332,7 +346,7 @@ def _host(name: str, h: HostFields, top: TestbedFields, base: Path) -> Host:
                        known_hosts=_path(known, base) if known else None,
                        config=_path(top.ssh_config, base) if top.ssh_config else None,
                        strict_host_keys=top.strict_host_keys)
-    return Host(name, target, h.nic, h.address, h.allow_mtu)
+    return Host(name, target, h.nic, h.address, h.allow_mtu, h.qemu_kernel)
 
 
 # ---- an inventory's variables into the testbed's fields ------------------------------------------------------------
