@@ -343,7 +343,6 @@ def lab_placement(site: TestbedSite, guests: dict[str, guest_vms.GuestVm]) -> Te
     return LabVmsPlacement(site, guests, boot, [line for f in fleets for line in f.shown_boot()])
 
 
-
 @register
 class TestbedBackend(Backend):
     """Real hosts over SSH, from a testbed file (`--testbed`)."""
