@@ -9,7 +9,8 @@ lost during the UDP test (the study's measure), at the highest controlled rate e
 
 The trial is the unit: every statistic is over one value per trial (a trial's median ping under load, its aggregate
 throughput, its mean ping loss over pairs). The best per metric is stats.best_of: Welch's t-test on every pair of
-technologies, Holm-corrected over all the pairs of the cell; those that cannot be told from the leader tie with it.
+technologies, Holm-corrected over all the pairs of the cell; those that cannot be told from the leader are listed
+with it, "not told apart" (no tie is shown by that: the scorecard's "a tie" is an equivalence within its margin).
 """
 from __future__ import annotations
 
@@ -122,8 +123,9 @@ def best_table(data: Dataset) -> TableData:
                      if not in_study(e)})
     return TableData("Best technology per metric, placement, VM count and direction",
                      ["placement", "VMs", "direction", *[b[0] for b in BEST]], rows,
-                     "Best = the best mean over trials (one value per trial). 'tie: A / B' lists every technology "
-                     "that cannot be told from the best: the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial values of every pair of "
+                     "Best = the best mean over trials (one value per trial). 'A / B (not told apart)' lists every "
+                     "technology that cannot be told from the best (not shown equal: the scorecard's 'a tie' is an "
+                     "equivalence within its margin): the permutation test of Welch's t (exact up to 8 trials a side) on the per-trial values of every pair of "
                      "technologies, Holm-corrected over all the pairs of the cell (alpha 0.05). Latency "
                      "(each trial's median ping) and jitter come from pings sent during the TCP test, as in the "
                      "study; loss, as the study measured it, is the share of pings lost during the UDP tests (each "
@@ -161,7 +163,7 @@ def _best_cell(groups: dict[str, list[float]], better: str) -> str:
     if len(groups) == 1:
         return f"{next(iter(groups))} (only one ran)"
     b = best_of(groups, better)
-    return f"tie: {' / '.join([b.label, *b.ties])}" if b.tie else b.label
+    return f"{' / '.join([b.label, *b.ties])} (not told apart)" if b.tie else b.label
 
 
 def implementations(data: Dataset) -> dict[str, str]:
@@ -422,9 +424,9 @@ def _findings(best: TableData, implementation: str, interference: TableData | No
     for col, (title, *_rest) in enumerate(BEST, start=3):
         winners = [r[col].split(";")[0] for r in best.rows if not r[col].startswith(("n/a", "N.A."))]
         if winners:
-            clear = [w for w in winners if not w.startswith("tie")]
+            clear = [w for w in winners if not w.endswith("(not told apart)")]
             out.append(f"{title}: {len(clear)} of {len(winners)} cells have a significant winner "
-                       f"({', '.join(sorted(set(clear))) or 'none'}); the rest are ties (the permutation test of "
+                       f"({', '.join(sorted(set(clear))) or 'none'}); in the rest the best is not told apart from another (the permutation test of "
                        f"Welch's t on every pair, Holm within each cell: each cell is one family at 5 %, so among cells where nothing differs "
                        f"at most 1 in 20 shows a winner).")
     if interference:
