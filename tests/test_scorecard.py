@@ -128,10 +128,12 @@ def test_three_trials_a_cell_are_too_few_for_an_interval_verdict(tmp_path):
     r = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ah-esp-tcp-16k"]
     assert r.verdict == scorecard.CANNOT and r.decided == "" and math.isclose(r.estimate, 2.0)
     assert r.why == "too few trials for a test (n=3/3; an interval verdict needs 4 a cell)"
-    # CV 9.1 % a cell: the ratio's spread is 2.0 * sqrt(2) * 0.0909 = 0.257 per trial; the estimate is 0.4 from the
-    # band's edge 1.6; at one interval row z(0.975) = 1.96: (1.96 * 0.257 / 0.4)^2 = 1.6, below the 7 trials the
-    # medians' exact interval needs (sqrt(0.95) a cell); each stored trial took 1 s: 7 x 2 is under a minute, shown 1
-    assert r.to_decide == "about 7 trials a cell at this CV (9.1 % / 9.1 %, ≈ 1 minute)"
+    # The medians' exact interval (sqrt(0.95) a cell at one interval row) at n trials spans order statistics k + 1
+    # and n - k; its ends lie about Blom's normal score of n - k out, times each cell's CV (9.1 %), the two cells'
+    # added on a log scale (0.182); the estimate 2.0 is ln(2 / 1.6) = 0.223 from the band's edge. At n = 9 (k = 0,
+    # min .. max) the ends sit 1.49 x 0.182 = 0.272 out; at 10 (k = 1) 1.00 x 0.182 = 0.182: 10 trials a cell. Each
+    # stored trial took 1 s: 10 x 2 is under a minute, shown 1
+    assert r.to_decide == "about 10 trials a cell at this CV (9.1 % / 9.1 %, ≈ 1 minute)"
 
 
 def test_report_show_and_export_carry_the_card(tmp_path):
@@ -171,9 +173,10 @@ def test_s1_row_uses_each_trials_median_echo_and_names_its_stand_ins(tmp_path):
     assert math.isclose(row.estimate, 0.90 / 0.25) and row.n == (3, 3)      # 3.6, the study 3.487 +- 25 %
     assert row.study == "3.49x" and row.ours == "3.60x (2.46x .. 5.81x)"
     assert row.verdict == scorecard.CANNOT and row.why.startswith(stats.NO_TEST)
-    # CVs 11.1 % (a, Reference) and 20 % (b, CS): spread 3.6 * sqrt(0.111^2 + 0.2^2) = 0.824 a trial, 0.759 from
-    # the band's edge 4.359: (1.96 * 0.824 / 0.759)^2 = 4.5 -> 5, below the medians' exact interval's 7 a cell
-    assert row.to_decide == "about 7 trials a cell at this CV (11.1 % / 20.0 %, ≈ 1 minute)"
+    # CVs 11.1 % (a, Reference) and 20 % (b, CS), added on a log scale: 0.311; the estimate 3.6 is ln(4.359 / 3.6)
+    # = 0.191 from the band's nearer edge: the medians' exact interval's ends (Blom's score of order statistic
+    # n - k, sqrt(0.95) a cell) fit from n = 27 (z 0.61)
+    assert row.to_decide == "about 27 trials a cell at this CV (11.1 % / 20.0 %, ≈ 1 minute)"
     assert row.stand_in == ("OVS's userspace datapath (netdev) (the study: OVS's kernel datapath); namespace VMs "
                             "(the study: OpenStack VMs)")
     assert row.reads == f"cannot tell — stand-in: {row.stand_in}" and row.as_dict()["stand_in"] == row.stand_in

@@ -49,9 +49,10 @@ Every cell needs `min_trials` trials (default 3), else cannot tell. A row with `
 suite's design cannot test (a load or direction it does not run): cannot tell, and "this machine cannot: why"; a
 spec's (or profile's) `scorecard_uncheckable: {id: why}` marks rows so where that profile cannot run the study's
 condition (a load scaled down to what a one-CPU guest sends).
-An undecided row says what would decide it: about how many trials a cell at the cells' measured CV (a normal
-approximation of the deciding interval's or the test's width), with the minutes they take at the campaign's mean
-trial duration.
+An undecided row says what would decide it: about how many trials a cell at the cells' measured CV (for a ratio
+or value row, where the medians' exact interval's order statistics are expected to lie among that many normal
+trials; else a normal approximation of the interval's or the test's width), more than the trials it has, with the
+minutes they take at the campaign's mean trial duration.
 Like for like: what ran in a cell (the scenario's recorded implementation) is checked against what the study ran (the
 card's and the row's `paper`, else what the row's selectors imply: kernel WireGuard, kernel IPsec, OVS's kernel
 datapath, an SR-IOV virtual function); a stand-in (STAND_INS: wireguard-go, strongSwan's userspace ESP, OVS's netdev
@@ -622,11 +623,45 @@ def _interval_trials(c: _Claim, sums: list[stats.Summary], m: int) -> float | No
     """Trials a cell that narrow the deciding interval (1 - alpha / m) to fit between the estimate and the band's
     nearer edge: inside the band to agree, outside to differ (a normal approximation)."""
     from scipy.special import ndtri
+    if c.kind in EXACT:
+        return _exact_trials(c, m)
     lo, hi = _band(c.entry)
     est = c.row.estimate
     gap = min(abs(est - lo), abs(est - hi))
     floor = max(_need(c), _median_need(_cell_level(c.kind, 1 - ALPHA / m)) if c.kind in EXACT else 0)
     return _trials_for(gap, _spread(sums, c.num, c.den, est), float(ndtri(1 - ALPHA / (2 * m))), floor)
+
+
+def _exact_trials(c: _Claim, m: int) -> float | None:
+    """Trials a cell at which the medians' exact interval (order statistics k + 1 and n - k at the cell's level) is
+    expected to fit between the estimate and the band's nearer edge: each end's expected place among n normal
+    trials (Blom's) times the cell's spread, a ratio's two cells added on a log scale (its ends are one cell's end
+    over the other's). More than the trials a cell has: at those the interval was measured, and did not fit."""
+    from scipy.special import ndtri
+    level, (lo, hi) = _cell_level(c.kind, 1 - ALPHA / m), _band(c.entry)
+    if c.kind == "value":
+        est, spread = c.sums[0].median, c.sums[0].std
+        gap = min(abs(est - lo), abs(est - hi))
+    else:
+        a, b = (s.median for s in c.sums)
+        if min(a, b, lo) <= 0:
+            return None
+        est, spread = a / b, math.fsum(s.cv for s in c.sums)
+        gap = min(abs(math.log(est / lo)), abs(math.log(est / hi)))
+    if not (math.isfinite(gap) and math.isfinite(spread)):
+        return None
+
+    def fits(n: int) -> bool:
+        k = stats.median_ci_rank(n, level)[0]
+        return k >= 0 and float(ndtri((n - k - 0.375) / (n + 0.25))) * spread <= gap
+
+    low, high = max(_need(c), min(map(len, c.cells.values)) + 1), MAX_TRIALS
+    if not fits(high):
+        return math.inf
+    while low < high:   # the interval narrows as n grows (in steps): the fewest n that fits
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    return low
 
 
 def _test_trials(c: _Claim, k: int) -> float | None:
