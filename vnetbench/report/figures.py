@@ -34,6 +34,8 @@ def library() -> Any:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.backends.backend_agg
+    import matplotlib.cbook
+    import matplotlib.collections
     import matplotlib.figure
     import matplotlib.layout_engine
     import matplotlib.ticker
@@ -93,8 +95,9 @@ def plain_axes(fig: Figure) -> None:
 def encode(fig: Figure, fmt: str) -> bytes:
     plain_axes(fig)
     buf = io.BytesIO()
-    with _laid_out(fig) if fmt == "png" else nullcontext():
-        fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt))  # constrained layout already fits legends
+    # unhinted glyphs: a seventh of a report figure's drawing, and at 110 dpi as legible
+    with library().rc_context({"text.hinting": "none"}), _laid_out(fig) if fmt == "png" else nullcontext():
+        fig.savefig(buf, format=fmt, dpi=DPI, metadata=_metadata(fmt), **_compression(fmt))
     return buf.getvalue()
 
 
@@ -132,6 +135,11 @@ def _no_engine(fig: Figure) -> None:
         fig.set_layout_engine(None)
 
 
+def _compression(fmt: str) -> dict:
+    """zlib's fastest level for a PNG: a quarter of the encoding's time, 4 % more bytes (the demo's 14 figures)."""
+    return {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+
+
 def _metadata(fmt: str) -> dict:
     # No generator or date stamps: the same campaign gives byte-identical PNGs, and SVGs carry no URLs.
     return {"Software": None} if fmt == "png" else {"Creator": None, "Date": None, "Format": None, "Type": None}
@@ -159,8 +167,13 @@ def _made(builder: str, args: tuple, kwargs: dict) -> Figure:
     return _BUILDERS[builder](*args, **kwargs).figure
 
 
+def _row() -> Any:
+    from .row_layout import RowLayout
+    return RowLayout()
+
+
 def _figure(height: float, ncols: int = 1) -> tuple[Figure, list]:
-    fig = library().figure.Figure(figsize=(WIDTH, max(2.6, height)), layout="constrained")
+    fig = library().figure.Figure(figsize=(WIDTH, max(2.6, height)), layout=_row())
     axes = fig.subplots(1, ncols, sharey=ncols > 1, squeeze=False)[0]
     for ax in axes:
         ax.grid(True, axis="both", alpha=0.3)
@@ -217,8 +230,7 @@ def metric_overview(name: str, title: str, unit: str, labels: list[str], summari
     bars.barh(ys, means, xerr=xerr, color=colors, alpha=0.75, error_kw={"capsize": 3, "elinewidth": 1})
     bars.set_xlabel(f"mean ({ulabel}), whiskers = 95 % CI" if ulabel else "mean, whiskers = 95 % CI")
     few = max((len(v) for v in values), default=0) <= 200
-    boxes.boxplot([[v * scale for v in vs] for vs in values], positions=ys, orientation="horizontal", widths=0.6,
-                  showfliers=not few, medianprops={"color": "C3"})
+    _boxes(boxes, ys, [[v * scale for v in vs] for vs in values], fliers=not few)
     if few:  # one scatter for all rows: a collection per row cost a report ~0.2 s per figure
         xs = [v * scale for vs in values for v in vs]
         jitter = [y + 0.25 * (((i * 0.618) % 1) - 0.5) for y, vs in zip(ys, values) for i in range(len(vs))]
@@ -230,6 +242,25 @@ def metric_overview(name: str, title: str, unit: str, labels: list[str], summari
     bars.invert_yaxis()
     fig.suptitle(title, fontsize=11)
     return FigureData(name, title, fig, caption)
+
+
+def _boxes(ax, ys: list[int], values: list[list[float]], fliers: bool) -> None:
+    """Horizontal box plots as matplotlib's boxplot draws them (box = IQR, whiskers to the last value within 1.5 IQR,
+    the median in red), in four artists instead of six lines a row: a sixth of an overview figure's time."""
+    stats = [(y, s) for y, vs in zip(ys, values) if vs for s in library().cbook.boxplot_stats(vs, whis=1.5)]
+    box = [[(s["q1"], y - 0.3), (s["q3"], y - 0.3), (s["q3"], y + 0.3), (s["q1"], y + 0.3), (s["q1"], y - 0.3)]
+           for y, s in stats]
+    whiskers = [seg for y, s in stats for seg in ([(s["q1"], y), (s["whislo"], y)], [(s["q3"], y), (s["whishi"], y)],
+                                                  [(s["whislo"], y - 0.15), (s["whislo"], y + 0.15)],
+                                                  [(s["whishi"], y - 0.15), (s["whishi"], y + 0.15)])]
+    medians = [[(s["med"], y - 0.3), (s["med"], y + 0.3)] for y, s in stats]
+    lines = library().collections.LineCollection
+    for segs, color in ((box + whiskers, "black"), (medians, "C3")):
+        ax.add_collection(lines(segs, colors=color, linewidths=1.0, zorder=2), autolim=True)
+    out = [(x, y) for y, s in stats for x in s["fliers"]] if fliers else []
+    if out:
+        ax.plot(*zip(*out), linestyle="none", marker="o", markerfacecolor="none", markeredgecolor="black")
+    ax.autoscale_view()
 
 
 @_later
@@ -298,7 +329,7 @@ def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, 
 def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str, Mapping[float, Summary]]],
             legend_title: str, caption: str) -> FigureData:
     """One panel per (metric label, unit): mean with 95 % CI against the number of streams, a line per group."""
-    fig = library().figure.Figure(figsize=(WIDTH, 4.0), layout="constrained")
+    fig = library().figure.Figure(figsize=(WIDTH, 4.0), layout=_row())
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, ((ylabel, unit), groups) in zip(axes, panels.items()):
         scale, ulabel = axis_unit(unit, [s.mean for pts in groups.values() for s in pts.values()])
