@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..core.sample import elapsed
 from ..results.stats import Summary
+from . import row_layout
 from .analyses.base import FigureData, LaterFigure
 
 if TYPE_CHECKING:
@@ -167,13 +168,8 @@ def _made(builder: str, args: tuple, kwargs: dict) -> Figure:
     return _BUILDERS[builder](*args, **kwargs).figure
 
 
-def _row() -> Any:
-    from .row_layout import RowLayout
-    return RowLayout()
-
-
 def _figure(height: float, ncols: int = 1) -> tuple[Figure, list]:
-    fig = library().figure.Figure(figsize=(WIDTH, max(2.6, height)), layout=_row())
+    fig = library().figure.Figure(figsize=(WIDTH, max(2.6, height)), layout=row_layout.engine())
     axes = fig.subplots(1, ncols, sharey=ncols > 1, squeeze=False)[0]
     for ax in axes:
         ax.grid(True, axis="both", alpha=0.3)
@@ -329,7 +325,7 @@ def cpu_breakdown(name: str, title: str, labels: list[str], parts: Mapping[str, 
 def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str, Mapping[float, Summary]]],
             legend_title: str, caption: str) -> FigureData:
     """One panel per (metric label, unit): mean with 95 % CI against the number of streams, a line per group."""
-    fig = library().figure.Figure(figsize=(WIDTH, 4.0), layout=_row())
+    fig = library().figure.Figure(figsize=(WIDTH, 4.0), layout=row_layout.engine())
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, ((ylabel, unit), groups) in zip(axes, panels.items()):
         scale, ulabel = axis_unit(unit, [s.mean for pts in groups.values() for s in pts.values()])
