@@ -480,3 +480,25 @@ def test_a_tie_margin_decides_equal_technologies(tmp_path):
     data = load(b2.store, b2.cid)
     row = next(r for r in scorecard.evaluate(data.campaign.spec, data) if r.id == "cross-4vm-latency")
     assert row.verdict == scorecard.CANNOT and row.to_decide.startswith("about "), (row.why, row.to_decide)
+
+
+def test_a_selector_written_with_yamls_on_and_off_matches_the_level_the_run_kept():
+    """YAML reads `off` as false: a row's `offloads: {tso: off}` (S4's offloads row) and `offloads: on` select the
+    levels the run stored as 'off' and 'on', and nothing else."""
+    import yaml
+    off, on = yaml.safe_load("{offloads: {tso: off, gso: off}}"), yaml.safe_load("{offloads: on}")
+    level_off = {"offloads": {"tso": "off", "gso": "off", "gro": "off"}}
+    labels_off, labels_on = {"offloads": "tso/gso/gro off"}, {"offloads": "on"}
+    assert scorecard.matches(off, labels_off, level_off, None)
+    assert not scorecard.matches(off, labels_on, {"offloads": "on"}, None)
+    assert scorecard.matches(on, labels_on, {"offloads": "on"}, None)
+    assert not scorecard.matches(on, labels_off, level_off, None)
+    assert not scorecard.matches(yaml.safe_load("{offloads: {tso: on}}"), labels_off, level_off, None)
+
+
+def test_s4_keeps_vxlan_without_offloads_a_row_of_its_own():
+    from vnetbench.report.analyses.s4 import interface
+    labels = {"attach": "switch", "switch": "linuxbridge", "overlay": "vxlan", "encryption": "none", "kernel": "shared"}
+    assert interface({**labels, "offloads": "on"}) == "VXLAN"
+    assert interface({**labels, "offloads": "tso/gso/gro off"}) == "VXLAN (tso/gso/gro off)"
+    assert interface(labels) == "VXLAN"   # a campaign from before the factor

@@ -69,6 +69,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.scenario import DEFAULT_LEVELS
 from ..core.units import human, parse_rate
 from . import stats
 from .dataset import DISTRIBUTIONS, Dataset, Trial, load, quantile, reduce_values, unsupported
@@ -173,10 +174,12 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
     for key, want in where.items():
         if isinstance(want, dict):
             level = levels.get(key)
-            if not isinstance(level, dict) or any(str(level.get(k)) != str(v) for k, v in want.items()):
+            if not isinstance(level, dict) or any(str(level.get(k)) not in _spellings(v) for k, v in want.items()):
                 return False
             continue
-        wants = {str(w) for w in want} if isinstance(want, list) else {str(want)}
+        wants = set().union(*map(_spellings, want if isinstance(want, list) else [want]))
+        if key not in labels and key not in levels and str(DEFAULT_LEVELS.get(key)) in wants:
+            continue  # a campaign from before the factor existed ran at its default level
         have = [labels.get(key), levels.get(key) if not isinstance(levels.get(key), dict) else None]
         if params is not None:
             have.append(params.get(key))
@@ -185,6 +188,12 @@ def matches(where: dict, labels: dict, levels: dict, params: dict | None) -> boo
         if not any(h is not None and str(h) in wants for h in have):
             return False
     return True
+
+
+def _spellings(value: Any) -> set[str]:
+    """How a selector's value may read in a label or level: YAML reads on/off as true/false (`offloads: {tso: off}`
+    selects the level the spec wrote the same way, which the run keeps as 'off')."""
+    return {str(value), "on" if value else "off"} if isinstance(value, bool) else {str(value)}
 
 
 def _cells(data: Dataset, sels: list[dict], metric: str, how: str | None = None) -> _Cells:

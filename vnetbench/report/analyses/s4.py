@@ -54,6 +54,8 @@ def interface(labels: dict) -> str:
         f"{labels.get('switch', '').split('(')[0].upper()}+{overlay}"
     name = name if attach == "switch" else f"{attach}: {name}"
     name = name if enc == "none" else f"{name} + {enc_name} ({labels.get('encryption_scope', '')})"
+    if str(labels.get("offloads", "on")) != "on":  # a row of its own: never pooled with the kernel's offloads
+        name = f"{name} ({labels['offloads']})"
     return with_kernel(name, labels)
 
 
