@@ -45,8 +45,11 @@ def test_kill_9_while_traffic_runs_then_clean_leaves_nothing(tmp_path, state_dir
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and run.poll() is None:
             if prefix is None and db.exists():
-                with sqlite3.connect(db) as c:
-                    row = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+                try:
+                    with sqlite3.connect(db) as c:
+                        row = c.execute("SELECT prefix FROM campaigns WHERE id = 1").fetchone()
+                except sqlite3.OperationalError:  # the file is there before its tables are (a busy machine saw it)
+                    row = None
                 prefix = row[0] if row and row[0] else None
             if prefix and _segment_bytes(prefix) > 20e6:  # the VMs' traffic is on the underlay segment
                 break
