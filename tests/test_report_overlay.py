@@ -111,6 +111,8 @@ def test_each_figure_has_one_series_per_campaign(lab):
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["campaign 1", "campaign 2", "campaign 3"]
         bars = [c for c in ax.containers if type(c).__name__ == "BarContainer"]
         assert [len(c.patches) for c in bars] == [4, 4, 3]  # one bar series per campaign; 3 lacks ovs/vxlan
+    twice = [f for f in doc.figures() if f.name == "overlay-throughput_bps"]
+    assert len(twice) == 2 and twice[0] is twice[1]  # the answer's and the statistics': one figure, drawn once
     store = Store(lab, readonly=True)
     tput = next(f for f in means if f.name == "overlay-throughput_bps").figure.axes[0]
     for j, cid in enumerate((1, 2, 3)):  # each bar is its campaign's own mean, in Gbit/s

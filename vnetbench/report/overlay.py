@@ -51,6 +51,7 @@ class Overlay:
     changes: dict[tuple, list[str]]              # match key -> what changed beside it (its implementation)
     campaign_changes: list[str]                  # what changed for every scenario: kernel, tool versions
     figs: dict[tuple, FigureData] = field(default_factory=dict)  # the figures drawn: the answer's is drawn once
+    rows: dict[str, dict[tuple, list]] = field(default_factory=dict)  # table name -> line key -> each campaign's row
 
     def name(self, j: int) -> str:
         return f"campaign {self.runs[j].camp.id}"
@@ -121,14 +122,15 @@ def _scenario_changes(runs: list[document.Data], idx: list[int | None], wide: se
 def lines(o: Overlay, name: str) -> list[Line]:
     """The rows of table `name` (a metric, or 'metric p99') matched across campaigns, scenarios in the matched
     order; a line any campaign lacks keeps its place with None."""
-    found: dict[tuple, list[report.Row | None]] = {}
-    keys = set(o.matched())
-    for j, d in enumerate(o.runs):
-        for r in d.rows:
-            key = trend.match_key(d.scenarios[r.scenario]["labels"])
-            if r.name == name and key in keys:
-                found.setdefault((key, r.workload, r.key.dims), [None] * len(o.runs))[j] = r
+    if not o.rows:  # every row of every campaign keyed once: a campaign has thousands, a report asks per metric
+        keys = set(o.matched())
+        for j, d in enumerate(o.runs):
+            for r in d.rows:
+                key = trend.match_key(d.scenarios[r.scenario]["labels"])
+                if key in keys:
+                    o.rows.setdefault(r.name, {}).setdefault((key, r.workload, r.key.dims), [None] * len(o.runs))[j] = r
     order = {k: i for i, k in enumerate(o.matched())}
+    found = o.rows.get(name, {})
     return [Line(k, w, dims, rs) for (k, w, dims), rs in sorted(found.items(), key=lambda kv: (
         order[kv[0][0]], kv[0][1], kv[0][2].order())) if sum(r is not None for r in rs) >= 2]
 
