@@ -726,20 +726,33 @@ def export_raw(db: str, tid: int, fmt: str, output: Path | None) -> None:
 
 
 @app.command("report")
-def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"), db: str = DB,
+def report_(campaign: Optional[list[str]] = typer.Argument(None, help="campaign id, or 'last'; two or more: "
+                                                                          "those campaigns side by side"),
+            db: str = DB,
             output: Optional[Path] = typer.Option(None, "-o", "--output", help="file (default: report-ID.html or .md)"),
             fmt: Optional[str] = typer.Option(None, "--format", help="html or md (default: from -o's suffix, else html)"),
             figures: Optional[Path] = typer.Option(None, "--figures", help="also write every figure into this directory"),
             figure_format: str = typer.Option("png", "--figure-format", help="png or svg, for --figures"),
             exclude_noisy: bool = EXCLUDE_NOISY) -> None:
-    """One self-contained HTML (or Markdown) report: environment, scenarios, warnings, statistics, figures, study."""
+    """One self-contained HTML (or Markdown) report: environment, scenarios, warnings, statistics, figures, study.
+    Several campaigns (`report 3 4 last`): each scenario's metrics side by side, their distributions overlaid."""
     from .report import document, render
     fmt = fmt or ("md" if output and output.suffix.lower() in (".md", ".markdown") else "html")
     if fmt not in render.FORMATS:
         fail(f"--format {fmt}: use html or md")
     if figure_format not in render.FIGURE_FORMATS:
         fail(f"--figure-format {figure_format}: use png or svg")
-    store, camp = open_campaign(db, campaign)
+    refs = campaign or ["last"]
+    opened = [open_campaign(db, ref) for ref in refs]
+    store, camp = opened[0]
+    ids = [c.id for _, c in opened]
+    if len(ids) > 1:
+        twice = next(i for i in ids if ids.count(i) > 1) if len(set(ids)) < len(ids) else None
+        if twice is not None:
+            named = " and ".join(r for r, i in zip(refs, ids) if i == twice)
+            fail(f"campaign {twice} is named twice ({named}); name each campaign once, e.g. "
+                 f"`vnetbench report {' '.join(dict.fromkeys(map(str, ids)))} --db {db}`")
+        return _overlay_report(store, ids, output, fmt, figures, figure_format, exclude_noisy)
     output = output or Path(f"report-{camp.id}.{fmt}")
     # the figures' second process starts now: it imports matplotlib while this one builds the document
     with render.Second(fmt == "html" or figures is not None) as second:
@@ -749,6 +762,24 @@ def report_(campaign: str = typer.Argument("last", help="campaign id, or 'last'"
         except OSError as exc:
             fail(f"cannot write the report: {exc}")
     err.print(f"report of campaign {camp.id} written to {output}" +
+              (f" ({len(written) - 1} figures in {figures})" if figures else ""), highlight=False)
+
+
+def _overlay_report(store: Store, ids: list[int], output: Path | None, fmt: str, figures: Path | None,
+                    figure_format: str, exclude_noisy: bool) -> None:
+    """`report A B ...`: the campaigns side by side (report/overlay.py)."""
+    from .report import overlay, render
+    output = output or Path(f"report-{'-'.join(map(str, ids))}.{fmt}")
+    with render.Second(fmt == "html" or figures is not None) as second:
+        try:
+            doc = overlay.build(store, ids, exclude_noisy=exclude_noisy)
+        except overlay.OverlayError as exc:  # leaving the block ends the second process
+            fail(str(exc))
+        try:
+            written = render.write(doc, output, fmt, figures, figure_format, second)
+        except OSError as exc:
+            fail(f"cannot write the report: {exc}")
+    err.print(f"report of campaigns {', '.join(map(str, ids))} side by side written to {output}" +
               (f" ({len(written) - 1} figures in {figures})" if figures else ""), highlight=False)
 
 

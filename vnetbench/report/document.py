@@ -171,7 +171,7 @@ def _kv(title: str, pairs: list[tuple[str, str]]) -> TableData:
     return TableData(title, ["", ""], [[k, str(v)] for k, v in pairs])
 
 
-def _tally(d: Data) -> tuple[dict[str, int], int, str, str, str]:
+def tally(d: Data) -> tuple[dict[str, int], int, str, str, str]:
     """(scenario counts by status, ok trials, scenarios text, trials text, duration text)."""
     c = d.camp
     counts = {st: sum(s["status"] == st for s in d.scenarios.values()) for st in ("done", "skipped", "failed", "pending")}
@@ -183,7 +183,7 @@ def _tally(d: Data) -> tuple[dict[str, int], int, str, str, str]:
 def header(d: Data) -> Section:
     """One paragraph: what ran, how it ended, where to look. The study's tables come right after it."""
     c = d.camp
-    counts, ok, scen, trials, took = _tally(d)
+    counts, ok, scen, trials, took = tally(d)
     profile = f", profile {d.spec['profile']}" if d.spec.get("profile") else ""
     line = (f"Campaign {c.id} ({c.name}{profile}) is {c.status}: scenarios {scen}; trials {trials}; started "
             f"{_when(c.created)}, took {took}.")
@@ -196,7 +196,7 @@ def header(d: Data) -> Section:
 
 def record(d: Data) -> Fold:
     c = d.camp
-    _, _, scen, trials, took = _tally(d)
+    _, _, scen, trials, took = tally(d)
     pairs = [("campaign", f"{c.id} — {c.name}"), ("status", c.status), ("description", d.spec.get("description") or "-"),
              ("spec source", c.source or "-"), ("spec sha256", c.spec_sha256), ("profile", d.spec.get("profile") or "-"),
              ("analysis", d.spec.get("analysis") or "-"), ("started", _when(c.created)), ("finished", _when(c.finished)),

@@ -347,3 +347,58 @@ def scaling(name: str, title: str, panels: Mapping[tuple[str, str], Mapping[str,
     if len(next(iter(panels.values()), {})) > 1:
         _legend(axes[-1], 1, legend_title)
     return FigureData(name, title, fig, caption)
+
+
+@_later
+def overlay_means(name: str, title: str, unit: str, labels: list[str], campaigns: list[str],
+                  summaries: list[list[Summary | None]], values: list[list[list[float]]], axis_title: str,
+                  caption: str, metric: str = "") -> FigureData:
+    """Several campaigns side by side: per scenario (a row) one bar per campaign (a colour), its mean with the 95 %
+    CI, a dot per trial. summaries[i][j] / values[i][j]: row i, campaign j (None / []: the campaign lacks it)."""
+    scale, ulabel = axis_unit(unit, [v for row in values for vs in row for v in vs]
+                              + [s.mean for row in summaries for s in row if s is not None])
+    k = len(campaigns)
+    fig, (ax,) = _figure((0.22 * k + 0.1) * len(labels) + 1.4)
+    lo_b, hi_b = bounds(metric, unit)
+    step = 0.8 / k
+    for j, camp in enumerate(campaigns):  # one bar series per campaign: the legend names the campaigns
+        got = [(i, row[j]) for i, row in enumerate(summaries) if row[j] is not None]
+        ys = [i - 0.4 + step * (j + 0.5) for i, _ in got]
+        means = [s.mean * scale for _, s in got]
+        err = error_bars(means, [s.ci_mean[0] * scale for _, s in got], [s.ci_mean[1] * scale for _, s in got],
+                         lo_b * scale, hi_b * scale)
+        ax.barh(ys, means, height=step * 0.9, xerr=err, color=f"C{j % 10}", alpha=0.75, label=camp,
+                error_kw={"capsize": 2, "elinewidth": 1})
+        dots = [(v * scale, i - 0.4 + step * (j + 0.5)) for i, row in enumerate(values) for v in row[j]]
+        if dots:
+            ax.scatter(*zip(*dots), s=5, color="black", alpha=0.5, zorder=3)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylabel(axis_title, fontsize=8)
+    ax.set_xlabel(f"mean ({ulabel}), whiskers = 95 % CI, dots = trials" if ulabel else
+                  "mean, whiskers = 95 % CI, dots = trials")
+    ax.set_title(title, fontsize=11)
+    _legend(ax, k, "campaign")
+    return FigureData(name, title, fig, caption)
+
+
+@_later
+def overlay_cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]],
+                styles: list[tuple[int, int]], legend_title: str, caption: str) -> FigureData:
+    """Empirical CDFs of several campaigns on one axes: styles[i] = (campaign, scenario) of curve i, the colour
+    the campaign's (as in overlay_means), the dash the scenario's."""
+    allv = [v for vs in curves.values() for v in vs]
+    scale, ulabel = axis_unit(unit, allv)
+    fig, (ax,) = _figure(4.2)
+    for (label, vs), (camp, line) in zip(curves.items(), styles):
+        xs = sorted(v * scale for v in vs)
+        ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=label, lw=1.2,
+                color=f"C{camp % 10}", linestyle=("-", "--", ":", "-.")[line % 4])
+    if _wide_range(allv):
+        _log(ax, "x")
+    ax.set_xlabel(f"{title.split(' — ')[0]} ({ulabel})")
+    ax.set_ylabel("fraction of samples ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title, fontsize=11)
+    _legend(ax, len(curves), legend_title)
+    return FigureData(name, title, fig, caption)

@@ -89,18 +89,18 @@ def history(stores: list[Store], metrics: list[str] | None = None, where: dict[s
         (parts,) = ratio_parts([Side(store, camp)])
         for (idx, metric, workload, what), vals in values.items():
             sc = stored.get(idx)
-            labels = LEGACY_LABELS | (sc["labels"] if sc else {})
+            labels = levels(sc["labels"] if sc else {})
             if sc is None or (metrics and metric not in metrics) or len(vals) < 1 \
                     or any(str(labels.get(k)) != v for k, v in (where or {}).items()):
                 continue
-            key = (tuple(sorted(labels.items())), workload, metric, what)
+            key = (match_key(labels), workload, metric, what)
             series = found.setdefault(key, Series(labels, workload, metric, what))
             got = parts.get((idx, metric, workload, what))
             series.points.append(Point(str(store.path), camp, list(vals), sc.get("implementation") or {},
                                        got if got and len(got) == len(vals) else None))
-            env = _facts(camp, sc.get("implementation") or {})
-            if key in previous_env and (changed := _changed(previous_env[key], env)):
-                series.notes[len(series.points) - 1] = changed
+            env = facts(camp, sc.get("implementation") or {})
+            if key in previous_env and (moved := changed(previous_env[key], env)):
+                series.notes[len(series.points) - 1] = moved
             previous_env[key] = env
     out = [s for s in found.values() if len(s.points) >= 2]
     for s in out:
@@ -108,7 +108,20 @@ def history(stores: list[Store], metrics: list[str] | None = None, where: dict[s
     return out
 
 
-def _facts(camp: Campaign, implementation: dict) -> dict[str, str]:
+def levels(labels: dict) -> dict:
+    """A scenario's levels as campaigns are matched on them: a factor added later at its level before it existed."""
+    return LEGACY_LABELS | labels
+
+
+def match_key(labels: dict) -> tuple:
+    """What makes two campaigns' scenarios the same one (here, in `report A B` and in `compare`'s terms): their
+    levels, every factor of them."""
+    return tuple(sorted(levels(labels).items()))
+
+
+def facts(camp: Campaign, implementation: dict) -> dict[str, str]:
+    """What a scenario ran on, as a change between two campaigns is told: the implementation of each datapath
+    element, the kernel, the versions of the tools that carry or measure the packets."""
     env = camp.environment or {}
     tools = env.get("tools") or {}
     facts = {f"implementation {k}": str(v) for k, v in implementation.items()}
@@ -117,7 +130,7 @@ def _facts(camp: Campaign, implementation: dict) -> dict[str, str]:
     return facts
 
 
-def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return [f"{k}: {before.get(k, '—')} -> {after.get(k, '—')}" for k in sorted(set(before) | set(after))
             if before.get(k) != after.get(k)]
 
