@@ -112,7 +112,7 @@ def test_each_figure_has_one_series_per_campaign(lab):
         bars = [c for c in ax.containers if type(c).__name__ == "BarContainer"]
         assert [len(c.patches) for c in bars] == [4, 4, 3]  # one bar series per campaign; 3 lacks ovs/vxlan
     twice = [f for f in doc.figures() if f.name == "overlay-throughput_bps"]
-    assert len(twice) == 2 and twice[0] is twice[1]  # the answer's and the statistics': one figure, drawn once
+    assert len(twice) == 1  # the answer's metric is not shown again under "every metric"
     store = Store(lab, readonly=True)
     tput = next(f for f in means if f.name == "overlay-throughput_bps").figure.axes[0]
     for j, cid in enumerate((1, 2, 3)):  # each bar is its campaign's own mean, in Gbit/s
@@ -142,7 +142,7 @@ def test_html_and_markdown_with_figure_files(lab, tmp_path):
     assert got.exit_code == 0, got.output
     text = out.read_text()
     assert "campaigns 1, 2, 3 side by side" in html.unescape(text)
-    assert len(re.findall(r'<img src="data:image/png;base64,', text)) >= 5
+    assert len(re.findall(r'<img src="data:image/png;base64,', text)) >= 4  # each figure once
     md = tmp_path / "o.md"
     got = invoke(1, 2, "--db", lab, "-o", md, "--figures", tmp_path / "figs")
     assert got.exit_code == 0, got.output

@@ -262,8 +262,9 @@ def _why_not(d: document.Data, key: tuple) -> str:
 
 
 def statistics(o: Overlay) -> Section:
-    """Every metric overlaid: the headline metrics each with its figure and table, the rest as tables, folded."""
-    names = list(dict.fromkeys(r.name for d in o.runs for r in d.rows))
+    """Every metric overlaid but the answer's: the headline metrics each with its figure and table, the rest as
+    tables, folded."""
+    names = list(dict.fromkeys(r.name for d in o.runs for r in d.rows if r.name != main_metric(o)))
     by = {n: got for n in names if (got := lines(o, n))}
     main = [n for m in report.DEFAULT_METRICS for n in by if n == m]
     blocks: list[Block] = []
