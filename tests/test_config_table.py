@@ -27,8 +27,8 @@ def offload_record(asked, value, devices=4):
 
 
 def env_now() -> dict:
-    """The environment as a run on this machine records it (without probing tools or NICs)."""
-    return environment.capture(Capabilities(), nics=False, steal=0.0) | {"cpu_idle": "poll (test)"}
+    """The environment as a run on this machine records it (without probing tools)."""
+    return environment.capture(Capabilities(), steal=0.0) | {"cpu_idle": "poll (test)"}
 
 
 def two_scenarios(path: Path, env: dict) -> Store:
@@ -186,3 +186,26 @@ def test_the_answer_stays_on_the_first_screen_under_the_configuration(tmp_path):
     screenshot(opened, tmp_path / "opened.png", 1400, 900)
     moved = magenta_rows(tmp_path / "opened.png")
     assert not moved or moved[0] > rows[0] + 300
+
+
+def test_a_testbeds_hosts_are_described_by_their_own_facts():
+    """Over SSH the machine running vnetbench only drives: each host's preflight facts say what carried the traffic."""
+    facts = {"ssh": "root@10.0.0.1", "nic": "eth1", "cpus": "8", "cpu_model": "Xeon X", "kernel": "Linux 6.1.0-9",
+             "cpufreq": "intel_pstate performance ", "numa_nodes": "2", "nic_driver": "ice", "nic_firmware": "4.2",
+             "nic_mtu": "9000", "cmdline": "isolcpus=2-7"}
+    bare = facts | {"cpufreq": "", "cmdline": ""}
+    env = {"hostname": "ctl", "testbed": {"h1": facts, "h2": bare | {"ssh": "root@10.0.0.2"},
+                                          "h3": bare | {"ssh": "root@10.0.0.3"}}}
+    rows = dict(configuration.machine_rows(env, {}, set()))
+    assert rows["host"].startswith("ctl, driving the testbed's hosts over SSH")
+    assert rows["testbed hosts"] == (
+        "h1 (root@10.0.0.1): 8 × Xeon X, Linux 6.1.0-9, cpufreq intel_pstate performance, NUMA nodes 2, NIC eth1 "
+        "(ice, 4.2, MTU 9000), command line: isolcpus=2-7; h2 (root@10.0.0.2), h3 (root@10.0.0.3): 8 × Xeon X, "
+        "Linux 6.1.0-9, cpufreq none, NUMA nodes 2, NIC eth1 (ice, 4.2, MTU 9000)")
+    assert configuration.summary([], env, 0).endswith("; a testbed of 3 hosts over SSH")
+
+
+def test_a_testbed_run_leaves_the_driving_machines_policy_out():
+    """Over SSH this machine only drives: its frequency policy or command line would be read as the hosts'."""
+    env = environment.capture(Capabilities(), nics=False, steal=0.0)
+    assert not {"cpu_frequency", "numa_nodes", "kernel_cmdline", "cpu_affinity"} & set(env)

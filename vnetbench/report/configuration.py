@@ -22,11 +22,9 @@ class Config:
     table: TableData
 
 
-def _or(value, text=None) -> str:
+def _or(value) -> str:
     """The value as text, or 'not recorded' when it was not."""
-    if value is None:
-        return NOT_RECORDED
-    return text if text is not None else str(value)
+    return NOT_RECORDED if value is None else str(value)
 
 
 def _kernel_release(env: dict) -> str:
@@ -97,11 +95,24 @@ def _underlay(spec: dict) -> str:
 
 
 def _testbed(env: dict) -> str | None:
+    """Each testbed host as its preflight found it: CPU, kernel and command line, frequency policy, NUMA, NIC."""
     bed = env.get("testbed")
     if not bed:
         return None
-    return "; ".join(f"{name} ({h.get('ssh', '?')}" + (f", {h['kernel']}" if h.get("kernel") else "") + ")"
-                     for name, h in bed.items())
+
+    def one(h: dict) -> str:
+        freq = h.get("cpufreq")
+        facts = [f"{h['cpus']} × {h.get('cpu_model') or 'CPU'}" if h.get("cpus") else None, h.get("kernel"),
+                 f"cpufreq {freq.strip() or 'none'}" if freq is not None else None,
+                 f"NUMA nodes {h['numa_nodes']}" if h.get("numa_nodes") else None,
+                 f"NIC {h.get('nic', '?')} ({', '.join(x for x in (h.get('nic_driver'), h.get('nic_firmware')) if x)}"
+                 f"{', ' if h.get('nic_driver') else ''}MTU {h.get('nic_mtu') or '?'})",
+                 f"command line: {h['cmdline']}" if h.get("cmdline") else None]
+        return ", ".join(f for f in facts if f)
+    alike: dict[str, list[str]] = defaultdict(list)  # hosts with the same facts said once
+    for name, h in bed.items():
+        alike[one(h)].append(f"{name} ({h.get('ssh', '?')})")
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in alike.items())
 
 
 def _tools(env: dict, kinds: set[str]) -> str:
@@ -124,7 +135,8 @@ def machine_rows(env: dict, spec: dict, kinds: set[str]) -> list[tuple[str, str]
             ("underlay (emulated host NIC)", _underlay(spec)), ("traffic tools", _tools(env, kinds)),
             ("vnetbench", " ".join(str(x) for x in (env.get("vnetbench"), env.get("vnetbench_git")) if x)
              or NOT_RECORDED)]
-    if bed := _testbed(env):
+    if bed := _testbed(env):  # the rows above are then the machine that drives the testbed over SSH
+        rows[0] = ("host", f"{rows[0][1]}, driving the testbed's hosts over SSH (the machine rows below are its own)")
         rows.insert(1, ("testbed hosts", bed))
     return rows
 
@@ -263,6 +275,8 @@ def summary(differ: list[tuple[str, list[str]]], env: dict, n: int) -> str:
     what = (f"the {n} scenarios differ in " + ", ".join(p for p, _ in differ)) if differ else \
         (f"the same in all {n} scenarios" if n > 1 else "1 scenario" if n else "no scenario")
     cores = f"{env['cpu_count']} × " if env.get("cpu_count") else ""
-    machine = f"{cores}{env.get('cpu_model') or 'CPU ' + NOT_RECORDED}, {_kernel_release(env)}"
-    line = f"Configuration (RFC 8204 §3): {what}; machine: {machine}"
+    machine = f"machine: {cores}{env.get('cpu_model') or 'CPU ' + NOT_RECORDED}, {_kernel_release(env)}"
+    if env.get("testbed"):
+        machine = f"a testbed of {len(env['testbed'])} hosts over SSH"
+    line = f"Configuration (RFC 8204 §3): {what}; {machine}"
     return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS - 1] + "…"
