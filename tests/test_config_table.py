@@ -60,15 +60,14 @@ def test_differing_offloads_and_mtu_are_per_scenario_the_rest_common(tmp_path):
     env = env_now()
     doc = document.build(two_scenarios(tmp_path / "c.db", env), 1)
     fold = config_block(doc)
-    table = fold.blocks[0]
-    assert table.columns == ["parameter", "all scenarios", "#1 offloads=on", "#2 offloads=tso/gso/gro off"]
-    rows = {r[0]: r[1:] for r in table.rows}
-    assert rows["offloads"] == ["differs:", "on: tso on, gso on, gro on on 4 interfaces",
-                                "tso/gso/gro off: tso off, gso off, gro off on 4 interfaces"]
-    assert rows["MTU"] == ["differs:", "VM 1500, underlay 1500", "VM 1450, underlay 1500"]
-    differing = [r[0] for r in table.rows if r[1] == "differs:"]
-    assert differing == ["MTU", "offloads"]  # what differs comes first, in the table's order
-    assert all(r[2:] == ["", ""] for r in table.rows if r[1] != "differs:")  # the rest in one column
+    differ, same = fold.blocks
+    assert differ.columns == ["parameter", "#1 offloads=on", "#2 offloads=tso/gso/gro off"]
+    assert differ.rows == [["MTU", "VM 1500, underlay 1500", "VM 1450, underlay 1500"],
+                           ["offloads", "on: tso on, gso on, gro on on 4 interfaces",
+                            "tso/gso/gro off: tso off, gso off, gro off on 4 interfaces"]]
+    assert same.columns == ["parameter", "all scenarios"] and all(len(r) == 2 for r in same.rows)
+    rows = {r[0]: r[1:] for r in same.rows}
+    assert not {"MTU", "offloads"} & set(rows)  # each parameter once, in one table or the other
     for name, value in (("switch", "linux-bridge"), ("tunnel (overlay)", "kernel-vxlan"), ("encryption", "none"),
                         ("CPU model", env["cpu_model"]), ("kernel", env["kernel"]),
                         ("kernel command line", Path("/proc/cmdline").read_text().strip()),
@@ -79,20 +78,20 @@ def test_differing_offloads_and_mtu_are_per_scenario_the_rest_common(tmp_path):
             f"{env['cpu_model']}, {' '.join(env['kernel'].split()[:2])}")
     cut = configuration.SUMMARY_CHARS
     assert fold.summary == (line if len(line) <= cut else line[:cut - 1] + "…")
-    assert "not recorded" not in " ".join(v for r in table.rows for v in r)  # a new campaign records them all
+    assert "not recorded" not in " ".join(v for t in fold.blocks for r in t.rows for v in r)  # all recorded
     md = render.to_markdown(doc)
     assert md.index("## Campaign") < md.index(f"### {fold.summary}") < md.index("## Answer")
-    assert "| offloads | differs: | on: tso on, gso on, gro on on 4 interfaces | tso/gso/gro off: tso off, gso off, " \
-           "gro off on 4 interfaces |" in md
-    assert "| switch | linux-bridge |  |  |" in md
+    assert "| offloads | on: tso on, gso on, gro on on 4 interfaces | tso/gso/gro off: tso off, gso off, gro off on 4 " \
+           "interfaces |" in md
+    assert "| switch | linux-bridge |" in md
 
 
 def test_a_differing_namespace_sysctl_gets_its_own_row(tmp_path):
     store = two_scenarios(tmp_path / "s.db", {"cpu_count": 2})
     store.set_scenario_environment(1, 2, {"sysctls": {"h1": {"net.ipv4.tcp_rmem": "4096 6291456"}}})
-    rows = {r[0]: r[1:] for r in config_block(document.build(store, 1)).blocks[0].rows}
-    assert rows["sysctl net.ipv4.tcp_rmem"] == ["differs:", "4096 131072", "4096 6291456"]
-    assert "network sysctls in the run's namespaces" not in rows
+    differ, same = config_block(document.build(store, 1)).blocks
+    assert ["sysctl net.ipv4.tcp_rmem", "4096 131072", "4096 6291456"] in differ.rows
+    assert "network sysctls in the run's namespaces" not in {r[0] for t in (differ, same) for r in t.rows}
 
 
 def test_the_machine_policy_is_read_from_proc_and_sys():

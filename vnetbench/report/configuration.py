@@ -1,8 +1,9 @@
 """The configuration of the system under test that RFC 8204 §3 asks a report to give (hardware, BIOS-level CPU
 policy, kernel and its command line, switch, tunnel and crypto versions, MTUs, offloads, each VM's configuration),
-as one table opening the report: what every scenario shared in one column, and per-scenario values only for what
-differed between the scenarios compared. Values are what vnetbench recorded (run/environment.py per campaign, the
-scenario's implementation and levels, each trial's metadata); a value it did not record says "not recorded"."""
+opening the report: what every scenario shared in one column ('all scenarios'), and per-scenario values only for
+what differed between the scenarios compared (a table of its own, first). Values are what vnetbench recorded
+(run/environment.py per campaign, the scenario's implementation and levels, each trial's metadata); a value it did
+not record says "not recorded"."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -19,7 +20,7 @@ SUMMARY_CHARS = 150   # the folded line stays one line on a 1400-px screen
 @dataclass
 class Config:
     summary: str        # one line: what differs between the scenarios, and the machine in a few words
-    table: TableData
+    tables: list[TableData]   # what differs, parameter by scenario (when anything does); what all share
 
 
 def _or(value) -> str:
@@ -260,15 +261,17 @@ def build(env: dict, spec: dict, scenarios: dict[int, dict], trials: list[dict],
     common = [(p, vals[0]) for p, vals in per if len(set(vals)) == 1]
     differ = [(p, vals) for p, vals in per if len(set(vals)) > 1]
     common += machine_rows(env, spec, {t["kind"] for t in trials})
-    heads = [f"#{s['idx']} {names.get(s['idx'], '')}".strip() for s in chosen] if differ else []
-    rows = [[p, "differs:", *vals] for p, vals in differ] + [[p, v, *([""] * len(heads))] for p, v in common]
+    heads = [f"#{s['idx']} {names.get(s['idx'], '')}".strip() for s in chosen]
     n = len(chosen)
-    table = TableData("", ["parameter", "all scenarios", *heads],
-                      rows, f"{n} scenario{'s' * (n != 1)} compared (those with a trial that passed). Recorded when "
-                      "the campaign started (machine), as each scenario was built (implementations, namespaces' "
-                      "sysctls) and before each trial (MTU, offloads read back); 'not recorded': this results file "
-                      "has no such record (an older vnetbench, or a value it does not read).", text=True)
-    return Config(summary(differ, env, n), table)
+    tables = [TableData("What differs between the scenarios compared", ["parameter", *heads],
+                        [[p, *vals] for p, vals in differ], text=True)] if differ else []
+    tables.append(TableData("The same in every scenario" if n > 1 else "Configuration", ["parameter", "all scenarios"],
+                            [[p, v] for p, v in common],
+                            f"{n} scenario{'s' * (n != 1)} compared (those with a trial that passed). Recorded when "
+                            "the campaign started (machine), as each scenario was built (implementations, namespaces' "
+                            "sysctls) and before each trial (MTU, offloads read back); 'not recorded': this results "
+                            "file has no such record (an older vnetbench, or a value it does not read).", text=True))
+    return Config(summary(differ, env, n), tables)
 
 
 def summary(differ: list[tuple[str, list[str]]], env: dict, n: int) -> str:

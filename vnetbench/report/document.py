@@ -194,7 +194,7 @@ def header(d: Data) -> Section:
         line += " Read the 'Warnings' (noisy or shared machine) before comparing numbers."
     config = configuration.build(d.camp.environment, d.spec, d.scenarios, d.trials,
                                  {idx: label(d, idx) for idx in d.scenarios})
-    return Section("campaign", "Campaign", [Para(line), Fold(config.summary, [config.table])])
+    return Section("campaign", "Campaign", [Para(line), Fold(config.summary, config.tables)])
 
 
 def record(d: Data) -> Fold:
