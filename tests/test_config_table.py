@@ -75,7 +75,7 @@ def test_differing_offloads_and_mtu_are_per_scenario_the_rest_common(tmp_path):
                          "the same in every scenario (see the environment's 'Network sysctls')")):
         assert rows[name][0] == " ".join(value.split()), name
     line = (f"Configuration (RFC 8204 §3): the 2 scenarios differ in MTU, offloads; machine: {env['cpu_count']} × "
-            f"{env['cpu_model']}, {' '.join(env['kernel'].split()[:2])}")
+            f"{re.sub(r'[(](R|TM)[)]', '', env['cpu_model'])}, {' '.join(env['kernel'].split()[:2])}")
     cut = configuration.SUMMARY_CHARS
     assert fold.summary == (line if len(line) <= cut else line[:cut - 1] + "…")
     assert "not recorded" not in " ".join(v for t in fold.blocks for r in t.rows for v in r)  # all recorded

@@ -6,6 +6,7 @@ what differed between the scenarios compared (a table of its own, first). Values
 not record says "not recorded"."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -278,7 +279,8 @@ def summary(differ: list[tuple[str, list[str]]], env: dict, n: int) -> str:
     what = (f"the {n} scenarios differ in " + ", ".join(p for p, _ in differ)) if differ else \
         (f"the same in all {n} scenarios" if n > 1 else "1 scenario" if n else "no scenario")
     cores = f"{env['cpu_count']} × " if env.get("cpu_count") else ""
-    machine = f"machine: {cores}{env.get('cpu_model') or 'CPU ' + NOT_RECORDED}, {_kernel_release(env)}"
+    model = re.sub(r"\((R|TM)\)", "", env.get("cpu_model") or "CPU " + NOT_RECORDED)  # a few words, not marks
+    machine = f"machine: {cores}{model}, {_kernel_release(env)}"
     if env.get("testbed"):
         machine = f"a testbed of {len(env['testbed'])} hosts over SSH"
     line = f"Configuration (RFC 8204 §3): {what}; {machine}"
