@@ -172,7 +172,10 @@ def test_study_leads_and_generic_statistics_fold(html_report):
         body = text[text.index(f'<section id="{folded}">'):]
         assert re.match(r'<section id="\w+"><h2>[^<]+</h2><details><summary>', body), folded
     head = text[text.index('<section id="campaign">'):text.index('<section id="analysis">')]
-    assert "<table" not in head and "<details>" not in head  # one line on top; the campaign's record at the end
+    # one line on top, then the configuration folded behind one line; the campaign's record at the end
+    assert head.count("<details>") == 1 and "<summary>Configuration (RFC 8204 §3): " in head
+    outside = re.sub(r"<details>.*</details>", "", head, flags=re.S)
+    assert "<table" not in outside and outside.count("<p>") == 1
 
 
 def test_html_analysis_section(html_report):

@@ -16,7 +16,7 @@ from ..core.units import human, human_interval
 from ..results import dataset, scorecard, stats
 from ..results.guards import reader_flags
 from ..results.store import Campaign, Store
-from . import analyses, answer, figures, mechanism_report, packet_rates
+from . import analyses, answer, configuration, figures, mechanism_report, packet_rates
 from . import tables as report
 from .analyses.base import FigureData, TableData
 
@@ -181,7 +181,8 @@ def tally(d: Data) -> tuple[dict[str, int], int, str, str, str]:
 
 
 def header(d: Data) -> Section:
-    """One paragraph: what ran, how it ended, where to look. The study's tables come right after it."""
+    """One paragraph: what ran, how it ended, where to look; then the configuration (RFC 8204 §3) folded behind one
+    line saying what differs between the scenarios. The study's tables or the answer come right after it."""
     c = d.camp
     counts, ok, scen, trials, took = tally(d)
     profile = f", profile {d.spec['profile']}" if d.spec.get("profile") else ""
@@ -191,7 +192,9 @@ def header(d: Data) -> Section:
         line += " Why scenarios or trials are missing: see 'Skipped and failed'."
     if warnings(d).blocks:
         line += " Read the 'Warnings' (noisy or shared machine) before comparing numbers."
-    return Section("campaign", "Campaign", [Para(line)])
+    config = configuration.build(d.camp.environment, d.spec, d.scenarios, d.trials,
+                                 {idx: label(d, idx) for idx in d.scenarios})
+    return Section("campaign", "Campaign", [Para(line), Fold(config.summary, config.tables)])
 
 
 def record(d: Data) -> Fold:

@@ -254,7 +254,8 @@ def _table(t: TableData) -> str:
     kv = not any(t.columns)
     cap = f"<caption>{e(t.title)}</caption>" if t.title else ""
     head = "" if kv else "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr></thead>"
-    rows = "".join("<tr>" + (f"<th>{e(r[0])}</th><td>{e(r[1])}</td>" if kv else "".join(_td(c) for c in r)) + "</tr>"
+    rows = "".join("<tr>" + (f"<th>{e(r[0])}</th><td>{e(r[1])}</td>" if kv else "".join(_td(c, t.text) for c in r))
+                   + "</tr>"
                    for r in t.rows)
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
     small = "small" if len(t.columns) <= 2 else ""
@@ -262,13 +263,14 @@ def _table(t: TableData) -> str:
     return f'<div class="tbl {small}">{table}</div>{note}'
 
 
-def _td(cell: object) -> str:
-    """A cell classed for layout: status colour, right-aligned number, short text kept whole, long text wide."""
+def _td(cell: object, plain: bool = False) -> str:
+    """A cell classed for layout: status colour, right-aligned number (unless `plain`: text only), short text kept
+    whole, long text wide."""
     text = str(cell)
-    if text in _STATUS:
+    if text in _STATUS and not plain:
         cls = f"st-{text}"
     else:
-        cls = "n" if _NUMERIC.match(text) else "s" if len(text) <= 16 else "w" if len(text) > 40 else ""
+        cls = "n" if _NUMERIC.match(text) and not plain else "s" if len(text) <= 16 else "w" if len(text) > 40 else ""
     return f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>"
 
 
@@ -318,6 +320,8 @@ def _md_table(t: TableData, level: int) -> str:
 
 
 def _numeric_col(t: TableData, i: int) -> bool:
+    if t.text:
+        return False
     cells = [str(r[i]) for r in t.rows if i < len(r) and str(r[i]) not in ("", "-")]
     return bool(cells) and all(_NUMERIC.match(c) for c in cells)
 

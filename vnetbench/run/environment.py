@@ -105,8 +105,67 @@ def capture(caps: Capabilities, nics: bool = True, steal: float | None = None, s
         "strongswan_plugins": list(caps.strongswan().plugins) if nics and swan and caps.tool("charon") else [],
         "nics": interfaces(LocalExecutor(), [n for n in _names() if (Path("/sys/class/net") / n / "device").exists()])
         if nics else {},
+        **(cpu_policy() if nics else {}),  # a testbed's hosts: their own facts (hosts/lab/preflight.py)
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return " ".join(path.read_text().split())
+    except OSError:
+        return None
+
+
+def cpu_ranges(cpus) -> str:
+    """{0, 1, 2, 5} -> '0-2,5' (the kernel's cpulist form)."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def cpu_policy(system: Path = Path("/sys/devices/system"), proc: Path = Path("/proc")) -> dict:
+    """What RFC 8204 §3 asks of the machine beyond its CPU model and cores, read from /sys and /proc (a few files,
+    once per campaign): each CPU's frequency driver and governor ("none" without cpufreq, as in most VMs), the idle
+    driver and governor, SMT, NUMA nodes with their CPUs, isolated CPUs and the CPUs the run may use (vnetbench pins
+    nothing), huge pages and the kernel command line. A file this kernel lacks is left out (None)."""
+    cpu = system / "cpu"
+    if (cpu / "cpu0" / "cpufreq").is_dir():
+        groups: dict[tuple, list[int]] = {}
+        for d in cpu.glob("cpu[0-9]*"):
+            key = (_read(d / "cpufreq" / "scaling_driver") or "?", _read(d / "cpufreq" / "scaling_governor") or "?")
+            groups.setdefault(key, []).append(int(d.name[3:]))
+        freq: list | str = [{"cpus": cpu_ranges(c), "driver": k[0], "governor": k[1]} for k, c in sorted(
+            groups.items(), key=lambda kv: min(kv[1]))]
+    else:
+        freq = "none"
+    idle = {"driver": _read(cpu / "cpuidle" / "current_driver"),
+            "governor": _read(cpu / "cpuidle" / "current_governor") or _read(cpu / "cpuidle" / "current_governor_ro")}
+    nodes = {d.name: _read(d / "cpulist") for d in sorted(system.glob("node/node[0-9]*"), key=lambda d: int(d.name[4:]))
+             } if (system / "node").is_dir() else None
+    meminfo = {k: v.strip() for k, _, v in (line.partition(":") for line in (_read_lines(proc / "meminfo")))}
+    try:
+        affinity = cpu_ranges(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {"cpu_frequency": freq, "cpu_idle_driver": idle if any(idle.values()) else "none",
+            "smt": _read(cpu / "smt" / "control"), "numa_nodes": nodes, "isolated_cpus": _read(cpu / "isolated"),
+            "cpu_affinity": affinity,
+            "hugepages": {k: meminfo[k] for k in ("HugePages_Total", "Hugepagesize") if k in meminfo} or None,
+            "kernel_cmdline": _read(proc / "cmdline")}
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
 
 
 def git_commit(source: Path = SOURCE_DIR) -> str | None:

@@ -37,6 +37,10 @@ echo "sriov_vfs=$(for v in /sys/class/net/$n/device/virtfn*; do [ -e "$v" ] || c
   "$(test -e /sys/class/net/$d/master && echo 1 || echo 0)" "$(ip -o addr show dev $d scope global | wc -l)" \
   "$(cat /sys/class/net/$d/mtu)"; fi; done)"
 echo "maxsessions=$(sshd -T 2>/dev/null | sed -n 's/^maxsessions //p')"
+echo "cmdline=$(cat /proc/cmdline 2>/dev/null)"
+echo "cpufreq=$(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_driver \
+  /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null | tr '\n' ' ')"
+echo "numa_nodes=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)"
 """
 
 

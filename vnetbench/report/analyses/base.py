@@ -15,6 +15,7 @@ class TableData:
     columns: list[str]
     rows: list[list[str]]          # formatted cells, as the study lays them out
     note: str = ""                 # how the numbers were computed, caveats
+    text: bool = False             # every cell is text (a configuration's '2 (SMT off)'): none is aligned as a number
 
 
 @dataclass
