@@ -247,3 +247,15 @@ def test_doctor_says_whether_steering_and_irq_affinity_can_be_set():
     assert rows["steering"]["ok"] == writable and steering.PROBE_FILE in rows["steering"]["detail"]
     assert rows["irq_affinity"] == {"host": "this machine", "factor": "irq_affinity", "ok": False,
                                     "detail": "irq_affinity needs a lab's real NIC: see doctor --testbed"}
+
+
+@pytest.mark.net
+def test_doctor_testbed_says_per_host_that_the_labs_nics_have_no_irqs(lab, state_dir):
+    data = json.loads(vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env_with(state_dir))
+                      .stdout)
+    rows = {(r["host"], r["factor"]): r for r in data["tuning"]}
+    assert sorted(rows) == sorted((h.name, f) for h in lab.hosts for f in ("steering", "irq_affinity"))
+    for h in lab.hosts:
+        assert rows[(h.name, "irq_affinity")]["ok"] is False
+        assert rows[(h.name, "irq_affinity")]["detail"].startswith(f"{h.name}'s eth1 has no IRQs"), rows
+        assert rows[(h.name, "steering")]["detail"].endswith("(/sys/class/net/lo/queues/rx-0/rps_cpus)"), rows
