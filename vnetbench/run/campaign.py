@@ -502,7 +502,7 @@ class Campaign:
         except BuildError as exc:
             topo.teardown()
             self.failed_builds.add(sc.index)
-            if isinstance(exc, Refused):  # a device refused the offloads asked: what the level names cannot be had
+            if isinstance(exc, Refused):  # a level refused (offloads, steering, irq_affinity): it cannot be had
                 self.outcome.scenarios_runnable -= 1
                 self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
                 self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
