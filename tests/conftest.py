@@ -22,7 +22,7 @@ GROUP_SECONDS = {"test_testbed": 140, "s1-smoke": 120, "test_suites_s3_s4": 125,
                  "test_qemu_hosts": 45, "test_lab_qemu": 45, "test_ndrpdr": 40, "test_hosts": 35, "test_e2e": 35,
                  "test_rounds": 30, "test_speed": 30, "test_trend": 30, "test_qemu_guests": 25, "test_testbed_file": 25,
                  "test_host_guests": 25, "test_results_file": 25, "test_vm_guests": 20, "test_cli": 15,
-                 "test_offloads": 20, "test_results_model": 20}
+                 "test_offloads": 20, "test_results_model": 20, "test_steering": 30}
 
 
 def group_of(nodeid: str) -> str:

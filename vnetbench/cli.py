@@ -153,7 +153,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         hosts = {h.name: h.caps.as_dict() | {"facts": h.facts, "qemu": _qemu_report(h)}
                  for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
-                                  | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})))
+                                  | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})
+                                  | {"tuning": tuning_report(bed)}))
         return
     if bed:
         table = Table(title=f"testbed {testbed}", title_justify="left")
@@ -195,9 +196,48 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
+    _tuning_table(bed)
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
               else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
+
+
+def tuning_report(bed) -> list[dict]:
+    """Whether each host can take the tuning factors (steering: RPS/XPS masks; irq_affinity: its NIC's IRQs), with
+    the reason when not: this machine's, or each testbed host's over SSH."""
+    import subprocess
+
+    from .build import steering
+    from .hosts.lab import irq
+    from .hosts.lab import testbed as tb
+    from .system.executor import CommandError
+    if not bed:
+        here = steering.support(subprocess.run(["sh", "-c", steering.PROBE_SCRIPT], capture_output=True,
+                                               text=True).stdout)
+        return [{"host": "this machine", "factor": "steering", "ok": here[0], "detail": here[1]},
+                {"host": "this machine", "factor": "irq_affinity", "ok": False,
+                 "detail": "irq_affinity needs a lab's real NIC: see doctor --testbed"}]
+    rows = []
+    for h in bed.hosts:
+        ex = tb.executor(h)
+        try:
+            got = steering.support(ex.run_script(steering.PROBE_SCRIPT, timeout=30, check=False).stdout)
+        except CommandError as exc:
+            got = (False, str(exc))
+        rows.append({"host": h.name, "factor": "steering", "ok": got[0], "detail": got[1]})
+        ok, detail = irq.support(ex, h.name, h.nic)
+        rows.append({"host": h.name, "factor": "irq_affinity", "ok": ok, "detail": detail})
+        ex.close()
+    return rows
+
+
+def _tuning_table(bed) -> None:
+    table = Table(title="tuning factors (steering, irq_affinity)", title_justify="left")
+    for col in ("host", "factor", "available", "how / reason"):
+        table.add_column(col)
+    for r in tuning_report(bed):
+        table.add_row(r["host"], r["factor"], "[green]yes[/]" if r["ok"] else "[red]no[/]", markup_escape(r["detail"]))
+    out.print(table)
 
 
 def _qemu_report(host) -> dict:

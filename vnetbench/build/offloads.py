@@ -36,17 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..core.offloads import shown
 from ..core.scenario import OFFLOADS, Scenario, label
-from ..datapaths.base import BuildError
+from ..datapaths.base import Refused  # a device kept a feature other than the level asks: the scenario is skipped
 from ..hosts.steps import ROOT
 from ..system.executor import CommandError, Executor
 
 # One command per node: every device's `ethtool -k`, each after an '@@ dev' marker line (parse_ethtool_k).
 READ_SCRIPT = 'for d in "$@"; do echo "@@ $d"; ethtool -k "$d" 2>&1; done'
 NOT_AS_ASKED = "offloads not as asked"  # the flag a trial gets when its read-back differs from the level
-
-
-class Refused(BuildError):
-    """A device kept a feature other than the level asks: the scenario is skipped with this reason."""
 
 
 def asked(sc: Scenario) -> dict[str, str]:

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from .. import datapaths
-from . import offloads
+from . import offloads, steering
 from ..capabilities import local_installed
 from ..core.scenario import Scenario
 from ..datapaths.base import BuildError, Tunnel
@@ -286,6 +286,7 @@ class Topology:
         els["overlay"].build(self)
         els["encryption"].build(self)
         offloads.add_steps(self)  # last: on every device the steps above create
+        steering.add_steps(self)
         return self
 
     def underlay_address(self, host: str, dev: str) -> None:

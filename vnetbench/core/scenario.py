@@ -47,6 +47,10 @@ TOPOLOGY_FACTORS = {
                  "guest, kind: uml, pairs: [..], side: client|server|both} makes only those VMs guests",
     "offloads": "on (the kernel's defaults: nothing changed) or a mapping of offloads to on/off, e.g. {tso: off, gso: "
                 "off, gro: off}, set with ethtool -K on every device the run creates (build/offloads.py)",
+    "steering": "default (nothing changed) or {rps: CPUS, xps: CPUS} (CPU lists as taskset's, e.g. \"0-1\"): receive "
+                "and transmit packet steering written to the queues of every device the run creates (build/steering.py)",
+    "irq_affinity": "default (nothing changed) or a CPU list (\"0-1\"): the CPUs that take the interrupts of a lab "
+                    "host's underlay NIC, restored at teardown and by clean (hosts/lab/irq.py)",
 }
 NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
@@ -54,6 +58,7 @@ DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
     "hops": 0, "kernel": "shared", "vm_kernel": "shared", "offloads": "on",
+    "steering": "default", "irq_affinity": "default",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host", "spread", "pack"),
@@ -135,6 +140,101 @@ def offloads_label(level: dict) -> str:
     return " + ".join(f"{'/'.join(names)} {value}" for value, names in by_value.items())
 
 
+# ---- steering and irq_affinity: CPU lists -----------------------------------------------------------------------
+STEERING = ("rps", "xps")  # what a `steering` level may set: the queues' rps_cpus / xps_cpus
+STEERING_FIX = 'write default or a mapping such as {rps: "0-1", xps: "0-1"} (CPU lists as taskset -c takes them)'
+MAX_CPU = 4095  # CONFIG_NR_CPUS' largest value
+
+
+def cpu_list(value: Any) -> list[int]:
+    """The CPUs of a list as taskset -c takes it ("0-2,5", or a number): sorted, each once. ValueError: why not."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{_written(value)} is not a CPU list; write CPUs as taskset -c takes them, e.g. \"0-1\" "
+                         f"or \"0,2\"")
+    out: set[int] = set()
+    for part in value.replace(" ", "").split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or int(hi or lo) < int(lo):
+            raise ValueError(f"{one_line(repr(part))} in {one_line(repr(value))} is not a CPU or a range low-high; "
+                             f"write CPUs as taskset -c takes them, e.g. \"0-1\" or \"0,2\"")
+        if int(hi or lo) > MAX_CPU:
+            raise ValueError(f"CPU {int(hi or lo)} is beyond any kernel's (at most {MAX_CPU})")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(out)
+
+
+def _written(value: Any) -> str:
+    """A value as the user wrote it: YAML reads an unquoted on/off as true/false."""
+    return ("'on'" if value else "'off'") if isinstance(value, bool) else one_line(repr(value))
+
+
+def cpu_mask(cpus: list[int]) -> str:
+    """The hex mask sysfs writes and shows for CPUs, in 32-bit groups joined by commas: [0, 1] -> '3'."""
+    digits = f"{sum(1 << c for c in cpus):x}"
+    if len(digits) > 8:
+        digits = digits.zfill(-(-len(digits) // 8) * 8)
+    return ",".join(digits[i:i + 8] for i in range(0, len(digits), 8))
+
+
+def mask_cpus(mask: str) -> list[int]:
+    """The CPUs of a sysfs mask ('00000000,00000003' -> [0, 1]); ValueError for text that is no mask."""
+    bits = int(mask.strip().replace(",", "") or "0", 16)
+    return [c for c in range(bits.bit_length()) if bits >> c & 1]
+
+
+def cpus_text(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (as taskset and /sys/devices/system/cpu/online write them); '' for none."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def steering_problem(level: Any) -> str | None:
+    """What is wrong with a `steering` level, or None."""
+    if level == "default":
+        return None
+    if not isinstance(level, dict) or not level:
+        return f"{_written(level)} is not allowed; {STEERING_FIX}"
+    for k, v in level.items():
+        if k not in STEERING:
+            extra = (" (rps_flow_cnt needs the machine-wide rps_sock_flow_entries too, which a run does not change)"
+                     if k == "rps_flow_cnt" else "")
+            return f"{one_line(repr(k))} is not set by steering; allowed: {', '.join(STEERING)}{extra}"
+        try:
+            cpu_list(v)
+        except ValueError as exc:
+            return f"{k}: {exc}"
+    return None
+
+
+def steering_level(level: Any) -> Any:
+    """A valid `steering` mapping in one spelling ({rps: '0-1'}: the CPU list as cpus_text writes it, so 1 and "1"
+    are one level); anything else as written."""
+    if isinstance(level, dict) and level and not steering_problem(level):
+        return {k: cpus_text(cpu_list(v)) for k, v in level.items()}
+    return level
+
+
+def irq_affinity_problem(level: Any) -> str | None:
+    if level == "default":
+        return None
+    try:
+        cpu_list(level)
+    except ValueError as exc:
+        return f"{exc}; or write default (the NIC's interrupts as the host has them)"
+    return None
+
+
+def irq_affinity_level(level: Any) -> Any:
+    return cpus_text(cpu_list(level)) if level != "default" and not irq_affinity_problem(level) else level
+
+
 def as_list(value: Any) -> list[Any]:
     """A factor's levels: a list as written, or the one level."""
     return list(value) if isinstance(value, list) else [value]
@@ -149,6 +249,8 @@ def label(level: Any) -> str:
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
     if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
         return one_line(offloads_label(level))  # an `offloads` mapping
+    if isinstance(level, dict) and level and set(level) <= set(STEERING):  # a `steering` mapping
+        return one_line(" + ".join(f"{k} {v}" for k, v in level.items()))
     if isinstance(level, dict):
         rest = [f"{k}={v}" if k in KEYED_OPTIONS else str(v) for k, v in level.items() if k != "type"]
         return one_line(f"{level.get('type')}({','.join(rest)})" if rest else str(level.get("type")))

@@ -47,6 +47,11 @@ class BuildError(RuntimeError):
     with this message."""
 
 
+class Refused(BuildError):
+    """A level the place refuses (a device keeps another offload or mask, a NIC has no IRQ to pin): the scenario is
+    skipped with this reason, never failed (build/offloads.py, build/steering.py, hosts/lab/irq.py)."""
+
+
 @dataclass(frozen=True)
 class Tunnel:
     """One tenant's tunnel on one host, as its overlay defines it: plain data that a switch realises its own way

@@ -245,7 +245,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
         sc.implementation[kind] = avail.implementation
         sc.notes += list(avail.notes)
-    if reason := _offloads(sc, caps):
+    if reason := _offloads(sc, caps) or _steering(sc) or _irq_affinity(sc, backend):
         sc.skip = reason
         return
     _leave_out_oversized(sc, elements["encryption"])
@@ -274,6 +274,22 @@ def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
         sc.notes.append(f"offloads: the devices {' and '.join(makers)} make{'s' * (len(makers) == 1)} "
                         f"{'itself' if len(makers) == 1 else 'themselves'} keep the kernel's defaults")
     return None
+
+
+def _steering(sc: Scenario) -> str | None:
+    """A `steering` level is written to the queues of the devices the run creates (build/steering.py): say so."""
+    if isinstance(sc.levels.get("steering"), dict):
+        sc.notes.append(f"steering {sc.labels['steering']}: written to the queues (rps_cpus, xps_cpus) of every "
+                        f"device the run creates, read back before each trial (build/steering.py)")
+    return None
+
+
+def _irq_affinity(sc: Scenario, backend) -> str | None:
+    """An `irq_affinity` level pins a real NIC's interrupts: only a lab's hosts have one the run may use."""
+    if sc.levels.get("irq_affinity", "default") == "default" or backend.real_nics:
+        return None
+    return (f"irq_affinity {sc.labels['irq_affinity']}: irq_affinity needs a lab's real NIC (--testbed); the "
+            f"{backend.name} backend's hosts are namespaces or guests of this machine, whose NICs take no interrupts")
 
 
 IP_MAX = 65535  # IPv4's total length and IPv6's payload length are 16-bit fields

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from .. import datapaths, workloads
 from ..core import yamlread
 from ..core.scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
-                             offloads_problem, placement_hosts, placement_problem)
+                             irq_affinity_problem, offloads_problem, placement_hosts, placement_problem,
+                             steering_problem)
 from ..core.strict import CONTROL, pydantic_message
 from ..datapaths.base import Element
 from ..guests import vms
@@ -96,6 +97,10 @@ def _check_level(factor: str, level: Any) -> str | None:
         return vms.problem(level)
     elif factor == "offloads":
         return offloads_problem(level)
+    elif factor == "steering":
+        return steering_problem(level)
+    elif factor == "irq_affinity":
+        return irq_affinity_problem(level)
     elif factor in CHOICES and level not in CHOICES[factor]:
         return f"'{level}' is not allowed; use one of: {', '.join(map(str, CHOICES[factor]))}"
     elif factor == "pairs" and not (_whole(level) and PAIRS_RANGE[0] <= level <= PAIRS_RANGE[1]):

@@ -178,6 +178,10 @@ class Placement:
         return [SystemProbe(LocalExecutor()), ProcessProbe(LocalExecutor(), topo.daemon_pids()),
                 *[InterfaceProbe(h.exec) for h in topo.hosts]]
 
+    def irq_in_force(self, topo) -> dict | None:
+        """A trial's record of the IRQ affinity the scenario set on real NICs (a lab's: hosts/lab/irq.py); None."""
+        return None
+
     def guest_probes(self, topo) -> list:
         """Probes of kernels of their own, started after the others (a reader in a slow guest)."""
         return []
@@ -200,6 +204,7 @@ class Backend:
 
     name = ""
     kernel = "shared"   # the `kernel` level it serves (the SSH testbed is chosen by --testbed instead)
+    real_nics = False   # its hosts have real NICs whose interrupts an `irq_affinity` level may pin (a lab's)
 
     def __init__(self, ledger: Ledger | None = None, testbed=None):
         self.ledger, self.testbed = ledger, testbed

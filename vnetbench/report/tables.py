@@ -281,7 +281,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact and not r.of_sums for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
-    for line in offload_lines(data):
+    for line in offload_lines(data) + steering_lines(data):
         console.print(escape(line), highlight=False)
     for line in not_run_lines(scenarios):
         console.print(line)
@@ -377,6 +377,29 @@ def offload_lines(data: dataset.Dataset) -> list[str]:
             " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
         level = data.scenarios[idx]["labels"].get("offloads", "on") if idx in data.scenarios else "?"
         lines.append(f"offloads in force, scenario {idx} (offloads={level}): {text}")
+    return lines
+
+
+def steering_lines(data: dataset.Dataset) -> list[str]:
+    """'steering in force, scenario 2 (steering=rps 0-1): rps 0-1, xps n/a on 8 interfaces' for each scenario whose
+    trials read the masks back (build/steering.py), said once when its trials agree."""
+    records: dict[int, list[dict]] = defaultdict(list)
+    for t in data.trials.values():
+        if rec := t["metadata"].get("steering"):
+            records[t["scenario"]].append(rec)
+    lines = []
+    for idx, recs in sorted(records.items()):
+        said: dict[str, int] = defaultdict(int)
+        for r in recs:
+            counts: dict[str, int] = defaultdict(int)
+            for g in r.get("groups", []):
+                counts[", ".join(f"{k} {v}" for k, v in g["steering"].items())] += len(g["devices"])
+            said["; ".join(f"{s} on {n} interface{'s' * (n != 1)}" for s, n in counts.items())
+                 or f"not read: {r.get('error')}"] += 1
+        text = next(iter(said)) if len(said) == 1 else \
+            " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
+        level = data.scenarios[idx]["labels"].get("steering", "default") if idx in data.scenarios else "?"
+        lines.append(f"steering in force, scenario {idx} (steering={level}): {text}")
     return lines
 
 

@@ -74,7 +74,7 @@ class Series:
 
 
 # The level a factor added later had in campaigns stored before it existed: a history does not break at the upgrade.
-LEGACY_LABELS = {"offloads": "on"}  # nothing was changed: the kernel's defaults
+LEGACY_LABELS = {"offloads": "on", "steering": "default", "irq_affinity": "default"}  # nothing was changed
 
 
 def history(stores: list[Store], metrics: list[str] | None = None, where: dict[str, str] | None = None) -> list[Series]:

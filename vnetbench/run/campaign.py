@@ -289,6 +289,7 @@ class Campaign:
         self.build: dict | None = None
         # each trial records the offloads in force when any scenario sets some: the `on` rows' too, to compare
         self.read_offloads = any(isinstance(sc.levels.get("offloads"), dict) for sc in scenarios)
+        self.read_steering = any(isinstance(sc.levels.get("steering"), dict) for sc in scenarios)  # likewise
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -501,7 +502,7 @@ class Campaign:
         except BuildError as exc:
             topo.teardown()
             self.failed_builds.add(sc.index)
-            if isinstance(exc, Refused):  # a device refused the offloads asked: what the level names cannot be had
+            if isinstance(exc, Refused):  # a level refused (offloads, steering, irq_affinity): it cannot be had
                 self.outcome.scenarios_runnable -= 1
                 self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
                 self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
@@ -604,7 +605,8 @@ class Campaign:
 
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
-            samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads)
+            samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads,
+                                     steering=self.read_steering)
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:

@@ -8,6 +8,7 @@ import time
 import traceback
 
 from ..build import offloads as offloads_
+from ..build import steering as steering_
 from ..build.topology import Topology
 from ..core.sample import Sample
 from ..core.scenario import Scenario
@@ -98,12 +99,14 @@ class Background(threading.Thread):
 
 
 def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
-            offloads: bool = False) -> tuple[list[Sample], dict]:
+            offloads: bool = False, steering: bool = False) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
     (with the seconds of each phase since `began`: see phases()). `offloads`: the offloads in force are read first
-    (build/offloads.py). Raises TrialFailure when the tool or a background load failed."""
+    (build/offloads.py); `steering`: the RPS/XPS masks too (build/steering.py). Raises TrialFailure when the tool or a background load failed."""
     began = began or time.time()
     in_force = offloads_.in_force(topo) if offloads else None
+    masks = steering_.in_force(topo) if steering else None
+    irqs = topo.placement.irq_in_force(topo)  # a lab's NICs' IRQs, when the scenario pins them
     load = _load_before()
     place = topo.placement  # where the hosts are: it knows their probes (a guest's kernel's own, a testbed host's)
     probes, guest_probes = place.probes(topo), place.guest_probes(topo)
@@ -161,6 +164,12 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     if in_force is not None:
         meta["offloads"] = in_force
         short += [in_force.pop("flag")] if "flag" in in_force else []
+    if masks is not None:
+        meta["steering"] = masks
+        short += [masks.pop("flag")] if "flag" in masks else []
+    if irqs is not None:
+        meta["irq_affinity"] = irqs
+        short += [irqs.pop("flag")] if "flag" in irqs else []
     if short:
         meta["flags"] = short
     if window:

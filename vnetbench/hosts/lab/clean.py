@@ -12,6 +12,8 @@ from ...system.ledger import REMOTE_CLEANERS, Obj, identity, owner_state
 from .preflight import _last
 from .testbed import Host, Testbed, executor
 
+IRQ_ROOT = "/proc/irq"  # where an IRQ's CPU list is written back (irq.py; a test points it at a copy)
+
 # ---- the remote ledgers ---------------------------------------------------------------------------------------------
 
 def host_record(host: Host, control: str) -> dict:
@@ -46,7 +48,8 @@ def parse_objects(text: str) -> list[Obj]:
             continue  # not a record of ours
         key = (e.get("kind"), e.get("name"))
         if e.get("op") == "add":
-            extra = {k: e[k] for k in ("mtu", "ns", "dev") if k in e} if e.get("kind") in ("mtu", "vf") else None
+            extra = ({k: e[k] for k in ("mtu", "ns", "dev", "cpus") if k in e}
+                     if e.get("kind") in ("mtu", "vf", "irq") else None)
             live[key] = Obj(e["kind"], e["name"], e.get("pid"), e.get("start"), extra)
         else:
             live.pop(key, None)
@@ -82,6 +85,9 @@ def clean_script(prefix: str, objs: list[Obj], remove_dir: bool = True) -> str:
                      f"[ -z \"$pids\" ] || kill -9 $pids 2>/dev/null")
     # a NIC's MTU changed by the run (allow_mtu) goes back to what it was, once the run's devices on it are gone
     parts += [f"ip link set dev {q(o.name)} mtu {int(o.extra['mtu'])}" for o in objs if o.kind == "mtu" and o.extra]
+    # an IRQ the run pinned (irq_affinity: irq.py) goes back to the CPUs it had
+    parts += [f"echo {q(str(o.extra['cpus']))} > {q(f'{IRQ_ROOT}/{int(o.name)}/smp_affinity_list')} 2>/dev/null"
+              for o in objs if o.kind == "irq" and o.extra and "cpus" in o.extra and o.name.isdigit()]
     if remove_dir:
         parts.append(f"rm -rf {q(REMOTE_STATE_DIR + '/' + prefix)}")
     return "; ".join(parts + ["true"])
@@ -107,6 +113,8 @@ def clean_host(entry: dict, prefix: str, dry_run: bool = False) -> tuple[list[st
                 if o.kind == "process" and o.pid and (o.pid, o.start) in running]
         what += [f"{entry['name']}: {o.kind} {o.name}" for o in objs if o.kind in ("netns", "link") and o.name in present]
         what += [f"{entry['name']}: MTU of {o.name} back to {o.extra['mtu']}" for o in objs if o.kind == "mtu" and o.extra]
+        what += [f"{entry['name']}: IRQ {o.name} back to CPUs {o.extra.get('cpus')}" for o in objs
+                 if o.kind == "irq" and o.extra]
         if not dry_run:
             ex.run_script(clean_script(prefix, objs), timeout=60, check=False)
         return what + [f"{entry['name']}: directory {REMOTE_STATE_DIR}/{prefix}"] * bool(text.strip()), None

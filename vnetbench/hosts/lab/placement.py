@@ -36,6 +36,7 @@ from .. import register, underlay
 from ..base import Backend, Placement, Unavailable, at_once
 from ..steps import Node, comment
 from . import clean as lab_clean
+from . import irq
 from . import vms as lab_vms
 from .site import TestbedSite
 
@@ -54,6 +55,9 @@ class TestbedPlacement(Placement):
         self.local_macs = None                # the hosts' ping check sets the pairs' neighbour entries
         self._mac_serial: int | None = None
         self._vni_offset: int | None = None
+
+    def irq_in_force(self, topo) -> dict | None:
+        return irq.in_force(self.site, topo, self.site.irqs)
 
     @property
     def owned(self) -> bool:
@@ -348,6 +352,7 @@ class TestbedBackend(Backend):
     """Real hosts over SSH, from a testbed file (`--testbed`)."""
 
     name = "testbed"
+    real_nics = True
 
     def __init__(self, ledger=None, testbed=None):
         super().__init__(ledger, testbed)

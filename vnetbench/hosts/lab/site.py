@@ -16,6 +16,7 @@ from ...system.executor import CommandError, SshExecutor, _batch_error, remote_l
 from ...system.ledger import Ledger, Obj
 from ..steps import BATCH_TOOLS
 from . import clean as lab_clean
+from . import irq
 from . import preflight
 from . import testbed as tb
 
@@ -46,6 +47,7 @@ class TestbedSite:
         self._vni = 0
         self._touched: set[str] = set()
         self._extra: dict[tuple[str, str], dict] = {}  # (kind, name) -> what a ledger record needs beyond its name
+        self.irqs: dict[str, dict[int, str]] = {}  # host label -> {IRQ: its CPUs before}: the scenario's irq_affinity
 
     # ---- mapping -------------------------------------------------------------------------------------------
     def host(self, label: str) -> tb.Host:
@@ -165,6 +167,10 @@ class TestbedSite:
         if (sc.labels.get("overlay") == "none" or ovs_vlan) and sc.labels.get("attach") == "switch" and sc.hosts > 1:
             out.append("testbed: the flat network's bridge port on each host is a source-mode macvlan of the NIC "
                        "(it receives the other hosts' VMs' frames); the NIC itself is not enslaved")
+        if sc.levels.get("irq_affinity", "default") != "default":
+            nics = ", ".join(f"{h.name}'s {h.nic}" for h in self.bed.hosts[:sc.hosts])
+            out.append(f"testbed: irq_affinity {sc.labels['irq_affinity']}: the IRQs of {nics} go to these CPUs "
+                       f"(their old lists in each host's ledger first), restored at teardown or by clean")
         if isinstance(sc.levels.get("offloads"), dict):  # build/offloads.py: only devices the run creates
             nics = ", ".join(f"{h.name}'s {h.nic}" for h in self.bed.hosts[:sc.hosts])
             out.append(f"testbed: offloads {sc.labels['offloads']} are set on the run's own devices only; {nics} "
@@ -195,6 +201,8 @@ class TestbedSite:
         order; hosts do not wait for each other, since no batch on one host needs an object of another."""
         self.guard(topo, place, waves)
         self._set_mtu(topo)
+        self.irqs = {}
+        self.irqs = irq.apply(self, topo)  # before anything of the run's: a host that refuses skips the scenario
         pending: list = []
         for wave in waves:
             if wave and wave[0].tool in BATCH_TOOLS:
@@ -427,6 +435,9 @@ class TestbedSite:
                 by_host.setdefault(self.host_of(topo, node.label), []).append(Obj("netns", node.netns))
         for label, (nic, old, _) in self.mtu_changes(topo).items():
             by_host.setdefault(label, []).insert(0, Obj("mtu", nic, extra={"mtu": old}))
+        for label, old in self.irqs.items():
+            by_host.setdefault(label, []).extend(irq.objects(old))
+        self.irqs = {}
         for label, vf in place.vfs.items():
             by_host.setdefault(topo.nodes[label].host, []).append(Obj("vf", vf.dev, extra=self._extra[("vf", vf.dev)]))
         jobs = {}
