@@ -325,9 +325,10 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
 
 
 def _commands(topo, wl) -> list[tuple]:
-    """(command, the argv as its node runs it) of a workload on a topology, as `plan` shows them."""
+    """(command, the argv as its node runs it: under taskset when the node is pinned) of a workload on a topology,
+    as `plan` shows them."""
     places = {n.exec.name: n.exec for n in topo.nodes.values()}
-    return [(c, places[c.where].wrap(c.argv) if c.where in places else c.argv)
+    return [(c, places[c.where].wrap(places[c.where].pinned(c.argv)) if c.where in places else c.argv)
             for c in wl.commands(wl.select(topo.pairs))]
 
 
@@ -342,7 +343,7 @@ def _plan_json(spec: str, scenarios: list, hosts) -> None:
             topo = Topology(sc, None, placement=hosts.plan(sc))
             topo.emit()
             item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines,
-                              "argv": topo.executor(st.node).wrap(st.argv) if st.argv else [], "name": st.name}
+                              "argv": topo.executor(st.node).wrap(topo.executor(st.node).pinned(st.argv) if st.tool == "daemon" else st.argv) if st.argv else [], "name": st.name}
                              for wave in topo.placement.arrange(topo, topo.waves()) for st in wave]
             item["workloads"] = [{"kind": wl.kind, "background": wl.background,
                                   "commands": [argv for _, argv in _commands(topo, wl)]}

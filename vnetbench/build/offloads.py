@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..core.offloads import shown
 from ..core.scenario import OFFLOADS, Scenario, label
-from ..datapaths.base import BuildError
+from ..datapaths.base import LevelRefused
 from ..hosts.steps import ROOT
 from ..system.executor import CommandError, Executor
 
@@ -45,7 +45,7 @@ READ_SCRIPT = 'for d in "$@"; do echo "@@ $d"; ethtool -k "$d" 2>&1; done'
 NOT_AS_ASKED = "offloads not as asked"  # the flag a trial gets when its read-back differs from the level
 
 
-class Refused(BuildError):
+class Refused(LevelRefused):
     """A device kept a feature other than the level asks: the scenario is skipped with this reason."""
 
 

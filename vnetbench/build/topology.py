@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from .. import datapaths
-from . import offloads
+from . import offloads, pinning
 from ..capabilities import local_installed
 from ..core.scenario import Scenario
 from ..datapaths.base import BuildError, Tunnel
@@ -59,6 +59,7 @@ class Topology:
         self.executed: list[Step] = []  # the steps as they were run, in order (plan prints the same: tests compare)
         self.vm_nics: list[tuple[str, str]] = []  # (VM label, its NIC) as vm_address was given them
         self.daemons: dict[str, subprocess.Popen] = {}
+        self.pin_watch = pinning.Watch()  # the processes started in the nodes, for each trial's read-back
         self._records: list[tuple[str, str, str]] = []
         self._built = False
         self._layout()
@@ -279,6 +280,7 @@ class Topology:
             self.ip(self.root_of(node.label), f"netns add {node.netns}")
         for node in spaces:
             self.ip(node.label, "link set lo up")
+        pinning.add_steps(self)  # first: a node's CPUs are tried before any process starts there
         self.placement.underlay(self)
         els = self.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
@@ -449,6 +451,7 @@ class Topology:
             else:
                 self.daemons[step.name] = where.spawn(step.argv, label=step.name, env=step.env,
                                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                self.pin_watch.daemon(step.node, step.name, where, self.daemons[step.name].pid)
                 if step.ready:
                     step.ready()
         except CommandError as exc:
@@ -512,7 +515,8 @@ class Topology:
             elif step.tool == "call":
                 out += [comment(step.name), *step.lines]
             else:
-                out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
+                argv = where.pinned(step.argv) if step.tool == "daemon" else step.argv
+                out.append(shlex.join(where.wrap(argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
 
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import pinning
 from .strict import one_line
 
 BURST_MIN = 64 * 1024      # bytes: tbf's bucket is at least this (a smaller one throttles below the rate)
@@ -47,6 +48,9 @@ TOPOLOGY_FACTORS = {
                  "guest, kind: uml, pairs: [..], side: client|server|both} makes only those VMs guests",
     "offloads": "on (the kernel's defaults: nothing changed) or a mapping of offloads to on/off, e.g. {tso: off, gso: "
                 "off, gro: off}, set with ethtool -K on every device the run creates (build/offloads.py)",
+    "cpu_pinning": "none (nothing pinned), spread (each host's processes on a CPU of their own, round robin) or a "
+                   "mapping from a node to CPUs, e.g. {h1: 0, h2: '1-2'}: the processes the run starts there (workload "
+                   "tools, daemons; a host's VMs' too) run under taskset -c (build/pinning.py)",
 }
 NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
@@ -54,6 +58,7 @@ DEFAULT_LEVELS: dict[str, Any] = {
     "switch": "linuxbridge", "overlay": "none", "encryption": "none", "encryption_scope": "vm-to-vm", "attach": "switch",
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
     "hops": 0, "kernel": "shared", "vm_kernel": "shared", "offloads": "on",
+    "cpu_pinning": "none",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host", "spread", "pack"),
@@ -147,6 +152,8 @@ KEYED_OPTIONS = ("vcpus", "memory")
 def label(level: Any) -> str:
     """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
+    if pinning.is_pinning(level):
+        return pinning.label(level)  # a `cpu_pinning` mapping
     if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
         return one_line(offloads_label(level))  # an `offloads` mapping
     if isinstance(level, dict):
@@ -248,6 +255,16 @@ class Scenario:
         the client's first (the topology's layout names them so)."""
         client, server = self.pair_hosts(k)
         return f"h{client}v{2 * k - 1}", f"h{server}v{2 * k}"
+
+    @property
+    def node_labels(self) -> list[str]:
+        """The nodes the topology will have, as it labels them (build/topology.py _layout): hosts, the tor switch of
+        more than two hosts, routers between two, and each pair's VMs (none with attach host)."""
+        out = [f"h{h}" for h in range(1, self.hosts + 1)] + (["tor"] if self.hosts > 2 else [])
+        out += [f"r{k}" for k in range(1, (self.levels.get("hops", 0) if self.hosts == 2 else 0) + 1)]
+        if self.levels.get("attach") != "host":
+            out += [vm for k in range(1, self.levels["pairs"] + 1) for vm in self.pair_vms(k)]
+        return out
 
     @property
     def crosses_hosts(self) -> bool:

@@ -47,6 +47,11 @@ class BuildError(RuntimeError):
     with this message."""
 
 
+class LevelRefused(BuildError):
+    """The machine refused a factor's level at build time (a device's offloads, a node's CPUs): the campaign skips
+    the scenario with this reason (what the level names cannot be had here), never fails it."""
+
+
 @dataclass(frozen=True)
 class Tunnel:
     """One tenant's tunnel on one host, as its overlay defines it: plain data that a switch realises its own way

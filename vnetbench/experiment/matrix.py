@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any
 
 from .. import hosts  # where the hosts are: each backend refuses what it cannot run, and says whose kernel checks
 from .. import datapaths, workloads
 from ..capabilities import Capabilities
+from ..core import pinning
 from ..core.scenario import DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label, placement_hosts
 from ..datapaths.base import Availability, Element
 from .model import Experiment
@@ -245,7 +247,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
         sc.implementation[kind] = avail.implementation
         sc.notes += list(avail.notes)
-    if reason := _offloads(sc, caps):
+    if reason := _offloads(sc, caps) or _pinning(sc, caps, backend):
         sc.skip = reason
         return
     _leave_out_oversized(sc, elements["encryption"])
@@ -273,6 +275,34 @@ def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
     if makers:  # made by a daemon, not by a line of the run's: build/offloads.py cannot name them
         sc.notes.append(f"offloads: the devices {' and '.join(makers)} make{'s' * (len(makers) == 1)} "
                         f"{'itself' if len(makers) == 1 else 'themselves'} keep the kernel's defaults")
+    return None
+
+
+def _pinning(sc: Scenario, caps: Capabilities, backend: hosts.Backend) -> str | None:
+    """A `cpu_pinning` level needs taskset, hosts whose processes are this kernel's or a testbed host's (a guest's
+    are not pinned yet), and CPUs the machine has: a spec may name CPUs of a bigger machine, whose scenarios skip
+    here. Nodes a level names that this scenario does not have are noted."""
+    level, shown = sc.levels.get("cpu_pinning", pinning.NONE), sc.labels.get("cpu_pinning", pinning.NONE)
+    if level == pinning.NONE:
+        return None
+    if not caps.tool("taskset"):
+        return f"cpu_pinning {shown}: {caps.missing_tool('taskset')}"
+    if sc.levels.get("kernel", "shared") != "shared" or sc.levels.get("vm_kernel", "shared") != "shared":
+        return (f"cpu_pinning {shown}: the processes of guests (kernel or vm_kernel other than shared) are not "
+                f"pinned yet; pin namespace or testbed hosts")
+    local = backend.name == hosts.DEFAULT
+    if level == pinning.SPREAD and not local:
+        return "cpu_pinning spread: round robin over one machine's CPUs; on a testbed name each host's CPUs"
+    if isinstance(level, dict):
+        if missing := [n for n in level if n not in sc.node_labels]:
+            sc.notes.append(f"cpu_pinning: this scenario has no node {', '.join(missing)}")
+        have = set(os.sched_getaffinity(0))
+        for node, cpus in level.items():
+            if local and (lack := [c for c in pinning.cpus(cpus) if c not in have]):
+                return (f"cpu_pinning {shown}: CPU {pinning.as_text(lack)} of {node} is not one this machine lets the "
+                        f"run use ({pinning.as_text(sorted(have))})")
+    sc.notes.append(f"cpu_pinning {shown}: the workload tools and daemons of each pinned node run under taskset -c "
+                    f"(a VM not named takes its host's CPUs); their CPUs are read back in each trial (build/pinning.py)")
     return None
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..catalog import METRICS
+from ..core import pinning
 from ..core.scenario import offloads_level
 from ..core.strict import Strict, pydantic_message
 from ..core.units import parse_duration, parse_percent, parse_rate, parse_span
@@ -180,6 +181,9 @@ class Experiment(Strict):
             if isinstance(where, dict) and "offloads" in where:
                 v = where["offloads"]
                 where["offloads"] = [offloads_level(x) for x in v] if isinstance(v, list) else offloads_level(v)
+            if isinstance(where, dict) and "cpu_pinning" in where:  # {h1: 0} and {h1: '0'} are one level
+                v = where["cpu_pinning"]
+                where["cpu_pinning"] = [pinning.level(x) for x in v] if isinstance(v, list) else pinning.level(v)
         return self
 
     @field_validator("name")

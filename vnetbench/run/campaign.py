@@ -20,11 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..build.offloads import Refused
 from ..build.topology import BuildError, Topology
 from ..capabilities import detect
 from ..core.sample import Sample
 from ..core.scenario import NOT_APPLICABLE
+from ..datapaths.base import LevelRefused
 from ..experiment.matrix import Scenario, expand
 from ..experiment.spec import LoadedSpec, Repetitions, Rounds, loads
 from ..hosts import Hosts, Unavailable
@@ -289,6 +289,8 @@ class Campaign:
         self.build: dict | None = None
         # each trial records the offloads in force when any scenario sets some: the `on` rows' too, to compare
         self.read_offloads = any(isinstance(sc.levels.get("offloads"), dict) for sc in scenarios)
+        # and the CPUs its processes ran on when any scenario pins some (build/pinning.py)
+        self.read_pinning = any(sc.levels.get("cpu_pinning", "none") != "none" for sc in scenarios)
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -501,7 +503,7 @@ class Campaign:
         except BuildError as exc:
             topo.teardown()
             self.failed_builds.add(sc.index)
-            if isinstance(exc, Refused):  # a device refused the offloads asked: what the level names cannot be had
+            if isinstance(exc, LevelRefused):  # a device refused the offloads, a node its CPUs: not to be had here
                 self.outcome.scenarios_runnable -= 1
                 self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
                 self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
@@ -604,7 +606,8 @@ class Campaign:
 
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
-            samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads)
+            samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads,
+                                    pinning=self.read_pinning)
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:

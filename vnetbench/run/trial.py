@@ -8,6 +8,7 @@ import time
 import traceback
 
 from ..build import offloads as offloads_
+from ..build import pinning as pinning_
 from ..build.topology import Topology
 from ..core.sample import Sample
 from ..core.scenario import Scenario
@@ -98,10 +99,11 @@ class Background(threading.Thread):
 
 
 def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
-            offloads: bool = False) -> tuple[list[Sample], dict]:
+            offloads: bool = False, pinning: bool = False) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
     (with the seconds of each phase since `began`: see phases()). `offloads`: the offloads in force are read first
-    (build/offloads.py). Raises TrialFailure when the tool or a background load failed."""
+    (build/offloads.py). `pinning`: the CPUs of the trial's processes and daemons are read while they run
+    (build/pinning.py). Raises TrialFailure when the tool or a background load failed."""
     began = began or time.time()
     in_force = offloads_.in_force(topo) if offloads else None
     load = _load_before()
@@ -114,6 +116,9 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
     error, hung, samples, window, uncovered, ran = None, False, [], None, [], None
+    pins = pinning_.Reader(topo) if pinning else None
+    if pins:
+        pins.begin()
     try:
         for b in background:
             b.start()
@@ -142,6 +147,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
                     uncovered.append(why)
             except TrialFailure as exc:
                 error = error or str(exc)
+    pinned = pins.end() if pins else None  # (its processes have ended: the foreground's and the background's)
     if error:
         raise TrialFailure(error, hung)
     samples = place.tag(topo, samples)  # on a testbed every sample says which hosts it came from
@@ -161,6 +167,9 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     if in_force is not None:
         meta["offloads"] = in_force
         short += [in_force.pop("flag")] if "flag" in in_force else []
+    if pinned is not None:
+        meta["cpu_pinning"] = pinned
+        short += [pinned.pop("flag")] if "flag" in pinned else []
     if short:
         meta["flags"] = short
     if window:
