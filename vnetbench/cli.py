@@ -16,6 +16,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+from .core import pinning
 from .results.store import DEFAULT_DB, Store, StoreError
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     bed, caps = load_testbed(testbed)
     caps = caps or detect()
     paths = datapath_report(caps)
+    pins = _pinning_report(bed)
     from .hosts import choose
     guest = choose({"kernel": "guest"}, bed).info()  # the guest backend's (none on a testbed)
     if guest and guest.get("available"):
@@ -153,7 +155,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         hosts = {h.name: h.caps.as_dict() | {"facts": h.facts, "qemu": _qemu_report(h)}
                  for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
-                                  | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})))
+                                  | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})
+                                  | {"cpu_pinning": pins}))
         return
     if bed:
         table = Table(title=f"testbed {testbed}", title_justify="left")
@@ -195,9 +198,44 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         table.add_row(d["factor"], d["level"], "[green]yes[/]" if d["ok"] else "[red]no[/]",
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
+    _pinning_table(pins)
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
               else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
+
+
+GUESTS_UNPINNED = ("their processes (the UML kernel, qemu and its vCPU threads) are not pinned yet: cpu_pinning "
+                   "skips scenarios with kernel or vm_kernel other than shared")
+
+
+def _pinning_report(bed) -> dict:
+    """Where the `cpu_pinning` factor can pin (build/pinning.py): this machine (or each testbed host: its preflight
+    tried `taskset -c FIRST true` there), with its CPUs; guests cannot be pinned yet."""
+    from .build.pinning import can_pin
+    from .system.executor import LocalExecutor
+    if bed:
+        hosts = {}
+        for h in bed.hosts:
+            word, _, rest = (h.facts.get("cpu_pinning") or "no ? not asked (an older preflight)").partition(" ")
+            allowed, _, said = rest.partition(" ")
+            n = len(pinning.cpus(allowed) or [])
+            hosts[h.name] = {"ok": word == "yes", "cpus": allowed, "detail": f"{n} CPUs ({allowed}); taskset -c "
+                             f"{allowed.split(',')[0].split('-')[0]} true pinned" if word == "yes" else said}
+    else:
+        ok, detail = can_pin(LocalExecutor())
+        hosts = {"this machine": {"ok": ok, "cpus": pinning.as_text(sorted(os.sched_getaffinity(0))),
+                                  "detail": detail}}
+    return {"hosts": hosts, "guests": {"ok": False, "detail": GUESTS_UNPINNED}}
+
+
+def _pinning_table(report: dict) -> None:
+    table = Table(title="cpu pinning (cpu_pinning: taskset -c on each node's processes)", title_justify="left")
+    for col in ("where", "can pin", "CPUs / reason"):
+        table.add_column(col)
+    for name, r in report["hosts"].items():
+        table.add_row(name, "[green]yes[/]" if r["ok"] else "[red]no[/]", markup_escape(r["detail"]))
+    table.add_row("guests", "[red]no[/]", report["guests"]["detail"])
+    out.print(table)
 
 
 def _qemu_report(host) -> dict:
