@@ -14,8 +14,15 @@ Before the first process, a build step per node runs `taskset -c CPUS cat /proc/
 Per trial, the affinity of each of its processes (Cpus_allowed_list in /proc/PID/status, read once the process is
 past `ip netns exec` and taskset) and of the run's daemons is stored with the trial; a process found on other CPUs
 than asked flags the trial ("cpu pinning not as asked"). Processes on a testbed host are pinned but not read back
-(their pids are the remote machine's). Nothing is restored at teardown: the pinned processes end with the topology.
-Guests (kernel: guest/qemu, vm_kernel: guest) are refused by the matrix: their processes are not pinned yet.
+(their pids are the remote machine's, "unread" in the record).
+
+Guests. A node that is a guest of this machine (a guest VM of vm_kernel, a host of kernel guest-per-host or qemu) is
+pinned whole, here: every thread of its processes (a UML kernel and its address spaces, qemu and its vCPU threads, its
+virtiofsd) gets the node's CPUs with sched_setaffinity; its threads made later inherit them. What runs inside it is
+not pinned (the guest's CPUs are not this machine's). The guests outlive the topology (the next scenario reuses them),
+so teardown gives them every CPU back (restore); each trial reads every thread of each guest (a thread pinned apart
+shows). kernel: guest (every host in one guest) and a VM inside a host guest cannot have CPUs of their own: the matrix
+skips them. Guest VMs on testbed hosts are not pinned yet (skipped too).
 """
 from __future__ import annotations
 
@@ -60,20 +67,72 @@ def assigned(sc: Scenario, nodes: dict) -> dict[str, str]:
 
 def add_steps(topo) -> None:
     """Each node's executor (and each pair endpoint's) gets its CPUs (None: unpinned, e.g. a shared testbed
-    executor a former scenario pinned) and the topology's watch; a pinned node gets a step that tries its CPUs."""
-    want = assigned(topo.sc, topo.nodes)
-    for label, node in topo.nodes.items():
-        node.exec.cpus, node.exec.watch = want.get(label), (topo.pin_watch, label)
+    executor a former scenario pinned) and the topology's watch; a pinned node gets a step that tries its CPUs. A
+    node inside a guest is not pinned there (the guest's CPUs are not this machine's): its guest's processes here
+    are, by a step of their own."""
+    want = topo.pin_asked = assigned(topo.sc, topo.nodes)
+    guests = topo.placement.guests(topo)
+    inside = {label for label, node in topo.nodes.items()
+              if not topo.placement.pins_inside or node.guest or node.role == "guest"}
+    for label, node in topo.nodes.items():  # (inside a guest: nothing to read here; the guest is read instead)
+        node.exec.cpus = None if label in inside else want.get(label)
+        node.exec.watch = None if label in inside else (topo.pin_watch, label)
     for p in topo.pairs:
         for end in (p.client, p.server):
-            end.node.cpus, end.node.watch = want.get(end.label), (topo.pin_watch, end.label)
+            end.node.cpus = None if end.label in inside else want.get(end.label)
+            end.node.watch = None if end.label in inside else (topo.pin_watch, end.label)
     shown = topo.sc.labels.get("cpu_pinning", pinning.NONE)
     for label, cpus in want.items():
-        ex = topo.executor(label)
-        argv = ["taskset", "-c", cpus, "cat", "/proc/self/status"]
-        topo.call(label, f"cpu_pinning {shown} on {label}: every process the run starts there runs under taskset -c "
-                         f"{cpus} (a CPU it cannot have skips the scenario)",
-                  lambda ex=ex, argv=argv, label=label: _try(ex, argv, label, shown), [])
+        if label in guests:
+            fleet, g = guests[label]
+            topo.call(label, f"cpu_pinning {shown} on {label}: its {fleet.kind.name} guest's processes here (and "
+                             f"every thread, e.g. qemu's vCPUs) on CPUs {cpus} with sched_setaffinity, back to every "
+                             f"CPU at teardown", lambda label=label, fleet=fleet, g=g, cpus=cpus:
+                      _pin_guest(topo, label, fleet, g, cpus, shown), [])
+        elif label not in inside:
+            ex = topo.executor(label)
+            argv = ["taskset", "-c", cpus, "cat", "/proc/self/status"]
+            topo.call(label, f"cpu_pinning {shown} on {label}: every process the run starts there runs under "
+                             f"taskset -c {cpus} (a CPU it cannot have skips the scenario)",
+                      lambda ex=ex, argv=argv, label=label: _try(ex, argv, label, shown), [])
+
+
+def _tasks(pids: list[int]) -> list[int]:
+    """Every thread of these processes (qemu's vCPUs are threads; sched_setaffinity sets one thread)."""
+    out = []
+    for pid in pids:
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            pass  # ended
+    return out
+
+
+def _set_tasks(tids: list[int], cpus: set[int]) -> None:
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            pass
+
+
+def _pin_guest(topo, label: str, fleet, g, cpus: str, shown: str) -> None:
+    """A guest's processes (and threads) on `cpus`; a CPU the machine refuses skips the scenario. The guest serves
+    the next topology too: teardown (restore) gives it every CPU back."""
+    pids = fleet.kind.pids(fleet, g)
+    topo.pinned_guests.append(pids)  # first: a refusal half-way is undone too
+    try:
+        _set_tasks(_tasks(pids), set(pinning.cpus(cpus)))
+    except OSError as exc:
+        raise Refused(f"cpu_pinning {shown}: CPUs {cpus} cannot be had for {label}'s guest: {exc}") from None
+
+
+def restore(topo) -> None:
+    """The guests pinned for this topology get every CPU this run may use back (they outlive it)."""
+    every = set(machine_cpus())
+    for pids in topo.pinned_guests:
+        _set_tasks(_tasks(pids), every)
+    topo.pinned_guests.clear()
 
 
 def _try(ex: Executor, argv: list[str], node: str, shown: str) -> None:
@@ -107,6 +166,7 @@ class Watch:
             self.daemons.append(_entry(node, what, ex, pid))
 
 
+
 def _entry(node: str, what: str, ex: Executor, pid: int) -> dict:
     """A pid is this machine's only for a local executor (over SSH it is the ssh client's, or none)."""
     local = isinstance(ex, (LocalExecutor, NetnsExecutor))
@@ -125,12 +185,23 @@ def _affinity(pid: int) -> tuple[str | None, bool]:
     return allowed, comm not in WRAPPERS
 
 
+def _threads_affinity(pid: int) -> str | None:
+    """The CPUs of every thread of a process: one list when they agree, else each distinct one joined by ' | '."""
+    seen = []
+    for tid in _tasks([pid]):
+        cpus, _ = _affinity(tid) if os.path.exists(f"/proc/{tid}") else (None, True)
+        if cpus and cpus not in seen:
+            seen.append(cpus)
+    return " | ".join(seen) or None
+
+
 class Reader:
     """One trial's read-back: begun before its processes start, ended after they have ended."""
 
     def __init__(self, topo):
         self.topo, self.watch = topo, topo.pin_watch
         self.stop = threading.Event()
+        self.guests: list[dict] = []  # each guest of the topology here, with all its threads (qemu's vCPUs)
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def begin(self) -> None:
@@ -139,6 +210,10 @@ class Reader:
         for d in self.watch.daemons:
             if d["pid"]:
                 d["cpus"], _ = _affinity(d["pid"])
+        asked = self.topo.pin_asked
+        self.guests = [{"node": label, "what": f"guest {label} ({fleet.kind.name})", "asked": asked.get(label),
+                        "cpus": _threads_affinity(g.pid) if g.pid else None}
+                       for label, (fleet, g) in self.topo.placement.guests(self.topo).items()]
         self.thread.start()
 
     def _poll(self) -> None:
@@ -161,7 +236,7 @@ class Reader:
         self.thread.join(5)
         with self.watch.lock:
             seen, self.watch.trial = list(self.watch.trial or []), None
-        entries = [d for d in self.watch.daemons if d["cpus"]] + seen
+        entries = [d for d in self.watch.daemons if d["cpus"]] + self.guests + seen
         groups: dict[tuple, dict] = {}
         for e in (e for e in entries if e["cpus"]):
             g = groups.setdefault((e["node"], e["cpus"], e["asked"]), {"node": e["node"], "cpus": e["cpus"],

@@ -60,6 +60,8 @@ class Topology:
         self.vm_nics: list[tuple[str, str]] = []  # (VM label, its NIC) as vm_address was given them
         self.daemons: dict[str, subprocess.Popen] = {}
         self.pin_watch = pinning.Watch()  # the processes started in the nodes, for each trial's read-back
+        self.pinned_guests: list[list[int]] = []  # the guests' processes cpu_pinning set (restored at teardown)
+        self.pin_asked: dict[str, str] = {}  # node -> the CPUs cpu_pinning gives it (build/pinning.py assigned)
         self._records: list[tuple[str, str, str]] = []
         self._built = False
         self._layout()
@@ -481,6 +483,7 @@ class Topology:
         """Stop what runs, delete the namespaces (and with them every device), forget them in the ledger."""
         teardown_steps: list[Step] = []
         saved, self.steps = self.steps, teardown_steps
+        pinning.restore(self)  # the guests outlive the topology: every CPU back
         for el in self.elements.values():
             el.teardown(self)
         self.steps = saved

@@ -1,16 +1,15 @@
-"""A `cpu_pinning` level as plain data: `none`, `spread`, or {node: CPU list}. Parsing, one spelling, the label and
-what is wrong with a level, for the spec, validate, matrix and the record of a trial (build/pinning.py applies it).
-A leaf: it imports only strict's one_line."""
+"""A `cpu_pinning` level as plain data: `none`, `spread`, or {node: CPU list}. Parsing, one spelling and what is
+wrong with a level, for the spec, validate, matrix and the record of a trial (build/pinning.py applies it); its label
+and the node names it may use are scenario.py's (which imports nothing but strict)."""
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from .scenario import NODE_RE
 from .strict import one_line
 
 NONE, SPREAD = "none", "spread"
-# The nodes a level may name, as the topology labels them: hosts h1.., VMs h1v1.., routers r1.., the switch tor.
-NODE_RE = re.compile(r"h[1-9][0-9]*(v[1-9][0-9]*)?|r[1-9][0-9]*|tor")
 MAX_CPU = 4095
 FIX = ("write none, spread, or a mapping from a node to CPUs, e.g. {h1: 0, h2: '1-2'} (a CPU number, a list such "
        "as [0, 1], or text such as '0,2-3')")
@@ -52,12 +51,6 @@ def as_text(numbers: list[int]) -> str:
     return ",".join(parts)
 
 
-def is_pinning(level: Any) -> bool:
-    """Whether a mapping level is a cpu_pinning one (its keys name nodes), not an offloads or element mapping."""
-    return isinstance(level, dict) and bool(level) and "type" not in level and \
-        all(isinstance(k, str) and NODE_RE.fullmatch(k) for k in level)
-
-
 def level(value: Any) -> Any:
     """A level in one spelling: 'none', 'spread', or {node: '0-1'}; one not valid is returned as written (problems
     names it)."""
@@ -85,19 +78,12 @@ def problems(value: Any) -> list[tuple[tuple, str]]:
     return out
 
 
-def label(value: Any) -> str:
-    """{h1: '0', h2: '1'} -> 'pin(h1=0,h2=1)'; none and spread as they are."""
-    if isinstance(value, dict):
-        return one_line(f"pin({','.join(f'{k}={v}' for k, v in value.items())})")
-    return one_line(str(value))
-
-
 def summary(record: dict) -> str:
-    """A trial's record (build/pinning.py in_force) in one line: 'h1 0 (3 processes), h2 1 (2 processes)'."""
+    """A trial's record (build/pinning.py Reader.end) in one line: 'h1 on 0 (1 process), h2 on 1 (2 processes)'."""
     if "error" in record:
         return f"not read: {record['error']}"
     counts: dict[str, int] = {}
-    for p in record.get("processes", []):
-        key = f"{p['node']} {p['cpus']}"
-        counts[key] = counts.get(key, 0) + 1
-    return ", ".join(f"{k} ({n} process{'es' * (n != 1)})" for k, n in counts.items()) or "no process"
+    for g in record.get("groups", []):
+        key = f"{g['node']} on {g['cpus']}"
+        counts[key] = counts.get(key, 0) + len(g["what"])
+    return ", ".join(f"{k} ({n} process{'es' * (n != 1)})" for k, n in counts.items()) or "no process read"

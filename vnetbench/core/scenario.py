@@ -8,10 +8,10 @@ spec, validate, matrix and topology all read them from here. It imports only a l
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import pinning
 from .strict import one_line
 
 BURST_MIN = 64 * 1024      # bytes: tbf's bucket is at least this (a smaller one throttles below the rate)
@@ -140,6 +140,17 @@ def offloads_label(level: dict) -> str:
     return " + ".join(f"{'/'.join(names)} {value}" for value, names in by_value.items())
 
 
+# The nodes a `cpu_pinning` level may name (core/pinning.py), as the topology labels them: hosts h1.., VMs h1v1..,
+# routers r1.., the switch tor.
+NODE_RE = re.compile(r"h[1-9][0-9]*(v[1-9][0-9]*)?|r[1-9][0-9]*|tor")
+
+
+def is_pinning(level: Any) -> bool:
+    """Whether a mapping level is a cpu_pinning one (its keys name nodes), not an offloads or element mapping."""
+    return isinstance(level, dict) and bool(level) and "type" not in level and \
+        all(isinstance(k, str) and NODE_RE.fullmatch(k) for k in level)
+
+
 def as_list(value: Any) -> list[Any]:
     """A factor's levels: a list as written, or the one level."""
     return list(value) if isinstance(value, list) else [value]
@@ -152,8 +163,8 @@ KEYED_OPTIONS = ("vcpus", "memory")
 def label(level: Any) -> str:
     """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
-    if pinning.is_pinning(level):
-        return pinning.label(level)  # a `cpu_pinning` mapping
+    if is_pinning(level):
+        return one_line(f"pin({','.join(f'{k}={v}' for k, v in level.items())})")  # {h1: '0', h2: '1'}
     if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
         return one_line(offloads_label(level))  # an `offloads` mapping
     if isinstance(level, dict):

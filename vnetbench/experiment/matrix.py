@@ -210,7 +210,7 @@ def _overheads(sc: Scenario, elements: dict[str, Element]) -> None:
 def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str, list], caps: Capabilities,
             backend: hosts.Backend) -> None:
     """Skip with a reason, or record what implementation each element will use."""
-    reason = _structural(sc, factor_levels) or _workload_fit(sc)
+    reason = _structural(sc, factor_levels) or _workload_fit(sc) or _pinned_guests(sc)
     if reason:
         sc.skip = reason
         return
@@ -278,6 +278,22 @@ def _offloads(sc: Scenario, caps: Capabilities) -> str | None:
     return None
 
 
+def _pinned_guests(sc: Scenario) -> str | None:
+    """Guests are pinned whole, here (build/pinning.py): a guest VM (vm_kernel) takes its CPUs, or its host's; a host
+    guest (kernel guest-per-host, qemu) its host's, with the VMs inside it. One guest for every host (kernel: guest)
+    cannot give hosts CPUs of their own, nor can a VM inside a host guest have its own."""
+    level, kernel = sc.levels.get("cpu_pinning", pinning.NONE), sc.levels.get("kernel", "shared")
+    if level == pinning.NONE or kernel == "shared":
+        return None
+    if kernel == "guest":
+        return (f"cpu_pinning {sc.labels['cpu_pinning']}: with kernel: guest every host runs in one guest (one "
+                f"process here); pin with kernel: guest-per-host or qemu, a guest per host")
+    if isinstance(level, dict) and (vms := [n for n in level if "v" in n]):
+        return (f"cpu_pinning {sc.labels['cpu_pinning']}: {vms[0]} runs inside its host's guest (kernel: {kernel}), "
+                f"which is pinned whole: name the host")
+    return None
+
+
 def _pinning(sc: Scenario, caps: Capabilities, backend: hosts.Backend) -> str | None:
     """A `cpu_pinning` level needs taskset, hosts whose processes are this kernel's or a testbed host's (a guest's
     are not pinned yet), and CPUs the machine has: a spec may name CPUs of a bigger machine, whose scenarios skip
@@ -287,10 +303,9 @@ def _pinning(sc: Scenario, caps: Capabilities, backend: hosts.Backend) -> str | 
         return None
     if not caps.tool("taskset"):
         return f"cpu_pinning {shown}: {caps.missing_tool('taskset')}"
-    if sc.levels.get("kernel", "shared") != "shared" or sc.levels.get("vm_kernel", "shared") != "shared":
-        return (f"cpu_pinning {shown}: the processes of guests (kernel or vm_kernel other than shared) are not "
-                f"pinned yet; pin namespace or testbed hosts")
-    local = backend.name == hosts.DEFAULT
+    local = backend.name != "testbed"
+    if not local and sc.levels.get("vm_kernel", "shared") != "shared":
+        return f"cpu_pinning {shown}: guest VMs on testbed hosts are not pinned yet"
     if level == pinning.SPREAD and not local:
         return "cpu_pinning spread: round robin over one machine's CPUs; on a testbed name each host's CPUs"
     if isinstance(level, dict):
@@ -301,8 +316,11 @@ def _pinning(sc: Scenario, caps: Capabilities, backend: hosts.Backend) -> str | 
             if local and (lack := [c for c in pinning.cpus(cpus) if c not in have]):
                 return (f"cpu_pinning {shown}: CPU {pinning.as_text(lack)} of {node} is not one this machine lets the "
                         f"run use ({pinning.as_text(sorted(have))})")
+    guests = sc.levels.get("kernel", "shared") != "shared" or sc.levels.get("vm_kernel", "shared") != "shared"
+    whole = "; a guest is pinned whole here (its kernel, its vCPU threads), not what runs in it" if guests else ""
     sc.notes.append(f"cpu_pinning {shown}: the workload tools and daemons of each pinned node run under taskset -c "
-                    f"(a VM not named takes its host's CPUs); their CPUs are read back in each trial (build/pinning.py)")
+                    f"(a VM not named takes its host's CPUs){whole}; their CPUs are read back in each trial "
+                    f"(build/pinning.py)")
     return None
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..catalog import METRICS, WORKLOADS
-from ..core import offloads
+from ..core import offloads, pinning
 from ..core.scenario import NOT_APPLICABLE
 from ..core.units import human, human_interval
 from ..results import dataset, export, stats
@@ -281,7 +281,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact and not r.of_sums for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
-    for line in offload_lines(data):
+    for line in offload_lines(data) + pinning_lines(data):
         console.print(escape(line), highlight=False)
     for line in not_run_lines(scenarios):
         console.print(line)
@@ -377,6 +377,25 @@ def offload_lines(data: dataset.Dataset) -> list[str]:
             " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
         level = data.scenarios[idx]["labels"].get("offloads", "on") if idx in data.scenarios else "?"
         lines.append(f"offloads in force, scenario {idx} (offloads={level}): {text}")
+    return lines
+
+
+def pinning_lines(data: dataset.Dataset) -> list[str]:
+    """'cpu pinning in force, scenario 2 (cpu_pinning=pin(h1=0,h2=1)): h2 on 1 (1 process), h1 on 0 (1 process)' for
+    each scenario whose trials read their processes' CPUs (build/pinning.py), said once when its trials agree."""
+    records: dict[int, list[dict]] = defaultdict(list)
+    for t in data.trials.values():
+        if rec := t["metadata"].get("cpu_pinning"):
+            records[t["scenario"]].append(rec)
+    lines = []
+    for idx, recs in sorted(records.items()):
+        said: dict[str, int] = defaultdict(int)
+        for r in recs:
+            said[pinning.summary(r)] += 1
+        text = next(iter(said)) if len(said) == 1 else \
+            " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
+        level = data.scenarios[idx]["labels"].get("cpu_pinning", "none") if idx in data.scenarios else "?"
+        lines.append(f"cpu pinning in force, scenario {idx} (cpu_pinning={level}): {text}")
     return lines
 
 
