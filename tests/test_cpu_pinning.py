@@ -109,6 +109,18 @@ def test_plan_prefixes_each_pinned_node_and_a_vm_takes_its_hosts_cpus():
     assert [p.server.node.pinned(["iperf3"]) for p in topo.pairs] == [["taskset", "-c", "1", "iperf3"]]
 
 
+def test_spread_deals_the_hosts_over_the_cpus_and_vms_follow():
+    spread = scenarios(SPEC.replace("  attach: host\n", "  placement: spread\n  pairs: 2\n")
+                       .replace("repetitions: 1\n", "repetitions: 1\nhosts: 3\n")
+                       .replace('[none, {h1: 0, h2: "1"}]', "spread"))[0]
+    cpus = sorted(os.sched_getaffinity(0))
+    topo = Topology(spread, None)
+    want = {h: str(cpus[k % len(cpus)]) for k, h in enumerate(("h1", "h2", "h3"))}
+    assert {n: c for n, c in pinning.assigned(spread, topo.nodes).items() if "v" not in n} == want
+    assert all(pinning.assigned(spread, topo.nodes)[vm.label] == want[vm.host] for vm in topo.vms)
+    assert "tor" not in pinning.assigned(spread, topo.nodes)
+
+
 def test_plan_shows_the_workload_under_taskset(tmp_path):
     spec = tmp_path / "p.yaml"
     spec.write_text(SPEC)
@@ -202,3 +214,26 @@ def test_a_guest_vm_is_pinned_whole_and_gets_every_cpu_back(tmp_path, state_dir)
         got = {g["node"]: g["cpus"] for g in record["groups"] if any(w.startswith("guest ") for w in g["what"])}
         assert got == want, record
         assert not [f for f in metas[idx].get("flags", []) if f.startswith(pinning.NOT_AS_ASKED)], metas[idx]
+
+
+@TWO_CPUS
+def test_a_testbed_hosts_processes_run_under_taskset_there(lab, tmp_path, state_dir):
+    """Over SSH the same prefix runs on the host; a CPU the host lacks skips the scenario with what taskset said
+    there; the processes there are counted unread (their pids are the host's), never flagged; doctor says per host
+    whether it can pin."""
+    spec, db, log = tmp_path / "lab.yaml", tmp_path / "r.db", tmp_path / "commands.jsonl"
+    spec.write_text(SPEC.replace("[none, {h1: 0, h2: \"1\"}]", "[{h1: 0, h2: 1}, {h1: 4095}]"))
+    env = os.environ | {"VNETBENCH_STATE_DIR": str(state_dir), "VNETBENCH_COMMAND_LOG": str(log)}
+    run = vnetbench("run", spec, "--db", db, "--no-progress", "--testbed", lab.dir / "testbed.yaml", env=env)
+    assert "campaign 1: done, 1 trials ok, 0 failed" in run.stdout, run.stdout
+    with sqlite3.connect(db) as c:
+        ((meta,),) = c.execute("SELECT metadata FROM trials").fetchall()
+        (skipped,) = c.execute("SELECT reason FROM scenarios WHERE idx = 2").fetchone()
+    assert skipped.startswith("cpu_pinning pin(h1=4095): CPUs 4095 cannot be had on h1"), skipped
+    record = json.loads(meta)["cpu_pinning"]
+    assert record["unread"] == 2 and not record["groups"] and "flag" not in record, record
+    remote = [a[-1] for a in map(json.loads, log.read_text().splitlines()) if a[0] == "ssh" and "iperf3" in a[-1]]
+    assert any("taskset -c 0 iperf3 -c" in r for r in remote) and any("taskset -c 1 iperf3 -s" in r for r in remote)
+    doctor = json.loads(vnetbench("doctor", "--json", "--testbed", lab.dir / "testbed.yaml", env=env).stdout)
+    hosts = doctor["cpu_pinning"]["hosts"]
+    assert set(hosts) == {h.name for h in lab.hosts} and all(h["ok"] and h["cpus"] for h in hosts.values()), hosts
