@@ -16,7 +16,6 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from .core import pinning
 from .results.store import DEFAULT_DB, Store, StoreError
 
 if TYPE_CHECKING:
@@ -212,6 +211,7 @@ def _pinning_report(bed) -> dict:
     """Where the `cpu_pinning` factor can pin (build/pinning.py): this machine (or each testbed host: its preflight
     tried `taskset -c FIRST true` there), with its CPUs; guests cannot be pinned yet."""
     from .build.pinning import can_pin
+    from .core import pinning
     from .system.executor import LocalExecutor
     if bed:
         hosts = {}
