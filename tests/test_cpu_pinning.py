@@ -129,6 +129,10 @@ def test_plan_shows_the_workload_under_taskset(tmp_path):
     assert "taskset" not in first
     assert "ip netns exec vb0000-h2 taskset -c 1 iperf3 -s" in second
     assert "ip netns exec vb0000-h1 taskset -c 0 iperf3 -c 10.250.0.2" in second
+    data = json.loads(vnetbench("plan", spec, "--json").stdout)
+    commands = [c for sc in data["scenarios"] for w in sc["workloads"] for c in w["commands"]]
+    assert [c[4:7] for c in commands] == [["iperf3", "-s", "-J"], ["iperf3", "-c", "10.250.0.2"],
+                                          ["taskset", "-c", "1"], ["taskset", "-c", "0"]], commands
 
 
 # ---- read-back --------------------------------------------------------------------------------------------------

@@ -370,6 +370,14 @@ def _commands(topo, wl) -> list[tuple]:
             for c in wl.commands(wl.select(topo.pairs))]
 
 
+def _step_argv(topo, st) -> list[str]:
+    """A command or daemon step's argv as its node runs it (a daemon under taskset when the node is pinned)."""
+    if not st.argv:
+        return []
+    where = topo.executor(st.node)
+    return where.wrap(where.pinned(st.argv) if st.tool == "daemon" else st.argv)
+
+
 def _plan_json(spec: str, scenarios: list, hosts) -> None:
     """plan as data: each scenario (levels, skip, implementation, notes), the steps its build runs in order (node,
     tool, batch lines or argv) and each workload's commands, as `run` executes them."""
@@ -380,8 +388,8 @@ def _plan_json(spec: str, scenarios: list, hosts) -> None:
         if not sc.skip:
             topo = Topology(sc, None, placement=hosts.plan(sc))
             topo.emit()
-            item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines,
-                              "argv": topo.executor(st.node).wrap(topo.executor(st.node).pinned(st.argv) if st.tool == "daemon" else st.argv) if st.argv else [], "name": st.name}
+            item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines, "argv": _step_argv(topo, st),
+                              "name": st.name}
                              for wave in topo.placement.arrange(topo, topo.waves()) for st in wave]
             item["workloads"] = [{"kind": wl.kind, "background": wl.background,
                                   "commands": [argv for _, argv in _commands(topo, wl)]}
