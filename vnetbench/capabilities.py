@@ -35,6 +35,7 @@ TOOLS: dict[str, tuple[str, list[str], str]] = {
     "ss": ("iproute2", ["ss", "-V"], r"iproute2-([\w.]+)"),
     "mpstat": ("sysstat", ["mpstat", "-V"], r"sysstat version (\S+)"),
     "ethtool": ("ethtool", ["ethtool", "--version"], r"version (\S+)"),
+    "taskset": ("util-linux", ["taskset", "--version"], r"util-linux (\S+)"),  # cpu_pinning (build/pinning.py)
     "tcpdump": ("tcpdump", ["tcpdump", "--version"], r"tcpdump version (\S+)"),
     "ovs-vswitchd": ("openvswitch-switch", ["ovs-vswitchd", "--version"], r"\) (\S+)"),
     "ovsdb-server": ("openvswitch-switch", ["ovsdb-server", "--version"], r"\) (\S+)"),

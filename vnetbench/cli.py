@@ -143,6 +143,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     bed, caps = load_testbed(testbed)
     caps = caps or detect()
     paths = datapath_report(caps)
+    pins = _pinning_report(bed)
     from .hosts import choose
     guest = choose({"kernel": "guest"}, bed).info()  # the guest backend's (none on a testbed)
     if guest and guest.get("available"):
@@ -154,7 +155,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                  for h in bed.hosts} if bed else {}
         out.print_json(json.dumps(caps.as_dict() | {"datapaths": paths} | ({"hosts": hosts} if bed else {})
                                   | ({"guest": guest} if guest else {}) | ({"guests": others} if others else {})
-                                  | {"tuning": tuning_report(bed)}))
+                                  | {"tuning": tuning_report(bed), "cpu_pinning": pins}))
         return
     if bed:
         table = Table(title=f"testbed {testbed}", title_justify="left")
@@ -197,6 +198,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                       d["implementation"] if d["ok"] else d["reason"])
     out.print(table)
     _tuning_table(bed)
+    _pinning_table(pins)
     swan = caps.strongswan()
     out.print(f"strongSwan: a charon started as a run starts it loaded {' '.join(swan.plugins)}" if not swan.error
               else f"strongSwan: {swan.error}", highlight=False)  # wrapped to the console: it was 167 wide
@@ -237,6 +239,41 @@ def _tuning_table(bed) -> None:
         table.add_column(col)
     for r in tuning_report(bed):
         table.add_row(r["host"], r["factor"], "[green]yes[/]" if r["ok"] else "[red]no[/]", markup_escape(r["detail"]))
+    out.print(table)
+
+
+GUESTS_PINNED = ("a guest on this machine is pinned whole (every thread of its UML or qemu processes); kernel: guest "
+                 "(every host in one guest) and guest VMs on testbed hosts are skipped with the reason")
+
+
+def _pinning_report(bed) -> dict:
+    """Where the `cpu_pinning` factor can pin (build/pinning.py): this machine (or each testbed host: its preflight
+    tried `taskset -c FIRST true` there), with its CPUs; guests cannot be pinned yet."""
+    from .build.pinning import can_pin
+    from .core import pinning
+    from .system.executor import LocalExecutor
+    if bed:
+        hosts = {}
+        for h in bed.hosts:
+            word, _, rest = (h.facts.get("cpu_pinning") or "no ? not asked (an older preflight)").partition(" ")
+            allowed, _, said = rest.partition(" ")
+            n = len(pinning.cpus(allowed) or [])
+            hosts[h.name] = {"ok": word == "yes", "cpus": allowed, "detail": f"{n} CPUs ({allowed}); taskset -c "
+                             f"{allowed.split(',')[0].split('-')[0]} true pinned" if word == "yes" else said}
+    else:
+        ok, detail = can_pin(LocalExecutor())
+        hosts = {"this machine": {"ok": ok, "cpus": pinning.as_text(sorted(os.sched_getaffinity(0))),
+                                  "detail": detail}}
+    return {"hosts": hosts, "guests": {"ok": not bed, "detail": GUESTS_PINNED}}
+
+
+def _pinning_table(report: dict) -> None:
+    table = Table(title="cpu pinning (cpu_pinning: taskset -c on each node's processes)", title_justify="left")
+    for col in ("where", "can pin", "CPUs / reason"):
+        table.add_column(col)
+    for name, r in report["hosts"].items():
+        table.add_row(name, "[green]yes[/]" if r["ok"] else "[red]no[/]", markup_escape(r["detail"]))
+    table.add_row("guests", "[green]yes[/]" if report["guests"]["ok"] else "[red]no[/]", report["guests"]["detail"])
     out.print(table)
 
 
@@ -365,10 +402,19 @@ def plan(spec: str = typer.Argument(..., help="experiment file, or suite:NAME"),
 
 
 def _commands(topo, wl) -> list[tuple]:
-    """(command, the argv as its node runs it) of a workload on a topology, as `plan` shows them."""
+    """(command, the argv as its node runs it: under taskset when the node is pinned) of a workload on a topology,
+    as `plan` shows them."""
     places = {n.exec.name: n.exec for n in topo.nodes.values()}
-    return [(c, places[c.where].wrap(c.argv) if c.where in places else c.argv)
+    return [(c, places[c.where].wrap(places[c.where].pinned(c.argv)) if c.where in places else c.argv)
             for c in wl.commands(wl.select(topo.pairs))]
+
+
+def _step_argv(topo, st) -> list[str]:
+    """A command or daemon step's argv as its node runs it (a daemon under taskset when the node is pinned)."""
+    if not st.argv:
+        return []
+    where = topo.executor(st.node)
+    return where.wrap(where.pinned(st.argv) if st.tool == "daemon" else st.argv)
 
 
 def _plan_json(spec: str, scenarios: list, hosts) -> None:
@@ -381,8 +427,8 @@ def _plan_json(spec: str, scenarios: list, hosts) -> None:
         if not sc.skip:
             topo = Topology(sc, None, placement=hosts.plan(sc))
             topo.emit()
-            item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines,
-                              "argv": topo.executor(st.node).wrap(st.argv) if st.argv else [], "name": st.name}
+            item["steps"] = [{"node": st.node, "tool": st.tool, "lines": st.lines, "argv": _step_argv(topo, st),
+                              "name": st.name}
                              for wave in topo.placement.arrange(topo, topo.waves()) for st in wave]
             item["workloads"] = [{"kind": wl.kind, "background": wl.background,
                                   "commands": [argv for _, argv in _commands(topo, wl)]}

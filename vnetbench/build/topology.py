@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from .. import datapaths
-from . import offloads, steering
+from . import offloads, pinning, steering
 from ..capabilities import local_installed
 from ..core.scenario import Scenario
 from ..datapaths.base import BuildError, Tunnel
@@ -59,6 +59,9 @@ class Topology:
         self.executed: list[Step] = []  # the steps as they were run, in order (plan prints the same: tests compare)
         self.vm_nics: list[tuple[str, str]] = []  # (VM label, its NIC) as vm_address was given them
         self.daemons: dict[str, subprocess.Popen] = {}
+        self.pin_watch = pinning.Watch()  # the processes started in the nodes, for each trial's read-back
+        self.pinned_guests: list[list[int]] = []  # the guests' processes cpu_pinning set (restored at teardown)
+        self.pin_asked: dict[str, str] = {}  # node -> the CPUs cpu_pinning gives it (build/pinning.py assigned)
         self._records: list[tuple[str, str, str]] = []
         self._built = False
         self._layout()
@@ -279,6 +282,7 @@ class Topology:
             self.ip(self.root_of(node.label), f"netns add {node.netns}")
         for node in spaces:
             self.ip(node.label, "link set lo up")
+        pinning.add_steps(self)  # first: a node's CPUs are tried before any process starts there
         self.placement.underlay(self)
         els = self.elements
         els["switch"].build(self) if self.sc["attach"] == "switch" else None
@@ -450,6 +454,7 @@ class Topology:
             else:
                 self.daemons[step.name] = where.spawn(step.argv, label=step.name, env=step.env,
                                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                self.pin_watch.daemon(step.node, step.name, where, self.daemons[step.name].pid)
                 if step.ready:
                     step.ready()
         except CommandError as exc:
@@ -479,6 +484,7 @@ class Topology:
         """Stop what runs, delete the namespaces (and with them every device), forget them in the ledger."""
         teardown_steps: list[Step] = []
         saved, self.steps = self.steps, teardown_steps
+        pinning.restore(self)  # the guests outlive the topology: every CPU back
         for el in self.elements.values():
             el.teardown(self)
         self.steps = saved
@@ -513,7 +519,8 @@ class Topology:
             elif step.tool == "call":
                 out += [comment(step.name), *step.lines]
             else:
-                out.append(shlex.join(where.wrap(step.argv)) + (" &" if step.tool == "daemon" else ""))
+                argv = where.pinned(step.argv) if step.tool == "daemon" else step.argv
+                out.append(shlex.join(where.wrap(argv)) + (" &" if step.tool == "daemon" else ""))
         return "\n".join(out)
 
 

@@ -8,6 +8,7 @@ spec, validate, matrix and topology all read them from here. It imports only a l
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,9 @@ TOPOLOGY_FACTORS = {
                 "and transmit packet steering written to the queues of every device the run creates (build/steering.py)",
     "irq_affinity": "default (nothing changed) or a CPU list (\"0-1\"): the CPUs that take the interrupts of a lab "
                     "host's underlay NIC, restored at teardown and by clean (hosts/lab/irq.py)",
+    "cpu_pinning": "none (nothing pinned), spread (each host's processes on a CPU of their own, round robin) or a "
+                   "mapping from a node to CPUs, e.g. {h1: 0, h2: '1-2'}: the processes the run starts there (workload "
+                   "tools, daemons; a host's VMs' too) run under taskset -c (build/pinning.py)",
 }
 NOT_APPLICABLE = "n/a"
 ELEMENT_FACTORS = ("switch", "overlay", "encryption", "attach")
@@ -59,6 +63,7 @@ DEFAULT_LEVELS: dict[str, Any] = {
     "placement": "cross-host", "pairs": 1, "mtu": 1500, "ip_version": 4, "mtu_policy": "lower-vm",
     "hops": 0, "kernel": "shared", "vm_kernel": "shared", "offloads": "on",
     "steering": "default", "irq_affinity": "default",
+    "cpu_pinning": "none",
 }
 CHOICES = {
     "placement": ("same-host", "cross-host", "spread", "pack"),
@@ -233,6 +238,15 @@ def irq_affinity_problem(level: Any) -> str | None:
 
 def irq_affinity_level(level: Any) -> Any:
     return cpus_text(cpu_list(level)) if level != "default" and not irq_affinity_problem(level) else level
+# The nodes a `cpu_pinning` level may name (core/pinning.py), as the topology labels them: hosts h1.., VMs h1v1..,
+# routers r1.., the switch tor.
+NODE_RE = re.compile(r"h[1-9][0-9]*(v[1-9][0-9]*)?|r[1-9][0-9]*|tor")
+
+
+def is_pinning(level: Any) -> bool:
+    """Whether a mapping level is a cpu_pinning one (its keys name nodes), not an offloads or element mapping."""
+    return isinstance(level, dict) and bool(level) and "type" not in level and \
+        all(isinstance(k, str) and NODE_RE.fullmatch(k) for k in level)
 
 
 def as_list(value: Any) -> list[Any]:
@@ -247,6 +261,8 @@ KEYED_OPTIONS = ("vcpus", "memory")
 def label(level: Any) -> str:
     """A level as shown in tables: `vxlan`, or `ipsec(tunnel,aes-256-cbc)` for a mapping with options. A control
     character in the user's text (a newline, a terminal escape) is shown escaped, never obeyed by a terminal."""
+    if is_pinning(level):
+        return one_line(f"pin({','.join(f'{k}={v}' for k, v in level.items())})")  # {h1: '0', h2: '1'}
     if isinstance(level, dict) and "type" not in level and level and all(v in ("on", "off") for v in level.values()):
         return one_line(offloads_label(level))  # an `offloads` mapping
     if isinstance(level, dict) and level and set(level) <= set(STEERING):  # a `steering` mapping
@@ -350,6 +366,16 @@ class Scenario:
         the client's first (the topology's layout names them so)."""
         client, server = self.pair_hosts(k)
         return f"h{client}v{2 * k - 1}", f"h{server}v{2 * k}"
+
+    @property
+    def node_labels(self) -> list[str]:
+        """The nodes the topology will have, as it labels them (build/topology.py _layout): hosts, the tor switch of
+        more than two hosts, routers between two, and each pair's VMs (none with attach host)."""
+        out = [f"h{h}" for h in range(1, self.hosts + 1)] + (["tor"] if self.hosts > 2 else [])
+        out += [f"r{k}" for k in range(1, (self.levels.get("hops", 0) if self.hosts == 2 else 0) + 1)]
+        if self.levels.get("attach") != "host":
+            out += [vm for k in range(1, self.levels["pairs"] + 1) for vm in self.pair_vms(k)]
+        return out
 
     @property
     def crosses_hosts(self) -> bool:

@@ -48,8 +48,9 @@ class BuildError(RuntimeError):
 
 
 class Refused(BuildError):
-    """A level the place refuses (a device keeps another offload or mask, a NIC has no IRQ to pin): the scenario is
-    skipped with this reason, never failed (build/offloads.py, build/steering.py, hosts/lab/irq.py)."""
+    """A level the place refuses (a device keeps another offload or mask, a NIC has no IRQ to pin, a node cannot run on
+    the CPUs asked): the scenario is skipped with this reason, never failed (build/offloads.py, build/steering.py,
+    hosts/lab/irq.py, build/pinning.py)."""
 
 
 @dataclass(frozen=True)

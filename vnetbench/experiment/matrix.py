@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any
 
 from .. import hosts  # where the hosts are: each backend refuses what it cannot run, and says whose kernel checks
 from .. import datapaths, workloads
 from ..capabilities import Capabilities
+from ..core import pinning
 from ..core.scenario import DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label, placement_hosts
 from ..datapaths.base import Availability, Element
 from .model import Experiment
@@ -208,7 +210,7 @@ def _overheads(sc: Scenario, elements: dict[str, Element]) -> None:
 def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str, list], caps: Capabilities,
             backend: hosts.Backend) -> None:
     """Skip with a reason, or record what implementation each element will use."""
-    reason = _structural(sc, factor_levels) or _workload_fit(sc)
+    reason = _structural(sc, factor_levels) or _workload_fit(sc) or _pinned_guests(sc)
     if reason:
         sc.skip = reason
         return
@@ -245,7 +247,7 @@ def _decide(sc: Scenario, elements: dict[str, Element], factor_levels: dict[str,
             return
         sc.implementation[kind] = avail.implementation
         sc.notes += list(avail.notes)
-    if reason := _offloads(sc, caps) or _steering(sc) or _irq_affinity(sc, backend):
+    if reason := _offloads(sc, caps) or _steering(sc) or _irq_affinity(sc, backend) or _pinning(sc, caps, backend):
         sc.skip = reason
         return
     _leave_out_oversized(sc, elements["encryption"])
@@ -290,6 +292,52 @@ def _irq_affinity(sc: Scenario, backend) -> str | None:
         return None
     return (f"irq_affinity {sc.labels['irq_affinity']}: irq_affinity needs a lab's real NIC (--testbed); the "
             f"{backend.name} backend's hosts are namespaces or guests of this machine, whose NICs take no interrupts")
+
+
+def _pinned_guests(sc: Scenario) -> str | None:
+    """Guests are pinned whole, here (build/pinning.py): a guest VM (vm_kernel) takes its CPUs, or its host's; a host
+    guest (kernel guest-per-host, qemu) its host's, with the VMs inside it. One guest for every host (kernel: guest)
+    cannot give hosts CPUs of their own, nor can a VM inside a host guest have its own."""
+    level, kernel = sc.levels.get("cpu_pinning", pinning.NONE), sc.levels.get("kernel", "shared")
+    if level == pinning.NONE or kernel == "shared":
+        return None
+    if kernel == "guest":
+        return (f"cpu_pinning {sc.labels['cpu_pinning']}: with kernel: guest every host runs in one guest (one "
+                f"process here); pin with kernel: guest-per-host or qemu, a guest per host")
+    if isinstance(level, dict) and (vms := [n for n in level if "v" in n]):
+        return (f"cpu_pinning {sc.labels['cpu_pinning']}: {vms[0]} runs inside its host's guest (kernel: {kernel}), "
+                f"which is pinned whole: name the host")
+    return None
+
+
+def _pinning(sc: Scenario, caps: Capabilities, backend: hosts.Backend) -> str | None:
+    """A `cpu_pinning` level needs taskset, hosts whose processes are this kernel's or a testbed host's (a guest's
+    are not pinned yet), and CPUs the machine has: a spec may name CPUs of a bigger machine, whose scenarios skip
+    here. Nodes a level names that this scenario does not have are noted."""
+    level, shown = sc.levels.get("cpu_pinning", pinning.NONE), sc.labels.get("cpu_pinning", pinning.NONE)
+    if level == pinning.NONE:
+        return None
+    if not caps.tool("taskset"):
+        return f"cpu_pinning {shown}: {caps.missing_tool('taskset')}"
+    local = backend.name != "testbed"
+    if not local and sc.levels.get("vm_kernel", "shared") != "shared":
+        return f"cpu_pinning {shown}: guest VMs on testbed hosts are not pinned yet"
+    if level == pinning.SPREAD and not local:
+        return "cpu_pinning spread: round robin over one machine's CPUs; on a testbed name each host's CPUs"
+    if isinstance(level, dict):
+        if missing := [n for n in level if n not in sc.node_labels]:
+            sc.notes.append(f"cpu_pinning: this scenario has no node {', '.join(missing)}")
+        have = set(os.sched_getaffinity(0))
+        for node, cpus in level.items():
+            if local and (lack := [c for c in pinning.cpus(cpus) if c not in have]):
+                return (f"cpu_pinning {shown}: CPU {pinning.as_text(lack)} of {node} is not one this machine lets the "
+                        f"run use ({pinning.as_text(sorted(have))})")
+    guests = sc.levels.get("kernel", "shared") != "shared" or sc.levels.get("vm_kernel", "shared") != "shared"
+    whole = "; a guest is pinned whole here (its kernel, its vCPU threads), not what runs in it" if guests else ""
+    sc.notes.append(f"cpu_pinning {shown}: the workload tools and daemons of each pinned node run under taskset -c "
+                    f"(a VM not named takes its host's CPUs){whole}; their CPUs are read back in each trial "
+                    f"(build/pinning.py)")
+    return None
 
 
 IP_MAX = 65535  # IPv4's total length and IPv6's payload length are 16-bit fields

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..catalog import METRICS
+from ..core import pinning
 from ..core.scenario import irq_affinity_level, offloads_level, steering_level
 from ..core.strict import Strict, pydantic_message
 from ..core.units import parse_duration, parse_percent, parse_rate, parse_span
@@ -180,8 +181,9 @@ class Experiment(Strict):
             if isinstance(where, dict) and "offloads" in where:
                 v = where["offloads"]
                 where["offloads"] = [offloads_level(x) for x in v] if isinstance(v, list) else offloads_level(v)
-            for factor, one in (("steering", steering_level), ("irq_affinity", irq_affinity_level)):
-                if isinstance(where, dict) and factor in where:  # CPU lists in one spelling: 1 and "1" are one level
+            for factor, one in (("steering", steering_level), ("irq_affinity", irq_affinity_level),
+                                ("cpu_pinning", pinning.level)):
+                if isinstance(where, dict) and factor in where:  # one spelling: 1 and "1" ({h1: 0}, {h1: '0'}) agree
                     v = where[factor]
                     where[factor] = [one(x) for x in v] if isinstance(v, list) else one(v)
         return self

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import datapaths, workloads
-from ..core import yamlread
+from ..core import pinning, yamlread
 from ..core.scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
                              irq_affinity_problem, offloads_problem, placement_hosts, placement_problem,
                              steering_problem)
@@ -128,7 +128,7 @@ def check(exp: Experiment, declared: dict[str, list] | None = None, complete: bo
         scenarios = expand(exp, None)
         if not scenarios:
             return [Problem(("exclude",), "these rules exclude every combination of the factors: nothing would run")]
-        problems += _check_ports(exp, scenarios)
+        problems += _check_ports(exp, scenarios) + _check_pinned_nodes(exp, scenarios)
     return problems
 
 
@@ -208,6 +208,9 @@ def _check_factors(exp: Experiment) -> list[Problem]:
             continue
         for j, level in enumerate(as_list(value)):
             loc = ("factors", factor, j) if isinstance(value, list) else ("factors", factor)
+            if factor == "cpu_pinning":  # one line for each bad node or CPU list of a level
+                problems += [Problem(loc + where, msg) for where, msg in pinning.problems(level)]
+                continue
             if msg := _check_any_level(exp, wfields, factor, level):
                 problems.append(Problem(loc, msg))
     return problems
@@ -303,6 +306,26 @@ def _check_pairs(exp: Experiment) -> list[Problem]:
             if asked > most:
                 problems.append(Problem(("workloads", i, key), f"pair {asked} does not exist: this experiment has at "
                                                                f"most {most} pairs (factor `pairs`)"))
+    return problems
+
+
+def _check_pinned_nodes(exp: Experiment, scenarios: list[Scenario]) -> list[Problem]:
+    """A node a cpu_pinning level names must be in the topology of some scenario with that level (h3 with two hosts,
+    a VM of a pair no scenario has, would pin nothing): one problem per node."""
+    value = exp.factors.get("cpu_pinning")
+    problems = []
+    for j, level in enumerate(as_list(value)):
+        if not isinstance(level, dict):
+            continue
+        loc = ("factors", "cpu_pinning", j) if isinstance(value, list) else ("factors", "cpu_pinning")
+        having = [sc for sc in scenarios if sc.levels.get("cpu_pinning") == level]
+        if not having:
+            continue  # excluded by a rule: nothing of it runs
+        nodes = list(dict.fromkeys(n for sc in having for n in sc.node_labels))
+        for node in level:
+            if node not in nodes:
+                problems.append(Problem(loc + (node,), f"no scenario with this level has a node {node}; its "
+                                                       f"scenarios' nodes: {', '.join(nodes)}"))
     return problems
 
 

@@ -69,6 +69,15 @@ class Placement:
     def endpoint_exec(self, topo, node: Node) -> Executor:
         return node.exec
 
+    # cpu_pinning (build/pinning.py): whether a node's processes are pinned where they run (taskset in a namespace
+    # here or on a testbed host), or not at all because the nodes run inside guests (the guests are pinned instead)
+    pins_inside = True
+
+    def guests(self, topo) -> dict[str, tuple]:
+        """node label -> (fleet, guest) of each node that is a guest of this machine of its own (a guest VM, a host
+        guest): cpu_pinning pins that guest's processes here (its kernel, qemu's vCPU threads)."""
+        return {}
+
     def root_of(self, topo, node: Node) -> str:
         """The node whose namespace creates this node's namespace and links."""
         return node.guest or ROOT

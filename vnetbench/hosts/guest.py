@@ -24,6 +24,7 @@ class GuestPlacement(Placement):
     """Namespaces of the run inside one guest (its executor runs every step)."""
 
     netlink = False
+    pins_inside = False  # one guest for every host: cpu_pinning refuses it (experiment/matrix.py)
 
     def __init__(self, ledger: Ledger | None, guest: Executor, boot: str = "", shown: list[str] | None = None):
         super().__init__(ledger)

@@ -31,6 +31,12 @@ class HostGuestsPlacement(TestbedPlacement):
             return getattr(topo.nodes.get(step.node), "role", None) != "machine"
         return [sorted(wave, key=mine_first) for wave in waves]
 
+    pins_inside = False  # every node runs inside a host's guest: cpu_pinning pins the guests
+
+    def guests(self, topo) -> dict[str, tuple]:
+        fleet = self.site.fleet
+        return {label: (fleet, g) for label, g in fleet.guests.items() if label in topo.nodes}
+
     def prelude(self, topo) -> None:
         if self.boot:
             topo.call("h1", self.boot, lambda: None, self.site.fleet.shown_boot())

@@ -45,6 +45,9 @@ class NamespacesPlacement(Placement):
         return Node(label, role, host, g.executor.in_netns(topo.ns(label), label), tenant, netns=topo.ns(label),
                     guest=root.label)
 
+    def guests(self, topo) -> dict[str, tuple]:
+        return {label: (vm.fleet, vm.guest) for label, vm in self.vm_guests.items()}
+
     def prelude(self, topo) -> None:
         if self.vm_guests:
             topo.call(ROOT, self.boot, lambda: None, self.shown)

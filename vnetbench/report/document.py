@@ -277,7 +277,8 @@ def scenario_table(d: Data) -> Section:
                         "; ".join(s["notes"] or []) or (s["reason"] or "")] for s in sc],
                       "impl. = what really carried the packets for each datapath element.")
     common = Para("Fixed in every scenario: " + ", ".join(f"{k}={sc[0]['labels'][k]}" for k in fixed)) if fixed else None
-    offloads = [Para(line) for line in report.offload_lines(d.data) + report.steering_lines(d.data)] \
+    offloads = [Para(line) for line in report.offload_lines(d.data) + report.steering_lines(d.data)
+                + report.pinning_lines(d.data)] \
         if d.data is not None else []
     return Section("scenarios", "Scenarios", [b for b in (common, table, *offloads) if b])
 

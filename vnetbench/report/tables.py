@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..catalog import METRICS, WORKLOADS
-from ..core import offloads
+from ..core import offloads, pinning
 from ..core.scenario import NOT_APPLICABLE
 from ..core.units import human, human_interval
 from ..results import dataset, export, stats
@@ -281,7 +281,7 @@ def show(store: Store, cid: int, console: Console, metrics: tuple[str, ...] | No
         if any(not r.summary.ci_median_exact and not r.of_sums for rs in by_metric.values() for r in rs):
             console.print("* n too small for a 95% interval of the median: the interval shown is min .. max",
                           style="dim")
-    for line in offload_lines(data) + steering_lines(data):
+    for line in offload_lines(data) + steering_lines(data) + pinning_lines(data):
         console.print(escape(line), highlight=False)
     for line in not_run_lines(scenarios):
         console.print(line)
@@ -380,27 +380,44 @@ def offload_lines(data: dataset.Dataset) -> list[str]:
     return lines
 
 
-def steering_lines(data: dataset.Dataset) -> list[str]:
-    """'steering in force, scenario 2 (steering=rps 0-1): rps 0-1, xps n/a on 8 interfaces' for each scenario whose
-    trials read the masks back (build/steering.py), said once when its trials agree."""
+def _in_force_lines(data: dataset.Dataset, key: str, default: str, what: str,
+                    summary: Callable[[dict], str]) -> list[str]:
+    """'{what} in force, scenario 2 ({key}=level): ...' for each scenario whose trials read `key` back before they
+    measured, said once when its trials agree."""
     records: dict[int, list[dict]] = defaultdict(list)
     for t in data.trials.values():
-        if rec := t["metadata"].get("steering"):
+        if rec := t["metadata"].get(key):
             records[t["scenario"]].append(rec)
     lines = []
     for idx, recs in sorted(records.items()):
         said: dict[str, int] = defaultdict(int)
         for r in recs:
-            counts: dict[str, int] = defaultdict(int)
-            for g in r.get("groups", []):
-                counts[", ".join(f"{k} {v}" for k, v in g["steering"].items())] += len(g["devices"])
-            said["; ".join(f"{s} on {n} interface{'s' * (n != 1)}" for s, n in counts.items())
-                 or f"not read: {r.get('error')}"] += 1
+            said[summary(r)] += 1
         text = next(iter(said)) if len(said) == 1 else \
             " | ".join(f"in {n} of {len(recs)} trials: {s}" for s, n in said.items())
-        level = data.scenarios[idx]["labels"].get("steering", "default") if idx in data.scenarios else "?"
-        lines.append(f"steering in force, scenario {idx} (steering={level}): {text}")
+        level = data.scenarios[idx]["labels"].get(key, default) if idx in data.scenarios else "?"
+        lines.append(f"{what} in force, scenario {idx} ({key}={level}): {text}")
     return lines
+
+
+def _steering_summary(r: dict) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for g in r.get("groups", []):
+        counts[", ".join(f"{k} {v}" for k, v in g["steering"].items())] += len(g["devices"])
+    return "; ".join(f"{s} on {n} interface{'s' * (n != 1)}" for s, n in counts.items()) or \
+        f"not read: {r.get('error')}"
+
+
+def steering_lines(data: dataset.Dataset) -> list[str]:
+    """'steering in force, scenario 2 (steering=rps 0-1): rps 0-1, xps n/a on 8 interfaces' for each scenario whose
+    trials read the masks back (build/steering.py)."""
+    return _in_force_lines(data, "steering", "default", "steering", _steering_summary)
+
+
+def pinning_lines(data: dataset.Dataset) -> list[str]:
+    """'cpu pinning in force, scenario 2 (cpu_pinning=pin(h1=0,h2=1)): h2 on 1 (1 process), h1 on 0 (1 process)' for
+    each scenario whose trials read their processes' CPUs (build/pinning.py)."""
+    return _in_force_lines(data, "cpu_pinning", "none", "cpu pinning", pinning.summary)
 
 
 def not_run_lines(scenarios: list[dict]) -> list[str]:

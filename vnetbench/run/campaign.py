@@ -20,11 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..build.offloads import Refused
 from ..build.topology import BuildError, Topology
 from ..capabilities import detect
 from ..core.sample import Sample
 from ..core.scenario import NOT_APPLICABLE
+from ..datapaths.base import Refused
 from ..experiment.matrix import Scenario, expand
 from ..experiment.spec import LoadedSpec, Repetitions, Rounds, loads
 from ..hosts import Hosts, Unavailable
@@ -290,6 +290,8 @@ class Campaign:
         # each trial records the offloads in force when any scenario sets some: the `on` rows' too, to compare
         self.read_offloads = any(isinstance(sc.levels.get("offloads"), dict) for sc in scenarios)
         self.read_steering = any(isinstance(sc.levels.get("steering"), dict) for sc in scenarios)  # likewise
+        # and the CPUs its processes ran on when any scenario pins some (build/pinning.py)
+        self.read_pinning = any(sc.levels.get("cpu_pinning", "none") != "none" for sc in scenarios)
 
     # ---- order -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -502,7 +504,7 @@ class Campaign:
         except BuildError as exc:
             topo.teardown()
             self.failed_builds.add(sc.index)
-            if isinstance(exc, Refused):  # a level refused (offloads, steering, irq_affinity): it cannot be had
+            if isinstance(exc, Refused):  # a level refused (offloads, steering, irq_affinity, a node's CPUs)
                 self.outcome.scenarios_runnable -= 1
                 self.store.set_scenario(self.cid, sc.index, "skipped", str(exc))
                 self.r.console.print(f"[yellow]scenario {sc.index} ({escape(sc.key)}) skipped:[/] {escape(str(exc))}",
@@ -606,7 +608,7 @@ class Campaign:
     def _measured(self, sc: Scenario, topo: Topology, wl) -> tuple[str, str | None, list[Sample], dict, bool]:
         try:
             samples, extra = measure(sc, topo, wl, began=time.time(), offloads=self.read_offloads,
-                                     steering=self.read_steering)
+                                     steering=self.read_steering, pinning=self.read_pinning)
         except TrialFailure as exc:
             return "failed", str(exc), [], {}, exc.hung
         except KeyboardInterrupt:

@@ -8,6 +8,7 @@ import time
 import traceback
 
 from ..build import offloads as offloads_
+from ..build import pinning as pinning_
 from ..build import steering as steering_
 from ..build.topology import Topology
 from ..core.sample import Sample
@@ -99,10 +100,12 @@ class Background(threading.Thread):
 
 
 def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
-            offloads: bool = False, steering: bool = False) -> tuple[list[Sample], dict]:
+            offloads: bool = False, steering: bool = False, pinning: bool = False) -> tuple[list[Sample], dict]:
     """The workload's samples and the probes' over exactly the tool's measurement window, plus trial metadata
     (with the seconds of each phase since `began`: see phases()). `offloads`: the offloads in force are read first
-    (build/offloads.py); `steering`: the RPS/XPS masks too (build/steering.py). Raises TrialFailure when the tool or a background load failed."""
+    (build/offloads.py); `steering`: the RPS/XPS masks too (build/steering.py). `pinning`: the CPUs of the trial's
+    processes and daemons are read while they run (build/pinning.py). Raises TrialFailure when the tool or a
+    background load failed."""
     began = began or time.time()
     in_force = offloads_.in_force(topo) if offloads else None
     masks = steering_.in_force(topo) if steering else None
@@ -117,6 +120,9 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     probes += _start_guest_probes(guest_probes, probes)
     background = [Background(b, b.select(topo.pairs)) for b in sc.workloads if b.background]
     error, hung, samples, window, uncovered, ran = None, False, [], None, [], None
+    pins = pinning_.Reader(topo) if pinning else None
+    if pins:
+        pins.begin()
     try:
         for b in background:
             b.start()
@@ -145,6 +151,7 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
                     uncovered.append(why)
             except TrialFailure as exc:
                 error = error or str(exc)
+    pinned = pins.end() if pins else None  # (its processes have ended: the foreground's and the background's)
     if error:
         raise TrialFailure(error, hung)
     samples = place.tag(topo, samples)  # on a testbed every sample says which hosts it came from
@@ -170,6 +177,9 @@ def measure(sc: Scenario, topo: Topology, wl, began: float | None = None,
     if irqs is not None:
         meta["irq_affinity"] = irqs
         short += [irqs.pop("flag")] if "flag" in irqs else []
+    if pinned is not None:
+        meta["cpu_pinning"] = pinned
+        short += [pinned.pop("flag")] if "flag" in pinned else []
     if short:
         meta["flags"] = short
     if window:

@@ -50,9 +50,23 @@ class Executor(ABC):
     """A place where commands run: the machine itself, or one network namespace on it."""
 
     name: str
+    # cpu_pinning (build/pinning.py): the CPUs (taskset -c form) every process spawned here runs on (None: not pinned),
+    # and (the topology's pinning.Watch, this place's node label) that is told of each one
+    cpus: str | None = None
+    watch: tuple | None = None
 
     def __init__(self, ledger: Ledger | None = None):
         self.ledger = ledger
+
+    def pinned(self, argv: Sequence[str]) -> list[str]:
+        """argv under `taskset -c CPUS` when this place is pinned: taskset sets the affinity, then execs the tool,
+        whose threads and children inherit it."""
+        return ["taskset", "-c", self.cpus, *argv] if self.cpus else list(argv)
+
+    def watched(self, label: str | None, argv: Sequence[str], proc) -> None:
+        if self.watch is not None:
+            watch, node = self.watch
+            watch.add(node, label or argv[0], self, proc.pid)
 
     @abstractmethod
     def wrap(self, argv: Sequence[str]) -> list[str]:
@@ -76,13 +90,16 @@ class Executor(ABC):
 
     def spawn(self, argv: Sequence[str], *, label: str | None = None, env: dict | None = None,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
-        """Start a process in this place; it is recorded in the run's ledger so `clean` can stop it."""
+        """Start a process in this place (pinned to its CPUs if it has some); it is recorded in the run's ledger so
+        `clean` can stop it."""
+        tool, argv = argv[0], self.pinned(argv)
         log_command(self.wrap(argv))
         proc = subprocess.Popen(self.wrap(argv), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True)
         rawlog.spawned(self.name, argv, proc.args, label, proc)
         if self.ledger is not None:
-            self.ledger.record_process(proc.pid, label or f"{self.name}:{argv[0]}")
+            self.ledger.record_process(proc.pid, label or f"{self.name}:{tool}")
+        self.watched(label, [tool], proc)
         return proc
 
     def run_ip(self, args: Sequence[str], timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -654,6 +671,7 @@ class SshExecutor(Executor):
         # `ip netns exec` (an exec and a remount of /sys: 40-80 ms of a UML guest per process). Others (daemons,
         # capture tools) get `ip netns exec`'s full view, /sys of the namespace included.
         direct = ch is not None and self.netns is not None and argv[0] in NETNS_ONLY_TOOLS
+        label, argv = label or f"{self.name}:{argv[0]}", self.pinned(argv)
         token, script = self._spawn_script(argv, label, env, netns=not direct)
         if ch is not None:
             log_command([*self.target.argv(self.control), script])
@@ -661,6 +679,7 @@ class SshExecutor(Executor):
                 proc = ch.spawn(["sh", "-c", script], stdout == subprocess.PIPE, stderr == subprocess.PIPE,
                                 self.netns if direct else None)
                 rawlog.spawned(self.name, argv, [*self.target.argv(self.control), script], label, proc)
+                self.watched(label, argv, proc)
                 return proc
             except agent_mod.ChannelLost:
                 pass  # the agent is gone: an SSH session of its own, as without it
@@ -670,7 +689,8 @@ class SshExecutor(Executor):
                              stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         rawlog.spawned(self.name, argv, [*self.target.argv(self.control), script], label, proc)
         if self.ledger is not None:
-            self.ledger.record_process(proc.pid, f"ssh client for {label or f'{self.name}:{argv[0]}'}#{token}")
+            self.ledger.record_process(proc.pid, f"ssh client for {label}#{token}")
+        self.watched(label, argv, proc)
         return proc
 
     def _spawn_script(self, argv: Sequence[str], label: str | None, env: dict | None,

@@ -22,6 +22,8 @@ echo "uid=$(id -u)"
 echo "kernel=$(uname -sr)"
 echo "machine=$(uname -m)"
 echo "cpus=$(nproc)"
+echo "cpu_pinning=$(c=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status); f=${{c%%[,-]*}}; \
+  if taskset -c "$f" true 2>/dev/null; then echo "yes $c"; else echo "no $c $(taskset -c "$f" true 2>&1 | head -1)"; fi)"
 echo "cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "nic_exists=$(test -d /sys/class/net/$n && echo 1 || echo 0)"
 echo "nic_mtu=$(cat /sys/class/net/$n/mtu 2>/dev/null)"
