@@ -10,6 +10,7 @@ import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rich import box
 from rich.console import Console
