@@ -15,7 +15,7 @@ from test_testbed import env_with, nothing_left
 from vnetbench.build import steering
 from vnetbench.build.topology import Topology
 from vnetbench.capabilities import Capabilities, Feature
-from vnetbench.core.scenario import cpu_list, cpu_mask, cpus_text, mask_cpus
+from vnetbench.core.cpus import cpu_list, cpu_mask, cpus_text, mask_cpus
 from vnetbench.experiment.matrix import expand
 from vnetbench.experiment.spec import SpecError, loads
 from vnetbench.hosts.lab import clean as lab_clean

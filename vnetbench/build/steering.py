@@ -25,7 +25,8 @@ from __future__ import annotations
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 
-from ..core.scenario import Scenario, cpu_list, cpu_mask, cpus_text, label, mask_cpus
+from ..core.cpus import cpu_list, cpu_mask, cpus_text, mask_cpus
+from ..core.scenario import Scenario, label
 from ..system.executor import CommandError, Executor
 from . import offloads
 

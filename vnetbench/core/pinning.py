@@ -3,52 +3,26 @@ wrong with a level, for the spec, validate, matrix and the record of a trial (bu
 and the node names it may use are scenario.py's (which imports nothing but strict)."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from .cpus import MAX_CPU, cpu_list, cpus_text
 from .scenario import NODE_RE
 from .strict import one_line
 
 NONE, SPREAD = "none", "spread"
-MAX_CPU = 4095
 FIX = ("write none, spread, or a mapping from a node to CPUs, e.g. {h1: 0, h2: '1-2'} (a CPU number, a list such "
        "as [0, 1], or text such as '0,2-3')")
 
 
 def cpus(value: Any) -> list[int] | None:
     """The CPU numbers of 0, '0', '0-1', '0,2-3' or [0, 1] (sorted, each once); None when malformed or empty."""
-    if isinstance(value, bool):
+    try:
+        return cpu_list(value)
+    except ValueError:
         return None
-    if isinstance(value, int):
-        return [value] if 0 <= value <= MAX_CPU else None
-    if isinstance(value, list):
-        got = [cpus(v) for v in value]
-        return sorted({c for g in got for c in g}) if got and all(g is not None and isinstance(v, int)
-                                                                  for g, v in zip(got, value)) else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    out: set[int] = set()
-    for part in value.replace(" ", "").split(","):
-        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
-        if not m:
-            return None
-        lo, hi = int(m[1]), int(m[2] or m[1])
-        if lo > hi or hi > MAX_CPU:
-            return None
-        out.update(range(lo, hi + 1))
-    return sorted(out)
 
 
-def as_text(numbers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (the form taskset -c takes and /proc's Cpus_allowed_list shows)."""
-    parts, start = [], None
-    for i, c in enumerate(numbers):
-        if start is None:
-            start = c
-        if i + 1 == len(numbers) or numbers[i + 1] != c + 1:
-            parts.append(str(start) if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(parts)
+as_text = cpus_text  # [0, 1, 2, 5] -> '0-2,5' (the form taskset -c takes and /proc's Cpus_allowed_list shows)
 
 
 def level(value: Any) -> Any:

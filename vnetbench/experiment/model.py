@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from ..catalog import METRICS
 from ..core import pinning
-from ..core.scenario import irq_affinity_level, offloads_level, steering_level
+from ..core.scenario import offloads_level
+from ..core.tuning import irq_affinity_level, steering_level
 from ..core.strict import Strict, pydantic_message
 from ..core.units import parse_duration, parse_percent, parse_rate, parse_span
 

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from .. import datapaths, workloads
 from ..core import pinning, yamlread
 from ..core.scenario import (CHOICES, DEFAULT_LEVELS, ELEMENT_FACTORS, TOPOLOGY_FACTORS, Scenario, as_list, label,
-                             irq_affinity_problem, offloads_problem, placement_hosts, placement_problem,
-                             steering_problem)
+                             offloads_problem, placement_hosts, placement_problem)
 from ..core.strict import CONTROL, pydantic_message
+from ..core.tuning import irq_affinity_problem, steering_problem
 from ..datapaths.base import Element
 from ..guests import vms
 from ..workloads.base import Workload

@@ -16,7 +16,7 @@ import json
 import shlex
 
 from ...datapaths.base import Refused
-from ...core.scenario import cpu_list, cpus_text
+from ...core.cpus import cpu_list, cpus_text
 from ...system.executor import CommandError, remote_ledger_append
 from . import clean as lab_clean
 
