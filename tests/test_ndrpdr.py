@@ -217,7 +217,9 @@ def test_the_generator_counts_at_the_interfaces_and_its_ceiling_is_above_any_pac
     # with one shared window; over a 0.5-s window a CI run beside other work read 49.1 k sent against 58.4 k
     # received a second), so over 1 s the two agree only to about a fifth
     assert flat.received_pps > 20_000 and flat.sent_pps >= flat.received_pps * 0.7
-    assert paced.intended == 2500 and 2500 <= paced.sent <= 2510 and paced.loss == 0 and paced.shortfall == 0
+    # (its pace, not its count: a CI run beside other work sent all 2500 frames in 0.508 s of 0.5, 36 behind pace)
+    assert paced.intended == 2500 and 2500 <= paced.sent <= 2510 and paced.loss == 0 and \
+        paced.shortfall <= 0.05 * paced.intended
     # 50 Mpps is beyond any generator here: it is stopped at the trial's end, and what it did not send is not loss
     assert far.unsent > 0.9 * far.intended and far.shortfall > 0.9 * far.intended and far.loss_ratio < 0.5
 
