@@ -235,8 +235,9 @@ def _kernel() -> dict[str, Feature]:
 @contextmanager
 def _scratch(suffix: str):
     """A probe's own ledger and the name of its scratch namespace (recorded), removed afterwards: a signal that comes
-    while they are made is held until the clean-up is sure to run (one between the ledger's creation and the `try`
-    that removes it left its directory behind)."""
+    while they are made, or while they are removed, is held until the clean-up is done (one between the ledger's
+    creation and the `try` that removes it left its directory behind; so did one during the removal, on a busy
+    machine where the test saw the directory just as the probe finished)."""
     held, ledger = _Held(), None
     try:
         ledger = Ledger.create()
@@ -245,9 +246,13 @@ def _scratch(suffix: str):
         held.release()
         yield ledger, ns
     finally:
-        held.release()
-        if ledger is not None:
-            ledger.remove_all()
+        cleanup = _Held()  # a signal during the removal (the probe done) is sent after it, not into it
+        try:
+            if ledger is not None:
+                ledger.remove_all()
+        finally:
+            cleanup.release()
+            held.release()
 
 
 def _in_own_group(script: str, timeout: float) -> str:
