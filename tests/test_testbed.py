@@ -345,6 +345,13 @@ def _wait_for(what, timeout=60):
         time.sleep(0.2)
 
 
+def _members(group):
+    try:
+        return (group / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
+
+
 def _busy(lab, h):
     """Some process lives in one of the host's namespaces (e.g. an iperf3 of a VM), not in preflight's scratch ones."""
     return lab.on(h, "sh", "-c", "for n in $(ip netns list | cut -d' ' -f1 | grep -v -e '-probe$' -e '-swan$'); "
@@ -544,6 +551,7 @@ def test_clean_testbed_finds_runs_whose_local_ledger_is_gone(lab, tmp_path, stat
     # it (when older than a group a live run may be joining this moment)
     from vnetbench.system import cgroup, ledger
     monkeypatch.setattr(cgroup, "ORPHAN_AGE_S", 0)
+    _wait_for(lambda: not any(_members(cgroup.path_for(p)) for p in prefixes), timeout=30)  # `-O exit` returns first
     ledger.clean()
     assert prefixes and not [p for p in prefixes if cgroup.path_for(p).exists()]
 
