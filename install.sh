@@ -94,7 +94,7 @@ case "$what" in
     # pytest keeps the test modules it rewrites (with PYTHONDONTWRITEBYTECODE each pytest process rewrote all of them
     # again: 6.5 s of its collection, 2.5 s without); the alone run collects only the modules that have such tests.
     export PYTHONDONTWRITEBYTECODE=
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=60 -n 3 --dist loadgroup -m "not alone" tests
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=0 --durations-min=2 -n 3 --dist loadgroup -m "not alone" tests
     .venv/bin/python -m pytest -q -p no:cacheprovider -m alone $(grep -l "pytest.mark.alone" tests/test_*.py) ;;
   install) echo "install.sh: ready; try: .venv/bin/vnetbench doctor" ;;
   *) echo "usage: ./install.sh [demo|test]" >&2; exit 2 ;;

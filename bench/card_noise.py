@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Where a card's noise comes from: per cell of its claims, the CV of the trial values with every trial, without a
 scenario's first trial after its build (a warm-up), and without the trials flagged noisy (other work on the machine);
-how often a cell's first trial is its lowest or highest (by chance: 2 / n); and drift: a card in rounds with
-`order: sequential` runs each cell's trials of a round one after another, so the CV within such a run beside the
-shift between a cell's runs (the later run's median over the first's) says whether the machine's speed moved
-between them (a shift far beyond what the runs' own spread explains puts the time of a run into its cell).
+how often a cell's first trial is its lowest or highest (by chance: 2 / n); an echo cell's CV with each trial read on
+its median echo and on its fastest (the fastest ignores a machine whose speed moves within a trial); and drift: a
+card in rounds with `order: sequential` runs each cell's trials of a round one after another, so the CV within such a
+run beside the shift between a cell's runs (the later run's median over the first's) says whether the machine's speed
+moved between them (a shift far beyond what the runs' own spread explains puts the time of a run into its cell).
 
     .venv/bin/python bench/card_noise.py /tmp/cards/s3.db [more.db ...]
 
@@ -87,6 +88,28 @@ def sampling(rows: list) -> str:
             f"{100 * min(shares):.0f}-{100 * max(shares):.0f} % of the trials' CV (median {100 * statistics.median(shares):.0f} %)")
 
 
+def fastest(rows: list) -> str:
+    """For the echo cells (rtt_s), per size class: the CV over a cell's trials of their medians beside that of their
+    fastest echoes, each cell once (a cell a row reads on its median and another on its minimum is one cell)."""
+    seen, by = set(), {}
+    for metric, tv in rows:
+        key = tuple(sorted(t.id for t, _ in tv))
+        if metric != "rtt_s" or key in seen:
+            continue
+        seen.add(key)
+        echoes = [xs for t, _ in tv if (xs := [s["value"] for s in t.samples if s["metric"] == metric])]
+        size = "saturated" if (tv[0][0].params.get("ping_size") or 56) > 60000 else "small"
+        by.setdefault(size, []).append((cv([statistics.median(xs) for xs in echoes]), cv([min(xs) for xs in echoes])))
+    out = []
+    for size, pairs in sorted(by.items()):
+        meds, mins = ([p[i] for p in pairs if p[i] == p[i]] for i in (0, 1))
+        if meds and mins:
+            out.append(f"{size} echoes ({len(pairs)} cells): trials' medians CV {100 * statistics.median(meds):.1f} % "
+                       f"({100 * min(meds):.0f}-{100 * max(meds):.0f}), their fastest echoes "
+                       f"{100 * statistics.median(mins):.1f} % ({100 * min(mins):.0f}-{100 * max(mins):.0f})")
+    return "; " + "; ".join(out) if out else ""
+
+
 def drift(rows: list, db: Path) -> str:
     """The median CV within a cell's runs, and the median |shift| between its first and last run's medians."""
     with sqlite3.connect(db) as con:
@@ -122,7 +145,8 @@ def main() -> None:
             return f"{100 * statistics.median(xs):.1f} %" if xs else "n/a"
         print(f"{db.name}: {len(rows)} cells; median CV {med(every)} with every trial, {med(later)} without each "
               f"cell's first, {med(quiet)} without the {noisy} of {total} trials flagged noisy; first trial lowest "
-              f"or highest in {extreme} of {len(rows)} cells (by chance about {chance:.1f}); {drift(rows, db)}{sampling(rows)}")
+              f"or highest in {extreme} of {len(rows)} cells (by chance about {chance:.1f}); {drift(rows, db)}"
+              f"{sampling(rows)}{fastest(rows)}")
 
 
 if __name__ == "__main__":

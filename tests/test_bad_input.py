@@ -222,6 +222,15 @@ def test_unquoted_on_is_true_and_the_error_says_so():
     assert "True is not a level of attack" in line and "quote the level" in line, line
 
 
+def test_scorecard_reduce_names_a_row_and_a_reduction():
+    card = "name: d\nworkloads: [{type: ping}]\nscorecard: [{id: r1, kind: ratio, study: 1, a: {}, b: {}}]\n"
+    line = one_error(card + "scorecard_reduce: {r2: min}\n")
+    assert "scorecard_reduce: no scorecard row has id 'r2'" in line, line
+    line = one_error(card + "scorecard_reduce: {r1: fastest}\n")
+    assert "'fastest' for r1 is no reduction" in line and "min" in line, line
+    assert loads(card + "scorecard_reduce: {r1: p10}\n", "x.yaml").experiment.scorecard_reduce == {"r1": "p10"}
+
+
 def test_a_when_for_a_default_level_and_a_rule_with_one_good_option():
     line = one_error("name: d\nworkloads: [{type: ping, when: {switch: ovs}}]\n")
     assert "its levels: linuxbridge" in line, line

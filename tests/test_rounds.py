@@ -10,6 +10,7 @@ technologies: a tie is right) and at the margin's edge (one exactly 10 % better:
 The run end to end: a scenario no open claim needs stops after the first round, the others go on."""
 from __future__ import annotations
 
+import math
 import shutil
 import sqlite3
 
@@ -120,20 +121,28 @@ def test_the_rounds_decide_the_claims_at_their_true_value(dist):
     assert decided["best-tie-null"] > (0.5 if dist == "normal" else 0.05), decided
 
 
-def test_a_decided_claim_stops_drawing_trials():
-    """A claim decided at the first look (a ratio 10x off its band, 10 trials a cell: the medians' exact interval
-    at 1 - 0.05 / (2 rows x 3 looks) needs 9) leaves the open list: its cells get no more."""
-    card = {"repetitions": {"rounds": ROUNDS}, "scorecard": [
-        {"id": "far", "kind": "ratio", "study": 20.0, "tolerance": 0.1, "metric": "x", "reduce": "mean",
-         "a": {"cell": "a"}, "b": {"cell": "b"}},
-        {"id": "edge", "kind": "ratio", "study": 1.0, "tolerance": 0.02, "metric": "x", "reduce": "mean",
-         "a": {"cell": "c"}, "b": {"cell": "d"}}]}
+def test_a_decided_claim_and_one_beyond_the_rounds_stop_drawing_trials():
+    """A claim decided at the first look (a ratio 10x off its band, 10 trials a cell: the medians' exact interval at
+    1 - 0.05 / (m rows x 3 looks) needs 9 or 10) leaves the open list: its cells get no more. So does one that would
+    need over FUTILE times the last round's count at its cells' CV (49 trials a cell here, past 2 x 20), and one no
+    practical number decides; given a last round of 40, the 49 are within reach and its cells stay open."""
+    def row(cid, tolerance, a, b, study=1.0):
+        return {"id": cid, "kind": "ratio", "study": study, "tolerance": tolerance, "metric": "x", "reduce": "mean",
+                "a": {"cell": a}, "b": {"cell": b}}
+    rows = [row("far", 0.1, "a", "b", study=20.0), row("near", 0.15, "c", "d"), row("middling", 0.08, "e", "d"),
+            row("hopeless", 0.02, "f", "d")]
     rng = np.random.default_rng(3)
-    values = {"a": rng.normal(200, 10, 10), "b": rng.normal(100, 5, 10), "c": rng.normal(102, 5, 10),
-              "d": rng.normal(100, 5, 10)}
-    rows = scorecard.evaluate(card, campaign(values, dict.fromkeys(values, 10)))
-    assert rows[0].verdict == D and rows[1].verdict == C, [r.verdict for r in rows]
-    assert scorecard.open_cells(card, campaign(values, dict.fromkeys(values, 10))) == [[{"cell": "c"}, {"cell": "d"}]]
+    values = {"a": rng.normal(200, 10, 10), "b": rng.normal(100, 5, 10), "c": rng.normal(100, 5, 10),
+              "d": rng.normal(100, 5, 10), "e": rng.normal(100, 5, 10), "f": rng.normal(102, 5, 10)}
+    data = campaign(values, dict.fromkeys(values, 10))
+    card = {"repetitions": {"rounds": ROUNDS}, "scorecard": rows}
+    got = scorecard.evaluate(card, data)
+    assert [r.verdict for r in got] == [D, C, C, C], [r.verdict for r in got]
+    assert [r.trials_to_decide for r in got[1:]] == [18, 49, math.inf], [r.to_decide for r in got]
+    assert "about 49 trials a cell" in got[2].to_decide, got[2].to_decide
+    assert scorecard.open_cells(card, data) == [[{"cell": "c"}, {"cell": "d"}]]
+    longer = {"repetitions": {"rounds": [5, 10, 40]}, "scorecard": rows}
+    assert scorecard.open_cells(longer, data) == [[{"cell": "c"}, {"cell": "d"}], [{"cell": "e"}, {"cell": "d"}]]
 
 
 CARD_SPEC = """\
@@ -141,41 +150,55 @@ name: rounds
 repetitions: {rounds: [9, 11], budget: 10m}
 order: sequential
 factors: {mtu: [1500, 9000, 4000]}
-workloads: [{type: ping, count: 40, interval: 0.003}]
+workloads:
+  - {type: ping, count: 40, interval: 0.003, ping_size: 56}
+  - {type: ping, count: 40, interval: 0.003, ping_size: 1000}
 scorecard:
-  - {id: far, kind: ratio, study: 1000, tolerance: 0.1, metric: rtt_s, a: {mtu: 9000}, b: {mtu: 1500}}
-  - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 11, a: {mtu: 4000}, b: {mtu: 1500}}
+  - {id: far, kind: ratio, study: 1000, tolerance: 0.1, metric: rtt_s, a: {mtu: 9000, ping_size: 1000},
+     b: {mtu: 1500, ping_size: 1000}}
+  - {id: later, kind: ratio, study: 1.0, tolerance: 4.0, metric: rtt_s, min_trials: 11, a: {mtu: 4000, ping_size: 56},
+     b: {mtu: 1500, ping_size: 56}}
 """
 
 
 @pytest.mark.net
-def test_a_run_in_rounds_stops_the_scenarios_no_open_claim_needs(state_dir, tmp_path):
-    """'far' (a ratio 1000x off) is decided at the first look (9 trials a cell: what the medians' exact interval
-    needs at 1 - 0.05 / (2 rows x 2 looks)); 'later' needs 11 trials a cell, so its two cells, one of them shared
-    with 'far', go on to the second round and the other scenario stops with its reason."""
+def test_a_run_in_rounds_goes_on_with_the_cells_open_claims_need(state_dir, tmp_path):
+    """'far' (a ratio 1000x off, on the 1000-byte echoes) is decided at the first look (9 trials a cell: what the
+    medians' exact interval needs at 1 - 0.05 / (2 rows x 2 looks)); 'later' (the 56-byte echoes) needs 11 trials a
+    cell, so its two cells go on to the second round: mtu 1500 runs its 56-byte echoes on, not its 1000-byte ones,
+    and mtu 9000, whose cells no open claim needs, stops with its reason."""
     from conftest import vnetbench
+    from vnetbench.experiment.matrix import expand
+    from vnetbench.experiment.spec import loads
     from vnetbench.results.store import Store
     (tmp_path / "card.yaml").write_text(CARD_SPEC)
     ran = vnetbench("run", tmp_path / "card.yaml", "--db", tmp_path / "r.db", "--no-progress").stdout
     assert "round 1: 3 of 3 scenarios to 9 trials a cell" in ran, ran
     store = Store(tmp_path / "r.db")
-    counts = {sc["labels"]["mtu"]: 0 for sc in store.scenarios(1)}
     by_idx = {sc["idx"]: sc for sc in store.scenarios(1)}
+    counts = {(sc["labels"]["mtu"], size): 0 for sc in by_idx.values() for size in (56, 1000)}
     for t in store.trials(1):
-        counts[by_idx[t["scenario"]]["labels"]["mtu"]] += t["status"] == "ok"
-    # What the card left open after round 1, decided again on round 1's trials alone: exactly those scenarios ran on.
+        size = (t["params"] or {}).get("ping_size") or 56
+        counts[by_idx[t["scenario"]]["labels"]["mtu"], size] += t["status"] == "ok"
+    # What the card left open after round 1, decided again on round 1's trials alone: exactly those cells ran on.
     first = tmp_path / "first.db"
     shutil.copy(tmp_path / "r.db", first)
     with sqlite3.connect(first) as db:
         db.execute("DELETE FROM samples WHERE trial IN (SELECT id FROM trials WHERE repetition > 9)")
         db.execute("DELETE FROM trials WHERE repetition > 9")
-    open_after_1 = rounds.still_open(Store(first), 1, [1, 2, 3])
-    assert {by_idx[i]["labels"]["mtu"] for i in open_after_1} == {m for m, n in counts.items() if n == 11}, counts
-    assert all(n in (9, 11) for n in counts.values()) and counts["4000"] == 11, counts  # 'later' needs 11 trials
-    # 'far' (1000x off) is decided at the first look unless a busy machine's round trips were too spread for its
-    # interval at 9 trials (then mtu 9000 runs on too, as it must)
-    if 2 not in open_after_1:
-        assert "round 2: 2 of 3 scenarios to 11" in ran and counts["9000"] == 9, ran
+    scenarios = expand(loads(CARD_SPEC, "card.yaml").experiment, None)
+    open_after_1 = rounds.still_open(Store(first), 1, scenarios)
+    went_on = {(by_idx[i]["labels"]["mtu"], (56, 1000)[w]) for i, ws in open_after_1.items() for w in ws}
+    assert went_on == {cell for cell, n in counts.items() if n == 11}, (counts, ran)
+    assert all(n in (9, 11) for n in counts.values()), counts
+    assert counts["4000", 1000] == counts["9000", 56] == 9, counts  # cells no claim names: the first round only
+    # 'later' goes on (unless a busy machine spread its round trips so far that it would need more than twice 11
+    # trials a cell: then it stops too); 'far' (1000x off) is decided at the first look unless its round trips were
+    # too spread for its interval at 9 trials (then its cells run on, as they must)
+    assert ("4000", 56) in went_on or "needs more trials than the card's rounds give" in by_idx[3]["reason"], ran
+    if ("4000", 56) in went_on and ("9000", 1000) not in went_on:
+        assert "round 2: 2 of 3 scenarios to 11 trials a cell (2 cells)" in ran and counts["1500", 1000] == 9, ran
+        assert counts["1500", 56] == 11, counts  # the shared scenario runs on only the workload still needed
         assert "every claim its cells serve is decided" in by_idx[2]["reason"], by_idx[2]["reason"]
     shown = " ".join(vnetbench("show", "--db", tmp_path / "r.db").stdout.split())  # its lines wrap anywhere
     assert "Bonferroni over 2 rows x 2 looks" in shown or "2 looks" in shown, shown

@@ -182,6 +182,24 @@ def test_s1_row_uses_each_trials_median_echo_and_names_its_stand_ins(tmp_path):
     assert row.reads == f"cannot tell — stand-in: {row.stand_in}" and row.as_dict()["stand_in"] == row.stand_in
 
 
+def test_a_profiles_scorecard_reduce_decides_a_row_on_each_trials_fastest_echo_and_says_so(tmp_path):
+    """`scorecard_reduce: {ovs-tr: min}` (S1's card does so for its saturated rows): the row's cells are read on each
+    trial's fastest echo, not its median, and its claim says so. Reference's fastest echoes are half their median
+    here, CS's nine tenths: the medians' ratio is 3.6, the minima's 2.0."""
+    s1 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s1.yaml").read_text()
+    b = Book(tmp_path / "s1.db", spec_text=s1 + "scorecard_reduce: {ovs-tr: min}\n")
+    ping = {"type": "ping", "ping_size": 56}
+    for attach, medians, fast in (("host", [0.20e-3, 0.25e-3, 0.30e-3], 0.9), ("switch", [0.8e-3, 0.9e-3, 1e-3], 0.5)):
+        sc = b.scenario({"attach": attach, "encryption": "none", "switch": "ovs"},
+                        {"attach": attach, "encryption": "none"})
+        b.trials(sc, "ping", ping, [[Sample.of("rtt_s", v, pair=1) for v in (m * fast, m, m * 1.1, 1.0)]
+                                    for m in medians])
+    data = load(b.store, b.cid)
+    row = {r.id: r for r in scorecard.evaluate(data.campaign.spec, data)}["ovs-tr"]
+    assert math.isclose(row.estimate, (0.9e-3 * 0.5) / (0.25e-3 * 0.9)), row.estimate
+    assert row.claim.endswith("[here each trial's min of its samples, not its median]"), row.claim
+
+
 S4 = (Path(__file__).parent.parent / "vnetbench" / "experiment" / "suites" / "s4.yaml").read_text()
 
 

@@ -1035,6 +1035,8 @@ def _profile_size(suite: str, profile: str, caps) -> str:
         else [reps]
     trials = [sum(n for n, _ in per) * k for k in (counts[0], counts[-1])]
     secs = [sum(t for _, t in per) * k for k in (counts[0], counts[-1])]
+    if isinstance(reps, Rounds):  # a later round runs only if it fits in what the first left of the budget
+        secs[1] = max(secs[0], min(secs[1], reps.budget))
     budget = f", budget {reps.budget / 60:g} min" if isinstance(reps, Rounds) else ""
     span = lambda xs, f: f(xs[0]) if xs[0] == xs[1] else f"{f(xs[0])}..{f(xs[1])}"  # noqa: E731
     return f"{span(trials, str)} trials, {span(secs, _minutes)}{budget}"

@@ -11,10 +11,11 @@ from ..catalog import METRICS
 from ..core import pinning
 from ..core.scenario import offloads_level
 from ..core.tuning import irq_affinity_level, steering_level
-from ..core.strict import Strict, pydantic_message
+from ..core.strict import Strict, one_line, pydantic_message
 from ..core.units import parse_duration, parse_percent, parse_rate, parse_span
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+REDUCE_RE = re.compile(r"median|mean|sum|min|max|p\d+(\.\d+)?")  # dataset.reduce_values
 
 
 class Underlay(Strict):
@@ -137,6 +138,9 @@ class Experiment(Strict):
     scorecard_uncheckable: dict[str, str] = Field(
         default_factory=dict, description="claims (by id) this spec or profile cannot check, each with what the "
                                           "machine lacks to run the study's condition (a profile's scaled-down load)")
+    scorecard_reduce: dict[str, str] = Field(
+        default_factory=dict, description="claims (by id) this spec or profile decides on another reduction of each "
+                                          "trial's samples than the row's (min, pNN, ...), saying so by the claim")
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                 description="named overrides merged over this file, chosen with --profile")
     profile: str | None = Field(None, description="the profile this spec was expanded with (set by vnetbench)")
@@ -172,6 +176,18 @@ class Experiment(Strict):
         if isinstance(self.repetitions, Rounds) and not self.scorecard:
             raise ValueError("repetitions: rounds give trials to a scorecard's undecided claims, and this file has "
                              "no scorecard; write a number of repetitions or {min, max, target}")
+        return self
+
+    @model_validator(mode="after")
+    def _reduce_named_rows(self) -> "Experiment":
+        ids = {str(r.get("id")) for r in self.scorecard if isinstance(r, dict) and "id" in r}
+        for cid, how in self.scorecard_reduce.items():
+            if cid not in ids:
+                raise ValueError(f"scorecard_reduce: no scorecard row has id {one_line(repr(cid))}; name one of the "
+                                 f"rows under scorecard")
+            if not REDUCE_RE.fullmatch(str(how)):
+                raise ValueError(f"scorecard_reduce: {one_line(repr(how))} for {cid} is no reduction; write median, "
+                                 f"mean, sum, min, max or pNN (e.g. p10)")
         return self
 
     @model_validator(mode="after")

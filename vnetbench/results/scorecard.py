@@ -84,6 +84,7 @@ ALPHA = 0.05
 POWER = 0.8          # what an undecided direction row's trial count is planned for
 INTERVAL_MIN_N = 4   # trials a cell before an interval decides (at 3 the exact test cannot reach alpha either)
 MAX_TRIALS = 1000    # past this many trials a cell, "what would decide it" says no practical number does
+FUTILE = 2           # a card's rounds stop drawing trials for a row that needs over this many times their last count
 
 # (the study's element, what the study ran) -> (where the implementation is recorded, a mark in what ran here that
 # only stands in for it, the stand-in's name, the study's)
@@ -117,6 +118,7 @@ class Row:
     decided_level: float = math.nan
     stand_in: str = ""         # what ran in place of the study's implementation, and what the study ran
     to_decide: str = ""        # an undecided claim: the trials that would decide it, or what this machine lacks
+    trials_to_decide: float = math.nan  # that number of trials a cell (inf: past MAX_TRIALS; nan: not computed)
     cv: tuple[float, ...] = () # each cell's coefficient of variation over its trials
 
     @property
@@ -349,19 +351,25 @@ def evaluate(spec: dict, data: Dataset) -> list[Row]:
 
 def looks(spec: dict) -> int:
     """How many times the card may be decided in the campaign: once, or at each of its rounds (vnetbench.run.rounds)."""
-    reps = spec.get("repetitions")
-    return len(reps.get("rounds") or ()) or 1 if isinstance(reps, dict) else 1
+    return len(_counts(spec)) or 1
 
 
 def open_cells(spec: dict, data: Dataset) -> list[list[dict]]:
     """The cell selectors of every claim still undecided that more trials could decide: measured (no cell skipped
-    or empty), checkable, and not beyond MAX_TRIALS a cell at its measured CV."""
+    or empty), checkable, and at its measured CV not beyond FUTILE times the trials a cell the card's last round
+    gives (a row that needs ten times more would only take the time of those that can be decided)."""
+    reach = FUTILE * max(_counts(spec) or [MAX_TRIALS])
     out = []
     for c in _evaluate(spec, data):
         if c.row.verdict == CANNOT and c.cells is not None and all(c.cells.values) \
-                and not c.row.to_decide.startswith(("more than", "this machine cannot")):
+                and not c.row.to_decide.startswith("this machine cannot") and not c.row.trials_to_decide > reach:
             out.append(c.selectors)
     return out
+
+
+def _counts(spec: dict) -> list[int]:
+    reps = spec.get("repetitions")
+    return list(reps.get("rounds") or ()) if isinstance(reps, dict) else []
 
 
 @dataclass
@@ -381,8 +389,7 @@ def coverage(spec: dict, scenarios: list) -> Coverage:
         kind = str(r.get("kind", "ratio"))
         sels = (_contrast_cells(r, base) if kind == "contrast" else _plain_cells(r, base, kind))[0]
         for sel in sels:
-            hits = [(sc.index, w) for sc in scenarios for w, params in enumerate(sc.workload_params)
-                    if matches(sel, sc.shown_labels, sc.levels, {**params, **(params.get("parameters") or {})})]
+            hits = [(sc.index, w) for sc in scenarios for w in range(len(sc.workload_params)) if measures(sel, sc, w)]
             used |= {h for h in hits if not next(sc for sc in scenarios if sc.index == h[0]).skip}
             if not any(not next(sc for sc in scenarios if sc.index == i).skip for i, _ in hits):
                 why = next((sc.skip for sc in scenarios for i, _ in hits if sc.index == i and sc.skip), "")
@@ -393,11 +400,28 @@ def coverage(spec: dict, scenarios: list) -> Coverage:
     return out
 
 
+def measures(sel: dict, sc: Any, w: int) -> bool:
+    """Whether workload w of scenario sc (matrix.Scenario) is in the cell `sel` names."""
+    params = sc.workload_params[w]
+    return matches(sel, sc.shown_labels, sc.levels, {**params, **(params.get("parameters") or {})})
+
+
 def _listed(spec: dict) -> list[dict]:
-    """The card's entries, each claim the spec's `scorecard_uncheckable` names marked uncheckable with its reason."""
-    marked = spec.get("scorecard_uncheckable") or {}
-    return [{**r, "uncheckable": marked[r["id"]]} if r.get("id") in marked else r
-            for r in spec.get("scorecard") or [] if isinstance(r, dict) and "define" not in r]
+    """The card's entries, each claim the spec's `scorecard_uncheckable` names marked uncheckable with its reason,
+    and each its `scorecard_reduce` names decided on that reduction of a trial's samples, saying so in its claim."""
+    marked, reduced = spec.get("scorecard_uncheckable") or {}, spec.get("scorecard_reduce") or {}
+    out = []
+    for r in spec.get("scorecard") or []:
+        if not isinstance(r, dict) or "define" in r:
+            continue
+        if r.get("id") in marked:
+            r = {**r, "uncheckable": marked[r["id"]]}
+        if (how := reduced.get(r.get("id"))) is not None:
+            was = r.get("reduce") or ("median" if r.get("metric") in DISTRIBUTIONS else "total")  # _value's
+            r = {**r, "reduce": how, "claim": f"{r.get('claim', '')} [here each trial's {how} of its samples, not its "
+                                              f"{was}]"}
+        out.append(r)
+    return out
 
 
 def _evaluate(spec: dict, data: Dataset) -> list[_Claim]:
@@ -619,6 +643,7 @@ def _what_decides(c: _Claim, data: Dataset, family: tuple[int, int, int]) -> str
         edge = "the means are too close to tell apart"
     if n is None:
         return ""
+    c.row.trials_to_decide = n
     cv = " / ".join(f"{100 * s.cv:.1f} %" for s in sums if math.isfinite(s.cv))
     if math.isinf(n):
         return f"more than {MAX_TRIALS} trials a cell at this CV ({cv}): {edge}"

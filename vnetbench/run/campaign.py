@@ -276,7 +276,9 @@ class Campaign:
         self.rule = reps if isinstance(reps, Repetitions) else None
         self.rounds = reps if isinstance(reps, Rounds) else None
         self.max_reps = exp.max_repetitions
-        self.spent: dict[int, list[float]] = {}  # scenario index -> wall seconds of each repetition run here
+        self.spent: dict[tuple[int, int], list[float]] = {}  # (scenario index, workload) -> seconds of each trial here
+        self.build_s: list[float] = []  # seconds of each build here, with the teardown before it and its warm-up
+        self.only: dict[int, set[int]] = {}  # a card's later rounds: the workloads a scenario still runs (else all)
         self.done = self.store.done_trials(cid)
         self.values = adaptive.stored_values(self.store, cid, scenarios, self.rule)
         # the topology standing now (by Scenario.topology_key), kept while scenarios that share it run on it
@@ -318,18 +320,23 @@ class Campaign:
                 KEPT.enabled = False
 
     def _seconds(self, scenarios: list[Scenario], after: int, upto: int) -> float:
-        """Estimated wall time of repetitions after+1..upto of the scenarios: as measured here, else as expected."""
-        builds = len({sc.topology_key for sc in scenarios}) * ((upto - after) if self.plan["order"] == "random" else 1)
-        measured = [x for xs in self.spent.values() for x in xs]
-        pace = sum(measured) / len(measured) if measured else None
+        """Estimated wall time of repetitions after+1..upto of the scenarios: each trial and build as measured here
+        (a trial of a workload not yet run: as its kind ran here), else as expected."""
+        reps = range(after + 1, upto + 1)
+        busy = [sc for sc in scenarios if any(self._todo(sc, rep) for rep in reps)]
+        builds = len({sc.topology_key for sc in busy}) * (len(reps) if self.plan["order"] == "random" else 1)
+        by_kind: dict[str, list[float]] = {}
+        for (i, w), xs in self.spent.items():
+            by_kind.setdefault(self._kind(i, w), []).extend(xs)
 
-        def one(sc: Scenario, rep: int) -> float:
-            if not self._todo(sc, rep):
-                return 0.0
-            own = self.spent.get(sc.index)
-            return sum(own) / len(own) if own else pace if pace is not None else self._todo_seconds(sc, rep)
-        return BUILD_OVERHEAD_S * builds * (pace is None) + sum(one(sc, rep) for sc in scenarios
-                                                                  for rep in range(after + 1, upto + 1))
+        def one(sc: Scenario, w: int) -> float:
+            seen = self.spent.get((sc.index, w)) or by_kind.get(sc.workloads[w].kind)
+            return sum(seen) / len(seen) if seen else sc.workloads[w].expected_duration() + TRIAL_OVERHEAD_S
+        build = sum(self.build_s) / len(self.build_s) if self.build_s else BUILD_OVERHEAD_S
+        return build * builds + sum(one(sc, w) for sc in busy for rep in reps for w in self._todo(sc, rep))
+
+    def _kind(self, index: int, w: int) -> str:
+        return next(sc.workloads[w].kind for sc in self.scenarios if sc.index == index)
 
     def _trials(self, scenarios: list[Scenario], after: int, upto: int) -> int:
         return sum(len(self._todo(sc, rep)) for sc in scenarios for rep in range(after + 1, upto + 1))
@@ -355,8 +362,9 @@ class Campaign:
                             f"{max(left, 0) / 60:.0f} of {self.rounds.budget / 60:g} min left")
                     return
                 self.bar.extend(self.task, need, self._trials(active, after, upto))
+            cells = sum(len(self.only.get(sc.index, self._foreground(sc))) for sc in active)
             self.outcome.rounds.append(f"round {k}: {len(active)} of {len(self.scenarios)} scenarios to {upto} trials "
-                                       f"a cell")
+                                       f"a cell" + (f" ({cells} cells)" if k > 1 else ""))
             if self.plan["order"] == "random":
                 self._random(rng, active, range(after + 1, upto + 1))
             else:
@@ -364,12 +372,19 @@ class Campaign:
             after = upto
 
     def _still_open(self, active: list[Scenario], k: int, after: int) -> list[Scenario]:
-        keep = rounds.still_open(self.store, self.cid, [sc.index for sc in active])
+        """The scenarios an open claim still needs, each with the workloads it needs (self.only)."""
+        keep = rounds.still_open(self.store, self.cid, active)
         for sc in active:
             if sc.index not in keep:
                 self.outcome.stopped.setdefault(sc.index, f"after {after} trials a cell (round {k - 1}): every claim "
-                                                          f"its cells serve is decided or cannot be by more trials")
+                                                          f"its cells serve is decided, or needs more trials than the "
+                                                          f"card's rounds give")
+        self.only.update(keep)
         return [sc for sc in active if sc.index in keep]
+
+    @staticmethod
+    def _foreground(sc: Scenario) -> set[int]:
+        return {w for w in range(len(sc.workloads)) if not sc.workloads[w].background}
 
     def _random(self, rng: random.Random, scenarios: list[Scenario], reps: range) -> None:
         active = list(scenarios)
@@ -416,8 +431,9 @@ class Campaign:
 
     # ---- one repetition of a scenario ----------------------------------------------------------------------
     def _todo(self, sc: Scenario, rep: int) -> list[int]:
-        return [w for w in range(len(sc.workloads))
-                if not sc.workloads[w].background and (sc.index, rep, sc.workload_ids[w]) not in self.done]
+        only = self.only.get(sc.index)
+        return [w for w in range(len(sc.workloads)) if not sc.workloads[w].background
+                and (only is None or w in only) and (sc.index, rep, sc.workload_ids[w]) not in self.done]
 
     def _todo_any(self, sc: Scenario) -> bool:
         return any(self._todo(sc, rep) for rep in range(1, self.max_reps + 1))
@@ -429,11 +445,7 @@ class Campaign:
         todo = self._todo(sc, rep)
         if not todo or sc.index in self.failed_builds:
             return
-        began = time.monotonic()
-        try:
-            self._play(sc, rep, position, todo)
-        finally:
-            self.spent.setdefault(sc.index, []).append(time.monotonic() - began)
+        self._play(sc, rep, position, todo)
 
     def _play(self, sc: Scenario, rep: int, position: str, todo: list[int]) -> None:
         topo = self._topology(sc, position)
@@ -444,6 +456,7 @@ class Campaign:
             wl = sc.workloads[w]
             self.bar.update(self.task, description=f"{position} rep {rep}/{self.max_reps} {wl.kind}: {self.r._short(sc)}",
                             trial=True)
+            began = time.monotonic()
             status, value = self._trial(sc, topo, rep, w)
             self.outcome.trials_ok += status == "ok"
             self.outcome.trials_failed += status == "failed"
@@ -453,6 +466,7 @@ class Campaign:
             self.bar.advance(self.task, wl.expected_duration() + TRIAL_OVERHEAD_S)
             if self.exp.cooldown:
                 time.sleep(self.exp.cooldown)
+            self.spent.setdefault((sc.index, w), []).append(time.monotonic() - began)
 
     def _topology(self, sc: Scenario, position: str) -> Topology | None:
         if sc.index not in self.ran:
@@ -460,11 +474,13 @@ class Campaign:
             self.ran.add(sc.index)
         key = sc.topology_key
         if self.topo is None or self.topo[0] != key:
+            began = time.monotonic()
             topo = self._build(sc, position)
             if topo is None:
                 return None
             self.topo = (key, topo)
             self._warm_up(sc, topo, position)
+            self.build_s.append(time.monotonic() - began)  # the last one's teardown, the build and its warm-up
         if sc.index not in self.described:  # the interfaces as built: MTU, qdiscs, offloads
             if key not in self.descriptions:
                 try:
