@@ -13,16 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_MODULES = {"test_workloads_loopback", "test_suite_s5"}
 # modules that share a session fixture run on one worker, so it is made once: S1's smoke campaign (1-2 minutes)
 SHARED_FIXTURE = {"test_report": "s1-smoke", "test_suites_s1_s2": "s1-smoke"}
-# About how long each group takes on one worker of the 2-core machine (seconds, from a CI run's per-test times, the
-# simulations after their speed-up; a group not named here counts as short): the longest start first, so that the
-# two workers end together.
-GROUP_SECONDS = {"test_testbed": 140, "s1-smoke": 120, "test_suites_s3_s4": 125, "test_guest_kernel": 105,
-                 "test_verdicts": 85, "test_ovs": 80, "test_docs": 75, "test_noisy_verdicts": 60, "test_compare": 60,
-                 "test_runner": 60, "test_bad_input": 50, "test_scale": 50, "test_encryption": 45, "loopback": 45,
-                 "test_qemu_hosts": 45, "test_lab_qemu": 45, "test_ndrpdr": 40, "test_hosts": 35, "test_e2e": 35,
-                 "test_rounds": 30, "test_speed": 30, "test_trend": 30, "test_qemu_guests": 25, "test_testbed_file": 25,
-                 "test_host_guests": 25, "test_results_file": 25, "test_vm_guests": 20, "test_cli": 15,
-                 "test_offloads": 20, "test_results_model": 20, "test_steering": 30}
+# About how long each group takes on one worker of the 2-core machine (seconds: the sum of its tests' times of 2 s
+# or more in a CI run, `--durations-min=2`; a group not named here counts as short): the longest start first, so
+# that the workers end together.
+GROUP_SECONDS = {"test_testbed": 180, "test_suites_s3_s4": 130, "s1-smoke": 110, "test_guest_kernel": 100,
+                 "test_qemu_hosts": 95, "test_lab_qemu": 75, "loopback": 55, "test_runner": 50, "test_docs": 50,
+                 "test_bad_input": 45, "test_ndrpdr": 45, "test_scale": 45, "test_rounds": 45, "test_encryption": 40,
+                 "test_verdicts": 35, "test_hosts": 35, "test_e2e": 35, "test_speed": 35, "test_trend": 30,
+                 "test_ovs": 30, "test_compare": 30, "test_host_guests": 25, "test_card_verdicts": 25,
+                 "test_vm_guests": 25, "test_cpu_pinning": 25, "test_results_file": 20, "test_results_model": 20,
+                 "test_qemu_guests": 15, "test_offloads": 15, "test_ledger": 15, "test_steering": 10,
+                 "test_testbed_file": 10, "test_ssh": 10}
 
 
 def group_of(nodeid: str) -> str:
