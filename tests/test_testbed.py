@@ -783,5 +783,10 @@ def test_ndrpdr_searches_on_a_lab_host_with_its_ceiling_measured_there(lab, tmp_
     got = {m: (v, json.loads(meta)) for m, v, meta in con.execute(
         "SELECT metric, value, metadata FROM samples WHERE metric IN ('generator_ceiling_pps', 'ndr_pps')")}
     ceiling, meta = got["generator_ceiling_pps"]
-    assert meta["client_host"] == "node1" and ceiling >= got["ndr_pps"][0] > 0
+    ndr, ndr_meta = got["ndr_pps"]
+    assert meta["client_host"] == "node1" and ndr > 0
+    # one measurement of each, seconds apart on a busy machine: an NDR a little above the ceiling (a CI run: 43.8k
+    # against 41.7k) is within their noise, and flagged as the generator's limit, not the path's
+    assert ndr <= 1.25 * ceiling, (ndr, ceiling)
+    assert ndr_meta["generator_bound"] or ndr < 0.9 * ceiling, (ndr, ceiling, ndr_meta)
     assert nothing_left(lab), leftovers(lab)
