@@ -15,13 +15,10 @@ import argparse
 import json
 import os
 import sqlite3
-import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import runspec  # bench/ is this script's own folder on sys.path
+
 LEVELS = ["none", "{h1: 0, h2: 0}", "{h1: 0, h2: 1}"]
 SPEC = """name: pinning-bench
 repetitions: {reps}
@@ -31,19 +28,6 @@ factors:
   cpu_pinning: [{levels}]
 workloads: [{{type: iperf3, duration: {seconds}}}]
 """
-
-
-def medians(db: Path) -> dict[str, tuple[float, float]]:
-    """cpu_pinning label -> (median throughput in Gbit/s, median CPU seconds per Gbit) over the trials."""
-    out = subprocess.run([sys.executable, "-m", "vnetbench", "show", "1", "--db", str(db), "--json", "-m",
-                          "throughput_bps", "-m", "cpu_s_per_gbit"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    got: dict[str, dict[str, float]] = {}
-    for r in json.loads(out)["rows"]:
-        if not r["role"] and r["stat"] is None:
-            got.setdefault(str(r["levels"]["cpu_pinning"]), {})[r["metric"]] = statistics.median(
-                t["value"] for t in r["trials"])
-    return {k: (v["throughput_bps"] / 1e9, v["cpu_s_per_gbit"]) for k, v in got.items()}
 
 
 def read_back(db: Path) -> dict[str, set[str]]:
@@ -64,20 +48,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3)
     args = ap.parse_args()
     spec_text = SPEC.format(reps=args.reps, seconds=args.seconds, levels=", ".join(LEVELS))
-    with tempfile.TemporaryDirectory() as d:
-        for r in range(args.rounds):
-            spec, db = Path(d) / f"r{r}.yaml", Path(d) / f"r{r}.db"
-            spec.write_text(spec_text)
-            before = os.getloadavg()[0]
-            subprocess.run([sys.executable, "-m", "vnetbench", "run", str(spec), "--db", str(db), "--no-progress"],
-                           cwd=ROOT, capture_output=True, check=False)
-            got, where = medians(db), read_back(db)
-            base = got.get("none")
-            print(f"round {r + 1} (load average {before:.1f} before, {os.getloadavg()[0]:.1f} after):")
-            for level, (gbit, cost) in got.items():
-                rel = f" ({gbit / base[0]:.2f} x, {cost / base[1]:.2f} x)" if base else ""
-                print(f"  cpu_pinning {level:<16} {gbit:6.2f} Gbit/s  {cost:.3f} CPU s/Gbit{rel}  "
-                      f"read on: {', '.join(sorted(where.get(level, ())))}", flush=True)
+    for r, db, before in runspec.rounds(spec_text, args.rounds):
+        got, where = runspec.medians(db, "cpu_pinning"), read_back(db)
+        print(f"round {r} (load average {before:.1f} before, {os.getloadavg()[0]:.1f} after):")
+        print("\n".join(f"{ln}  read on: {', '.join(sorted(where.get(level, ())))}"
+                        for ln, level in zip(runspec.relative("cpu_pinning", "none", got), got)), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,17 @@ def steering_problem(level: Any) -> str | None:
             extra = (" (rps_flow_cnt needs the machine-wide rps_sock_flow_entries too, which a run does not change)"
                      if k == "rps_flow_cnt" else "")
             return f"{one_line(repr(k))} is not set by steering; allowed: {', '.join(STEERING)}{extra}"
-        try:
-            cpu_list(v)
-        except ValueError as exc:
-            return f"{k}: {exc}"
+        if why := _cpus_problem(v):
+            return f"{k}: {why}"
+    return None
+
+
+def _cpus_problem(value: Any) -> str | None:
+    """Why a CPU list does not parse (cpus.cpu_list's words), or None."""
+    try:
+        cpu_list(value)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -38,13 +45,9 @@ def steering_level(level: Any) -> Any:
 
 
 def irq_affinity_problem(level: Any) -> str | None:
-    if level == "default":
+    if level == "default" or not (why := _cpus_problem(level)):
         return None
-    try:
-        cpu_list(level)
-    except ValueError as exc:
-        return f"{exc}; or write default (the NIC's interrupts as the host has them)"
-    return None
+    return f"{why}; or write default (the NIC's interrupts as the host has them)"
 
 
 def irq_affinity_level(level: Any) -> Any:

@@ -203,9 +203,12 @@ def _legend(ax, n: int, title: str) -> None:
                   ncol=1 if n <= 24 else 2, frameon=False)
 
 
+DASHES = ("-", "--", ":", "-.")
+
+
 def _style(i: int) -> dict:
     """Colour and dash per curve: 10 colours x 4 dashes stay distinguishable."""
-    return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
+    return {"color": f"C{i % 10}", "linestyle": DASHES[(i // 10) % 4]}
 
 
 @_later
@@ -263,12 +266,18 @@ def _boxes(ax, ys: list[int], values: list[list[float]], fliers: bool) -> None:
 def cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]], legend_title: str,
         caption: str) -> FigureData:
     """Empirical CDF, one step curve per scenario; log x when the values span more than 20x."""
+    return _cdf(name, title, unit, curves, [_style(i) for i in range(len(curves))], legend_title, caption)
+
+
+def _cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[float]], styles: list[dict],
+         legend_title: str, caption: str) -> FigureData:
+    """Step curves of the curves' empirical CDFs on one axes, curve i drawn with styles[i]."""
     allv = [v for vs in curves.values() for v in vs]
     scale, ulabel = axis_unit(unit, allv)
     fig, (ax,) = _figure(4.2)
-    for i, (label, vs) in enumerate(curves.items()):
+    for (label, vs), style in zip(curves.items(), styles):
         xs = sorted(v * scale for v in vs)
-        ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=label, lw=1.2, **_style(i))
+        ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=label, lw=1.2, **style)
     if _wide_range(allv):
         _log(ax, "x")
     ax.set_xlabel(f"{title.split(' — ')[0]} ({ulabel})")
@@ -387,18 +396,5 @@ def overlay_cdf(name: str, title: str, unit: str, curves: Mapping[str, Sequence[
                 styles: list[tuple[int, int]], legend_title: str, caption: str) -> FigureData:
     """Empirical CDFs of several campaigns on one axes: styles[i] = (campaign, scenario) of curve i, the colour
     the campaign's (as in overlay_means), the dash the scenario's."""
-    allv = [v for vs in curves.values() for v in vs]
-    scale, ulabel = axis_unit(unit, allv)
-    fig, (ax,) = _figure(4.2)
-    for (label, vs), (camp, line) in zip(curves.items(), styles):
-        xs = sorted(v * scale for v in vs)
-        ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=label, lw=1.2,
-                color=f"C{camp % 10}", linestyle=("-", "--", ":", "-.")[line % 4])
-    if _wide_range(allv):
-        _log(ax, "x")
-    ax.set_xlabel(f"{title.split(' — ')[0]} ({ulabel})")
-    ax.set_ylabel("fraction of samples ≤ x")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(title, fontsize=11)
-    _legend(ax, len(curves), legend_title)
-    return FigureData(name, title, fig, caption)
+    return _cdf(name, title, unit, curves, [{"color": f"C{camp % 10}", "linestyle": DASHES[line % 4]}
+                                            for camp, line in styles], legend_title, caption)
