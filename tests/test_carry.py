@@ -253,3 +253,25 @@ def test_s4_gives_no_p99_of_thirty_round_trips(monkeypatch):
     assert "p99 needs >= 100 round trips (had 30)" in note
     rows, note = table(100)
     assert rows[0]["p99"] != s4.DASH and "round trips (had" not in note
+
+
+def test_s4_reads_netperf_tcp_rr_as_request_response_and_names_it(monkeypatch):
+    """The card's request/response cells run the study's netperf TCP_RR: S4's interface table reads them as its
+    latency columns (a netperf stream test is no latency), and its note names the tool that ran."""
+    from test_offered_verdicts import dataset as in_memory
+    from vnetbench.report.analyses import s4
+
+    labels = {"attach": "host", "encryption": "none", "switch": "linuxbridge", "overlay": "none", "mtu": "1500",
+              "encryption_scope": "host-to-host", "measure": "rr"}
+    rr = [(labels, {}, "netperf", {"type": "netperf", "test": "TCP_RR", "message_size": 1},
+           [Sample.of(m, v, pair=1, observations=5000)
+            for m, v in (("latency_min_s", 5e-5), ("latency_p50_s", 1e-4), ("latency_p90_s", 2e-4),
+                         ("latency_p99_s", 9e-4), ("latency_max_s", 2e-3))], []) for _ in range(3)]
+    stream = [({**labels, "measure": "tcp1"}, {}, "netperf", {"type": "netperf", "test": "TCP_STREAM"},
+               [Sample.of("latency_p50_s", 7.0, pair=1)], [])]
+    data = in_memory(rr + stream)
+    monkeypatch.setattr(s4, "load", lambda store, cid: data)
+    t = s4.S4().run(None, 1).tables[0]
+    row = dict(zip(t.columns, t.rows[0]))
+    assert row["p50"] == s4.human(1e-4, "s") and row["runs"].startswith("3")
+    assert "netperf TCP_RR round trips" in t.note and "sockperf" not in t.note

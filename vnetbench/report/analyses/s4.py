@@ -80,7 +80,7 @@ def in_guest(name: str) -> bool:
 
 def measure(t: Trial) -> str | None:
     """tcp1, rr, gen4 or streamsN, from what the trial ran (so a user's own spec is understood too)."""
-    if t.kind == "sockperf":
+    if t.kind == "sockperf" or (t.kind == "netperf" and str(t.params.get("test", "")).endswith("_RR")):
         return RR
     if t.kind != "iperf3" or t.params.get("protocol", "tcp") != "tcp":
         return None
@@ -89,6 +89,15 @@ def measure(t: Trial) -> str | None:
     if procs == 4 and streams == 4:
         return GEN4
     return SINGLE if streams == 1 else f"streams{streams}"
+
+
+def _rr_tools(trials: list[Trial]) -> str:
+    """What measured the request/response rows: 'sockperf TCP ping-pong', 'netperf TCP_RR' (the study's), or both."""
+    seen = {RR_TOOLS.get(t.kind, t.kind) for t in trials}
+    return " and ".join(sorted(seen)) or RR_TOOLS["sockperf"]
+
+
+RR_TOOLS = {"sockperf": "sockperf TCP ping-pong", "netperf": "netperf TCP_RR"}
 
 
 def _rank(name: str) -> tuple:
@@ -154,6 +163,9 @@ class S4(Analysis):
     # ---- values ------------------------------------------------------------------------------------------
     def _trials(self, iface: str, m: str, mtu: str | None = None) -> list[Trial]:
         return self.by.get((iface, m, mtu or self.base_mtu), [])
+
+    def _rr_tool(self) -> str:
+        return _rr_tools([t for key, ts in self.by.items() if key[1] == RR for t in ts])
 
     def _tput(self, iface: str, m: str = SINGLE, mtu: str | None = None) -> list[float]:
         return [v for t in self._trials(iface, m, mtu) if (v := t.total("throughput_bps", direction="forward")) is not None]
@@ -240,8 +252,8 @@ class S4(Analysis):
             "study's netperf -c/-C, which is each host's system-wide share, since both hosts here are one machine. "
             f"{MACHINE_CPU_NOTE} Datapath processes: ovs-vswitchd, wireguard-go, charon ... summed (100 % = one core), "
             "mean over runs (min .. max over runs). Latency: "
-            "sockperf TCP ping-pong round trips; min and max over all runs, p50/p90/p99 the median over runs of each "
-            "run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's)."
+            f"{self._rr_tool()} round trips; min and max over all runs, p50/p90/p99 the median over runs of "
+            "each run's percentile. Inner MTU: the MTU the traffic saw (the VM's, or the tunnel interface's)."
             + (f" Rows '(guest kernel)' ran in a guest kernel (the implementation names it), machine CPU there being "
                f"the guest's one CPU: {GUEST_CAVEAT}; compare them with each other, and see the guest vs machine "
                f"kernel table for the same datapaths in both." if any(in_guest(n) for n in ifaces) else "")
@@ -349,8 +361,8 @@ class S4(Analysis):
             ["interface", "implementation (machine)", "implementation (guest)", "throughput machine",
              "throughput guest", "guest / machine", "latency p50 machine", "latency p50 guest", "guest / machine",
              "4 generators guest / machine"], rows,
-            f"One TCP stream (receiver goodput) and sockperf p50, mean over runs ± 95 % CI; ratio of the means with "
-            f"Fieller's 95 % CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
+            f"One TCP stream (receiver goodput) and {self._rr_tool()} p50, mean over runs ± 95 % CI; ratio of the "
+            f"means with Fieller's 95 % CI where there are two runs or more. {GUEST_CAVEAT[0].upper()}{GUEST_CAVEAT[1:]}: "
             f"the ratio is the guest's cost on a datapath both kernels have, a yardstick for the rows only a guest "
             f"could run (Geneve, kernel IPsec), not a correction to apply to them." + offered_text(rows))
 
