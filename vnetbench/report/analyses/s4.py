@@ -91,13 +91,13 @@ def measure(t: Trial) -> str | None:
     return SINGLE if streams == 1 else f"streams{streams}"
 
 
+RR_TOOLS = {"sockperf": "sockperf TCP ping-pong", "netperf": "netperf TCP_RR"}
+
+
 def _rr_tools(trials: list[Trial]) -> str:
     """What measured the request/response rows: 'sockperf TCP ping-pong', 'netperf TCP_RR' (the study's), or both."""
     seen = {RR_TOOLS.get(t.kind, t.kind) for t in trials}
     return " and ".join(sorted(seen)) or RR_TOOLS["sockperf"]
-
-
-RR_TOOLS = {"sockperf": "sockperf TCP ping-pong", "netperf": "netperf TCP_RR"}
 
 
 def _rank(name: str) -> tuple:
