@@ -181,6 +181,11 @@ def test_one_qemu_vm_on_each_of_two_lab_hosts_runs_and_leaves_nothing(lab, tmp_p
     # both topologies carried TCP (idle: 0.7-1.1 Gbit/s each; under a CI run's load one carried 12 Mbit/s and the
     # other 168 kbit/s: a starved guest's rate is no bound to test, the traffic crossing is)
     assert len(each) == 2 and all(v > 0 for _, v in each), each
+    counted = {}  # and no more arrived than was sent: the receiver's bytes against the sender's, each trial
+    for trial, metric, meta in con.execute("SELECT trial, metric, metadata FROM samples WHERE metric IN "
+                                           "('throughput_bps', 'sender_throughput_bps')"):
+        counted.setdefault(trial, {})[metric] = json.loads(meta)["bytes"]
+    assert counted and all(0 < c["throughput_bps"] <= c["sender_throughput_bps"] for c in counted.values()), counted
     metas = [json.loads(m) for (m,) in con.execute("SELECT metadata FROM samples WHERE metric = 'cpu_busy_ratio'")]
     vm_cpu = {m["vm"] for m in metas if m.get("scope") == "vm"}
     assert vm_cpu == {"h1v1", "h2v2"}  # each VM's own kernel, read inside it
