@@ -184,11 +184,15 @@ class Ledger:
         path = self.dir / "objects.jsonl"
         live: dict[tuple[str, str], Obj] = {}
         if path.exists():
-            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            # every record ends with its newline: a last line without one is an append not finished when read (a
+            # live run's other thread mid-write: a read sees part of a write across a page), or one kill -9 cut
+            # short; its object was not made yet either way, so it is skipped, silently
+            lines = path.read_text(errors="replace").split("\n")[:-1]
+            for n, line in enumerate(lines, 1):
                 e, why = _entry(line)
                 if e is None:
-                    # a line torn by kill -9 mid-write (its object was not created yet), or one of another hand: a
-                    # crash here left every run uncleaned, so it is skipped, and said
+                    # a line torn by kill -9 mid-write that a later append ended, or one of another hand: a crash
+                    # here left every run uncleaned, so it is skipped, and said
                     if line.strip():
                         warnings.warn(f"run {self.prefix}: line {n} of {path} skipped: {why}", LedgerWarning)
                     continue
